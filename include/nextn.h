@@ -1,0 +1,266 @@
+/* nextn — a C inference engine for mixture-of-experts language models with their native
+ * MTP ("NextN") head as a built-in, lossless self-speculative decoder.
+ *
+ * Public API. Handles are opaque; every *_new / *_load has a NULL-safe *_free. Fallible
+ * functions return an nx_status and describe the failure in an optional nx_error. */
+#ifndef NEXTN_H
+#define NEXTN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status and errors */
+
+typedef enum nx_status {
+    NX_OK = 0,
+    NX_E_IO,          /* a file could not be opened, mapped or read */
+    NX_E_FORMAT,      /* a file's contents are malformed, truncated or inconsistent */
+    NX_E_CONFIG,      /* config.json is missing a field or holds an impossible value */
+    NX_E_NOMEM,       /* an allocation failed */
+    NX_E_ARG,         /* a caller passed an out-of-range or inconsistent parameter */
+    NX_E_UNSUPPORTED, /* valid input that this build cannot run (dtype, architecture) */
+    NX_E_STATE,       /* the call is not valid in the object's current state */
+} nx_status;
+
+typedef struct nx_error {
+    nx_status status;
+    char msg[512]; /* names the file / field / tensor at fault */
+} nx_error;
+
+const char *nx_status_str(nx_status st);
+
+/* ---------------------------------------------------------------- tokenizer */
+
+/* A Hugging Face tokenizer.json byte-level BPE tokenizer (Hy3, Qwen3, DeepSeek-V3 style). */
+typedef struct nx_tokenizer nx_tokenizer;
+
+/* Loads `path`, a tokenizer.json file. */
+nx_status nx_tokenizer_load(const char *path, nx_tokenizer **out, nx_error *err);
+void nx_tokenizer_free(nx_tokenizer *tok);
+
+/* Encodes len bytes of UTF-8 text. When parse_special is true, added/special token strings in
+ * the text become their ids (as HF `encode` does); otherwise they are encoded as plain text.
+ * *ids is malloc'd and owned by the caller. Invalid UTF-8 is an NX_E_ARG error. */
+nx_status nx_tokenizer_encode(const nx_tokenizer *tok, const char *text, size_t len,
+                              bool parse_special, int32_t **ids, size_t *n_ids, nx_error *err);
+
+/* Decodes ids to UTF-8 (malloc'd, NUL-terminated, owned by the caller). skip_special drops
+ * special tokens. Out-of-range ids are an NX_E_ARG error. */
+nx_status nx_tokenizer_decode(const nx_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                              bool skip_special, char **text, nx_error *err);
+
+int32_t nx_tokenizer_vocab_size(const nx_tokenizer *tok);
+/* Id of a token string (added tokens included) or -1. */
+int32_t nx_tokenizer_token_id(const nx_tokenizer *tok, const char *token);
+/* The token's vocabulary string (byte-level form, e.g. "Ġthe"), or NULL if out of range. */
+const char *nx_tokenizer_token_str(const nx_tokenizer *tok, int32_t id);
+bool nx_tokenizer_is_special(const nx_tokenizer *tok, int32_t id);
+
+/* Streaming detokenizer: feed ids one at a time, receive text that is always whole UTF-8
+ * (bytes of an incomplete character are held back until the character completes). */
+typedef struct nx_detok nx_detok;
+nx_status nx_detok_new(const nx_tokenizer *tok, bool skip_special, nx_detok **out, nx_error *err);
+void nx_detok_free(nx_detok *d);
+/* Appends the text that became complete to *out (malloc'd, owned by the caller; may be "").
+ * *out_len excludes the NUL. */
+nx_status nx_detok_push(nx_detok *d, int32_t id, char **out, size_t *out_len, nx_error *err);
+/* Flushes held-back bytes at the end of a stream (invalid remainders become U+FFFD). */
+nx_status nx_detok_flush(nx_detok *d, char **out, size_t *out_len, nx_error *err);
+
+/* ---------------------------------------------------------------- sampling */
+
+/* Sampler settings. Each feature is off at its neutral value. */
+typedef struct nx_sampler_params {
+    float temperature;        /* 0 = greedy (argmax, lowest id on ties); > 0 scales logits */
+    int32_t top_k;            /* 0 = off */
+    float top_p;              /* 1 = off; (0, 1] */
+    float min_p;              /* 0 = off; [0, 1] relative to the most likely token */
+    float repetition_penalty; /* 1 = off; > 0; over prompt + generated tokens (HF/vLLM rule) */
+    float presence_penalty;   /* 0 = off; [-2, 2]; over generated tokens (OpenAI rule) */
+    float frequency_penalty;  /* 0 = off; [-2, 2]; over generated tokens (OpenAI rule) */
+    uint64_t seed;
+} nx_sampler_params;
+
+void nx_sampler_params_default(nx_sampler_params *p); /* greedy, everything off, seed 0 */
+/* Range checks; the message names the offending parameter and its allowed range. */
+nx_status nx_sampler_params_check(const nx_sampler_params *p, nx_error *err);
+
+/* A sampler owns the token history (for penalties) and a seeded RNG. It turns logits into the
+ * *processed* distribution actually sampled from — the p and q of speculative verification. */
+typedef struct nx_sampler nx_sampler;
+
+nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_sampler **out,
+                         nx_error *err);
+void nx_sampler_free(nx_sampler *s);
+
+/* History: the prompt (repetition penalty only) and generated tokens (all penalties). */
+void nx_sampler_set_prompt(nx_sampler *s, const int32_t *ids, size_t n);
+void nx_sampler_accept(nx_sampler *s, int32_t id);
+size_t nx_sampler_n_generated(const nx_sampler *s);
+/* Forgets generated tokens beyond the first n (rollback). */
+void nx_sampler_rewind(nx_sampler *s, size_t n);
+
+/* Writes the processed distribution (vocab_size floats summing to 1) for `logits`, as if the
+ * generated history were followed by the n_extra tokens `extra` (the drafts before this row
+ * of a speculative verify). Neither logits nor the history is modified. */
+void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, size_t n_extra,
+                      float *probs);
+/* Draws a token from a distribution with the sampler's RNG. */
+int32_t nx_sampler_draw(nx_sampler *s, const float *probs);
+/* A uniform draw in [0, 1) from the sampler's RNG. */
+double nx_sampler_uniform(nx_sampler *s);
+bool nx_sampler_is_greedy(const nx_sampler *s);
+
+/* ---------------------------------------------------------------- models */
+
+typedef struct nx_model nx_model;
+
+/* How the MTP head is wired (mtp.md §5). NX_WIRING_DEFAULT fields take the family default. */
+typedef enum nx_mtp_hidden {
+    NX_MTP_HIDDEN_DEFAULT = 0,
+    NX_MTP_HIDDEN_POST_NORM, /* trunk hidden after the final norm (hy_v3 default) */
+    NX_MTP_HIDDEN_PRE_NORM,  /* trunk hidden before the final norm */
+} nx_mtp_hidden;
+
+typedef enum nx_mtp_concat {
+    NX_MTP_CONCAT_DEFAULT = 0,
+    NX_MTP_CONCAT_EMBED_FIRST,  /* [enorm(e) ; hnorm(h)] (hy_v3, DeepSeek, GLM) */
+    NX_MTP_CONCAT_HIDDEN_FIRST, /* [hnorm(h) ; enorm(e)] (Motif-3) */
+} nx_mtp_concat;
+
+typedef enum nx_mtp_recycle {
+    NX_MTP_RECYCLE_DEFAULT = 0,
+    NX_MTP_RECYCLE_NORMED, /* chained drafts feed back the output after final_layernorm */
+    NX_MTP_RECYCLE_RAW,    /* ... or the raw block output */
+} nx_mtp_recycle;
+
+typedef struct nx_mtp_wiring {
+    nx_mtp_hidden hidden;
+    nx_mtp_concat concat;
+    nx_mtp_recycle recycle;
+    int hnorm;              /* -1 default (on), 0 off, 1 on */
+    int32_t sliding_window; /* 0 = full attention (default) */
+    double rope_theta;      /* 0 = the trunk's theta */
+} nx_mtp_wiring;
+
+typedef struct nx_load_params {
+    int n_threads;        /* 0 = all cores */
+    nx_mtp_wiring wiring; /* zero = family defaults */
+    bool no_mtp;          /* load the trunk only */
+    void (*progress)(void *user, double fraction); /* optional loading progress */
+    void *progress_user;
+} nx_load_params;
+
+void nx_load_params_default(nx_load_params *p);
+
+/* Loads a checkpoint directory (config.json + *.safetensors [+ tokenizer.json]). */
+nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out, nx_error *err);
+void nx_model_free(nx_model *m);
+
+typedef struct nx_model_info {
+    const char *family;       /* "hy_v3" */
+    const char *layout;       /* "tencent" | "mlx" */
+    const char *weight_dtype; /* "bf16", "f32", "mixed", "affine-4bit", ... */
+    const char *mtp;          /* "inline", "sidecar", "none (headless)", "disabled" */
+    int32_t vocab_size, hidden_size, n_layers, n_heads, n_kv_heads, head_dim;
+    int32_t n_experts, top_k, mtp_n_experts;
+    int64_t max_positions;
+    uint64_t n_params, n_params_active, n_params_mtp; /* active = per token, trunk */
+    uint64_t weight_bytes;       /* mapped tensor bytes */
+    uint64_t kv_bytes_per_token; /* trunk + MTP layers */
+    int32_t bos_id, eos_id;      /* -1 if unknown */
+} nx_model_info;
+
+const nx_model_info *nx_model_get_info(const nx_model *m);
+/* The tokenizer shipped with the checkpoint, or NULL when it ships none. */
+const nx_tokenizer *nx_model_tokenizer(const nx_model *m);
+/* The chat template from tokenizer_config.json, or NULL. */
+const char *nx_model_chat_template(const nx_model *m);
+bool nx_model_is_eos(const nx_model *m, int32_t id);
+
+/* ---------------------------------------------------------------- contexts and generation */
+
+/* A context holds one sequence's KV caches (trunk + MTP), sized once, and the run state. */
+typedef struct nx_ctx nx_ctx;
+
+nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err);
+void nx_ctx_free(nx_ctx *c);
+int32_t nx_ctx_n_ctx(const nx_ctx *c);
+
+/* Trunk forward over n tokens at positions n_past.. (teacher forcing). The context's KV cache
+ * must hold exactly n_past rows before the call. Writes logits [n, vocab] if non-NULL. */
+nx_status nx_ctx_eval(nx_ctx *c, const int32_t *tokens, int32_t n, int32_t n_past, float *logits,
+                      nx_error *err);
+/* Teacher-forced MTP logits for the rows just evaluated: row p pairs the trunk hidden at p with
+ * token p+1 (so n-1 rows for the last eval of n tokens). Writes [n-1, vocab]. */
+nx_status nx_ctx_eval_mtp(nx_ctx *c, const int32_t *tokens, int32_t n, float *logits,
+                          nx_error *err);
+/* Drops every cached row at or after position n (rollback). */
+void nx_ctx_truncate(nx_ctx *c, int32_t n);
+
+typedef enum nx_verify {
+    NX_VERIFY_RESIDUAL = 0, /* Leviathan/Chen rejection sampling (default) */
+    NX_VERIFY_MATCH,        /* accept iff the target's own sample equals the draft */
+} nx_verify;
+
+#define NX_DRAFT_AUTO (-1)
+#define NX_MAX_DRAFT 8
+
+typedef struct nx_gen_params {
+    nx_sampler_params sampling;
+    int32_t max_tokens;   /* generated tokens at most */
+    int32_t draft;        /* NX_DRAFT_AUTO, 0 = plain decoding, 1..NX_MAX_DRAFT */
+    nx_verify verify;
+    float draft_p_min;    /* stop chaining when the draft's probability is below this */
+    double synthetic_accept; /* benchmarks only: < 0 off; else accept drafts with this probability */
+    bool ignore_eos;
+    const int32_t *stop_ids; /* extra stop tokens */
+    size_t n_stop_ids;
+} nx_gen_params;
+
+void nx_gen_params_default(nx_gen_params *p);
+
+/* Speculative and cost counters (mtp.md §3). */
+typedef struct nx_gen_stats {
+    int64_t n_prompt, n_generated;
+    double t_prefill, t_decode;         /* seconds */
+    double t_draft, t_verify, t_sample; /* seconds, split of t_decode */
+    int64_t n_steps;                    /* trunk forwards during decode (AR steps + verifies) */
+    int64_t n_drafts;                   /* cycles that drafted */
+    int64_t n_drafted, n_accepted;
+    int64_t accepted_at[NX_MAX_DRAFT];  /* accepted drafts per chain position */
+    int64_t drafted_at[NX_MAX_DRAFT];
+    /* cost model, measured: seconds of a trunk forward over r rows (index r, 1..NX_MAX_DRAFT+1) */
+    double cost_rows[NX_MAX_DRAFT + 2];
+    int64_t cost_rows_n[NX_MAX_DRAFT + 2];
+    double cost_mtp_row; /* seconds of one MTP draft row */
+    int64_t cost_mtp_n;
+    /* MoE traffic */
+    double expert_bytes_ar, expert_bytes_verify; /* sums over steps of that kind */
+    int64_t n_ar_steps, n_verify_steps;
+    double experts_touched_ar, experts_touched_verify; /* distinct experts per step, summed */
+    double topk_overlap_sum; /* shared top-k experts between consecutive rows, summed */
+    int64_t topk_overlap_n;
+    bool stopped_by_eos;
+} nx_gen_stats;
+
+/* Called for each emitted token with its probability under the processed distribution `probs`
+ * (vocab_size floats, valid during the call). Return non-zero to stop generation. */
+typedef int (*nx_token_fn)(void *user, int32_t id, const float *probs);
+
+/* Generates a continuation of prompt[0..n_prompt) from an empty context. */
+nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const nx_gen_params *p,
+                      nx_token_fn on_token, void *user, nx_gen_stats *stats, nx_error *err);
+
+/* Prints the stats block of `nextn run --stats` to f (a FILE *). */
+void nx_gen_stats_print(const nx_gen_stats *s, void *file);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

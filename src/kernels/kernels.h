@@ -1,0 +1,79 @@
+/* Compute kernels on weights in their stored format (f32, f16, bf16, MLX affine 2-8 bit).
+ * Every kernel has a scalar reference (ref.c, the test oracle) and SIMD twins (avx2.c,
+ * avx512.c) picked once by CPUID in dispatch.c; NX_ISA=ref|avx2|avx512 forces a choice.
+ *
+ * Numerics contract (greedy MTP == greedy AR depends on it): the result for one row never
+ * depends on how many rows are computed together, on the thread count, or on which rows
+ * share a call. Each output element is one dot product accumulated in a fixed order. */
+#ifndef NX_KERNELS_H
+#define NX_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/pool.h"
+
+typedef enum nx_dtype {
+    NX_DTYPE_F32 = 0,
+    NX_DTYPE_F16,
+    NX_DTYPE_BF16,
+    NX_DTYPE_U32, /* packed MLX affine quantized weights */
+    NX_DTYPE_I32,
+    NX_DTYPE_U8,
+    NX_DTYPE_I8,
+    NX_DTYPE_U16,
+    NX_DTYPE_I16,
+    NX_DTYPE_I64,
+    NX_DTYPE_U64,
+    NX_DTYPE_F64,
+    NX_DTYPE_BOOL,
+    NX_DTYPE_F8_E4M3,
+    NX_DTYPE_F8_E5M2,
+    NX_DTYPE_COUNT
+} nx_dtype;
+
+size_t nx_dtype_size(nx_dtype t);        /* bytes per element (U32: 4) */
+const char *nx_dtype_name(nx_dtype t);   /* safetensors spelling: "BF16", ... */
+int nx_dtype_from_name(const char *name); /* -1 if unknown */
+
+/* A linear layer's weight W [out, in] as a read-only view into mapped file data (never
+ * copied). y = x · Wᵀ. For quantized weights (dtype U32) `w` holds out rows of in*bits/32
+ * words, and scales/biases [out, in/group] are in sdtype. Pointers may be unaligned. */
+typedef struct nx_linear {
+    nx_dtype dtype;    /* F32, F16, BF16 or U32 (affine quantized) */
+    int64_t out, in;
+    const void *w;
+    int bits, group;   /* quantized only */
+    nx_dtype sdtype;   /* dtype of scales and biases (F32/F16/BF16) */
+    const void *scales, *biases;
+} nx_linear;
+
+size_t nx_linear_row_bytes(const nx_linear *W); /* stored bytes of one output row (+ its scales) */
+size_t nx_linear_bytes(const nx_linear *W);     /* stored bytes of the whole weight */
+
+/* y[t*ldy + o] = Σ_i x[t*ldx + i] · W[o, i]  for t < T, o < W->out.
+ * Each weight row is read once for all T rows. Threads split the outputs. */
+void nx_matmul(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+               int64_t ldy, nx_pool *pool);
+
+/* Like nx_matmul on rows [o0, o1) only, on the calling thread (for callers that schedule
+ * work themselves, e.g. several experts' matmuls in one parallel region). */
+void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+                    int64_t ldy, int64_t o0, int64_t o1);
+
+/* Dequantizes/converts row r of W into out[in] as f32 (embedding lookup). */
+void nx_linear_get_row(const nx_linear *W, int64_t r, float *out);
+
+/* Converts n elements of a stored vector (F32/F16/BF16) to f32. */
+void nx_to_f32(nx_dtype t, const void *src, float *dst, int64_t n);
+
+/* Small vector kernels used by attention and norms (dispatched). */
+float nx_dot_f32(const float *a, const float *b, int64_t n);
+void nx_axpy_f32(float a, const float *x, float *y, int64_t n); /* y += a·x */
+
+/* Which ISA the dispatcher chose: "ref", "avx2", "avx512". */
+const char *nx_kernels_isa(void);
+/* Forces an ISA by name (tests); returns 0 on success, -1 if this CPU cannot run it. */
+int nx_kernels_force(const char *isa);
+
+#endif

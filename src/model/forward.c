@@ -1,0 +1,300 @@
+/* The hy_v3 forward pass over T rows (hy_v3.md §2): embedding, decoder layers (q/k-norm before
+ * neox RoPE, GQA attention, dense SwiGLU or sigmoid-routed MoE + shared expert), final norm and
+ * an f32 lm_head. The same code serves prefill, decode and the k+1 rows of a speculative verify;
+ * every row's result is independent of the rows it shares a call with (batch invariance). */
+#include <math.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/forward.h"
+#include "model/model_internal.h"
+
+/* ---------------------------------------------------------------- primitives */
+
+void nx_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *out) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
+}
+
+/* Neox ("rotate-half") RoPE on one head vector at absolute position pos. */
+static void rope_neox(float *x, int32_t hd, int32_t pos, double theta) {
+    int32_t half = hd / 2;
+    for (int32_t i = 0; i < half; i++) {
+        double inv = pow(theta, -2.0 * i / hd);
+        double a = (double)pos * inv;
+        float cs = (float)cos(a), sn = (float)sin(a);
+        float x0 = x[i], x1 = x[i + half];
+        x[i] = x0 * cs - x1 * sn;
+        x[i + half] = x1 * cs + x0 * sn;
+    }
+}
+
+static inline float silu(float z) { return z / (1.0f + expf(-z)); }
+
+/* ---------------------------------------------------------------- attention */
+
+typedef struct attn_job {
+    nx_ctx *c;
+    const nx_kv *kv;
+    int32_t T, pos0, n_heads, n_kv, hd;
+    int32_t window; /* 0 = full */
+} attn_job;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    nx_ctx *c = j->c;
+    const int32_t kvw = j->n_kv * j->hd, qw = j->n_heads * j->hd, group = j->n_heads / j->n_kv;
+    const float scale = 1.0f / sqrtf((float)j->hd);
+    float *sc = c->scores + (size_t)ith * c->n_ctx;
+    long long b, e;
+    nx_pool_split((long long)j->T * j->n_heads, ith, nth, &b, &e);
+    for (long long it = b; it < e; it++) {
+        int32_t t = (int32_t)(it / j->n_heads), h = (int32_t)(it % j->n_heads);
+        int32_t pos = j->pos0 + t, kvh = h / group;
+        int32_t lo = j->window > 0 && pos + 1 > j->window ? pos + 1 - j->window : 0;
+        const float *qv = c->q + (size_t)t * qw + (size_t)h * j->hd;
+        float mx = -INFINITY;
+        for (int32_t p = lo; p <= pos; p++) {
+            float s = nx_dot_f32(qv, j->kv->k + (size_t)p * kvw + (size_t)kvh * j->hd, j->hd) * scale;
+            sc[p] = s;
+            if (s > mx) mx = s;
+        }
+        float sum = 0.0f;
+        for (int32_t p = lo; p <= pos; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        float inv = 1.0f / sum;
+        float *o = c->att + (size_t)t * qw + (size_t)h * j->hd;
+        memset(o, 0, sizeof(float) * (size_t)j->hd);
+        for (int32_t p = lo; p <= pos; p++)
+            nx_axpy_f32(sc[p] * inv, j->kv->v + (size_t)p * kvw + (size_t)kvh * j->hd, o, j->hd);
+    }
+}
+
+/* xn (T, H) → c->y (T, H). Appends the rows' keys/values at pos0.. to kv. */
+static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_t pos0,
+                      int32_t window, double theta) {
+    const nx_config *cfg = &c->m->cfg;
+    const int32_t H = cfg->hidden_size, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
+    const int32_t qw = nh * hd, kvw = nkv * hd;
+    nx_pool *pool = c->m->pool;
+
+    nx_matmul(&L->wq, c->xn, H, T, c->q, qw, pool);
+    nx_matmul(&L->wk, c->xn, H, T, c->k, kvw, pool);
+    nx_matmul(&L->wv, c->xn, H, T, c->v, kvw, pool);
+    for (int32_t t = 0; t < T; t++) {
+        for (int32_t h = 0; h < nh; h++) {
+            float *qh = c->q + (size_t)t * qw + (size_t)h * hd;
+            if (L->q_norm) nx_rmsnorm(qh, L->q_norm, cfg->rms_eps, hd, qh);
+            rope_neox(qh, hd, pos0 + t, theta);
+        }
+        for (int32_t h = 0; h < nkv; h++) {
+            float *kh = c->k + (size_t)t * kvw + (size_t)h * hd;
+            if (L->k_norm) nx_rmsnorm(kh, L->k_norm, cfg->rms_eps, hd, kh);
+            rope_neox(kh, hd, pos0 + t, theta);
+        }
+        memcpy(kv->k + (size_t)(pos0 + t) * kvw, c->k + (size_t)t * kvw, sizeof(float) * (size_t)kvw);
+        memcpy(kv->v + (size_t)(pos0 + t) * kvw, c->v + (size_t)t * kvw, sizeof(float) * (size_t)kvw);
+    }
+    attn_job j = {c, kv, T, pos0, nh, nkv, hd, window};
+    nx_pool_run(pool, attn_worker, &j);
+    nx_matmul(&L->wo, c->att, qw, T, c->y, H, pool);
+}
+
+/* ---------------------------------------------------------------- feed-forward */
+
+/* SwiGLU over n rows of `in` (n, H) → out (n, H), using c->g / c->u as scratch. */
+static void ffn(nx_ctx *c, const nx_ffn *f, const float *in, int32_t n, float *out) {
+    const int32_t H = c->m->cfg.hidden_size;
+    const int64_t F = f->gate.out;
+    nx_pool *pool = c->m->pool;
+    nx_matmul(&f->gate, in, H, n, c->g, F, pool);
+    nx_matmul(&f->up, in, H, n, c->u, F, pool);
+    for (int64_t i = 0; i < (int64_t)n * F; i++) c->g[i] = silu(c->g[i]) * c->u[i];
+    nx_matmul(&f->down, c->g, F, n, out, H, pool);
+}
+
+static double ffn_bytes(const nx_ffn *f) {
+    return (double)(nx_linear_bytes(&f->gate) + nx_linear_bytes(&f->up) + nx_linear_bytes(&f->down));
+}
+
+/* Routing for one row (hy_v3.md §2.4): sigmoid scores in f32, expert_bias only to choose,
+ * weights from the unbiased scores, renormalised, scaled. Ties go to the lower expert id. */
+void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, bool renorm,
+                  float scaling, int32_t *idx, float *w) {
+    for (int32_t i = 0; i < k; i++) idx[i] = -1;
+    for (int32_t e = 0; e < E; e++) {
+        float ce = 1.0f / (1.0f + expf(-logits[e])) + (bias ? bias[e] : 0.0f);
+        /* insertion into a descending top-k list */
+        int32_t pos = k;
+        while (pos > 0) {
+            int32_t o = idx[pos - 1];
+            float co = o < 0 ? -INFINITY : 1.0f / (1.0f + expf(-logits[o])) + (bias ? bias[o] : 0.0f);
+            if (o >= 0 && co >= ce) break;
+            pos--;
+        }
+        if (pos >= k) continue;
+        for (int32_t i = k - 1; i > pos; i--) idx[i] = idx[i - 1];
+        idx[pos] = e;
+    }
+    double sum = 0.0;
+    for (int32_t i = 0; i < k; i++) {
+        w[i] = 1.0f / (1.0f + expf(-logits[idx[i]]));
+        sum += w[i];
+    }
+    for (int32_t i = 0; i < k; i++) {
+        if (renorm && k > 1) w[i] = (float)(w[i] / (sum + 1e-20));
+        w[i] *= scaling;
+    }
+}
+
+/* MoE over xn (T, H) → c->y. Rows are grouped by expert so each touched expert's weights are
+ * read once per call; experts are visited in ascending id, so every row accumulates its
+ * experts in the same order however the rows are batched. */
+static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
+    const nx_config *cfg = &c->m->cfg;
+    const int32_t H = cfg->hidden_size, E = M->n_experts, k = cfg->top_k;
+    nx_pool *pool = c->m->pool;
+
+    nx_matmul(&M->router, c->xn, H, T, c->router, E, pool);
+    for (int32_t t = 0; t < T; t++)
+        nx_moe_route(c->router + (size_t)t * E, M->expert_bias, E, k, cfg->route_norm,
+                     cfg->router_scaling, c->sel + (size_t)t * k, c->selw + (size_t)t * k);
+
+    /* overlap of consecutive rows' choices (across calls for single-row steps) */
+    int32_t *prev = c->prev_sel + (size_t)layer_slot * k;
+    for (int32_t t = 0; t < T; t++) {
+        const int32_t *cur = c->sel + (size_t)t * k;
+        const int32_t *ref = t > 0 ? cur - k : prev;
+        if (ref[0] >= 0) {
+            int32_t shared = 0;
+            for (int32_t a = 0; a < k; a++)
+                for (int32_t b = 0; b < k; b++) shared += cur[a] == ref[b];
+            c->traffic.overlap += shared;
+            c->traffic.overlap_pairs++;
+        }
+    }
+    memcpy(prev, c->sel + (size_t)(T - 1) * k, sizeof(int32_t) * (size_t)k);
+
+    memset(c->y, 0, sizeof(float) * (size_t)T * H);
+    for (int32_t e = 0; e < E; e++) {
+        int32_t n = 0;
+        for (int32_t t = 0; t < T; t++)
+            for (int32_t i = 0; i < k; i++)
+                if (c->sel[(size_t)t * k + i] == e) {
+                    c->rows[n] = t;
+                    c->rows_w[n] = c->selw[(size_t)t * k + i];
+                    memcpy(c->xe + (size_t)n * H, c->xn + (size_t)t * H, sizeof(float) * (size_t)H);
+                    n++;
+                }
+        if (n == 0) continue;
+        c->traffic.experts_touched++;
+        c->traffic.expert_bytes += ffn_bytes(&M->experts[e]);
+        ffn(c, &M->experts[e], c->xe, n, c->ye);
+        for (int32_t r = 0; r < n; r++)
+            nx_axpy_f32(c->rows_w[r], c->ye + (size_t)r * H, c->y + (size_t)c->rows[r] * H, H);
+    }
+    if (M->has_shared) {
+        c->traffic.expert_bytes += ffn_bytes(&M->shared);
+        ffn(c, &M->shared, c->xn, T, c->ye);
+        for (int64_t i = 0; i < (int64_t)T * H; i++) c->y[i] += c->ye[i];
+    }
+}
+
+/* ---------------------------------------------------------------- decoder layer */
+
+void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_t pos0,
+                      int32_t window, double theta, int32_t layer_slot) {
+    const nx_config *cfg = &c->m->cfg;
+    const int32_t H = cfg->hidden_size;
+    for (int32_t t = 0; t < T; t++)
+        nx_rmsnorm(c->x + (size_t)t * H, L->attn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
+    attention(c, L, kv, T, pos0, window, theta);
+    for (int64_t i = 0; i < (int64_t)T * H; i++) c->x[i] += c->y[i];
+    for (int32_t t = 0; t < T; t++)
+        nx_rmsnorm(c->x + (size_t)t * H, L->ffn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
+    if (L->is_moe)
+        moe(c, &L->moe, T, layer_slot);
+    else
+        ffn(c, &L->dense, c->xn, T, c->y);
+    for (int64_t i = 0; i < (int64_t)T * H; i++) c->x[i] += c->y[i];
+}
+
+/* ---------------------------------------------------------------- trunk */
+
+nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *logits,
+                           int32_t logits_from, nx_error *err) {
+    const nx_model *m = c->m;
+    const nx_config *cfg = &m->cfg;
+    const int32_t H = cfg->hidden_size, V = cfg->vocab_size;
+    if (T <= 0 || T > c->n_batch)
+        return nx_fail(err, NX_E_ARG, "forward: %d rows (1..%d allowed)", T, c->n_batch);
+    if (c->n_past + T > c->n_ctx)
+        return nx_fail(err, NX_E_ARG, "context full: %d + %d tokens exceed the context of %d",
+                       c->n_past, T, c->n_ctx);
+    for (int32_t t = 0; t < T; t++) {
+        if (tokens[t] < 0 || tokens[t] >= V)
+            return nx_fail(err, NX_E_ARG, "token id %d out of range (vocabulary %d)", tokens[t], V);
+        nx_linear_get_row(&m->w.embed, tokens[t], c->x + (size_t)t * H);
+    }
+    memset(&c->traffic, 0, sizeof c->traffic);
+    const int32_t pos0 = c->n_past;
+    for (int32_t l = 0; l < cfg->n_layers; l++)
+        nx_layer_forward(c, &m->w.layers[l], &c->kv[l], T, pos0, 0, cfg->rope_theta, l);
+    c->n_past += T;
+
+    memcpy(c->hpre, c->x, sizeof(float) * (size_t)T * H);
+    for (int32_t t = 0; t < T; t++)
+        nx_rmsnorm(c->x + (size_t)t * H, m->w.final_norm, cfg->rms_eps, H, c->hpost + (size_t)t * H);
+    const float *fed = m->wiring.hidden == NX_MTP_HIDDEN_PRE_NORM ? c->hpre : c->hpost;
+    memcpy(c->hidden + (size_t)pos0 * H, fed, sizeof(float) * (size_t)T * H);
+
+    if (logits && logits_from < T)
+        nx_matmul(&m->w.lm_head, c->hpost + (size_t)logits_from * H, H, T - logits_from, logits, V,
+                  m->pool);
+    return NX_OK;
+}
+
+/* ---------------------------------------------------------------- MTP head */
+
+nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, int32_t R,
+                         int32_t pos0, float *logits, nx_error *err) {
+    const nx_model *m = c->m;
+    const nx_config *cfg = &m->cfg;
+    const nx_mtp_weights *mw = &m->w.mtp;
+    const int32_t H = cfg->hidden_size, V = cfg->vocab_size;
+    if (!m->w.has_mtp) return nx_fail(err, NX_E_STATE, "this model has no MTP head");
+    if (R <= 0 || R > c->n_batch)
+        return nx_fail(err, NX_E_ARG, "MTP forward: %d rows (1..%d allowed)", R, c->n_batch);
+    if (pos0 != c->mtp_past || pos0 + R > c->n_ctx)
+        return nx_fail(err, NX_E_STATE, "MTP rows at %d..%d do not follow its cache of %d rows",
+                       pos0, pos0 + R - 1, c->mtp_past);
+    const bool embed_first = m->wiring.concat != NX_MTP_CONCAT_HIDDEN_FIRST;
+    for (int32_t r = 0; r < R; r++) {
+        if (tokens[r] < 0 || tokens[r] >= V)
+            return nx_fail(err, NX_E_ARG, "token id %d out of range (vocabulary %d)", tokens[r], V);
+        float *row = c->mtp_in + (size_t)r * 2 * H;
+        float *e = row + (embed_first ? 0 : H), *h = row + (embed_first ? H : 0);
+        nx_linear_get_row(&m->w.embed, tokens[r], e);
+        nx_rmsnorm(e, mw->enorm, cfg->rms_eps, H, e);
+        if (m->wiring.hnorm)
+            nx_rmsnorm(hidden + (size_t)r * H, mw->hnorm, cfg->rms_eps, H, h);
+        else
+            memcpy(h, hidden + (size_t)r * H, sizeof(float) * (size_t)H);
+    }
+    memset(&c->traffic, 0, sizeof c->traffic);
+    nx_matmul(&mw->eh_proj, c->mtp_in, 2 * H, R, c->x, H, m->pool);
+    double theta = m->wiring.rope_theta > 0 ? m->wiring.rope_theta : cfg->rope_theta;
+    nx_layer_forward(c, &mw->layer, &c->mtp_kv, R, pos0, m->wiring.sliding_window, theta,
+                     cfg->n_layers);
+    c->mtp_past += R;
+    for (int32_t r = 0; r < R; r++)
+        nx_rmsnorm(c->x + (size_t)r * H, mw->final_norm, cfg->rms_eps, H, c->hpost + (size_t)r * H);
+    const float *back = m->wiring.recycle == NX_MTP_RECYCLE_RAW ? c->x : c->hpost;
+    memcpy(c->mtp_out, back, sizeof(float) * (size_t)R * H);
+    if (logits) nx_matmul(&m->w.lm_head, c->hpost, H, R, logits, V, m->pool);
+    return NX_OK;
+}

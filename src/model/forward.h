@@ -1,0 +1,26 @@
+/* Building blocks of the forward pass, exposed for the MTP head and for unit tests
+ * (router vs brute force, RMSNorm). */
+#ifndef NX_MODEL_FORWARD_H
+#define NX_MODEL_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model_internal.h"
+
+/* out = w ⊙ x / rms(x) in f32 (w may be NULL: unit weight). out may alias x. */
+void nx_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *out);
+
+/* hy_v3 routing of one row: top-k of sigmoid(logits) + bias (ties → lower id), weights from the
+ * unbiased sigmoid, renormalised when renorm (and k > 1), times scaling. idx/w are [k],
+ * ordered by descending biased score. */
+void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, bool renorm,
+                  float scaling, int32_t *idx, float *w);
+
+/* One pre-norm decoder layer over c->x (T, H) in place, at positions pos0..pos0+T-1, appending
+ * to kv. window > 0 limits attention to the last `window` positions. layer_slot indexes the
+ * per-layer routing memory (trunk layers 0..n-1, the MTP layer n). */
+void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_t pos0,
+                      int32_t window, double theta, int32_t layer_slot);
+
+#endif

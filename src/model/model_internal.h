@@ -1,0 +1,92 @@
+/* Internal state of a loaded model and of a decoding context, shared by the forward pass
+ * (forward.c), the MTP head (mtp.c), loading (model.c) and decoding (src/decode/). */
+#ifndef NX_MODEL_INTERNAL_H
+#define NX_MODEL_INTERNAL_H
+
+#include "base/pool.h"
+#include "io/safetensors.h"
+#include "model/weights.h"
+#include "nextn.h"
+
+struct nx_model {
+    nx_store *store;
+    nx_config cfg;
+    nx_weights w;
+    nx_tokenizer *tok;
+    char *chat_template;
+    nx_pool *pool;
+    nx_mtp_wiring wiring; /* resolved: no DEFAULT values left */
+    nx_model_info info;
+    char weight_dtype[32];
+    char mtp_status[64];
+};
+
+/* One attention layer's cache: k and v are [n_ctx, n_kv_heads, head_dim] f32. Keys are
+ * stored after q/k-norm and RoPE, values raw. */
+typedef struct nx_kv {
+    float *k, *v;
+} nx_kv;
+
+/* Per-forward MoE traffic, accumulated over the layers of one forward call. */
+typedef struct nx_moe_traffic {
+    double expert_bytes;   /* routed + shared expert weight bytes read */
+    int64_t experts_touched; /* distinct routed experts, summed over layers */
+    int64_t overlap;       /* shared top-k experts between consecutive rows, summed */
+    int64_t overlap_pairs;
+} nx_moe_traffic;
+
+struct nx_ctx {
+    nx_model *m;
+    int32_t n_ctx;   /* positions the caches hold */
+    int32_t n_batch; /* rows one forward call handles at most */
+
+    nx_kv *kv;       /* [n_layers] */
+    int32_t n_past;  /* rows in the trunk cache */
+    nx_kv mtp_kv;
+    int32_t mtp_past; /* rows in the MTP cache */
+
+    /* Trunk hidden per position, the one the MTP is fed (post- or pre-final-norm): [n_ctx, H] */
+    float *hidden;
+
+    /* Scratch sized for n_batch rows (shape comments give the row width). */
+    float *x;     /* (n_batch, H) residual stream */
+    float *xn;    /* (n_batch, H) normed input of a sub-block */
+    float *q;     /* (n_batch, n_heads*head_dim) */
+    float *k;     /* (n_batch, n_kv*head_dim) */
+    float *v;     /* (n_batch, n_kv*head_dim) */
+    float *att;   /* (n_batch, n_heads*head_dim) */
+    float *y;     /* (n_batch, H) sub-block output */
+    float *g;     /* (n_batch, F) FFN gate, F = max FFN width */
+    float *u;     /* (n_batch, F) FFN up */
+    float *hpre;  /* (n_batch, H) pre-final-norm hidden of the last forward */
+    float *hpost; /* (n_batch, H) post-final-norm hidden of the last forward */
+    float *scores; /* (n_threads, n_ctx) attention scores */
+    /* MoE */
+    float *router;     /* (n_batch, E_max) router logits */
+    int32_t *sel;      /* (n_batch, top_k) chosen experts */
+    float *selw;       /* (n_batch, top_k) their weights */
+    int32_t *prev_sel; /* (n_layers + 1, top_k) last row's choice per layer, for overlap */
+    int32_t *rows;     /* (n_batch) rows routed to the current expert */
+    float *rows_w;     /* (n_batch) their weights */
+    float *xe;         /* (n_batch, H) gathered rows */
+    float *ye;         /* (n_batch, H) expert output */
+    /* MTP */
+    float *mtp_in;  /* (n_batch, 2H) concat input */
+    float *mtp_out; /* (n_batch, H) output hidden fed back when chaining */
+
+    nx_moe_traffic traffic; /* of the last forward */
+};
+
+/* rows = T: runs the trunk over tokens at positions n_past..n_past+T-1 (T ≤ n_batch), appends
+ * to the caches, stores the MTP-fed hidden by position, and computes logits for rows
+ * [logits_from, T) into logits (row-major, (T - logits_from, V)); logits may be NULL. */
+nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *logits,
+                           int32_t logits_from, nx_error *err);
+
+/* MTP rows: row r = (hidden[r], token[r], position pos0 + r); writes the MTP cache at those
+ * positions (the cache must hold exactly pos0 rows), logits (R, V) if non-NULL and the
+ * hidden to feed back when chaining into c->mtp_out. R ≤ n_batch. */
+nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, int32_t R,
+                         int32_t pos0, float *logits, nx_error *err);
+
+#endif
