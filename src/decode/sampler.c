@@ -1,0 +1,465 @@
+/* The sampler: turns one row of logits into the *processed* distribution that tokens are drawn
+ * from — the p (target) and q (draft) of speculative verification, so both must come from this
+ * one function — and draws from it with a seeded xoshiro256** stream.
+ *
+ * Processing order (vLLM's; every stage is skipped at its neutral value):
+ *   1. Penalties on the raw logits. Repetition (HF/vLLM rule) over prompt + generated tokens:
+ *      logit > 0 ? logit / r : logit * r. Then presence and frequency (OpenAI rule) over generated
+ *      tokens only: logit -= frequency * count + presence * [count > 0]. The `extra` tokens of a
+ *      call count as generated for that call only (the drafts that precede a verify row).
+ *   2. Temperature. 0 means greedy: a one-hot at the argmax of the penalised logits, lowest id on
+ *      ties; the filters below do not apply to it.
+ *   3. Top-k: the k largest penalised logits; ties at the boundary go to the lower id.
+ *   4. Top-p over the renormalised top-k distribution: the smallest prefix of tokens in
+ *      descending order (ties: lower id first) whose mass reaches top_p; never empty.
+ *   5. Min-p: drop tokens with p < min_p * p_max (p_max is the most likely surviving token).
+ *   6. Renormalise the survivors.
+ * Softmax is computed in double with max subtraction. NaN logits count as -inf; if some logits
+ * are +inf the distribution is uniform over them; if every logit is -inf the result is a one-hot
+ * at id 0 (the greedy argmax of an all-masked row), so callers always get a valid distribution.
+ *
+ * Cost at vocab 120832: one copy of the row, one max scan and (unless greedy or top-k) one exp
+ * per token. Top-k is a partial selection; top-p sorts only the tokens that can possibly fall
+ * inside the nucleus (a provable superset, see sampler_filter), so a peaked distribution sorts a
+ * handful of candidates rather than the vocabulary.
+ *
+ * A sampler is not thread-safe: nx_sampler_probs borrows the count table for the extra tokens. */
+#include "base/error.h"
+#include "decode/rng.h"
+#include "decode/spec_rules.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A token still in the running after top-k: its penalised logit x orders candidates (exactly,
+ * before any rounding in exp), w = exp((x - max) / T) is its unnormalised weight. */
+typedef struct sampler_cand {
+    double w;
+    float x;
+    int32_t id;
+} sampler_cand;
+
+struct nx_sampler {
+    nx_sampler_params p;
+    int32_t vocab;
+    nx_rng rng;
+    int32_t *counts;      /* [vocab] occurrences among generated (and, during a call, extra) */
+    uint8_t *in_prompt;   /* [(vocab + 7) / 8] bitmap of prompt tokens */
+    int32_t *prompt_ids;  /* [vocab] the distinct prompt tokens, so penalties touch only them */
+    size_t n_prompt_ids;
+    int32_t *gen;         /* [cap_gen] generated tokens in order, for rewind */
+    size_t n_gen, cap_gen;
+    float *work;          /* [vocab] penalised logits of the current call */
+    sampler_cand *cand;   /* [vocab] candidates of the current call */
+};
+
+/* ---------------------------------------------------------------- parameters */
+
+void nx_sampler_params_default(nx_sampler_params *p) {
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->temperature = 0.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->min_p = 0.0f;
+    p->repetition_penalty = 1.0f;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
+    p->seed = 0;
+}
+
+/* Written as !(lo <= v <= hi) so that NaN fails every check. */
+static bool param_in(float v, float lo, float hi) {
+    return v >= lo && v <= hi;
+}
+
+nx_status nx_sampler_params_check(const nx_sampler_params *p, nx_error *err) {
+    if (!p) return nx_fail(err, NX_E_ARG, "sampler parameters: NULL");
+    if (!param_in(p->temperature, 0.0f, 100.0f))
+        return nx_fail(err, NX_E_ARG, "temperature must be in [0, 100] (0 = greedy), got %g",
+                       (double)p->temperature);
+    if (p->top_k < 0)
+        return nx_fail(err, NX_E_ARG, "top_k must be >= 0 (0 = off), got %d", (int)p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return nx_fail(err, NX_E_ARG, "top_p must be in (0, 1] (1 = off), got %g",
+                       (double)p->top_p);
+    if (!param_in(p->min_p, 0.0f, 1.0f))
+        return nx_fail(err, NX_E_ARG, "min_p must be in [0, 1] (0 = off), got %g",
+                       (double)p->min_p);
+    if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 10.0f))
+        return nx_fail(err, NX_E_ARG, "repetition_penalty must be in (0, 10] (1 = off), got %g",
+                       (double)p->repetition_penalty);
+    if (!param_in(p->presence_penalty, -2.0f, 2.0f))
+        return nx_fail(err, NX_E_ARG, "presence_penalty must be in [-2, 2] (0 = off), got %g",
+                       (double)p->presence_penalty);
+    if (!param_in(p->frequency_penalty, -2.0f, 2.0f))
+        return nx_fail(err, NX_E_ARG, "frequency_penalty must be in [-2, 2] (0 = off), got %g",
+                       (double)p->frequency_penalty);
+    return NX_OK;
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_sampler **out,
+                         nx_error *err) {
+    nx_sampler *s = NULL;
+    nx_status st;
+    if (!out) return nx_fail(err, NX_E_ARG, "nx_sampler_new: NULL output pointer");
+    *out = NULL;
+    if ((st = nx_sampler_params_check(p, err)) != NX_OK) return st;
+    if (vocab_size <= 0)
+        return nx_fail(err, NX_E_ARG, "sampler: vocab_size must be > 0, got %d", (int)vocab_size);
+    size_t v = (size_t)vocab_size;
+    if (v > SIZE_MAX / sizeof(sampler_cand))
+        return nx_fail(err, NX_E_NOMEM, "sampler: vocab_size %d too large", (int)vocab_size);
+
+    s = calloc(1, sizeof *s);
+    if (!s) goto nomem;
+    s->p = *p;
+    s->vocab = vocab_size;
+    nx_rng_seed(&s->rng, p->seed);
+    s->counts = calloc(v, sizeof *s->counts);
+    s->in_prompt = calloc((v + 7) / 8, 1);
+    s->prompt_ids = malloc(v * sizeof *s->prompt_ids);
+    s->cap_gen = 1024;
+    s->gen = malloc(s->cap_gen * sizeof *s->gen);
+    s->work = malloc(v * sizeof *s->work);
+    s->cand = malloc(v * sizeof *s->cand);
+    if (!s->counts || !s->in_prompt || !s->prompt_ids || !s->gen || !s->work || !s->cand)
+        goto nomem;
+    *out = s;
+    return NX_OK;
+
+nomem:
+    nx_sampler_free(s);
+    return nx_fail(err, NX_E_NOMEM, "sampler: out of memory for vocab_size %d", (int)vocab_size);
+}
+
+void nx_sampler_free(nx_sampler *s) {
+    if (!s) return;
+    free(s->counts);
+    free(s->in_prompt);
+    free(s->prompt_ids);
+    free(s->gen);
+    free(s->work);
+    free(s->cand);
+    free(s);
+}
+
+int32_t nx_sampler_vocab_size(const nx_sampler *s) {
+    return s ? s->vocab : 0;
+}
+
+/* ---------------------------------------------------------------- history */
+
+static bool sampler_valid_id(const nx_sampler *s, int32_t id) {
+    return id >= 0 && id < s->vocab;
+}
+
+static bool sampler_in_prompt(const nx_sampler *s, int32_t id) {
+    return (s->in_prompt[id >> 3] >> (id & 7)) & 1;
+}
+
+/* Replaces the prompt; generated history is untouched. Out-of-range ids are ignored. */
+void nx_sampler_set_prompt(nx_sampler *s, const int32_t *ids, size_t n) {
+    if (!s) return;
+    for (size_t i = 0; i < s->n_prompt_ids; i++) {
+        int32_t id = s->prompt_ids[i];
+        s->in_prompt[id >> 3] &= (uint8_t)~(1u << (id & 7));
+    }
+    s->n_prompt_ids = 0;
+    for (size_t i = 0; ids && i < n; i++) {
+        int32_t id = ids[i];
+        if (!sampler_valid_id(s, id) || sampler_in_prompt(s, id)) continue;
+        s->in_prompt[id >> 3] |= (uint8_t)(1u << (id & 7));
+        s->prompt_ids[s->n_prompt_ids++] = id; /* distinct ids, so never more than vocab */
+    }
+}
+
+/* Out-of-range ids take a place in the history (so n_generated matches the caller's count) but
+ * penalise nothing. If the history cannot grow (out of memory) the token is dropped whole, which
+ * keeps counts and history consistent for rewind. */
+void nx_sampler_accept(nx_sampler *s, int32_t id) {
+    if (!s) return;
+    if (s->n_gen == s->cap_gen) {
+        if (s->cap_gen > SIZE_MAX / 2 / sizeof *s->gen) return;
+        size_t cap = s->cap_gen * 2;
+        int32_t *g = realloc(s->gen, cap * sizeof *g);
+        if (!g) return;
+        s->gen = g;
+        s->cap_gen = cap;
+    }
+    s->gen[s->n_gen++] = id;
+    if (sampler_valid_id(s, id)) s->counts[id]++;
+}
+
+size_t nx_sampler_n_generated(const nx_sampler *s) {
+    return s ? s->n_gen : 0;
+}
+
+void nx_sampler_rewind(nx_sampler *s, size_t n) {
+    if (!s) return;
+    while (s->n_gen > n) {
+        int32_t id = s->gen[--s->n_gen];
+        if (sampler_valid_id(s, id)) s->counts[id]--;
+    }
+}
+
+/* ---------------------------------------------------------------- penalties */
+
+static bool sampler_has_penalties(const nx_sampler *s) {
+    return s->p.repetition_penalty != 1.0f || s->p.presence_penalty != 0.0f ||
+           s->p.frequency_penalty != 0.0f;
+}
+
+/* The penalised logit of one token. It is a function of the raw logit and the token's history
+ * only, so writing it more than once (a token seen many times) is harmless. */
+static float sampler_penalty(const nx_sampler *s, float x, int32_t id) {
+    int32_t c = s->counts[id];
+    float r = s->p.repetition_penalty;
+    if (r != 1.0f && (c > 0 || sampler_in_prompt(s, id))) x = x > 0.0f ? x / r : x * r;
+    x -= s->p.frequency_penalty * (float)c;
+    if (c > 0) x -= s->p.presence_penalty;
+    return x;
+}
+
+/* work = logits with penalties applied. Only tokens in the history can change, so the cost is
+ * the copy plus O(prompt distinct + generated + extra). */
+static void sampler_penalise(nx_sampler *s, const float *logits, const int32_t *extra,
+                             size_t n_extra) {
+    memcpy(s->work, logits, (size_t)s->vocab * sizeof *s->work);
+    if (!sampler_has_penalties(s)) return;
+    for (size_t i = 0; i < n_extra; i++)
+        if (sampler_valid_id(s, extra[i])) s->counts[extra[i]]++;
+
+    for (size_t i = 0; i < s->n_prompt_ids; i++) {
+        int32_t id = s->prompt_ids[i];
+        s->work[id] = sampler_penalty(s, logits[id], id);
+    }
+    for (size_t i = 0; i < s->n_gen; i++) {
+        int32_t id = s->gen[i];
+        if (sampler_valid_id(s, id)) s->work[id] = sampler_penalty(s, logits[id], id);
+    }
+    for (size_t i = 0; i < n_extra; i++) {
+        int32_t id = extra[i];
+        if (sampler_valid_id(s, id)) s->work[id] = sampler_penalty(s, logits[id], id);
+    }
+
+    for (size_t i = 0; i < n_extra; i++)
+        if (sampler_valid_id(s, extra[i])) s->counts[extra[i]]--;
+}
+
+/* ---------------------------------------------------------------- candidate ordering */
+
+/* The one total order used by top-k and top-p: larger logit first, lower id on ties. */
+static inline bool cand_before(const sampler_cand *a, const sampler_cand *b) {
+    return a->x > b->x || (a->x == b->x && a->id < b->id);
+}
+
+static int cand_cmp(const void *pa, const void *pb) {
+    const sampler_cand *a = pa, *b = pb;
+    if (cand_before(a, b)) return -1;
+    if (cand_before(b, a)) return 1;
+    return 0;
+}
+
+static inline void cand_swap(sampler_cand *a, sampler_cand *b) {
+    sampler_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Rearranges c[0..n) so that c[0..k) holds the k first candidates in cand order (in no
+ * particular order among themselves). Quickselect with a median-of-three pivot; the keys are
+ * distinct (ids break ties), so even a row of equal logits partitions evenly. A depth budget
+ * falls back to a full sort, keeping the worst case O(n log n). */
+static void cand_select(sampler_cand *c, size_t n, size_t k) {
+    size_t lo = 0, hi = n;
+    int budget = 2 * 64;
+    while (hi - lo > 16 && lo < k && k < hi) {
+        if (--budget < 0) {
+            qsort(c + lo, hi - lo, sizeof *c, cand_cmp);
+            return;
+        }
+        size_t mid = lo + (hi - lo) / 2, last = hi - 1;
+        if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
+        if (cand_before(&c[last], &c[lo])) cand_swap(&c[last], &c[lo]);
+        if (cand_before(&c[last], &c[mid])) cand_swap(&c[last], &c[mid]);
+        cand_swap(&c[mid], &c[last]); /* the median becomes the pivot at the end */
+        sampler_cand pivot = c[last];
+        size_t i = lo;
+        for (size_t j = lo; j < last; j++)
+            if (cand_before(&c[j], &pivot)) cand_swap(&c[i++], &c[j]);
+        cand_swap(&c[i], &c[last]);
+        /* c[lo..i) come before the pivot at i, c(i..hi) after it. */
+        if (i >= k) hi = i;
+        else lo = i + 1;
+    }
+    if (lo < k && k < hi) qsort(c + lo, hi - lo, sizeof *c, cand_cmp);
+}
+
+/* ---------------------------------------------------------------- the processed distribution */
+
+static void probs_one_hot(const nx_sampler *s, float *probs, int32_t id) {
+    memset(probs, 0, (size_t)s->vocab * sizeof *probs);
+    probs[id] = 1.0f;
+}
+
+/* Top-k / top-p / min-p over s->work (max m, 1/T = inv_t), result in probs. */
+static void sampler_filter(nx_sampler *s, double m, double inv_t, float *probs) {
+    const int32_t V = s->vocab;
+    const float *x = s->work;
+    sampler_cand *c = s->cand;
+    const nx_sampler_params *p = &s->p;
+    size_t n = 0;
+    double z = 0.0; /* mass of the top-k set (or of everything) */
+    size_t n_set = 0;
+
+    /* Tokens whose weight is below thr cannot survive top-p / min-p. Min-p: w_max is exactly
+     * exp(0) = 1 (the argmax always survives top-k and top-p). Top-p: if every token under
+     * t = (1 - top_p) * z / (2 n_set) is dropped, their mass is at most (1 - top_p) / 2 of z,
+     * so the tokens above t already reach top_p and the nucleus lies among them; the factor 2
+     * leaves room for rounding. */
+    double thr = 0.0;
+    if (p->top_k > 0 && p->top_k < V) {
+        for (int32_t i = 0; i < V; i++)
+            if (x[i] > -INFINITY) c[n++] = (sampler_cand){0.0, x[i], i};
+        if (n > (size_t)p->top_k) {
+            cand_select(c, n, (size_t)p->top_k);
+            n = (size_t)p->top_k;
+        }
+        for (size_t j = 0; j < n; j++) {
+            c[j].w = exp(((double)c[j].x - m) * inv_t);
+            z += c[j].w;
+        }
+        n_set = n;
+        if (p->min_p > 0.0f) thr = (double)p->min_p;
+        if (p->top_p < 1.0f) thr = fmax(thr, (1.0 - (double)p->top_p) * z / (2.0 * (double)n_set));
+        size_t o = 0;
+        for (size_t j = 0; j < n; j++)
+            if (c[j].w >= thr && c[j].w > 0.0) c[o++] = c[j];
+        n = o;
+    } else {
+        /* The float copy of w in probs is only a prefilter (scaled by 1 - 1e-6, so it can let
+         * extra tokens through but never loses one); survivors get their exact double weight. */
+        for (int32_t i = 0; i < V; i++) {
+            double w = exp(((double)x[i] - m) * inv_t);
+            probs[i] = (float)w;
+            z += w;
+            n_set += x[i] > -INFINITY;
+        }
+        if (p->min_p > 0.0f) thr = (double)p->min_p;
+        if (p->top_p < 1.0f) thr = fmax(thr, (1.0 - (double)p->top_p) * z / (2.0 * (double)n_set));
+        double pre = thr * (1.0 - 1e-6);
+        for (int32_t i = 0; i < V; i++) {
+            if (probs[i] > 0.0f && (double)probs[i] >= pre) {
+                double w = exp(((double)x[i] - m) * inv_t);
+                if (w >= thr) c[n++] = (sampler_cand){w, x[i], i};
+            }
+        }
+    }
+
+    if (p->top_p < 1.0f && n > 1) {
+        qsort(c, n, sizeof *c, cand_cmp);
+        double cum = 0.0;
+        for (size_t j = 0; j < n; j++) {
+            cum += c[j].w / z;
+            if (cum >= (double)p->top_p) {
+                n = j + 1;
+                break;
+            }
+        }
+    }
+
+    if (p->min_p > 0.0f && n > 1) {
+        double w_max = 0.0;
+        for (size_t j = 0; j < n; j++) w_max = fmax(w_max, c[j].w);
+        double cut = (double)p->min_p * w_max;
+        size_t o = 0;
+        for (size_t j = 0; j < n; j++)
+            if (c[j].w >= cut) c[o++] = c[j];
+        n = o;
+    }
+
+    double zk = 0.0;
+    for (size_t j = 0; j < n; j++) zk += c[j].w;
+    memset(probs, 0, (size_t)V * sizeof *probs);
+    for (size_t j = 0; j < n; j++) probs[c[j].id] = (float)(c[j].w / zk);
+}
+
+void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, size_t n_extra,
+                      float *probs) {
+    const int32_t V = s->vocab;
+    sampler_penalise(s, logits, extra, n_extra);
+    float *x = s->work;
+
+    /* Max scan; NaN becomes -inf so that it can never win or carry mass. */
+    float m = -INFINITY;
+    int32_t arg = 0;
+    for (int32_t i = 0; i < V; i++) {
+        if (isnan(x[i])) x[i] = -INFINITY;
+        if (x[i] > m) {
+            m = x[i];
+            arg = i;
+        }
+    }
+    if (s->p.temperature == 0.0f || m == -INFINITY) {
+        probs_one_hot(s, probs, arg);
+        return;
+    }
+    if (m == INFINITY) { /* the +inf tokens tie for all of the mass */
+        for (int32_t i = 0; i < V; i++) x[i] = x[i] == INFINITY ? 0.0f : -INFINITY;
+        m = 0.0f;
+    }
+
+    const double inv_t = 1.0 / (double)s->p.temperature;
+    const nx_sampler_params *p = &s->p;
+    if ((p->top_k > 0 && p->top_k < V) || p->top_p < 1.0f || p->min_p > 0.0f) {
+        sampler_filter(s, (double)m, inv_t, probs);
+        return;
+    }
+    double z = 0.0;
+    for (int32_t i = 0; i < V; i++) {
+        double w = exp(((double)x[i] - (double)m) * inv_t);
+        probs[i] = (float)w;
+        z += w;
+    }
+    /* Dividing the float copy again keeps one pass of exp; the double rounding costs < 2 ulp. */
+    const double inv_z = 1.0 / z;
+    for (int32_t i = 0; i < V; i++) probs[i] = (float)((double)probs[i] * inv_z);
+}
+
+/* ---------------------------------------------------------------- drawing */
+
+double nx_sampler_uniform(nx_sampler *s) {
+    return nx_rng_uniform(&s->rng);
+}
+
+/* Inverse CDF over the positive entries, scaled by their actual total so a distribution whose
+ * floats sum to 1 ± rounding is still sampled exactly in proportion. A zero-probability token is
+ * never returned while any token has positive probability (the CDF only steps at positive
+ * entries); an all-zero row returns 0. */
+int32_t nx_sampler_draw(nx_sampler *s, const float *probs) {
+    const int32_t V = s->vocab;
+    double total = 0.0;
+    for (int32_t i = 0; i < V; i++)
+        if (probs[i] > 0.0f) total += probs[i];
+    double target = nx_rng_uniform(&s->rng) * total;
+    if (!(total > 0.0)) return 0;
+    double cum = 0.0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < V; i++) {
+        if (probs[i] > 0.0f) {
+            cum += probs[i];
+            last = i;
+            if (cum > target) return i;
+        }
+    }
+    return last;
+}
+
+bool nx_sampler_is_greedy(const nx_sampler *s) {
+    return s && s->p.temperature == 0.0f;
+}
