@@ -1,0 +1,158 @@
+/* The persistent thread pool behind every parallel kernel. A job start is one atomic
+ * increment of a generation counter; workers spin on it briefly (decode issues hundreds of
+ * jobs per token, microseconds apart) and then sleep on a futex, so an idle pool costs nothing. */
+#include "base/pool.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Spin iterations (each one `pause`) before sleeping: tens of microseconds, long enough to
+ * bridge the gap between two matmuls of one token, short enough not to burn a core idle. */
+#define POOL_SPIN 20000
+
+struct nx_pool {
+    int n;                 /* threads including the caller */
+    pthread_t *threads;    /* n - 1 workers */
+    nx_pool_fn fn;         /* current job, published by the release increment of gen */
+    void *arg;
+    _Atomic unsigned gen;  /* futex word: bumped once per job */
+    _Atomic int pending;   /* futex word: workers still running the current job */
+    _Atomic int sleepers;  /* workers blocked (or about to block) on gen */
+    _Atomic int waiter;    /* 1 while the caller is blocked (or about to block) on pending */
+    _Atomic int stop;
+};
+
+typedef struct worker_arg {
+    nx_pool *p;
+    int ith;
+} worker_arg;
+
+static void futex_wait(void *addr, int val) {
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(void *addr, int n) {
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *worker_main(void *vp) {
+    worker_arg *wa = vp;
+    nx_pool *p = wa->p;
+    int ith = wa->ith;
+    free(wa);
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+            if (++spins < POOL_SPIN) {
+                cpu_relax();
+                continue;
+            }
+            /* Announce the sleep before re-checking: the caller bumps gen and then reads
+             * sleepers (both seq_cst), so either it sees us and wakes us, or FUTEX_WAIT sees
+             * the new gen and returns at once. */
+            atomic_fetch_add(&p->sleepers, 1);
+            futex_wait(&p->gen, (int)seen);
+            atomic_fetch_sub(&p->sleepers, 1);
+            spins = 0;
+        }
+        seen = g;
+        if (atomic_load(&p->stop)) break;
+        p->fn(p->arg, ith, p->n);
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->waiter))
+            futex_wake(&p->pending, 1);
+    }
+    return NULL;
+}
+
+nx_pool *nx_pool_new(int n_threads) {
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)(n < 1024 ? n : 1024) : 1;
+    }
+    nx_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n = 1;
+    if (n_threads > 1) {
+        p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
+        if (!p->threads) goto fail;
+    }
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) goto fail;
+        wa->p = p;
+        wa->ith = i;
+        if (pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
+            free(wa);
+            goto fail;
+        }
+        p->n++;
+    }
+    return p;
+fail:
+    nx_pool_free(p); /* stops the workers started so far */
+    return NULL;
+}
+
+void nx_pool_free(nx_pool *p) {
+    if (!p) return;
+    atomic_store(&p->stop, 1);
+    atomic_fetch_add(&p->gen, 1);
+    futex_wake(&p->gen, INT_MAX);
+    for (int i = 0; i < p->n - 1; i++) pthread_join(p->threads[i], NULL);
+    free(p->threads);
+    free(p);
+}
+
+int nx_pool_size(const nx_pool *p) { return p ? p->n : 1; }
+
+void nx_pool_run(nx_pool *p, nx_pool_fn fn, void *arg) {
+    if (!p || p->n <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store(&p->pending, p->n - 1);
+    atomic_fetch_add(&p->gen, 1); /* publishes fn/arg/pending */
+    if (atomic_load(&p->sleepers) > 0) futex_wake(&p->gen, INT_MAX);
+
+    fn(arg, 0, p->n);
+
+    int spins = 0, left;
+    while ((left = atomic_load_explicit(&p->pending, memory_order_acquire)) != 0) {
+        if (++spins < POOL_SPIN) {
+            cpu_relax();
+            continue;
+        }
+        atomic_store(&p->waiter, 1);
+        left = atomic_load(&p->pending);
+        if (left != 0) futex_wait(&p->pending, left);
+        atomic_store(&p->waiter, 0);
+        spins = 0;
+    }
+}
+
+void nx_pool_split(long long n, int ith, int nth, long long *b, long long *e) {
+    if (n < 0) n = 0;
+    if (nth < 1) nth = 1;
+    if (ith < 0) ith = 0;
+    if (ith > nth) ith = nth;
+    /* The first n % nth chunks get one extra element. */
+    long long q = n / nth, r = n % nth;
+    *b = ith * q + (ith < r ? ith : r);
+    *e = *b + q + (ith < r ? 1 : 0);
+    if (ith == nth) *e = *b;
+}

@@ -1,0 +1,383 @@
+/* AVX2 + FMA + F16C kernels. Every output element is one dot product in 8 f32 lanes: lane l
+ * accumulates elements 8c+l for c = 0, 1, … (zero-filled tail), then a fixed horizontal tree.
+ * Register blocks of R weight rows × TT input rows only hold more such accumulators, so a
+ * row's result is the same whatever T and the row split are. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/kernels_internal.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* Bytes of weight rows kept hot in L2 while all T input rows pass over them. */
+#define L2_BLOCK_BYTES (256 * 1024)
+
+AI float hsum8(__m256 v) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+AI __m256 bf16x8_to_f32(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* 8 weights of a float row starting at element i. */
+AI __m256 load_w8(nx_dtype dt, const uint8_t *row, int64_t i) {
+    if (dt == NX_DTYPE_F32) return _mm256_loadu_ps((const float *)(row + 4 * i));
+    __m128i h = _mm_loadu_si128((const __m128i *)(row + 2 * i));
+    return dt == NX_DTYPE_F16 ? _mm256_cvtph_ps(h) : bf16x8_to_f32(h);
+}
+
+/* The n < 8 weights from element i, zeros after them; never reads past them. */
+AI __m256 load_w8_tail(nx_dtype dt, const uint8_t *row, int64_t i, int64_t n) {
+    uint8_t buf[32] = {0};
+    memcpy(buf, row + i * (int64_t)nx_dtype_size(dt), (size_t)n * nx_dtype_size(dt));
+    return load_w8(dt, buf, 0);
+}
+
+AI __m256 load_x8_tail(const float *x, int64_t n) {
+    float buf[8] = {0};
+    memcpy(buf, x, (size_t)n * 4);
+    return _mm256_loadu_ps(buf);
+}
+
+/* ------------------------------------------------------------------ float weights */
+
+AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_t stride,
+                 const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in) {
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= in; i += 8) {
+        __m256 xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 wv = load_w8(dt, w + r * stride, i);
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    if (i < in) {
+        __m256 xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) xv[t] = load_x8_tail(x + t * ldx + i, in - i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256 wv = load_w8_tail(dt, w + r * stride, i, in - i);
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum8(acc[r][t]);
+}
+
+/* 16 ymm registers: 4 rows for 1–2 input rows, 2 rows for 3–4. */
+#define RFULL(TT) ((TT) <= 2 ? 4 : 2)
+
+#define FLOAT_KERNEL(NAME, DT)                                                                 \
+    static void NAME(int R, int TT, const uint8_t *w, size_t stride, const float *x,          \
+                     int64_t ldx, float *y, int64_t ldy, int64_t in) {                         \
+        if (R > 1) {                                                                           \
+            switch (TT) {                                                                      \
+            case 1: mk_float(DT, 4, 1, w, stride, x, ldx, y, ldy, in); break;                  \
+            case 2: mk_float(DT, 4, 2, w, stride, x, ldx, y, ldy, in); break;                  \
+            case 3: mk_float(DT, 2, 3, w, stride, x, ldx, y, ldy, in); break;                  \
+            default: mk_float(DT, 2, 4, w, stride, x, ldx, y, ldy, in); break;                 \
+            }                                                                                  \
+        } else {                                                                               \
+            switch (TT) {                                                                      \
+            case 1: mk_float(DT, 1, 1, w, stride, x, ldx, y, ldy, in); break;                  \
+            case 2: mk_float(DT, 1, 2, w, stride, x, ldx, y, ldy, in); break;                  \
+            case 3: mk_float(DT, 1, 3, w, stride, x, ldx, y, ldy, in); break;                  \
+            default: mk_float(DT, 1, 4, w, stride, x, ldx, y, ldy, in); break;                 \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+FLOAT_KERNEL(kern_f32, NX_DTYPE_F32)
+FLOAT_KERNEL(kern_f16, NX_DTYPE_F16)
+FLOAT_KERNEL(kern_bf16, NX_DTYPE_BF16)
+
+/* ------------------------------------------------------------------ quantized weights */
+
+AI float load_sc(nx_dtype dt, const uint8_t *p, int64_t i) {
+    uint16_t h;
+    switch (dt) {
+    case NX_DTYPE_F16: memcpy(&h, p + 2 * i, 2); return _cvtsh_ss(h);
+    case NX_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return nx_bf16_to_f32(h);
+    default: {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    }
+}
+
+/* Per-lane word index and bit offset of elements 8h+l in a 32-element block, for the widths
+ * whose elements straddle words (3, 5, 6). */
+typedef struct qlut {
+    __m256i idx[4], idx1[4], off[4], coff[4], ldmask;
+} qlut;
+
+static void qlut_init(qlut *L, int bits) {
+    for (int h = 0; h < 4; h++) {
+        int32_t idx[8], off[8], idx1[8], coff[8];
+        for (int l = 0; l < 8; l++) {
+            int pos = (8 * h + l) * bits;
+            idx[l] = pos >> 5;
+            idx1[l] = ((pos >> 5) + 1) & 7; /* only used when the element straddles */
+            off[l] = pos & 31;
+            coff[l] = 32 - (pos & 31); /* a shift of 32 gives 0: nothing from the next word */
+        }
+        L->idx[h] = _mm256_loadu_si256((const __m256i *)idx);
+        L->idx1[h] = _mm256_loadu_si256((const __m256i *)idx1);
+        L->off[h] = _mm256_loadu_si256((const __m256i *)off);
+        L->coff[h] = _mm256_loadu_si256((const __m256i *)coff);
+    }
+    int32_t m[8];
+    for (int l = 0; l < 8; l++) m[l] = l < bits ? -1 : 0;
+    L->ldmask = _mm256_loadu_si256((const __m256i *)m);
+}
+
+/* Decodes the 32 q values of one block (4·BITS bytes at p) in natural order, 8 per vector. */
+AI void unpack32(const int BITS, const uint8_t *p, const qlut *L, __m256i q[4]) {
+    if (BITS == 8) {
+        for (int h = 0; h < 4; h++)
+            q[h] = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h)));
+    } else if (BITS == 4 || BITS == 2) {
+        __m128i n0, n1, m4 = _mm_set1_epi8(0x0f);
+        if (BITS == 4) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+            n0 = _mm_unpacklo_epi8(lo, hi);
+            n1 = _mm_unpackhi_epi8(lo, hi);
+        } else {
+            /* byte k holds elements 4k..4k+3; split into (4k, 4k+2) and (4k+1, 4k+3)
+             * nibble pairs, interleave, then split nibbles and interleave 16-bit pairs. */
+            __m128i v = _mm_loadl_epi64((const __m128i *)p), m2 = _mm_set1_epi8(0x33);
+            __m128i a = _mm_and_si128(v, m2), c = _mm_and_si128(_mm_srli_epi16(v, 2), m2);
+            __m128i u = _mm_unpacklo_epi8(a, c);
+            __m128i lo = _mm_and_si128(u, m4), hi = _mm_and_si128(_mm_srli_epi16(u, 4), m4);
+            n0 = _mm_unpacklo_epi16(lo, hi);
+            n1 = _mm_unpackhi_epi16(lo, hi);
+        }
+        q[0] = _mm256_cvtepu8_epi32(n0);
+        q[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(n0, 8));
+        q[2] = _mm256_cvtepu8_epi32(n1);
+        q[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(n1, 8));
+    } else {
+        __m256i wv = _mm256_maskload_epi32((const int *)p, L->ldmask);
+        __m256i mask = _mm256_set1_epi32((1 << BITS) - 1);
+        for (int h = 0; h < 4; h++) {
+            __m256i lo = _mm256_permutevar8x32_epi32(wv, L->idx[h]);
+            __m256i hi = _mm256_permutevar8x32_epi32(wv, L->idx1[h]);
+            __m256i v = _mm256_or_si256(_mm256_srlv_epi32(lo, L->off[h]),
+                                        _mm256_sllv_epi32(hi, L->coff[h]));
+            q[h] = _mm256_and_si256(v, mask);
+        }
+    }
+}
+
+typedef struct qargs {
+    const uint8_t *w;       /* first row of the block */
+    size_t wstride;         /* packed bytes per row */
+    const uint8_t *sc, *bi; /* scales/biases of the first row (bi may be NULL) */
+    size_t sstride;         /* scale bytes per row */
+    nx_dtype sdt;
+    int64_t in, group;
+    const qlut *lut;
+} qargs;
+
+/* Weights are dequantized in registers (w = s·q + b, one FMA) and never stored. */
+AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, const float *x,
+                 int64_t ldx, float *y, int64_t ldy) {
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
+    const int64_t ngroups = a->in / a->group, nblk = a->group / 32;
+    for (int64_t g = 0; g < ngroups; g++) {
+        __m256 s[4], b[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            s[r] = _mm256_set1_ps(load_sc(a->sdt, a->sc + r * a->sstride, g));
+            b[r] = a->bi ? _mm256_set1_ps(load_sc(a->sdt, a->bi + r * a->sstride, g))
+                         : _mm256_setzero_ps();
+        }
+        for (int64_t k = 0; k < nblk; k++) {
+            int64_t e0 = g * a->group + k * 32; /* first element of the block */
+            const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256i q[4];
+                unpack32(BITS, p + r * a->wstride, a->lut, q);
+#pragma GCC unroll 4
+                for (int h = 0; h < 4; h++) {
+                    __m256 wv = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[h]), s[r], b[r]);
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++)
+                        acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * ldx + e0 + 8 * h),
+                                                    acc[r][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum8(acc[r][t]);
+}
+
+#define QUANT_KERNEL(NAME, BITS)                                                               \
+    static void NAME(int R, int TT, const qargs *a, const float *x, int64_t ldx, float *y,    \
+                     int64_t ldy) {                                                            \
+        if (R > 1) {                                                                           \
+            switch (TT) {                                                                      \
+            case 1: mk_quant(BITS, 4, 1, a, x, ldx, y, ldy); break;                            \
+            case 2: mk_quant(BITS, 4, 2, a, x, ldx, y, ldy); break;                            \
+            case 3: mk_quant(BITS, 2, 3, a, x, ldx, y, ldy); break;                            \
+            default: mk_quant(BITS, 2, 4, a, x, ldx, y, ldy); break;                           \
+            }                                                                                  \
+        } else {                                                                               \
+            switch (TT) {                                                                      \
+            case 1: mk_quant(BITS, 1, 1, a, x, ldx, y, ldy); break;                            \
+            case 2: mk_quant(BITS, 1, 2, a, x, ldx, y, ldy); break;                            \
+            case 3: mk_quant(BITS, 1, 3, a, x, ldx, y, ldy); break;                            \
+            default: mk_quant(BITS, 1, 4, a, x, ldx, y, ldy); break;                           \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+QUANT_KERNEL(kern_q2, 2)
+QUANT_KERNEL(kern_q3, 3)
+QUANT_KERNEL(kern_q4, 4)
+QUANT_KERNEL(kern_q5, 5)
+QUANT_KERNEL(kern_q6, 6)
+QUANT_KERNEL(kern_q8, 8)
+
+/* ------------------------------------------------------------------ blocking driver */
+
+/* Rows per L2 block: a multiple of 4, at least 4. */
+static int64_t rows_per_block(size_t row_bytes) {
+    int64_t n = (int64_t)(L2_BLOCK_BYTES / (row_bytes ? row_bytes : 1));
+    n &= ~(int64_t)3;
+    return n < 4 ? 4 : n;
+}
+
+static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T,
+                            float *y, int64_t ldy, int64_t o0, int64_t o1) {
+    const int64_t in = W->in;
+    if (W->dtype == NX_DTYPE_U32) {
+        void (*kern)(int, int, const qargs *, const float *, int64_t, float *, int64_t);
+        switch (W->bits) {
+        case 2: kern = kern_q2; break;
+        case 3: kern = kern_q3; break;
+        case 4: kern = kern_q4; break;
+        case 5: kern = kern_q5; break;
+        case 6: kern = kern_q6; break;
+        case 8: kern = kern_q8; break;
+        default: return 0;
+        }
+        qlut lut;
+        qlut_init(&lut, W->bits);
+        size_t ssz = nx_dtype_size(W->sdtype);
+        qargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
+                   .sstride = (size_t)(in / W->group) * ssz,
+                   .sdt = W->sdtype,
+                   .in = in,
+                   .group = W->group,
+                   .lut = &lut};
+        int64_t ob = rows_per_block(a.wstride);
+        for (int64_t b0 = o0; b0 < o1; b0 += ob) {
+            int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
+            for (int64_t t = 0; t < T; t += 4) {
+                int tt = T - t < 4 ? (int)(T - t) : 4;
+                for (int64_t o = b0; o < b1;) {
+                    int R = o + RFULL(tt) <= b1 ? RFULL(tt) : 1;
+                    a.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
+                    a.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
+                    a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
+                    kern(R, tt, &a, x + t * ldx, ldx, y + t * ldy + o, ldy);
+                    o += R;
+                }
+            }
+        }
+        return 1;
+    }
+    void (*kern)(int, int, const uint8_t *, size_t, const float *, int64_t, float *, int64_t,
+                 int64_t);
+    switch (W->dtype) {
+    case NX_DTYPE_F32: kern = kern_f32; break;
+    case NX_DTYPE_F16: kern = kern_f16; break;
+    case NX_DTYPE_BF16: kern = kern_bf16; break;
+    default: return 0;
+    }
+    size_t stride = (size_t)in * nx_dtype_size(W->dtype);
+    int64_t ob = rows_per_block(stride);
+    for (int64_t b0 = o0; b0 < o1; b0 += ob) {
+        int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
+        for (int64_t t = 0; t < T; t += 4) {
+            int tt = T - t < 4 ? (int)(T - t) : 4;
+            for (int64_t o = b0; o < b1;) {
+                int R = o + RFULL(tt) <= b1 ? RFULL(tt) : 1;
+                kern(R, tt, (const uint8_t *)W->w + (size_t)o * stride, stride, x + t * ldx, ldx,
+                     y + t * ldy + o, ldy, in);
+                o += R;
+            }
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ vector helpers */
+
+static void avx2_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
+    const uint8_t *s = src;
+    if (t == NX_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_w8(t, s, i));
+    if (i < n) {
+        float buf[8];
+        _mm256_storeu_ps(buf, load_w8_tail(t, s, i, n - i));
+        memcpy(dst + i, buf, (size_t)(n - i) * 4);
+    }
+}
+
+static float avx2_dot_f32(const float *a, const float *b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    if (i < n) acc = _mm256_fmadd_ps(load_x8_tail(a + i, n - i), load_x8_tail(b + i, n - i), acc);
+    return hsum8(acc);
+}
+
+static void avx2_axpy_f32(float a, const float *x, float *y, int64_t n) {
+    __m256 av = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}
+
+const nx_kernel_table nx_kernels_avx2 = {
+    .name = "avx2",
+    .matmul_rows = avx2_matmul_rows,
+    .to_f32 = avx2_to_f32,
+    .dot_f32 = avx2_dot_f32,
+    .axpy_f32 = avx2_axpy_f32,
+};

@@ -1,0 +1,382 @@
+/* AVX-512 kernels (F/BW/VL/DQ). Every output element is one dot product in 16 f32 lanes:
+ * lane l accumulates elements 16c+l for c = 0, 1, … (zero-filled tail), then a fixed
+ * horizontal tree. Register blocks of R weight rows × TT input rows only hold more such
+ * accumulators, so a row's result is the same whatever T and the row split are. */
+#include <immintrin.h>
+
+#include "kernels/kernels_internal.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* Bytes of weight rows kept hot in L2 while all T input rows pass over them. */
+#define L2_BLOCK_BYTES (256 * 1024)
+
+AI float hsum16(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+AI __m512 bf16x16_to_f32(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 16 weights of a float row starting at element i. */
+AI __m512 load_w16(nx_dtype dt, const uint8_t *row, int64_t i) {
+    if (dt == NX_DTYPE_F32) return _mm512_loadu_ps(row + 4 * i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * i));
+    return dt == NX_DTYPE_F16 ? _mm512_cvtph_ps(h) : bf16x16_to_f32(h);
+}
+
+/* The first popcount(m) weights from element i, zeros elsewhere; never reads past them. */
+AI __m512 load_w16_tail(nx_dtype dt, const uint8_t *row, int64_t i, __mmask16 m) {
+    if (dt == NX_DTYPE_F32) return _mm512_maskz_loadu_ps(m, row + 4 * i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * i);
+    return dt == NX_DTYPE_F16 ? _mm512_cvtph_ps(h) : bf16x16_to_f32(h);
+}
+
+/* ------------------------------------------------------------------ float weights */
+
+/* y[tt*ldy + r] for r < R, tt < TT: rows w + r*stride against x + tt*ldx. */
+AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_t stride,
+                 const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 wv = load_w16(dt, w + r * stride, i);
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+    if (i < in) {
+        __mmask16 m = (__mmask16)((1u << (in - i)) - 1u);
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) xv[t] = _mm512_maskz_loadu_ps(m, x + t * ldx + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 wv = load_w16_tail(dt, w + r * stride, i, m);
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum16(acc[r][t]);
+}
+
+#define FLOAT_KERNEL(NAME, DT)                                                                 \
+    static void NAME(int R, int TT, const uint8_t *w, size_t stride, const float *x,          \
+                     int64_t ldx, float *y, int64_t ldy, int64_t in) {                         \
+        if (R == 4) {                                                                          \
+            switch (TT) {                                                                      \
+            case 1: mk_float(DT, 4, 1, w, stride, x, ldx, y, ldy, in); break;                  \
+            case 2: mk_float(DT, 4, 2, w, stride, x, ldx, y, ldy, in); break;                  \
+            case 3: mk_float(DT, 4, 3, w, stride, x, ldx, y, ldy, in); break;                  \
+            default: mk_float(DT, 4, 4, w, stride, x, ldx, y, ldy, in); break;                 \
+            }                                                                                  \
+        } else {                                                                               \
+            switch (TT) {                                                                      \
+            case 1: mk_float(DT, 1, 1, w, stride, x, ldx, y, ldy, in); break;                  \
+            case 2: mk_float(DT, 1, 2, w, stride, x, ldx, y, ldy, in); break;                  \
+            case 3: mk_float(DT, 1, 3, w, stride, x, ldx, y, ldy, in); break;                  \
+            default: mk_float(DT, 1, 4, w, stride, x, ldx, y, ldy, in); break;                 \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+FLOAT_KERNEL(kern_f32, NX_DTYPE_F32)
+FLOAT_KERNEL(kern_f16, NX_DTYPE_F16)
+FLOAT_KERNEL(kern_bf16, NX_DTYPE_BF16)
+
+/* ------------------------------------------------------------------ quantized weights */
+
+AI float load_sc(nx_dtype dt, const uint8_t *p, int64_t i) {
+    uint16_t h;
+    switch (dt) {
+    case NX_DTYPE_F16: memcpy(&h, p + 2 * i, 2); return _cvtsh_ss(h);
+    case NX_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return nx_bf16_to_f32(h);
+    default: {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    }
+}
+
+/* Per-lane word index and bit offset of elements 16h+l in a 32-element block, for the
+ * widths whose elements straddle words (3, 5, 6). */
+typedef struct qlut {
+    __m512i idx[2], idx1[2], off[2], coff[2];
+} qlut;
+
+static void qlut_init(qlut *L, int bits) {
+    for (int h = 0; h < 2; h++) {
+        int32_t idx[16], off[16], idx1[16], coff[16];
+        for (int l = 0; l < 16; l++) {
+            int pos = (16 * h + l) * bits;
+            idx[l] = pos >> 5;
+            idx1[l] = (pos >> 5) + 1;
+            off[l] = pos & 31;
+            coff[l] = 32 - (pos & 31); /* a shift of 32 gives 0: nothing from the next word */
+        }
+        L->idx[h] = _mm512_loadu_si512(idx);
+        L->idx1[h] = _mm512_loadu_si512(idx1);
+        L->off[h] = _mm512_loadu_si512(off);
+        L->coff[h] = _mm512_loadu_si512(coff);
+    }
+}
+
+/* Decodes the 32 q values of one block (4·BITS bytes at p) in natural order. */
+AI void unpack32(const int BITS, const uint8_t *p, const qlut *L, __m512i *q0, __m512i *q1) {
+    if (BITS == 8) {
+        *q0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+        *q1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16)));
+    } else if (BITS == 4) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        __m128i m = _mm_set1_epi8(0x0f);
+        __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+        *q0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+        *q1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi));
+    } else if (BITS == 2) {
+        /* byte k holds elements 4k..4k+3; split into (4k, 4k+2) and (4k+1, 4k+3) nibble
+         * pairs, interleave, then split nibbles and interleave 16-bit pairs. */
+        __m128i v = _mm_loadl_epi64((const __m128i *)p);
+        __m128i m2 = _mm_set1_epi8(0x33), m4 = _mm_set1_epi8(0x0f);
+        __m128i a = _mm_and_si128(v, m2), c = _mm_and_si128(_mm_srli_epi16(v, 2), m2);
+        __m128i u = _mm_unpacklo_epi8(a, c);
+        __m128i lo = _mm_and_si128(u, m4), hi = _mm_and_si128(_mm_srli_epi16(u, 4), m4);
+        *q0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi16(lo, hi));
+        *q1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi16(lo, hi));
+    } else {
+        __m512i wv = _mm512_maskz_loadu_epi32((__mmask16)((1u << BITS) - 1u), p);
+        __m512i mask = _mm512_set1_epi32((1 << BITS) - 1);
+        for (int h = 0; h < 2; h++) {
+            __m512i lo = _mm512_permutexvar_epi32(L->idx[h], wv);
+            __m512i hi = _mm512_permutexvar_epi32(L->idx1[h], wv);
+            __m512i q = _mm512_or_si512(_mm512_srlv_epi32(lo, L->off[h]),
+                                        _mm512_sllv_epi32(hi, L->coff[h]));
+            q = _mm512_and_si512(q, mask);
+            if (h == 0) *q0 = q;
+            else *q1 = q;
+        }
+    }
+}
+
+typedef struct qargs {
+    const uint8_t *w;      /* first row of the block */
+    size_t wstride;        /* packed bytes per row */
+    const uint8_t *sc, *bi; /* scales/biases of the first row (bi may be NULL) */
+    size_t sstride;        /* scale bytes per row */
+    nx_dtype sdt;
+    int64_t in, group;
+    const qlut *lut;
+} qargs;
+
+/* Weights are dequantized in registers (w = s·q + b, one FMA) and never stored. */
+AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, const float *x,
+                 int64_t ldx, float *y, int64_t ldy) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+    const int64_t ngroups = a->in / a->group, nblk = a->group / 32;
+    for (int64_t g = 0; g < ngroups; g++) {
+        __m512 s[4], b[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            s[r] = _mm512_set1_ps(load_sc(a->sdt, a->sc + r * a->sstride, g));
+            b[r] = a->bi ? _mm512_set1_ps(load_sc(a->sdt, a->bi + r * a->sstride, g))
+                         : _mm512_setzero_ps();
+        }
+        for (int64_t k = 0; k < nblk; k++) {
+            int64_t e0 = g * a->group + k * 32; /* first element of the block */
+            const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
+            __m512 x0[4], x1[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                x0[t] = _mm512_loadu_ps(x + t * ldx + e0);
+                x1[t] = _mm512_loadu_ps(x + t * ldx + e0 + 16);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m512i q0, q1;
+                unpack32(BITS, p + r * a->wstride, a->lut, &q0, &q1);
+                __m512 w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), s[r], b[r]);
+                __m512 w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), s[r], b[r]);
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) {
+                    acc[r][t] = _mm512_fmadd_ps(w0, x0[t], acc[r][t]);
+                    acc[r][t] = _mm512_fmadd_ps(w1, x1[t], acc[r][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum16(acc[r][t]);
+}
+
+#define QUANT_KERNEL(NAME, BITS)                                                               \
+    static void NAME(int R, int TT, const qargs *a, const float *x, int64_t ldx, float *y,    \
+                     int64_t ldy) {                                                            \
+        if (R == 4) {                                                                          \
+            switch (TT) {                                                                      \
+            case 1: mk_quant(BITS, 4, 1, a, x, ldx, y, ldy); break;                            \
+            case 2: mk_quant(BITS, 4, 2, a, x, ldx, y, ldy); break;                            \
+            case 3: mk_quant(BITS, 4, 3, a, x, ldx, y, ldy); break;                            \
+            default: mk_quant(BITS, 4, 4, a, x, ldx, y, ldy); break;                           \
+            }                                                                                  \
+        } else {                                                                               \
+            switch (TT) {                                                                      \
+            case 1: mk_quant(BITS, 1, 1, a, x, ldx, y, ldy); break;                            \
+            case 2: mk_quant(BITS, 1, 2, a, x, ldx, y, ldy); break;                            \
+            case 3: mk_quant(BITS, 1, 3, a, x, ldx, y, ldy); break;                            \
+            default: mk_quant(BITS, 1, 4, a, x, ldx, y, ldy); break;                           \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+QUANT_KERNEL(kern_q2, 2)
+QUANT_KERNEL(kern_q3, 3)
+QUANT_KERNEL(kern_q4, 4)
+QUANT_KERNEL(kern_q5, 5)
+QUANT_KERNEL(kern_q6, 6)
+QUANT_KERNEL(kern_q8, 8)
+
+/* ------------------------------------------------------------------ blocking driver */
+
+/* Rows per L2 block: a multiple of 4, at least 4. */
+static int64_t rows_per_block(size_t row_bytes) {
+    int64_t n = (int64_t)(L2_BLOCK_BYTES / (row_bytes ? row_bytes : 1));
+    n &= ~(int64_t)3;
+    return n < 4 ? 4 : n;
+}
+
+static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T,
+                              float *y, int64_t ldy, int64_t o0, int64_t o1) {
+    const int64_t in = W->in;
+    if (W->dtype == NX_DTYPE_U32) {
+        void (*kern)(int, int, const qargs *, const float *, int64_t, float *, int64_t);
+        switch (W->bits) {
+        case 2: kern = kern_q2; break;
+        case 3: kern = kern_q3; break;
+        case 4: kern = kern_q4; break;
+        case 5: kern = kern_q5; break;
+        case 6: kern = kern_q6; break;
+        case 8: kern = kern_q8; break;
+        default: return 0;
+        }
+        qlut lut;
+        qlut_init(&lut, W->bits);
+        size_t ssz = nx_dtype_size(W->sdtype);
+        qargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
+                   .sstride = (size_t)(in / W->group) * ssz,
+                   .sdt = W->sdtype,
+                   .in = in,
+                   .group = W->group,
+                   .lut = &lut};
+        int64_t ob = rows_per_block(a.wstride);
+        for (int64_t b0 = o0; b0 < o1; b0 += ob) {
+            int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
+            for (int64_t t = 0; t < T; t += 4) {
+                int tt = T - t < 4 ? (int)(T - t) : 4;
+                for (int64_t o = b0; o < b1;) {
+                    int R = o + 4 <= b1 ? 4 : 1;
+                    a.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
+                    a.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
+                    a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
+                    kern(R, tt, &a, x + t * ldx, ldx, y + t * ldy + o, ldy);
+                    o += R;
+                }
+            }
+        }
+        return 1;
+    }
+    void (*kern)(int, int, const uint8_t *, size_t, const float *, int64_t, float *, int64_t,
+                 int64_t);
+    switch (W->dtype) {
+    case NX_DTYPE_F32: kern = kern_f32; break;
+    case NX_DTYPE_F16: kern = kern_f16; break;
+    case NX_DTYPE_BF16: kern = kern_bf16; break;
+    default: return 0;
+    }
+    size_t stride = (size_t)in * nx_dtype_size(W->dtype);
+    int64_t ob = rows_per_block(stride);
+    for (int64_t b0 = o0; b0 < o1; b0 += ob) {
+        int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
+        for (int64_t t = 0; t < T; t += 4) {
+            int tt = T - t < 4 ? (int)(T - t) : 4;
+            for (int64_t o = b0; o < b1;) {
+                int R = o + 4 <= b1 ? 4 : 1;
+                kern(R, tt, (const uint8_t *)W->w + (size_t)o * stride, stride, x + t * ldx, ldx,
+                     y + t * ldy + o, ldy, in);
+                o += R;
+            }
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ vector helpers */
+
+static void avx512_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
+    const uint8_t *s = src;
+    if (t == NX_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_w16(t, s, i));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(dst + i, m, load_w16_tail(t, s, i, m));
+    }
+}
+
+static float avx512_dot_f32(const float *a, const float *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
+                              acc);
+    }
+    return hsum16(acc);
+}
+
+static void avx512_axpy_f32(float a, const float *x, float *y, int64_t n) {
+    __m512 av = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 r = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+        _mm512_mask_storeu_ps(y + i, m, r);
+    }
+}
+
+const nx_kernel_table nx_kernels_avx512 = {
+    .name = "avx512",
+    .matmul_rows = avx512_matmul_rows,
+    .to_f32 = avx512_to_f32,
+    .dot_f32 = avx512_dot_f32,
+    .axpy_f32 = avx512_axpy_f32,
+};

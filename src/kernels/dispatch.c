@@ -1,0 +1,119 @@
+/* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx512) and fronts it with the
+ * public kernel API. nx_matmul splits output rows over the pool in 16-row chunks; since every
+ * kernel computes each output element in a fixed order, the split never changes a result. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels_internal.h"
+
+static _Atomic(const nx_kernel_table *) g_table;
+
+static int cpu_has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+static int cpu_has_avx512(void) {
+    __builtin_cpu_init();
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq");
+}
+
+/* The table for `isa`, or NULL if unknown or not runnable here. */
+static const nx_kernel_table *table_by_name(const char *isa) {
+    if (strcmp(isa, "ref") == 0) return &nx_kernels_ref;
+    if (strcmp(isa, "avx2") == 0) return cpu_has_avx2() ? &nx_kernels_avx2 : NULL;
+    if (strcmp(isa, "avx512") == 0) return cpu_has_avx512() ? &nx_kernels_avx512 : NULL;
+    return NULL;
+}
+
+static const nx_kernel_table *table_get(void) {
+    const nx_kernel_table *t = atomic_load_explicit(&g_table, memory_order_acquire);
+    if (t) return t;
+    /* Racing first calls all compute the same answer, so a plain store is enough. */
+    const char *env = getenv("NX_ISA");
+    if (env && *env) t = table_by_name(env);
+    if (!t) t = cpu_has_avx512() ? &nx_kernels_avx512
+                : cpu_has_avx2() ? &nx_kernels_avx2
+                                 : &nx_kernels_ref;
+    atomic_store_explicit(&g_table, t, memory_order_release);
+    return t;
+}
+
+const char *nx_kernels_isa(void) { return table_get()->name; }
+
+int nx_kernels_force(const char *isa) {
+    const nx_kernel_table *t = isa ? table_by_name(isa) : NULL;
+    if (!t) return -1;
+    atomic_store_explicit(&g_table, t, memory_order_release);
+    return 0;
+}
+
+void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+                    int64_t ldy, int64_t o0, int64_t o1) {
+    if (o0 < 0) o0 = 0;
+    if (o1 > W->out) o1 = W->out;
+    if (T <= 0 || o1 <= o0) return;
+    if (W->dtype == NX_DTYPE_U32 && !nx_quant_shape_ok(W)) return; /* the loader rejects these */
+    const nx_kernel_table *k = table_get();
+    if (!k->matmul_rows(W, x, ldx, T, y, ldy, o0, o1))
+        nx_kernels_ref.matmul_rows(W, x, ldx, T, y, ldy, o0, o1);
+}
+
+/* Rows are handed out in chunks of this many so each thread's kernel works on whole register
+ * blocks and no two threads write the same cache line of y. */
+#define MATMUL_CHUNK 16
+
+typedef struct matmul_job {
+    const nx_linear *W;
+    const float *x;
+    int64_t ldx, T;
+    float *y;
+    int64_t ldy;
+} matmul_job;
+
+static void matmul_worker(void *arg, int ith, int nth) {
+    const matmul_job *j = arg;
+    long long nchunks = (j->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK, b, e;
+    nx_pool_split(nchunks, ith, nth, &b, &e);
+    nx_matmul_rows(j->W, j->x, j->ldx, j->T, j->y, j->ldy, (int64_t)b * MATMUL_CHUNK,
+                   (int64_t)e * MATMUL_CHUNK);
+}
+
+void nx_matmul(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+               int64_t ldy, nx_pool *pool) {
+    if (T <= 0 || W->out <= 0) return;
+    matmul_job j = {W, x, ldx, T, y, ldy};
+    /* A pool wake-up costs a few microseconds: not worth it for tiny matrices. */
+    if (nx_pool_size(pool) <= 1 || W->out * W->in * T < 16384 || W->out <= MATMUL_CHUNK)
+        matmul_worker(&j, 0, 1);
+    else
+        nx_pool_run(pool, matmul_worker, &j);
+}
+
+void nx_linear_get_row(const nx_linear *W, int64_t r, float *out) {
+    if (r < 0 || r >= W->out) return;
+    if (W->dtype == NX_DTYPE_U32) {
+        if (nx_quant_shape_ok(W)) nx_ref_quant_row(W, r, out);
+        return;
+    }
+    size_t es = nx_dtype_size(W->dtype);
+    table_get()->to_f32(W->dtype, (const uint8_t *)W->w + (size_t)r * (size_t)W->in * es, out,
+                        W->in);
+}
+
+void nx_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
+    if (n <= 0) return;
+    table_get()->to_f32(t, src, dst, n);
+}
+
+float nx_dot_f32(const float *a, const float *b, int64_t n) {
+    return table_get()->dot_f32(a, b, n);
+}
+
+void nx_axpy_f32(float a, const float *x, float *y, int64_t n) {
+    table_get()->axpy_f32(a, x, y, n);
+}

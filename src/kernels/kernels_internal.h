@@ -1,0 +1,108 @@
+/* Shared between the kernel files and the dispatcher: the per-ISA function table, scalar
+ * half-precision conversions, and the MLX affine bit-stream decode that every ISA (and the
+ * tests) agree on. Not part of the engine's API. */
+#ifndef NX_KERNELS_INTERNAL_H
+#define NX_KERNELS_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/* One ISA's implementations. matmul_rows computes rows [o0, o1) of y for all T; it must give
+ * each output element the same accumulation order whatever T, o0, o1 are (batch and thread
+ * invariance). It returns 0 when it declines the shape (the caller then uses the reference,
+ * which is also invariant because the decision depends on W only). */
+typedef struct nx_kernel_table {
+    const char *name;
+    int (*matmul_rows)(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+                       int64_t ldy, int64_t o0, int64_t o1);
+    void (*to_f32)(nx_dtype t, const void *src, float *dst, int64_t n);
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
+} nx_kernel_table;
+
+extern const nx_kernel_table nx_kernels_ref;
+extern const nx_kernel_table nx_kernels_avx2;
+extern const nx_kernel_table nx_kernels_avx512;
+
+/* The reference dequantization of row r of a quantized W into out[in] (also used by
+ * nx_linear_get_row on every ISA: embedding lookups are not hot). */
+void nx_ref_quant_row(const nx_linear *W, int64_t r, float *out);
+
+/* ------------------------------------------------------------------ scalar conversions */
+
+static inline float nx_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* IEEE half → float, exact for every input (subnormals, inf, NaN). */
+static inline float nx_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        u = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+        u = sign;
+    } else { /* subnormal: normalize */
+        int e = -1;
+        do {
+            e++;
+            man <<= 1;
+        } while (!(man & 0x400u));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t nx_load_u16(const void *p, int64_t i) {
+    uint16_t v;
+    memcpy(&v, (const uint8_t *)p + 2 * i, 2);
+    return v;
+}
+
+/* Element i of a stored F32/F16/BF16 vector (unaligned-safe). */
+static inline float nx_load_scalar(nx_dtype t, const void *p, int64_t i) {
+    switch (t) {
+    case NX_DTYPE_F16: return nx_f16_to_f32(nx_load_u16(p, i));
+    case NX_DTYPE_BF16: return nx_bf16_to_f32(nx_load_u16(p, i));
+    default: {
+        float f;
+        memcpy(&f, (const uint8_t *)p + 4 * i, 4);
+        return f;
+    }
+    }
+}
+
+/* q of element i of a packed row: the row is a little-endian bit stream, element i at bits
+ * [i·b, (i+1)·b) (hy_v3 spec §6.3). Reads byte-wise so rows may be unaligned and the last
+ * element never reads past the row. */
+static inline uint32_t nx_quant_get(const uint8_t *row, int64_t i, int bits) {
+    int64_t bitpos = i * bits;
+    const uint8_t *p = row + (bitpos >> 3);
+    int off = (int)(bitpos & 7);
+    int nbytes = (off + bits + 7) >> 3; /* at most 2 for bits <= 8 */
+    uint32_t v = p[0];
+    if (nbytes > 1) v |= (uint32_t)p[1] << 8;
+    return (v >> off) & ((1u << bits) - 1u);
+}
+
+/* Whether a quantized weight has a shape every kernel can run: whole 32-element blocks per
+ * group (so groups never straddle words) and a supported bit width. */
+static inline int nx_quant_shape_ok(const nx_linear *W) {
+    int b = W->bits, g = W->group;
+    if (!(b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8)) return 0;
+    if (g <= 0 || g % 32 != 0) return 0;
+    return W->in % g == 0;
+}
+
+#endif

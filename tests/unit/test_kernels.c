@@ -1,0 +1,533 @@
+/* Kernel tests: the MLX bit packing against the spec's reference words, every SIMD matmul
+ * against the scalar reference on awkward shapes for every dtype / bit width / group / scale
+ * dtype, and the numerics contract (bit-identical rows whatever T, row split, thread count or
+ * pointer alignment). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/pool.h"
+#include "kernels/kernels.h"
+
+/* ------------------------------------------------------------------ test data */
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+static float rnd_unit(void) { return (float)(rnd() & 0xffffff) / 8388608.0f - 1.0f; } /* [-1,1) */
+
+/* Random finite half / bfloat16 bit patterns of magnitude about 2^-5 .. 2^2. */
+static uint16_t rnd_f16(void) {
+    return (uint16_t)((rnd() & 1) << 15 | (uint32_t)(10 + rnd() % 8) << 10 | (rnd() & 0x3ff));
+}
+static uint16_t rnd_bf16(void) {
+    return (uint16_t)((rnd() & 1) << 15 | (uint32_t)(122 + rnd() % 8) << 7 | (rnd() & 0x7f));
+}
+
+static void fill_float(nx_dtype dt, void *dst, int64_t n, float mag) {
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == NX_DTYPE_F32) {
+            float f = rnd_unit() * mag;
+            memcpy((uint8_t *)dst + 4 * i, &f, 4);
+        } else {
+            uint16_t h = dt == NX_DTYPE_F16 ? rnd_f16() : rnd_bf16();
+            memcpy((uint8_t *)dst + 2 * i, &h, 2);
+        }
+    }
+}
+
+/* MLX's CPU packer, transcribed independently of the engine's decoder: values are packed
+ * `pack` at a time into a uint64 (w << k·bits) whose low `bytes` bytes are emitted. */
+static void mlx_pack_row(const uint8_t *q, int64_t n, int bits, uint8_t *out) {
+    int pack = (bits == 3 || bits == 5) ? 8 : bits == 6 ? 4 : 32 / bits;
+    int bytes = (bits == 3 || bits == 6) ? 3 : bits == 5 ? 5 : 4;
+    for (int64_t i = 0; i < n / pack; i++) {
+        uint64_t v = 0;
+        for (int k = 0; k < pack; k++) v |= (uint64_t)q[i * pack + k] << (k * bits);
+        for (int k = 0; k < bytes; k++) out[i * bytes + k] = (uint8_t)(v >> (8 * k));
+    }
+}
+
+/* A weight with its own storage; `misalign` shifts every array off its allocation. */
+typedef struct tw {
+    nx_linear L;
+    uint8_t *wbuf, *sbuf, *bbuf;
+    uint8_t *q; /* quantized: the raw q values [out, in] */
+} tw;
+
+static size_t es(nx_dtype t) { return t == NX_DTYPE_F32 ? 4 : 2; }
+
+static void tw_make(tw *t, nx_dtype dt, int64_t out, int64_t in, int bits, int group, nx_dtype sdt,
+                    int misalign) {
+    memset(t, 0, sizeof *t);
+    t->L.dtype = dt;
+    t->L.out = out;
+    t->L.in = in;
+    if (dt == NX_DTYPE_U32) {
+        t->L.bits = bits;
+        t->L.group = group;
+        t->L.sdtype = sdt;
+        size_t rowb = (size_t)in * bits / 8, ns = (size_t)(out * (in / group));
+        t->wbuf = malloc(rowb * out + 4);
+        t->sbuf = malloc(ns * es(sdt) + 4);
+        t->bbuf = malloc(ns * es(sdt) + 4);
+        t->q = malloc((size_t)(out * in));
+        assert_non_null(t->wbuf);
+        assert_non_null(t->q);
+        for (int64_t i = 0; i < out * in; i++) t->q[i] = (uint8_t)(rnd() & ((1u << bits) - 1));
+        for (int64_t r = 0; r < out; r++)
+            mlx_pack_row(t->q + r * in, in, bits, t->wbuf + misalign + r * rowb);
+        fill_float(sdt, t->sbuf + misalign, (int64_t)ns, 0.05f);
+        fill_float(sdt, t->bbuf + misalign, (int64_t)ns, 0.5f);
+        if (sdt != NX_DTYPE_F32) { /* keep half scales small: value·q stays O(1) */
+            for (size_t i = 0; i < ns; i++) {
+                uint8_t *p = t->sbuf + misalign + 2 * i;
+                uint16_t h;
+                memcpy(&h, p, 2);
+                h = sdt == NX_DTYPE_F16 ? (uint16_t)((h & 0x83ff) | (uint32_t)(8 + (h >> 10) % 4) << 10)
+                                        : (uint16_t)((h & 0x807f) | (uint32_t)(118 + (h >> 7) % 4) << 7);
+                memcpy(p, &h, 2);
+            }
+        }
+        t->L.w = t->wbuf + misalign;
+        t->L.scales = t->sbuf + misalign;
+        t->L.biases = t->bbuf + misalign;
+    } else {
+        t->wbuf = malloc((size_t)(out * in) * es(dt) + 4);
+        assert_non_null(t->wbuf);
+        fill_float(dt, t->wbuf + misalign, out * in, 1.0f);
+        t->L.w = t->wbuf + misalign;
+    }
+}
+
+/* A copy of t's data at another misalignment (same values). */
+static void tw_copy(tw *d, const tw *s, int misalign) {
+    *d = *s;
+    const nx_linear *L = &s->L;
+    size_t wb = nx_linear_bytes(L);
+    if (L->dtype == NX_DTYPE_U32) {
+        size_t ns = (size_t)(L->out * (L->in / L->group)) * es(L->sdtype);
+        wb = (size_t)L->out * (size_t)L->in * L->bits / 8;
+        d->sbuf = malloc(ns + 4);
+        d->bbuf = malloc(ns + 4);
+        memcpy(d->sbuf + misalign, L->scales, ns);
+        memcpy(d->bbuf + misalign, L->biases, ns);
+        d->L.scales = d->sbuf + misalign;
+        d->L.biases = d->bbuf + misalign;
+        d->q = NULL;
+    }
+    d->wbuf = malloc(wb + 4);
+    memcpy(d->wbuf + misalign, L->w, wb);
+    d->L.w = d->wbuf + misalign;
+}
+
+static void tw_free(tw *t) {
+    free(t->wbuf);
+    free(t->sbuf);
+    free(t->bbuf);
+    free(t->q);
+}
+
+static float *rnd_vec(int64_t n) {
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    assert_non_null(v);
+    for (int64_t i = 0; i < n; i++) v[i] = rnd_unit();
+    return v;
+}
+
+/* ISAs this CPU can run, ref first. */
+static const char *isas[3];
+static int n_isas;
+static const char *default_isa;
+
+static int setup(void **state) {
+    (void)state;
+    default_isa = nx_kernels_isa();
+    const char *all[3] = {"ref", "avx2", "avx512"};
+    n_isas = 0;
+    for (int i = 0; i < 3; i++)
+        if (nx_kernels_force(all[i]) == 0) isas[n_isas++] = all[i];
+    nx_kernels_force(default_isa);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ packing */
+
+static void test_pack_reference_words(void **state) {
+    (void)state;
+    static const struct {
+        int bits;
+        int n;
+        uint32_t w[8];
+    } ref[] = {
+        {2, 2, {0xe4e4e4e4, 0xe4e4e4e4}},
+        {3, 3, {0x88fac688, 0xc688fac6, 0xfac688fa}},
+        {4, 4, {0x76543210, 0xfedcba98, 0x76543210, 0xfedcba98}},
+        {5, 5, {0x8a418820, 0xc5a92839, 0xca307b9a, 0x38bdab49, 0xffbbcdeb}},
+        {6, 6, {0x440c2040, 0xa2481c61, 0x3ce34c2c, 0x544d2450, 0xa6585d65, 0x7de75c6d}},
+        {8, 8, {0x03020100, 0x07060504, 0x0b0a0908, 0x0f0e0d0c, 0x13121110, 0x17161514,
+                0x1b1a1918, 0x1f1e1d1c}},
+    };
+    for (size_t c = 0; c < sizeof ref / sizeof ref[0]; c++) {
+        int b = ref[c].bits;
+        uint8_t q[32], packed[32];
+        for (int i = 0; i < 32; i++) q[i] = (uint8_t)(i & ((1 << b) - 1));
+        mlx_pack_row(q, 32, b, packed);
+        for (int k = 0; k < ref[c].n; k++) {
+            uint32_t w = (uint32_t)packed[4 * k] | (uint32_t)packed[4 * k + 1] << 8 |
+                         (uint32_t)packed[4 * k + 2] << 16 | (uint32_t)packed[4 * k + 3] << 24;
+            if (w != ref[c].w[k]) fail_msg("bits %d word %d: %08x != %08x", b, k, w, ref[c].w[k]);
+        }
+        /* and the engine decodes them back: w = 1·q + 0 */
+        float one = 1.0f, zero = 0.0f, row[32];
+        float ss[1] = {one}, bb[1] = {zero};
+        nx_linear L = {.dtype = NX_DTYPE_U32, .out = 1, .in = 32, .w = packed, .bits = b,
+                       .group = 32, .sdtype = NX_DTYPE_F32, .scales = ss, .biases = bb};
+        nx_linear_get_row(&L, 0, row);
+        for (int i = 0; i < 32; i++) assert_true(row[i] == (float)q[i]);
+    }
+}
+
+/* ------------------------------------------------------------------ conversions */
+
+static void test_to_f32(void **state) {
+    (void)state;
+    static const struct {
+        uint16_t h;
+        float f;
+    } f16[] = {{0x0000, 0.0f}, {0x3c00, 1.0f}, {0xc000, -2.0f}, {0x0001, 5.9604645e-8f},
+               {0x03ff, 6.0975552e-5f}, {0x0400, 6.1035156e-5f}, {0x7bff, 65504.0f},
+               {0xfbff, -65504.0f}, {0x3555, 0.33325195f}};
+    for (int k = 0; k < n_isas; k++) {
+        assert_int_equal(nx_kernels_force(isas[k]), 0);
+        for (size_t i = 0; i < sizeof f16 / sizeof f16[0]; i++) {
+            float out;
+            nx_to_f32(NX_DTYPE_F16, &f16[i].h, &out, 1);
+            assert_true(out == f16[i].f);
+        }
+        uint16_t inf = 0x7c00;
+        float out;
+        nx_to_f32(NX_DTYPE_F16, &inf, &out, 1);
+        assert_true(isinf(out) && out > 0);
+        /* every length against the reference conversion */
+        for (int64_t n = 1; n < 40; n++) {
+            uint16_t h[40], b[40];
+            for (int64_t i = 0; i < n; i++) {
+                h[i] = rnd_f16();
+                b[i] = rnd_bf16();
+            }
+            float got[41], want[41];
+            got[n] = want[n] = 12345.0f; /* canary */
+            nx_to_f32(NX_DTYPE_F16, h, got, n);
+            assert_int_equal(nx_kernels_force("ref"), 0);
+            nx_to_f32(NX_DTYPE_F16, h, want, n);
+            assert_memory_equal(got, want, (size_t)(n + 1) * 4);
+            nx_to_f32(NX_DTYPE_BF16, b, want, n);
+            assert_int_equal(nx_kernels_force(isas[k]), 0);
+            nx_to_f32(NX_DTYPE_BF16, b, got, n);
+            assert_memory_equal(got, want, (size_t)(n + 1) * 4);
+        }
+    }
+    nx_kernels_force(default_isa);
+}
+
+static void test_dot_axpy(void **state) {
+    (void)state;
+    for (int k = 0; k < n_isas; k++) {
+        for (int64_t n = 0; n < 70; n++) {
+            float *a = rnd_vec(n), *b = rnd_vec(n), *y1 = rnd_vec(n + 1), *y2 = malloc((size_t)(n + 1) * 4);
+            memcpy(y2, y1, (size_t)(n + 1) * 4);
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                exact += (double)a[i] * b[i];
+                mag += fabs((double)a[i] * b[i]);
+            }
+            assert_int_equal(nx_kernels_force(isas[k]), 0);
+            float d = nx_dot_f32(a, b, n);
+            nx_axpy_f32(0.75f, a, y1, n);
+            assert_true(fabs(d - exact) <= 1e-6 * (mag + 1) * (double)(n + 1));
+            for (int64_t i = 0; i < n; i++) y2[i] += 0.75f * a[i];
+            for (int64_t i = 0; i < n; i++) assert_true(fabsf(y1[i] - y2[i]) <= 1e-6f);
+            assert_true(y1[n] == y2[n]); /* past the end untouched */
+            free(a);
+            free(b);
+            free(y1);
+            free(y2);
+        }
+    }
+    nx_kernels_force(default_isa);
+}
+
+/* ------------------------------------------------------------------ matmul vs reference */
+
+/* Runs W·x on `isa` with padded leading dimensions; checks y's padding is untouched. */
+static float *run_matmul(const char *isa, const nx_linear *W, const float *x, int64_t ldx,
+                         int64_t T, int64_t ldy, nx_pool *pool) {
+    assert_int_equal(nx_kernels_force(isa), 0);
+    size_t n = (size_t)(T * ldy);
+    float *y = malloc(n * sizeof *y);
+    assert_non_null(y);
+    for (size_t i = 0; i < n; i++) y[i] = -777.0f;
+    nx_matmul(W, x, ldx, T, y, ldy, pool);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t o = W->out; o < ldy; o++) assert_true(y[t * ldy + o] == -777.0f);
+    return y;
+}
+
+/* Compares every ISA against the reference within a bound scaled by Σ|w·x|, and checks the
+ * reference itself against the dequantization formula on raw q (quantized weights). */
+static void check_against_ref(const tw *tw0, int64_t T) {
+    const nx_linear *W = &tw0->L;
+    int64_t ldx = W->in + 3, ldy = W->out + 2;
+    float *x = rnd_vec(T * ldx);
+    float *wrow = malloc((size_t)W->in * sizeof *wrow);
+    float *yr = run_matmul("ref", W, x, ldx, T, ldy, NULL);
+    double *mag = calloc((size_t)(T * W->out), sizeof *mag);
+    for (int64_t o = 0; o < W->out; o++) {
+        nx_linear_get_row(W, o, wrow);
+        if (tw0->q) { /* the stored format means what the spec says */
+            int64_t ng = W->in / W->group;
+            float s[64], b[64];
+            nx_to_f32(W->sdtype, (const uint8_t *)W->scales + (size_t)(o * ng) * es(W->sdtype), s, ng);
+            nx_to_f32(W->sdtype, (const uint8_t *)W->biases + (size_t)(o * ng) * es(W->sdtype), b, ng);
+            for (int64_t i = 0; i < W->in; i++)
+                assert_true(wrow[i] == s[i / W->group] * (float)tw0->q[o * W->in + i] + b[i / W->group]);
+        }
+        for (int64_t t = 0; t < T; t++) {
+            double m = 0;
+            for (int64_t i = 0; i < W->in; i++) m += fabs((double)wrow[i] * x[t * ldx + i]);
+            mag[t * W->out + o] = m;
+        }
+    }
+    for (int k = 1; k < n_isas; k++) {
+        float *ys = run_matmul(isas[k], W, x, ldx, T, ldy, NULL);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t o = 0; o < W->out; o++) {
+                double a = yr[t * ldy + o], b = ys[t * ldy + o];
+                double tol = 2.5e-7 * (double)(W->in + 16) * mag[t * W->out + o] + 1e-30;
+                if (!(fabs(a - b) <= tol))
+                    fail_msg("%s dtype %d bits %d group %d sdt %d out %lld in %lld T %lld: "
+                             "y[%lld,%lld] ref %.9g simd %.9g", isas[k], W->dtype, W->bits,
+                             W->group, W->sdtype, (long long)W->out, (long long)W->in,
+                             (long long)T, (long long)t, (long long)o, a, b);
+            }
+        free(ys);
+    }
+    free(yr);
+    free(mag);
+    free(wrow);
+    free(x);
+}
+
+static const int64_t odd_sizes[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129};
+#define N_ODD (int)(sizeof odd_sizes / sizeof odd_sizes[0])
+
+static void test_matmul_float_vs_ref(void **state) {
+    (void)state;
+    const nx_dtype dts[3] = {NX_DTYPE_F32, NX_DTYPE_F16, NX_DTYPE_BF16};
+    const int64_t Ts[] = {1, 2, 3, 5, 9};
+    for (int d = 0; d < 3; d++)
+        for (int i = 0; i < N_ODD; i++)
+            for (int o = 0; o < N_ODD; o += 2) {
+                tw t;
+                tw_make(&t, dts[d], odd_sizes[o], odd_sizes[i], 0, 0, NX_DTYPE_F32, (i + o) % 4);
+                check_against_ref(&t, Ts[(i + o + d) % 5]);
+                if (i % 5 == 0) check_against_ref(&t, 9);
+                tw_free(&t);
+            }
+    nx_kernels_force(default_isa);
+}
+
+static void test_matmul_quant_vs_ref(void **state) {
+    (void)state;
+    const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+    const nx_dtype sdts[3] = {NX_DTYPE_F32, NX_DTYPE_F16, NX_DTYPE_BF16};
+    const int64_t outs[] = {1, 3, 5, 8, 17, 33};
+    int c = 0;
+    for (int b = 0; b < 6; b++)
+        for (int g = 0; g < 3; g++)
+            for (int s = 0; s < 3; s++)
+                for (int64_t mult = 1; mult <= 3; mult++, c++) {
+                    tw t;
+                    tw_make(&t, NX_DTYPE_U32, outs[c % 6], groups[g] * mult, bits[b], groups[g],
+                            sdts[s], c % 4);
+                    check_against_ref(&t, 1 + c % 5);
+                    tw_free(&t);
+                }
+    nx_kernels_force(default_isa);
+}
+
+/* ------------------------------------------------------------------ numerics contract */
+
+/* Row t of a T-row call == the same row computed alone, or in any sub-batch, or over any
+ * split of output rows; for every ISA. */
+static void check_batch_invariance(const nx_linear *W) {
+    const int64_t T = 9, ldx = W->in + 1, ldy = W->out + 5;
+    float *x = rnd_vec(T * ldx);
+    for (int k = 0; k < n_isas; k++) {
+        float *yfull = run_matmul(isas[k], W, x, ldx, T, ldy, NULL);
+        float *y1 = malloc((size_t)(T * ldy) * sizeof *y1);
+        /* each row alone */
+        for (int64_t t = 0; t < T; t++) {
+            nx_matmul(W, x + t * ldx, ldx, 1, y1, ldy, NULL);
+            if (memcmp(y1, yfull + t * ldy, (size_t)W->out * 4) != 0)
+                fail_msg("%s dtype %d bits %d: row %lld alone differs from T=9", isas[k],
+                         W->dtype, W->bits, (long long)t);
+        }
+        /* sub-batches [a, a+n) */
+        for (int64_t a = 0; a < T; a += 2)
+            for (int64_t n = 1; a + n <= T; n += 3) {
+                nx_matmul(W, x + a * ldx, ldx, n, y1, ldy, NULL);
+                for (int64_t t = 0; t < n; t++)
+                    if (memcmp(y1 + t * ldy, yfull + (a + t) * ldy, (size_t)W->out * 4) != 0)
+                        fail_msg("%s dtype %d: sub-batch [%lld,+%lld) row %lld differs", isas[k],
+                                 W->dtype, (long long)a, (long long)n, (long long)t);
+            }
+        /* ragged row splits on the calling thread */
+        const int64_t cuts[] = {1, 3, 7, 13};
+        for (int c = 0; c < 4; c++) {
+            int64_t step = cuts[c];
+            memset(y1, 0, (size_t)(T * ldy) * 4);
+            for (int64_t o = 0; o < W->out; o += step)
+                nx_matmul_rows(W, x, ldx, T, y1, ldy, o, o + step);
+            for (int64_t t = 0; t < T; t++)
+                if (memcmp(y1 + t * ldy, yfull + t * ldy, (size_t)W->out * 4) != 0)
+                    fail_msg("%s dtype %d: row split by %lld differs", isas[k], W->dtype,
+                             (long long)step);
+        }
+        free(y1);
+        free(yfull);
+    }
+    free(x);
+    nx_kernels_force(default_isa);
+}
+
+static void test_batch_invariance(void **state) {
+    (void)state;
+    const nx_dtype dts[3] = {NX_DTYPE_F32, NX_DTYPE_F16, NX_DTYPE_BF16};
+    for (int d = 0; d < 3; d++) {
+        tw t;
+        tw_make(&t, dts[d], 75, 4099, 0, 0, NX_DTYPE_F32, 0); /* > 1 L2 block of rows */
+        check_batch_invariance(&t.L);
+        tw_free(&t);
+    }
+    const int bits[] = {2, 3, 4, 5, 6, 8};
+    for (int b = 0; b < 6; b++) {
+        tw t;
+        tw_make(&t, NX_DTYPE_U32, 70, 64 * 20, bits[b], 64, NX_DTYPE_BF16, 1);
+        check_batch_invariance(&t.L);
+        tw_free(&t);
+    }
+}
+
+static void test_thread_invariance(void **state) {
+    (void)state;
+    nx_pool *pools[3] = {nx_pool_new(1), nx_pool_new(2), nx_pool_new(3)};
+    for (int i = 0; i < 3; i++) assert_non_null(pools[i]);
+    tw ws[3];
+    tw_make(&ws[0], NX_DTYPE_BF16, 301, 1000, 0, 0, NX_DTYPE_F32, 0);
+    tw_make(&ws[1], NX_DTYPE_U32, 333, 512, 4, 64, NX_DTYPE_F16, 2);
+    tw_make(&ws[2], NX_DTYPE_F32, 250, 257, 0, 0, NX_DTYPE_F32, 0);
+    for (int w = 0; w < 3; w++) {
+        const nx_linear *W = &ws[w].L;
+        const int64_t T = 5, ldx = W->in, ldy = W->out;
+        float *x = rnd_vec(T * ldx);
+        for (int k = 0; k < n_isas; k++) {
+            float *y0 = run_matmul(isas[k], W, x, ldx, T, ldy, NULL);
+            for (int p = 0; p < 3; p++) {
+                float *yp = run_matmul(isas[k], W, x, ldx, T, ldy, pools[p]);
+                if (memcmp(y0, yp, (size_t)(T * ldy) * 4) != 0)
+                    fail_msg("%s: pool of %d threads changes the result", isas[k], p + 1);
+                free(yp);
+            }
+            free(y0);
+        }
+        free(x);
+        tw_free(&ws[w]);
+    }
+    for (int i = 0; i < 3; i++) nx_pool_free(pools[i]);
+    nx_kernels_force(default_isa);
+}
+
+static void test_unaligned(void **state) {
+    (void)state;
+    tw base[4];
+    tw_make(&base[0], NX_DTYPE_F32, 21, 77, 0, 0, NX_DTYPE_F32, 0);
+    tw_make(&base[1], NX_DTYPE_F16, 21, 77, 0, 0, NX_DTYPE_F32, 0);
+    tw_make(&base[2], NX_DTYPE_BF16, 21, 77, 0, 0, NX_DTYPE_F32, 0);
+    tw_make(&base[3], NX_DTYPE_U32, 21, 192, 5, 64, NX_DTYPE_F16, 0);
+    for (int w = 0; w < 4; w++) {
+        const int64_t T = 3, ldx = base[w].L.in, ldy = base[w].L.out;
+        float *x = rnd_vec(T * ldx);
+        for (int k = 0; k < n_isas; k++) {
+            float *y0 = run_matmul(isas[k], &base[w].L, x, ldx, T, ldy, NULL);
+            for (int mis = 1; mis <= 3; mis++) {
+                tw c;
+                tw_copy(&c, &base[w], mis);
+                float *y1 = run_matmul(isas[k], &c.L, x, ldx, T, ldy, NULL);
+                assert_memory_equal(y0, y1, (size_t)(T * ldy) * 4);
+                free(y1);
+                tw_free(&c);
+            }
+            free(y0);
+        }
+        free(x);
+        tw_free(&base[w]);
+    }
+    nx_kernels_force(default_isa);
+}
+
+static void test_get_row(void **state) {
+    (void)state;
+    const nx_dtype dts[3] = {NX_DTYPE_F32, NX_DTYPE_F16, NX_DTYPE_BF16};
+    for (int d = 0; d < 3; d++) {
+        tw t;
+        tw_make(&t, dts[d], 4, 37, 0, 0, NX_DTYPE_F32, 1);
+        for (int k = 0; k < n_isas; k++) {
+            assert_int_equal(nx_kernels_force(isas[k]), 0);
+            float row[37], want[37];
+            nx_linear_get_row(&t.L, 2, row);
+            nx_to_f32(dts[d], (const uint8_t *)t.L.w + 2 * 37 * es(dts[d]), want, 37);
+            assert_memory_equal(row, want, sizeof row);
+        }
+        tw_free(&t);
+    }
+    nx_kernels_force(default_isa);
+}
+
+static void test_force(void **state) {
+    (void)state;
+    assert_int_equal(nx_kernels_force("ref"), 0);
+    assert_string_equal(nx_kernels_isa(), "ref");
+    assert_int_equal(nx_kernels_force("sse9"), -1);
+    assert_int_equal(nx_kernels_force(NULL), -1);
+    assert_string_equal(nx_kernels_isa(), "ref");
+    nx_kernels_force(default_isa);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pack_reference_words),
+        cmocka_unit_test(test_to_f32),
+        cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_matmul_float_vs_ref),
+        cmocka_unit_test(test_matmul_quant_vs_ref),
+        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_thread_invariance),
+        cmocka_unit_test(test_unaligned),
+        cmocka_unit_test(test_get_row),
+        cmocka_unit_test(test_force),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
