@@ -143,7 +143,7 @@ typedef struct nx_mtp_wiring {
     nx_mtp_hidden hidden;
     nx_mtp_concat concat;
     nx_mtp_recycle recycle;
-    int hnorm;              /* -1 default (on), 0 off, 1 on */
+    int hnorm;              /* 0 default (on), 1 on, -1 off */
     int32_t sliding_window; /* 0 = full attention (default) */
     double rope_theta;      /* 0 = the trunk's theta */
 } nx_mtp_wiring;

@@ -261,7 +261,7 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
 /* ---------------------------------------------------------------- MTP head */
 
 nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, int32_t R,
-                         int32_t pos0, float *logits, nx_error *err) {
+                         int32_t pos0, float *logits, int32_t logits_from, nx_error *err) {
     const nx_model *m = c->m;
     const nx_config *cfg = &m->cfg;
     const nx_mtp_weights *mw = &m->w.mtp;
@@ -295,6 +295,9 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
         nx_rmsnorm(c->x + (size_t)r * H, mw->final_norm, cfg->rms_eps, H, c->hpost + (size_t)r * H);
     const float *back = m->wiring.recycle == NX_MTP_RECYCLE_RAW ? c->x : c->hpost;
     memcpy(c->mtp_out, back, sizeof(float) * (size_t)R * H);
-    if (logits) nx_matmul(&m->w.lm_head, c->hpost, H, R, logits, V, m->pool);
+    c->mtp_rows = R;
+    if (logits && logits_from < R)
+        nx_matmul(&m->w.lm_head, c->hpost + (size_t)logits_from * H, H, R - logits_from, logits, V,
+                  m->pool);
     return NX_OK;
 }

@@ -73,6 +73,7 @@ struct nx_ctx {
     /* MTP */
     float *mtp_in;  /* (n_batch, 2H) concat input */
     float *mtp_out; /* (n_batch, H) output hidden fed back when chaining */
+    int32_t mtp_rows; /* rows in mtp_out from the last MTP forward */
 
     nx_moe_traffic traffic; /* of the last forward */
 };
@@ -84,9 +85,17 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
                            int32_t logits_from, nx_error *err);
 
 /* MTP rows: row r = (hidden[r], token[r], position pos0 + r); writes the MTP cache at those
- * positions (the cache must hold exactly pos0 rows), logits (R, V) if non-NULL and the
- * hidden to feed back when chaining into c->mtp_out. R ≤ n_batch. */
+ * positions (the cache must hold exactly pos0 rows), logits of rows [logits_from, R) into
+ * logits if non-NULL, and the hidden to feed back when chaining into c->mtp_out (R, H).
+ * R ≤ n_batch. */
 nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, int32_t R,
-                         int32_t pos0, float *logits, nx_error *err);
+                         int32_t pos0, float *logits, int32_t logits_from, nx_error *err);
+
+/* Brings the MTP cache up to the trunk: rows p = mtp_past .. upto-1 pair the stored trunk
+ * hidden at p with next_tokens[p - mtp_past] (= t[p+1]), at position p, in batches. With
+ * all_logits, logits of every row go to logits[(p - first) * V]; otherwise only the last
+ * row's logits go to logits[0]. logits may be NULL. */
+nx_status nx_mtp_catch_up(nx_ctx *c, const int32_t *next_tokens, int32_t upto, float *logits,
+                          bool all_logits, nx_error *err);
 
 #endif

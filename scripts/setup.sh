@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything nextn needs to build, test and benchmark on Debian: the C toolchain and
+# libraries, Python (PyTorch + NumPy, for the reference forward and test fixtures) and the npm
+# reference implementations pinned in package-lock.json. Safe to run repeatedly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(build-essential pkg-config clang libclang-rt-14-dev
+      libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcmocka-dev
+      python3 python3-numpy python3-torch python3-regex libopenblas0-pthread
+      curl perl)
+command -v node >/dev/null || pkgs+=(nodejs)
+command -v npm >/dev/null || pkgs+=(npm)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    echo "setup: installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules ]; then
+    npm ci --no-audit --no-fund --loglevel=error
+fi
+echo "setup: ok"

@@ -1,0 +1,329 @@
+/* Generation with MTP self-speculative decoding (mtp.md §1–§4).
+ *
+ * One cycle: the MTP head catches up on every committed row it has not seen (trunk hidden at p,
+ * token p+1 — so its cache never has a hole), drafts d1..dk (chained on its own output hidden),
+ * ONE trunk forward verifies [t_L, d1..dk], drafts are accepted by the residual (default) or
+ * match rule against the target's processed distribution, and the caches are cut back to the
+ * committed length. With --draft auto, k is chosen each cycle from the measured cost of verify
+ * forwards and MTP rows and the running acceptance per chain position; k = 0 (plain decoding)
+ * when drafting does not pay. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "decode/spec_rules.h"
+#include "model/model_internal.h"
+
+#define AUTO_MAX_DRAFT 4
+#define AUTO_PROBE_EVERY 24 /* AR steps between probes when drafting is off */
+
+void nx_gen_params_default(nx_gen_params *p) {
+    memset(p, 0, sizeof *p);
+    nx_sampler_params_default(&p->sampling);
+    p->max_tokens = 128;
+    p->draft = NX_DRAFT_AUTO;
+    p->verify = NX_VERIFY_RESIDUAL;
+    p->synthetic_accept = -1.0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct gen {
+    nx_ctx *c;
+    const nx_gen_params *p;
+    nx_sampler *s;
+    nx_gen_stats *st;
+    nx_token_fn on_token;
+    void *user;
+    int32_t V;
+    int32_t *toks;   /* committed tokens t[0..L] */
+    int32_t L;       /* index of the newest committed token (not yet in the trunk cache) */
+    float *logits;   /* (NX_MAX_DRAFT + 1, V) */
+    float *probs;    /* (NX_MAX_DRAFT + 1, V) target distributions p0..pk */
+    float *qprobs;   /* (NX_MAX_DRAFT, V) draft distributions q1..qk */
+    float *mlogits;  /* (1, V) MTP logits */
+    bool stop;
+    int32_t ar_since_probe;
+    /* running acceptance per chain position (decayed counts) for --draft auto */
+    double acc_n[NX_MAX_DRAFT], acc_d[NX_MAX_DRAFT];
+} gen;
+
+static void record_trunk_cost(gen *g, int32_t rows, double dt) {
+    nx_gen_stats *st = g->st;
+    if (rows <= NX_MAX_DRAFT + 1) {
+        st->cost_rows[rows] += dt;
+        st->cost_rows_n[rows]++;
+    }
+    const nx_moe_traffic *tr = &g->c->traffic;
+    if (rows == 1) {
+        st->n_ar_steps++;
+        st->expert_bytes_ar += tr->expert_bytes;
+        st->experts_touched_ar += (double)tr->experts_touched;
+    } else {
+        st->n_verify_steps++;
+        st->expert_bytes_verify += tr->expert_bytes;
+        st->experts_touched_verify += (double)tr->experts_touched;
+    }
+    st->topk_overlap_sum += (double)tr->overlap;
+    st->topk_overlap_n += tr->overlap_pairs;
+}
+
+/* Emits one token; returns false when generation must stop. */
+static bool emit(gen *g, int32_t id, const float *probs) {
+    g->toks[++g->L] = id;
+    nx_sampler_accept(g->s, id);
+    g->st->n_generated++;
+    bool eos = !g->p->ignore_eos && nx_model_is_eos(g->c->m, id);
+    for (size_t i = 0; i < g->p->n_stop_ids; i++) eos |= g->p->stop_ids[i] == id;
+    if (g->on_token && g->on_token(g->user, id, probs)) g->stop = true;
+    if (eos) {
+        g->st->stopped_by_eos = true;
+        g->stop = true;
+    }
+    if (g->st->n_generated >= g->p->max_tokens) g->stop = true;
+    return !g->stop;
+}
+
+static int32_t pick(gen *g, const float *probs) {
+    return nx_sampler_draw(g->s, probs);
+}
+
+/* Mean seconds of an r-row trunk forward; unmeasured sizes are extrapolated from what is known. */
+static double cost_rows(const nx_gen_stats *st, int32_t r) {
+    if (st->cost_rows_n[r] > 0) return st->cost_rows[r] / (double)st->cost_rows_n[r];
+    double c1 = st->cost_rows_n[1] > 0 ? st->cost_rows[1] / (double)st->cost_rows_n[1] : 0.0;
+    for (int32_t q = r - 1; q >= 1; q--)
+        if (st->cost_rows_n[q] > 0) {
+            double cq = st->cost_rows[q] / (double)st->cost_rows_n[q];
+            return cq + (double)(r - q) * (c1 > 0 ? 0.25 * c1 : 0.25 * cq);
+        }
+    return 1.0 + 0.25 * (r - 1); /* nothing measured: relative units */
+}
+
+/* --draft auto: the k maximising expected tokens per second, E(k) / cost(k). */
+static int32_t choose_k(gen *g) {
+    const nx_gen_stats *st = g->st;
+    if (st->cost_rows_n[1] == 0) return 1; /* measure first */
+    double c_mtp = st->cost_mtp_n > 0 ? st->cost_mtp_row / (double)st->cost_mtp_n : 0.1 * cost_rows(st, 1);
+    double best = 1.0 / cost_rows(st, 1);
+    int32_t best_k = 0;
+    double e = 1.0, run = 1.0;
+    for (int32_t k = 1; k <= AUTO_MAX_DRAFT; k++) {
+        /* optimistic prior for unexplored positions so they get tried */
+        double a = (g->acc_n[k - 1] + 1.6) / (g->acc_d[k - 1] + 2.0);
+        run *= a;
+        e += run;
+        double speed = e / (cost_rows(st, k + 1) + (double)k * c_mtp);
+        if (speed > best * 1.01) {
+            best = speed;
+            best_k = k;
+        }
+    }
+    if (best_k == 0 && ++g->ar_since_probe >= AUTO_PROBE_EVERY) {
+        g->ar_since_probe = 0;
+        return 1; /* keep the acceptance estimate current */
+    }
+    return best_k;
+}
+
+static void note_acceptance(gen *g, int32_t drafted, int32_t accepted) {
+    for (int32_t i = 0; i < drafted; i++) {
+        g->acc_n[i] = 0.97 * g->acc_n[i] + (i < accepted ? 1.0 : 0.0);
+        g->acc_d[i] = 0.97 * g->acc_d[i] + 1.0;
+    }
+}
+
+static nx_status ar_step(gen *g, nx_error *err) {
+    double t0 = now_s();
+    nx_status st = nx_forward_trunk(g->c, &g->toks[g->L], 1, g->logits, 0, err);
+    if (st != NX_OK) return st;
+    double t1 = now_s();
+    record_trunk_cost(g, 1, t1 - t0);
+    g->st->t_verify += t1 - t0;
+    g->st->n_steps++;
+    nx_sampler_probs(g->s, g->logits, NULL, 0, g->probs);
+    int32_t y = pick(g, g->probs);
+    g->st->t_sample += now_s() - t1;
+    emit(g, y, g->probs);
+    return NX_OK;
+}
+
+static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
+    nx_ctx *c = g->c;
+    nx_gen_stats *st = g->st;
+    const size_t V = (size_t)g->V;
+    const int32_t L = g->L;
+    int32_t drafts[NX_MAX_DRAFT];
+    nx_status s;
+
+    /* Draft: catch the MTP cache up to row L-1 = (h[L-1], t[L]); its logits give q1. */
+    double t0 = now_s();
+    int32_t before = c->mtp_past;
+    if (before >= L) return nx_fail(err, NX_E_STATE, "MTP cache (%d rows) ahead of the sequence (%d)", before, L);
+    if ((s = nx_mtp_catch_up(c, &g->toks[before + 1], L, g->mlogits, false, err)) != NX_OK) return s;
+    st->cost_mtp_row += now_s() - t0;
+    st->cost_mtp_n++;
+    int32_t n = 0;
+    for (;;) {
+        float *q = g->qprobs + (size_t)n * V;
+        nx_sampler_probs(g->s, g->mlogits, drafts, (size_t)n, q);
+        /* The cutoff looks at q's confidence, never at the drawn token: a draft kept or dropped
+         * depending on its own value would bias the verified distribution. */
+        float qmax = 0.0f;
+        for (size_t i = 0; i < V; i++) qmax = q[i] > qmax ? q[i] : qmax;
+        if (qmax < g->p->draft_p_min) break;
+        drafts[n++] = pick(g, q);
+        if (n == k) break;
+        double tm = now_s();
+        const float *hm = c->mtp_out + (size_t)(c->mtp_rows - 1) * (size_t)c->m->cfg.hidden_size;
+        if ((s = nx_forward_mtp(c, hm, &drafts[n - 1], 1, c->mtp_past, g->mlogits, 0, err)) != NX_OK)
+            return s;
+        st->cost_mtp_row += now_s() - tm;
+        st->cost_mtp_n++;
+    }
+    double t1 = now_s();
+    st->t_draft += t1 - t0;
+    c->mtp_past = L; /* drop the provisional chain rows; committed rows stay */
+    if (n == 0) return ar_step(g, err);
+
+    /* Verify: one trunk forward over [t_L, d1..dn]. */
+    int32_t rows[NX_MAX_DRAFT + 1];
+    rows[0] = g->toks[L];
+    memcpy(rows + 1, drafts, sizeof(int32_t) * (size_t)n);
+    if ((s = nx_forward_trunk(c, rows, n + 1, g->logits, 0, err)) != NX_OK) return s;
+    double t2 = now_s();
+    record_trunk_cost(g, n + 1, t2 - t1);
+    st->t_verify += t2 - t1;
+    st->n_steps++;
+    st->n_drafts++;
+    st->n_drafted += n;
+
+    for (int32_t i = 0; i <= n; i++)
+        nx_sampler_probs(g->s, g->logits + (size_t)i * V, drafts, (size_t)i, g->probs + (size_t)i * V);
+    int32_t acc = 0;
+    bool cont = true;
+    for (int32_t i = 0; i < n && cont; i++) {
+        const float *p = g->probs + (size_t)i * V, *q = g->qprobs + (size_t)i * V;
+        bool ok;
+        int32_t y;
+        if (g->p->synthetic_accept >= 0.0) {
+            ok = nx_sampler_uniform(g->s) < g->p->synthetic_accept;
+            y = ok ? drafts[i] : pick(g, p);
+        } else if (g->p->verify == NX_VERIFY_MATCH) {
+            y = nx_spec_match(p, drafts[i], g->s, &ok);
+        } else {
+            y = nx_spec_residual(p, q, drafts[i], nx_sampler_uniform(g->s), g->s, &ok);
+        }
+        st->drafted_at[i]++;
+        if (ok) {
+            st->accepted_at[i]++;
+            acc++;
+            cont = emit(g, y, p);
+        } else {
+            cont = false;
+            emit(g, y, p);
+        }
+    }
+    if (cont && acc == n) emit(g, pick(g, g->probs + (size_t)n * V), g->probs + (size_t)n * V);
+    st->n_accepted += acc;
+    note_acceptance(g, n, acc);
+    /* Commit: the trunk keeps t_L and the accepted drafts. */
+    nx_ctx_truncate(c, L + acc + 1);
+    st->t_sample += now_s() - t2;
+    return NX_OK;
+}
+
+static nx_status prefill(gen *g, size_t n_prompt, nx_error *err) {
+    nx_ctx *c = g->c;
+    int32_t done = 0, n = (int32_t)n_prompt;
+    while (done < n) {
+        int32_t T = n - done < c->n_batch ? n - done : c->n_batch;
+        bool last = done + T == n;
+        nx_status s = nx_forward_trunk(c, g->toks + done, T, last ? g->logits : NULL, T - 1, err);
+        if (s != NX_OK) return s;
+        done += T;
+    }
+    return NX_OK;
+}
+
+nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const nx_gen_params *p,
+                      nx_token_fn on_token, void *user, nx_gen_stats *stats, nx_error *err) {
+    nx_gen_stats local;
+    nx_gen_stats *st = stats ? stats : &local;
+    memset(st, 0, sizeof *st);
+    nx_status s = nx_sampler_params_check(&p->sampling, err);
+    if (s != NX_OK) return s;
+    const nx_model *m = c->m;
+    const int32_t V = m->cfg.vocab_size;
+    if (n_prompt == 0) return nx_fail(err, NX_E_ARG, "empty prompt");
+    if (p->max_tokens < 0) return nx_fail(err, NX_E_ARG, "max_tokens %d: must be >= 0", p->max_tokens);
+    if (p->draft < NX_DRAFT_AUTO || p->draft > NX_MAX_DRAFT)
+        return nx_fail(err, NX_E_ARG, "draft %d: must be auto, 0 or 1..%d", p->draft, NX_MAX_DRAFT);
+    if (!(p->draft_p_min >= 0.0f && p->draft_p_min <= 1.0f))
+        return nx_fail(err, NX_E_ARG, "draft_p_min %g: must be in [0, 1]", (double)p->draft_p_min);
+    if ((int64_t)n_prompt + 1 > c->n_ctx)
+        return nx_fail(err, NX_E_ARG, "prompt of %zu tokens does not fit the context of %d", n_prompt, c->n_ctx);
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return nx_fail(err, NX_E_ARG, "prompt token %zu: id %d out of range (vocabulary %d)", i, prompt[i], V);
+
+    gen g = {0};
+    g.c = c;
+    g.p = p;
+    g.st = st;
+    g.on_token = on_token;
+    g.user = user;
+    g.V = V;
+    g.toks = malloc(sizeof(int32_t) * ((size_t)c->n_ctx + NX_MAX_DRAFT + 2));
+    g.logits = malloc(sizeof(float) * (size_t)V * (NX_MAX_DRAFT + 1));
+    g.probs = malloc(sizeof(float) * (size_t)V * (NX_MAX_DRAFT + 1));
+    g.qprobs = malloc(sizeof(float) * (size_t)V * NX_MAX_DRAFT);
+    g.mlogits = malloc(sizeof(float) * (size_t)V);
+    if (!g.toks || !g.logits || !g.probs || !g.qprobs || !g.mlogits) {
+        s = nx_fail(err, NX_E_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((s = nx_sampler_new(&p->sampling, V, &g.s, err)) != NX_OK) goto done;
+    nx_sampler_set_prompt(g.s, prompt, n_prompt);
+    memcpy(g.toks, prompt, sizeof(int32_t) * n_prompt);
+    nx_ctx_truncate(c, 0);
+    st->n_prompt = (int64_t)n_prompt;
+
+    double t0 = now_s();
+    if ((s = prefill(&g, n_prompt, err)) != NX_OK) goto done;
+    g.L = (int32_t)n_prompt - 1;
+    double t1 = now_s();
+    st->t_prefill = t1 - t0;
+    if (p->max_tokens == 0) goto done;
+    nx_sampler_probs(g.s, g.logits, NULL, 0, g.probs);
+    emit(&g, pick(&g, g.probs), g.probs);
+
+    const bool can_draft = m->w.has_mtp && p->draft != 0;
+    while (!g.stop) {
+        int32_t room = c->n_ctx - g.L - 1; /* trunk rows still free after t_L */
+        if (room < 0) break;
+        int32_t k = can_draft ? (p->draft == NX_DRAFT_AUTO ? choose_k(&g) : p->draft) : 0;
+        int32_t left = p->max_tokens - (int32_t)st->n_generated;
+        if (k > left - 1) k = left - 1;
+        if (k > room) k = room;
+        if (k < 0) k = 0;
+        s = k == 0 ? ar_step(&g, err) : spec_cycle(&g, k, err);
+        if (s != NX_OK) goto done;
+    }
+    st->t_decode = now_s() - t1;
+done:
+    if (st->t_decode == 0.0 && s == NX_OK) st->t_decode = now_s() - t1;
+    nx_sampler_free(g.s);
+    free(g.toks);
+    free(g.logits);
+    free(g.probs);
+    free(g.qprobs);
+    free(g.mlogits);
+    return s;
+}

@@ -1,0 +1,48 @@
+/* The numbers behind a generation, printed by `nextn run --stats` and the benchmarks, with the
+ * definitions of mtp.md §3: draft acceptance rate = accepted / drafted (not the share of
+ * emitted tokens that came from drafts), mean acceptance length τ = 1 + accepted / drafts. */
+#include <stdio.h>
+
+#include "nextn.h"
+
+static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+void nx_gen_stats_print(const nx_gen_stats *s, void *file) {
+    FILE *f = file;
+    fprintf(f, "prompt %lld tokens, prefill %.3f s (%.1f tok/s)\n", (long long)s->n_prompt,
+            s->t_prefill, safe_div((double)s->n_prompt, s->t_prefill));
+    fprintf(f, "generated %lld tokens, decode %.3f s (%.2f tok/s), %lld trunk forwards\n",
+            (long long)s->n_generated, s->t_decode,
+            safe_div((double)(s->n_generated > 0 ? s->n_generated - 1 : 0), s->t_decode), (long long)s->n_steps);
+    fprintf(f, "drafts %lld, drafted %lld, accepted %lld, draft acceptance rate %.3f, mean acceptance length %.3f\n",
+            (long long)s->n_drafts, (long long)s->n_drafted, (long long)s->n_accepted,
+            safe_div((double)s->n_accepted, (double)s->n_drafted),
+            1.0 + safe_div((double)s->n_accepted, (double)s->n_drafts));
+    fprintf(f, "acceptance per position:");
+    for (int i = 0; i < NX_MAX_DRAFT && s->drafted_at[i] > 0; i++)
+        fprintf(f, " [%d] %lld/%lld=%.3f", i + 1, (long long)s->accepted_at[i], (long long)s->drafted_at[i],
+                safe_div((double)s->accepted_at[i], (double)s->drafted_at[i]));
+    fprintf(f, "\n");
+    fprintf(f, "time split: draft %.3f s, trunk (AR steps + verify) %.3f s, sample/accept %.3f s\n",
+            s->t_draft, s->t_verify, s->t_sample);
+    double c1 = safe_div(s->cost_rows[1], (double)s->cost_rows_n[1]);
+    fprintf(f, "trunk forward cost: C(1) %.3f ms", c1 * 1e3);
+    for (int r = 2; r <= NX_MAX_DRAFT + 1; r++)
+        if (s->cost_rows_n[r] > 0) {
+            double cr = s->cost_rows[r] / (double)s->cost_rows_n[r];
+            fprintf(f, ", C(%d)/C(1) %.3f", r, c1 > 0 ? cr / c1 : 0.0);
+        }
+    double cm = safe_div(s->cost_mtp_row, (double)s->cost_mtp_n);
+    fprintf(f, "; MTP forward %.3f ms (c = %.3f of C(1))\n", cm * 1e3, c1 > 0 ? cm / c1 : 0.0);
+    if (s->n_ar_steps + s->n_verify_steps > 0 && (s->expert_bytes_ar + s->expert_bytes_verify) > 0) {
+        fprintf(f, "experts per step: AR %.1f distinct, %.2f MB; verify %.1f distinct, %.2f MB (%.2fx AR)\n",
+                safe_div(s->experts_touched_ar, (double)s->n_ar_steps),
+                safe_div(s->expert_bytes_ar, (double)s->n_ar_steps) / 1e6,
+                safe_div(s->experts_touched_verify, (double)s->n_verify_steps),
+                safe_div(s->expert_bytes_verify, (double)s->n_verify_steps) / 1e6,
+                safe_div(safe_div(s->expert_bytes_verify, (double)s->n_verify_steps),
+                         safe_div(s->expert_bytes_ar, (double)s->n_ar_steps)));
+        fprintf(f, "top-k overlap of consecutive positions: %.3f experts per layer\n",
+                safe_div(s->topk_overlap_sum, (double)s->topk_overlap_n));
+    }
+}

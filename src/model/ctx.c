@@ -1,0 +1,167 @@
+/* Decoding contexts: KV caches for the trunk and the MTP layer and every scratch buffer a
+ * forward needs, allocated once at creation (nothing is allocated inside the forward pass);
+ * teacher-forced evaluation and rollback. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/model_internal.h"
+
+#define NX_DEFAULT_BATCH 128
+
+static int64_t ffn_width(const nx_layer *L) {
+    if (!L->is_moe) return L->dense.gate.out;
+    int64_t f = L->moe.has_shared ? L->moe.shared.gate.out : 0;
+    for (int32_t e = 0; e < L->moe.n_experts; e++)
+        if (L->moe.experts[e].gate.out > f) f = L->moe.experts[e].gate.out;
+    return f;
+}
+
+static void *zalloc(size_t n, size_t size, bool *ok) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) *ok = false;
+    return p;
+}
+
+nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
+    *out = NULL;
+    const nx_config *cfg = &m->cfg;
+    if (n_ctx <= 0) return nx_fail(err, NX_E_ARG, "context size %d: must be positive", n_ctx);
+    if (cfg->max_positions > 0 && n_ctx > cfg->max_positions)
+        return nx_fail(err, NX_E_ARG, "context size %d exceeds the model's max_position_embeddings %lld",
+                       n_ctx, (long long)cfg->max_positions);
+    nx_ctx *c = calloc(1, sizeof *c);
+    if (!c) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    c->m = m;
+    c->n_ctx = n_ctx;
+    c->n_batch = n_ctx < NX_DEFAULT_BATCH ? n_ctx : NX_DEFAULT_BATCH;
+
+    const size_t H = (size_t)cfg->hidden_size, B = (size_t)c->n_batch, N = (size_t)n_ctx;
+    const size_t qw = (size_t)cfg->n_heads * cfg->head_dim, kvw = (size_t)cfg->n_kv_heads * cfg->head_dim;
+    int64_t F = 1;
+    int32_t E = cfg->n_experts > 0 ? cfg->n_experts : 1;
+    for (int32_t l = 0; l < cfg->n_layers; l++)
+        if (ffn_width(&m->w.layers[l]) > F) F = ffn_width(&m->w.layers[l]);
+    if (m->w.has_mtp) {
+        if (ffn_width(&m->w.mtp.layer) > F) F = ffn_width(&m->w.mtp.layer);
+        if (m->w.mtp.layer.is_moe && m->w.mtp.layer.moe.n_experts > E) E = m->w.mtp.layer.moe.n_experts;
+    }
+    const size_t K = cfg->top_k > 0 ? (size_t)cfg->top_k : 1;
+
+    bool ok = true;
+    c->kv = zalloc((size_t)cfg->n_layers, sizeof *c->kv, &ok);
+    for (int32_t l = 0; ok && l < cfg->n_layers; l++) {
+        c->kv[l].k = zalloc(N * kvw, sizeof(float), &ok);
+        c->kv[l].v = zalloc(N * kvw, sizeof(float), &ok);
+    }
+    if (m->w.has_mtp) {
+        c->mtp_kv.k = zalloc(N * kvw, sizeof(float), &ok);
+        c->mtp_kv.v = zalloc(N * kvw, sizeof(float), &ok);
+        c->mtp_in = zalloc(B * 2 * H, sizeof(float), &ok);
+        c->mtp_out = zalloc(B * H, sizeof(float), &ok);
+    }
+    c->hidden = zalloc(N * H, sizeof(float), &ok);
+    c->x = zalloc(B * H, sizeof(float), &ok);
+    c->xn = zalloc(B * H, sizeof(float), &ok);
+    c->q = zalloc(B * qw, sizeof(float), &ok);
+    c->k = zalloc(B * kvw, sizeof(float), &ok);
+    c->v = zalloc(B * kvw, sizeof(float), &ok);
+    c->att = zalloc(B * qw, sizeof(float), &ok);
+    c->y = zalloc(B * H, sizeof(float), &ok);
+    c->g = zalloc(B * (size_t)F, sizeof(float), &ok);
+    c->u = zalloc(B * (size_t)F, sizeof(float), &ok);
+    c->hpre = zalloc(B * H, sizeof(float), &ok);
+    c->hpost = zalloc(B * H, sizeof(float), &ok);
+    c->scores = zalloc((size_t)nx_pool_size(m->pool) * N, sizeof(float), &ok);
+    c->router = zalloc(B * (size_t)E, sizeof(float), &ok);
+    c->sel = zalloc(B * K, sizeof(int32_t), &ok);
+    c->selw = zalloc(B * K, sizeof(float), &ok);
+    c->prev_sel = zalloc(((size_t)cfg->n_layers + 1) * K, sizeof(int32_t), &ok);
+    c->rows = zalloc(B, sizeof(int32_t), &ok);
+    c->rows_w = zalloc(B, sizeof(float), &ok);
+    c->xe = zalloc(B * H, sizeof(float), &ok);
+    c->ye = zalloc(B * H, sizeof(float), &ok);
+    if (!ok) {
+        nx_ctx_free(c);
+        return nx_fail(err, NX_E_NOMEM, "out of memory allocating a context of %d positions", n_ctx);
+    }
+    nx_ctx_truncate(c, 0);
+    *out = c;
+    return NX_OK;
+}
+
+void nx_ctx_free(nx_ctx *c) {
+    if (!c) return;
+    if (c->kv)
+        for (int32_t l = 0; l < c->m->cfg.n_layers; l++) {
+            free(c->kv[l].k);
+            free(c->kv[l].v);
+        }
+    free(c->kv);
+    free(c->mtp_kv.k);
+    free(c->mtp_kv.v);
+    float *bufs[] = {c->mtp_in, c->mtp_out, c->hidden, c->x,  c->xn,    c->q,      c->k,
+                     c->v,      c->att,     c->y,      c->g,  c->u,     c->hpre,   c->hpost,
+                     c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->sel);
+    free(c->prev_sel);
+    free(c->rows);
+    free(c);
+}
+
+int32_t nx_ctx_n_ctx(const nx_ctx *c) { return c->n_ctx; }
+
+void nx_ctx_truncate(nx_ctx *c, int32_t n) {
+    if (n < 0) n = 0;
+    if (c->n_past > n) c->n_past = n;
+    if (c->mtp_past > n) c->mtp_past = n;
+    if (n == 0) {
+        /* forget routing memory so overlap statistics restart with the sequence */
+        size_t k = c->m->cfg.top_k > 0 ? (size_t)c->m->cfg.top_k : 1;
+        for (size_t i = 0; i < ((size_t)c->m->cfg.n_layers + 1) * k; i++) c->prev_sel[i] = -1;
+    }
+}
+
+nx_status nx_ctx_eval(nx_ctx *c, const int32_t *tokens, int32_t n, int32_t n_past, float *logits,
+                      nx_error *err) {
+    if (n_past != c->n_past)
+        return nx_fail(err, NX_E_STATE, "eval at position %d, but the cache holds %d rows", n_past, c->n_past);
+    if (n <= 0) return nx_fail(err, NX_E_ARG, "eval of %d tokens", n);
+    if (n_past + n > c->n_ctx)
+        return nx_fail(err, NX_E_ARG, "%d tokens exceed the context of %d", n_past + n, c->n_ctx);
+    const size_t V = (size_t)c->m->cfg.vocab_size;
+    for (int32_t done = 0; done < n;) {
+        int32_t T = n - done < c->n_batch ? n - done : c->n_batch;
+        nx_status st = nx_forward_trunk(c, tokens + done, T, logits ? logits + (size_t)done * V : NULL, 0, err);
+        if (st != NX_OK) return st;
+        done += T;
+    }
+    return NX_OK;
+}
+
+nx_status nx_mtp_catch_up(nx_ctx *c, const int32_t *next_tokens, int32_t upto, float *logits,
+                          bool all_logits, nx_error *err) {
+    const size_t H = (size_t)c->m->cfg.hidden_size, V = (size_t)c->m->cfg.vocab_size;
+    const int32_t first = c->mtp_past;
+    while (c->mtp_past < upto) {
+        int32_t p = c->mtp_past;
+        int32_t R = upto - p < c->n_batch ? upto - p : c->n_batch;
+        bool last = p + R == upto;
+        float *lg = !logits ? NULL : all_logits ? logits + (size_t)(p - first) * V : last ? logits : NULL;
+        nx_status st = nx_forward_mtp(c, c->hidden + (size_t)p * H, next_tokens + (p - first), R, p, lg,
+                                      all_logits ? 0 : R - 1, err);
+        if (st != NX_OK) return st;
+    }
+    return NX_OK;
+}
+
+nx_status nx_ctx_eval_mtp(nx_ctx *c, const int32_t *tokens, int32_t n, float *logits, nx_error *err) {
+    if (!c->m->w.has_mtp) return nx_fail(err, NX_E_STATE, "this model has no MTP head");
+    if (n != c->n_past)
+        return nx_fail(err, NX_E_STATE, "MTP evaluation needs the %d tokens in the cache, got %d",
+                       c->n_past, n);
+    if (c->mtp_past != 0) return nx_fail(err, NX_E_STATE, "MTP evaluation needs a fresh MTP cache");
+    if (n < 2) return NX_OK;
+    return nx_mtp_catch_up(c, tokens + 1, n - 1, logits, true, err);
+}

@@ -1,0 +1,217 @@
+/* Loading a model: the tensor store (mmap'd safetensors), config.json, the layout mapping to
+ * one weight table, the tokenizer and chat template, the thread pool; and the summary that
+ * `nextn inspect` prints. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "io/config.h"
+#include "io/layout.h"
+#include "model/model_internal.h"
+#include "text/chat.h"
+
+void nx_load_params_default(nx_load_params *p) {
+    memset(p, 0, sizeof *p);
+}
+
+static bool file_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Family defaults (mtp.md §5) for every knob the caller left at DEFAULT. */
+static void wiring_resolve(nx_mtp_wiring *w, const nx_weights *wt) {
+    if (w->hidden == NX_MTP_HIDDEN_DEFAULT) w->hidden = NX_MTP_HIDDEN_POST_NORM;
+    if (w->concat == NX_MTP_CONCAT_DEFAULT) w->concat = NX_MTP_CONCAT_EMBED_FIRST;
+    if (w->recycle == NX_MTP_RECYCLE_DEFAULT) w->recycle = NX_MTP_RECYCLE_NORMED;
+    w->hnorm = w->hnorm >= 0 && wt->has_mtp && wt->mtp.hnorm; /* resolved to 0/1 */
+    if (w->sliding_window < 0) w->sliding_window = 0;
+}
+
+static uint64_t lin_params(const nx_linear *W) { return (uint64_t)(W->out * W->in); }
+
+static uint64_t ffn_params(const nx_ffn *f) {
+    return lin_params(&f->gate) + lin_params(&f->up) + lin_params(&f->down);
+}
+
+/* Parameters of one layer: all of them, and those a token touches (top-k experts). */
+static void layer_params(const nx_layer *L, int32_t top_k, uint64_t *total, uint64_t *active) {
+    uint64_t attn = lin_params(&L->wq) + lin_params(&L->wk) + lin_params(&L->wv) + lin_params(&L->wo);
+    *total += attn;
+    *active += attn;
+    if (!L->is_moe) {
+        *total += ffn_params(&L->dense);
+        *active += ffn_params(&L->dense);
+        return;
+    }
+    const nx_moe *M = &L->moe;
+    uint64_t router = lin_params(&M->router), shared = M->has_shared ? ffn_params(&M->shared) : 0;
+    uint64_t one = M->n_experts > 0 ? ffn_params(&M->experts[0]) : 0;
+    *total += router + shared + one * (uint64_t)M->n_experts;
+    *active += router + shared + one * (uint64_t)top_k;
+}
+
+static const char *dtype_summary(const nx_store *st, char *buf, size_t n) {
+    int seen[NX_DTYPE_COUNT] = {0};
+    size_t cnt = nx_store_count(st);
+    for (size_t i = 0; i < cnt; i++) {
+        const nx_tensor *t = nx_store_tensor(st, i);
+        if (t->n_dims >= 2 && (int)t->dtype < NX_DTYPE_COUNT) seen[t->dtype] = 1;
+    }
+    buf[0] = 0;
+    for (int d = 0; d < NX_DTYPE_COUNT; d++)
+        if (seen[d]) {
+            size_t len = strlen(buf);
+            snprintf(buf + len, n - len, "%s%s", len ? "+" : "", nx_dtype_name((nx_dtype)d));
+        }
+    return buf;
+}
+
+static void fill_info(nx_model *m) {
+    const nx_config *cfg = &m->cfg;
+    const nx_weights *w = &m->w;
+    nx_model_info *in = &m->info;
+    in->family = cfg->model_type;
+    in->layout = w->layout;
+    if (cfg->quant_bits > 0)
+        snprintf(m->weight_dtype, sizeof m->weight_dtype, "affine-%dbit-g%d (+overrides: %d)",
+                 cfg->quant_bits, cfg->quant_group, cfg->n_quant_overrides);
+    else
+        dtype_summary(m->store, m->weight_dtype, sizeof m->weight_dtype);
+    in->weight_dtype = m->weight_dtype;
+    in->mtp = m->mtp_status;
+    in->vocab_size = cfg->vocab_size;
+    in->hidden_size = cfg->hidden_size;
+    in->n_layers = cfg->n_layers;
+    in->n_heads = cfg->n_heads;
+    in->n_kv_heads = cfg->n_kv_heads;
+    in->head_dim = cfg->head_dim;
+    in->n_experts = cfg->n_experts;
+    in->top_k = cfg->top_k;
+    in->mtp_n_experts = w->has_mtp && w->mtp.layer.is_moe ? w->mtp.layer.moe.n_experts : 0;
+    in->max_positions = cfg->max_positions;
+    uint64_t total = lin_params(&w->embed), active = 0;
+    if (w->lm_head.w != w->embed.w) total += lin_params(&w->lm_head);
+    active += lin_params(&w->lm_head);
+    for (int32_t l = 0; l < cfg->n_layers; l++) layer_params(&w->layers[l], cfg->top_k, &total, &active);
+    in->n_params = total;
+    in->n_params_active = active;
+    if (w->has_mtp) {
+        uint64_t mt = lin_params(&w->mtp.eh_proj), ma = 0;
+        layer_params(&w->mtp.layer, cfg->top_k, &mt, &ma);
+        in->n_params_mtp = mt;
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < nx_store_count(m->store); i++) bytes += nx_store_tensor(m->store, i)->nbytes;
+    in->weight_bytes = bytes;
+    int32_t kv_layers = cfg->n_layers + (w->has_mtp ? 1 : 0);
+    in->kv_bytes_per_token = (uint64_t)kv_layers * 2u * (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim * sizeof(float);
+    in->bos_id = cfg->bos_id;
+    in->eos_id = cfg->n_eos > 0 ? cfg->eos_ids[0] : -1;
+}
+
+/* generation_config.json may list more stop ids than config.json. */
+static void add_generation_eos(nx_config *cfg, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return;
+    json_t *e = json_object_get(root, "eos_token_id");
+    size_t n = json_is_array(e) ? json_array_size(e) : (json_is_integer(e) ? 1 : 0);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
+        if (!json_is_integer(v)) continue;
+        int32_t id = (int32_t)json_integer_value(v);
+        bool dup = false;
+        for (int32_t j = 0; j < cfg->n_eos; j++) dup |= cfg->eos_ids[j] == id;
+        if (!dup && cfg->n_eos < NX_MAX_EOS && id >= 0 && id < cfg->vocab_size) cfg->eos_ids[cfg->n_eos++] = id;
+    }
+    json_decref(root);
+}
+
+nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out, nx_error *err) {
+    nx_load_params defaults;
+    if (!p) {
+        nx_load_params_default(&defaults);
+        p = &defaults;
+    }
+    *out = NULL;
+    nx_status st;
+    nx_model *m = calloc(1, sizeof *m);
+    if (!m) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    char path[4096];
+
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((st = nx_config_load(path, &m->cfg, err)) != NX_OK) goto fail;
+    if (p->progress) p->progress(p->progress_user, 0.05);
+    if ((st = nx_store_open(dir, &m->store, err)) != NX_OK) goto fail;
+    if (p->progress) p->progress(p->progress_user, 0.5);
+    if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, &m->w, err)) != NX_OK) goto fail;
+    add_generation_eos(&m->cfg, dir);
+
+    if (p->no_mtp)
+        snprintf(m->mtp_status, sizeof m->mtp_status, "disabled");
+    else if (m->w.has_mtp)
+        snprintf(m->mtp_status, sizeof m->mtp_status, "%s", m->w.mtp_where);
+    else if (m->cfg.n_nextn_layers > 0)
+        snprintf(m->mtp_status, sizeof m->mtp_status, "none (headless: config declares %d, no weights)",
+                 m->cfg.n_nextn_layers);
+    else
+        snprintf(m->mtp_status, sizeof m->mtp_status, "none");
+
+    m->wiring = p->wiring;
+    wiring_resolve(&m->wiring, &m->w);
+
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (file_exists(path) && (st = nx_tokenizer_load(path, &m->tok, err)) != NX_OK) goto fail;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (file_exists(path)) {
+        char *bos = NULL, *eos = NULL;
+        nx_error cerr = {0};
+        if (nx_chat_template_from_config(path, &m->chat_template, &bos, &eos, &cerr) == NX_OK && eos && m->tok) {
+            int32_t id = nx_tokenizer_token_id(m->tok, eos);
+            if (id >= 0 && m->cfg.n_eos < NX_MAX_EOS && !nx_model_is_eos(m, id)) m->cfg.eos_ids[m->cfg.n_eos++] = id;
+        }
+        free(bos);
+        free(eos);
+    }
+
+    m->pool = nx_pool_new(p->n_threads);
+    if (!m->pool) {
+        st = nx_fail(err, NX_E_NOMEM, "cannot start the thread pool");
+        goto fail;
+    }
+    fill_info(m);
+    if (p->progress) p->progress(p->progress_user, 1.0);
+    *out = m;
+    return NX_OK;
+fail:
+    nx_error_prefix(err, "%s", dir);
+    nx_model_free(m);
+    return st;
+}
+
+void nx_model_free(nx_model *m) {
+    if (!m) return;
+    nx_pool_free(m->pool);
+    nx_tokenizer_free(m->tok);
+    free(m->chat_template);
+    nx_weights_free(&m->w);
+    nx_store_free(m->store);
+    nx_config_free(&m->cfg);
+    free(m);
+}
+
+const nx_model_info *nx_model_get_info(const nx_model *m) { return &m->info; }
+const nx_tokenizer *nx_model_tokenizer(const nx_model *m) { return m->tok; }
+const char *nx_model_chat_template(const nx_model *m) { return m->chat_template; }
+
+bool nx_model_is_eos(const nx_model *m, int32_t id) {
+    for (int32_t i = 0; i < m->cfg.n_eos; i++)
+        if (m->cfg.eos_ids[i] == id) return true;
+    return false;
+}

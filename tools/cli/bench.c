@@ -1,0 +1,174 @@
+/* `nextn bench`: plain decoding vs MTP speculative decoding (k = 1, 2, 3, auto) on the same
+ * prompts and settings in one run, with the speedup each mode should reach from its measured
+ * acceptance and costs, E / (C(k+1)/C(1) + k·c), so hidden overhead in the loop shows up. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *usage =
+    "usage: nextn bench [-m DIR] [-p TEXT | -f FILE | --prompt-tokens IDS] [-n N] [--modes LIST]\n"
+    "                   [--temp T ...] [--synthetic-accept A] [--repeat R]\n"
+    "\n"
+    "Decodes N tokens (default 128, end-of-sequence ignored) from each prompt in every mode of\n"
+    "LIST (default ar,1,2,3,auto) and prints tokens/s and the ratio to plain decoding (ar).\n"
+    "Without a prompt, a built-in code prompt and prose prompt are used (token ids 1..16 for\n"
+    "models without a tokenizer). --synthetic-accept A accepts each draft with probability A,\n"
+    "whatever the head says: the loop's speed ceiling on models whose head is meaningless.\n"
+    "--repeat R runs each mode R times and keeps the fastest.\n";
+
+static const char *builtin_prompts[] = {
+    "#include <stdio.h>\n#include <stdlib.h>\n\nstatic int compare(const void *a, const void *b)\n{\n",
+    "The history of the city begins in the early years of the century, when",
+};
+
+typedef struct mode_result {
+    char name[16];
+    double tokens, seconds;
+    nx_gen_stats agg;
+} mode_result;
+
+static void add_stats(nx_gen_stats *a, const nx_gen_stats *b) {
+    a->n_drafts += b->n_drafts;
+    a->n_drafted += b->n_drafted;
+    a->n_accepted += b->n_accepted;
+    for (int i = 0; i < NX_MAX_DRAFT + 2; i++) {
+        a->cost_rows[i] += b->cost_rows[i];
+        a->cost_rows_n[i] += b->cost_rows_n[i];
+    }
+    a->cost_mtp_row += b->cost_mtp_row;
+    a->cost_mtp_n += b->cost_mtp_n;
+    a->expert_bytes_ar += b->expert_bytes_ar;
+    a->expert_bytes_verify += b->expert_bytes_verify;
+    a->n_ar_steps += b->n_ar_steps;
+    a->n_verify_steps += b->n_verify_steps;
+    a->experts_touched_ar += b->experts_touched_ar;
+    a->experts_touched_verify += b->experts_touched_verify;
+}
+
+static double avg(double s, int64_t n) { return n > 0 ? s / (double)n : 0.0; }
+
+int cli_bench(int argc, char **argv) {
+    cli_opts o;
+    int rc = cli_parse("bench", usage, argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    nx_model *m = cli_load_model(&o);
+    if (!m) return 1;
+    const nx_model_info *info = nx_model_get_info(m);
+    int32_t *prompts[8] = {0};
+    size_t plen[8] = {0};
+    int np = 0;
+    rc = 1;
+    if (o.prompt || o.prompt_file || o.prompt_tokens) {
+        if (!cli_prompt_ids(&o, m, &prompts[0], &plen[0])) goto done;
+        np = 1;
+    } else if (nx_model_tokenizer(m)) {
+        for (int i = 0; i < 2; i++) {
+            nx_error err = {0};
+            if (nx_tokenizer_encode(nx_model_tokenizer(m), builtin_prompts[i], strlen(builtin_prompts[i]), false,
+                                    &prompts[i], &plen[i], &err) != NX_OK) {
+                fprintf(stderr, "nextn bench: %s\n", err.msg);
+                goto done;
+            }
+        }
+        np = 2;
+    } else {
+        prompts[0] = malloc(16 * sizeof(int32_t));
+        for (int i = 0; i < 16; i++) prompts[0][i] = (1 + i) % info->vocab_size;
+        plen[0] = 16;
+        np = 1;
+    }
+    const int32_t n_gen = o.n_predict > 0 ? o.n_predict : 128;
+    size_t maxp = 0;
+    for (int i = 0; i < np; i++) maxp = plen[i] > maxp ? plen[i] : maxp;
+    nx_ctx *ctx = NULL;
+    nx_error err = {0};
+    if (nx_ctx_new(m, (int32_t)maxp + n_gen + NX_MAX_DRAFT + 2, &ctx, &err) != NX_OK) {
+        fprintf(stderr, "nextn bench: %s\n", err.msg);
+        goto done;
+    }
+    char modes[256];
+    snprintf(modes, sizeof modes, "%s", o.modes ? o.modes : "ar,1,2,3,auto");
+    mode_result res[16];
+    int nres = 0;
+    printf("model %s | %s | isa %s | threads %d | %d prompt(s) x %d tokens | temp %.2f%s\n", cli_model_dir(&o),
+           info->weight_dtype, "dispatch", o.threads, np, n_gen, (double)o.gen.sampling.temperature,
+           o.gen.synthetic_accept >= 0 ? " | synthetic acceptance" : "");
+    for (char *save = NULL, *tokm = strtok_r(modes, ",", &save); tokm && nres < 16; tokm = strtok_r(NULL, ",", &save)) {
+        nx_gen_params gp = o.gen;
+        gp.max_tokens = n_gen;
+        gp.ignore_eos = true;
+        if (!strcmp(tokm, "ar")) gp.draft = 0;
+        else if (!strcmp(tokm, "auto")) gp.draft = NX_DRAFT_AUTO;
+        else {
+            char *end;
+            long k = strtol(tokm, &end, 10);
+            if (*end || k < 1 || k > NX_MAX_DRAFT) {
+                fprintf(stderr, "nextn bench: mode '%s': expected ar, auto or 1..%d\n", tokm, NX_MAX_DRAFT);
+                nx_ctx_free(ctx);
+                goto done;
+            }
+            gp.draft = (int32_t)k;
+        }
+        mode_result *r = &res[nres++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->name, sizeof r->name, "%s", tokm);
+        double best = -1;
+        for (int rep = 0; rep < o.repeat; rep++) {
+            mode_result cur = *r;
+            for (int i = 0; i < np; i++) {
+                nx_gen_stats st;
+                if (nx_generate(ctx, prompts[i], plen[i], &gp, NULL, NULL, &st, &err) != NX_OK) {
+                    fprintf(stderr, "nextn bench: %s\n", err.msg);
+                    nx_ctx_free(ctx);
+                    goto done;
+                }
+                cur.tokens += (double)(st.n_generated - 1);
+                cur.seconds += st.t_decode;
+                add_stats(&cur.agg, &st);
+            }
+            if (best < 0 || cur.tokens / cur.seconds > best) {
+                best = cur.tokens / cur.seconds;
+                *r = cur;
+            }
+        }
+        double tps = r->tokens / r->seconds;
+        const nx_gen_stats *a = &r->agg;
+        double ar_tps = nres > 1 && !strcmp(res[0].name, "ar") ? res[0].tokens / res[0].seconds : 0.0;
+        printf("mode=%s tok_s=%.2f", r->name, tps);
+        if (ar_tps > 0) printf(" ratio=%.3f", tps / ar_tps);
+        if (a->n_drafted > 0) {
+            double acc = (double)a->n_accepted / (double)a->n_drafted;
+            double tau = 1.0 + (double)a->n_accepted / (double)(a->n_drafts > 0 ? a->n_drafts : 1);
+            double c1 = avg(a->cost_rows[1], a->cost_rows_n[1]);
+            if (c1 == 0 && !strcmp(res[0].name, "ar")) c1 = avg(res[0].agg.cost_rows[1], res[0].agg.cost_rows_n[1]);
+            double cyc = 0, kk = (double)a->n_drafted / (double)(a->n_drafts > 0 ? a->n_drafts : 1);
+            int64_t nv = 0;
+            for (int rr = 2; rr <= NX_MAX_DRAFT + 1; rr++) {
+                cyc += a->cost_rows[rr];
+                nv += a->cost_rows_n[rr];
+            }
+            double cm = avg(a->cost_mtp_row, a->cost_mtp_n);
+            double ratio_c = c1 > 0 ? avg(cyc, nv) / c1 : 0;
+            double c = c1 > 0 ? cm / c1 : 0;
+            double predicted = tau / (ratio_c + kk * c);
+            printf(" acceptance=%.3f tau=%.3f drafts_per_cycle=%.2f cost_verify/C1=%.3f c_mtp=%.3f predicted=%.3f", acc,
+                   tau, kk, ratio_c, c, predicted);
+            if (ar_tps > 0 && predicted > 0) printf(" efficiency=%.3f", (tps / ar_tps) / predicted);
+        }
+        if (a->n_ar_steps > 0 && a->expert_bytes_ar > 0)
+            printf(" expert_MB_ar=%.3f experts_ar=%.1f", avg(a->expert_bytes_ar, a->n_ar_steps) / 1e6,
+                   avg(a->experts_touched_ar, a->n_ar_steps));
+        if (a->n_verify_steps > 0 && a->expert_bytes_verify > 0)
+            printf(" expert_MB_verify=%.3f experts_verify=%.1f", avg(a->expert_bytes_verify, a->n_verify_steps) / 1e6,
+                   avg(a->experts_touched_verify, a->n_verify_steps));
+        printf("\n");
+        fflush(stdout);
+    }
+    nx_ctx_free(ctx);
+    rc = 0;
+done:
+    for (int i = 0; i < 8; i++) free(prompts[i]);
+    nx_model_free(m);
+    return rc;
+}

@@ -1,0 +1,61 @@
+/* The `nextn` command line: shared option parsing and helpers for the subcommands. Only the
+ * CLI prints and exits; the library reports errors through nx_error. */
+#ifndef NX_CLI_H
+#define NX_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "nextn.h"
+
+typedef struct cli_opts {
+    const char *model;
+    const char *prompt;
+    const char *prompt_file;
+    const char *prompt_tokens;
+    const char *tokens;      /* eval */
+    const char *logits_out;  /* eval */
+    const char *mtp_logits_out;
+    int32_t n_predict;
+    int32_t n_ctx;
+    int threads;
+    int32_t n_samples;
+    int32_t probe_k;
+    bool stats, print_ids, chat, json, quiet;
+    bool temp_set;
+    nx_gen_params gen;
+    nx_load_params load;
+    const char *modes; /* bench */
+    int32_t repeat;    /* bench */
+    const char **args; /* positional arguments */
+    int n_args;
+} cli_opts;
+
+/* Parses argv for subcommand `cmd`; prints usage and returns 1 on --help, 2 on a bad option,
+ * 0 on success. */
+int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opts *o);
+
+/* The model directory: -m, else $NEXTN_MODEL, else the shipped default model. */
+const char *cli_model_dir(const cli_opts *o);
+
+/* Loads the model with a progress line on stderr; prints the error and returns NULL on failure. */
+nx_model *cli_load_model(const cli_opts *o);
+
+/* Parses "1,2,3" or "1 2 3" into a malloc'd array. Returns false with a message on bad input. */
+bool cli_parse_ids(const char *s, int32_t **ids, size_t *n, char *msg, size_t msg_len);
+
+/* The prompt's token ids from --prompt-tokens, -p or -f (with --chat rendering). */
+bool cli_prompt_ids(const cli_opts *o, nx_model *m, int32_t **ids, size_t *n);
+
+char *cli_read_file(const char *path, size_t *len);
+
+int cli_run(int argc, char **argv);
+int cli_eval(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+int cli_detokenize(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
+int cli_probe(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+
+#endif

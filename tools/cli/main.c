@@ -1,0 +1,380 @@
+/* `nextn`: subcommand dispatch and the option parsing shared by every subcommand. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "serve.h"
+#include "text/chat.h"
+
+#define DEFAULT_MODEL "models/nextn-hy3-tiny"
+
+enum {
+    OPT_TEMP = 1000, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REP, OPT_PRES, OPT_FREQ, OPT_SEED,
+    OPT_DRAFT, OPT_VERIFY, OPT_PMIN, OPT_SYNTH, OPT_STATS, OPT_IDS, OPT_NSAMPLES, OPT_CTX,
+    OPT_NOMTP, OPT_MTP_HIDDEN, OPT_MTP_CONCAT, OPT_MTP_RECYCLE, OPT_MTP_HNORM, OPT_MTP_WINDOW,
+    OPT_MTP_THETA, OPT_IGNORE_EOS, OPT_CHAT, OPT_TOKENS, OPT_LOGITS, OPT_MTP_LOGITS, OPT_JSON,
+    OPT_PTOKENS, OPT_K, OPT_MODES, OPT_REPEAT, OPT_QUIET,
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, 0, 'm'},
+    {"prompt", required_argument, 0, 'p'},
+    {"file", required_argument, 0, 'f'},
+    {"n-predict", required_argument, 0, 'n'},
+    {"threads", required_argument, 0, 't'},
+    {"help", no_argument, 0, 'h'},
+    {"temp", required_argument, 0, OPT_TEMP},
+    {"top-k", required_argument, 0, OPT_TOP_K},
+    {"top-p", required_argument, 0, OPT_TOP_P},
+    {"min-p", required_argument, 0, OPT_MIN_P},
+    {"repeat-penalty", required_argument, 0, OPT_REP},
+    {"presence-penalty", required_argument, 0, OPT_PRES},
+    {"frequency-penalty", required_argument, 0, OPT_FREQ},
+    {"seed", required_argument, 0, OPT_SEED},
+    {"draft", required_argument, 0, OPT_DRAFT},
+    {"verify", required_argument, 0, OPT_VERIFY},
+    {"draft-p-min", required_argument, 0, OPT_PMIN},
+    {"synthetic-accept", required_argument, 0, OPT_SYNTH},
+    {"stats", no_argument, 0, OPT_STATS},
+    {"print-ids", no_argument, 0, OPT_IDS},
+    {"n-samples", required_argument, 0, OPT_NSAMPLES},
+    {"ctx", required_argument, 0, OPT_CTX},
+    {"no-mtp", no_argument, 0, OPT_NOMTP},
+    {"mtp-hidden", required_argument, 0, OPT_MTP_HIDDEN},
+    {"mtp-concat", required_argument, 0, OPT_MTP_CONCAT},
+    {"mtp-recycle", required_argument, 0, OPT_MTP_RECYCLE},
+    {"mtp-hnorm", required_argument, 0, OPT_MTP_HNORM},
+    {"mtp-window", required_argument, 0, OPT_MTP_WINDOW},
+    {"mtp-rope-theta", required_argument, 0, OPT_MTP_THETA},
+    {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
+    {"chat", no_argument, 0, OPT_CHAT},
+    {"tokens", required_argument, 0, OPT_TOKENS},
+    {"logits", required_argument, 0, OPT_LOGITS},
+    {"mtp-logits", required_argument, 0, OPT_MTP_LOGITS},
+    {"json", no_argument, 0, OPT_JSON},
+    {"prompt-tokens", required_argument, 0, OPT_PTOKENS},
+    {"k", required_argument, 0, OPT_K},
+    {"modes", required_argument, 0, OPT_MODES},
+    {"repeat", required_argument, 0, OPT_REPEAT},
+    {"quiet", no_argument, 0, OPT_QUIET},
+    {0, 0, 0, 0},
+};
+
+static bool parse_long(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_double(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    nx_gen_params_default(&o->gen);
+    nx_load_params_default(&o->load);
+    o->n_predict = -1;
+    o->n_samples = 1;
+    o->probe_k = 1;
+    o->repeat = 1;
+    optind = 1;
+    opterr = 0;
+    int c;
+    long long iv;
+    double dv;
+#define BAD(...)                                                      \
+    do {                                                              \
+        fprintf(stderr, "nextn %s: ", cmd);                           \
+        fprintf(stderr, __VA_ARGS__);                                 \
+        fprintf(stderr, "\n(see `nextn %s --help`)\n", cmd);          \
+        return 2;                                                     \
+    } while (0)
+#define INT_OPT(name, lo, hi, dst) \
+    if (!parse_long(optarg, lo, hi, &iv)) BAD("%s %s: expected an integer in [%lld, %lld]", name, optarg, (long long)(lo), (long long)(hi)); \
+    dst = iv
+#define DBL_OPT(name, lo, hi, dst) \
+    if (!parse_double(optarg, lo, hi, &dv)) BAD("%s %s: expected a number in [%g, %g]", name, optarg, (double)(lo), (double)(hi)); \
+    dst = dv
+    while ((c = getopt_long(argc, argv, "m:p:f:n:t:h", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'f': o->prompt_file = optarg; break;
+        case 'n': INT_OPT("-n", 0, INT32_MAX, o->n_predict); break;
+        case 't': INT_OPT("--threads", 0, 1024, o->threads); o->load.n_threads = o->threads; break;
+        case 'h': fputs(usage, stdout); return 1;
+        case OPT_TEMP: DBL_OPT("--temp", 0, 100, o->gen.sampling.temperature); o->temp_set = true; break;
+        case OPT_TOP_K: INT_OPT("--top-k", 0, INT32_MAX, o->gen.sampling.top_k); break;
+        case OPT_TOP_P: DBL_OPT("--top-p", 1e-9, 1, o->gen.sampling.top_p); break;
+        case OPT_MIN_P: DBL_OPT("--min-p", 0, 1, o->gen.sampling.min_p); break;
+        case OPT_REP: DBL_OPT("--repeat-penalty", 1e-6, 10, o->gen.sampling.repetition_penalty); break;
+        case OPT_PRES: DBL_OPT("--presence-penalty", -2, 2, o->gen.sampling.presence_penalty); break;
+        case OPT_FREQ: DBL_OPT("--frequency-penalty", -2, 2, o->gen.sampling.frequency_penalty); break;
+        case OPT_SEED: INT_OPT("--seed", 0, LLONG_MAX, o->gen.sampling.seed); break;
+        case OPT_DRAFT:
+            if (!strcmp(optarg, "auto")) o->gen.draft = NX_DRAFT_AUTO;
+            else { INT_OPT("--draft", 0, NX_MAX_DRAFT, o->gen.draft); }
+            break;
+        case OPT_VERIFY:
+            if (!strcmp(optarg, "residual")) o->gen.verify = NX_VERIFY_RESIDUAL;
+            else if (!strcmp(optarg, "match")) o->gen.verify = NX_VERIFY_MATCH;
+            else BAD("--verify %s: expected residual or match", optarg);
+            break;
+        case OPT_PMIN: DBL_OPT("--draft-p-min", 0, 1, o->gen.draft_p_min); break;
+        case OPT_SYNTH: DBL_OPT("--synthetic-accept", 0, 1, o->gen.synthetic_accept); break;
+        case OPT_STATS: o->stats = true; break;
+        case OPT_IDS: o->print_ids = true; break;
+        case OPT_NSAMPLES: INT_OPT("--n-samples", 1, 10000000, o->n_samples); break;
+        case OPT_CTX: INT_OPT("--ctx", 1, INT32_MAX, o->n_ctx); break;
+        case OPT_NOMTP: o->load.no_mtp = true; break;
+        case OPT_MTP_HIDDEN:
+            if (!strcmp(optarg, "post")) o->load.wiring.hidden = NX_MTP_HIDDEN_POST_NORM;
+            else if (!strcmp(optarg, "pre")) o->load.wiring.hidden = NX_MTP_HIDDEN_PRE_NORM;
+            else BAD("--mtp-hidden %s: expected post or pre", optarg);
+            break;
+        case OPT_MTP_CONCAT:
+            if (!strcmp(optarg, "embed-first")) o->load.wiring.concat = NX_MTP_CONCAT_EMBED_FIRST;
+            else if (!strcmp(optarg, "hidden-first")) o->load.wiring.concat = NX_MTP_CONCAT_HIDDEN_FIRST;
+            else BAD("--mtp-concat %s: expected embed-first or hidden-first", optarg);
+            break;
+        case OPT_MTP_RECYCLE:
+            if (!strcmp(optarg, "normed")) o->load.wiring.recycle = NX_MTP_RECYCLE_NORMED;
+            else if (!strcmp(optarg, "raw")) o->load.wiring.recycle = NX_MTP_RECYCLE_RAW;
+            else BAD("--mtp-recycle %s: expected normed or raw", optarg);
+            break;
+        case OPT_MTP_HNORM:
+            if (!strcmp(optarg, "on")) o->load.wiring.hnorm = 1;
+            else if (!strcmp(optarg, "off")) o->load.wiring.hnorm = -1;
+            else BAD("--mtp-hnorm %s: expected on or off", optarg);
+            break;
+        case OPT_MTP_WINDOW: INT_OPT("--mtp-window", 0, INT32_MAX, o->load.wiring.sliding_window); break;
+        case OPT_MTP_THETA: DBL_OPT("--mtp-rope-theta", 1, 1e12, o->load.wiring.rope_theta); break;
+        case OPT_IGNORE_EOS: o->gen.ignore_eos = true; break;
+        case OPT_CHAT: o->chat = true; break;
+        case OPT_TOKENS: o->tokens = optarg; break;
+        case OPT_LOGITS: o->logits_out = optarg; break;
+        case OPT_MTP_LOGITS: o->mtp_logits_out = optarg; break;
+        case OPT_JSON: o->json = true; break;
+        case OPT_PTOKENS: o->prompt_tokens = optarg; break;
+        case OPT_K: INT_OPT("--k", 1, NX_MAX_DRAFT, o->probe_k); break;
+        case OPT_MODES: o->modes = optarg; break;
+        case OPT_REPEAT: INT_OPT("--repeat", 1, 1000, o->repeat); break;
+        case OPT_QUIET: o->quiet = true; break;
+        case '?':
+        default:
+            if (optopt) BAD("option -%c needs a value or is unknown", optopt);
+            BAD("unknown option %s", argv[optind - 1]);
+        }
+    }
+    o->args = (const char **)(argv + optind);
+    o->n_args = argc - optind;
+    return 0;
+#undef BAD
+#undef INT_OPT
+#undef DBL_OPT
+}
+
+const char *cli_model_dir(const cli_opts *o) {
+    if (o->model) return o->model;
+    const char *env = getenv("NEXTN_MODEL");
+    if (env && *env) return env;
+    if (access(DEFAULT_MODEL "/config.json", R_OK) == 0) return DEFAULT_MODEL;
+    /* next to the binary: build/nextn → ../models */
+    static char path[PATH_MAX];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, sizeof path, "%s/../" DEFAULT_MODEL, exe);
+            if (access(path, R_OK) == 0) return path;
+        }
+    }
+    return DEFAULT_MODEL;
+}
+
+static void progress(void *user, double f) {
+    (void)user;
+    if (isatty(2)) fprintf(stderr, "\rloading %3.0f%%%s", f * 100.0, f >= 1.0 ? "\r              \r" : "");
+}
+
+nx_model *cli_load_model(const cli_opts *o) {
+    nx_load_params p = o->load;
+    p.progress = progress;
+    nx_model *m = NULL;
+    nx_error err = {0};
+    const char *dir = cli_model_dir(o);
+    if (nx_model_load(dir, &p, &m, &err) != NX_OK) {
+        fprintf(stderr, "nextn: cannot load model: %s\n", err.msg);
+        return NULL;
+    }
+    const nx_model_info *in = nx_model_get_info(m);
+    if (!o->quiet && !strncmp(in->mtp, "none (headless", 14))
+        fprintf(stderr, "nextn: %s ships no MTP weights; decoding without speculation\n", dir);
+    return m;
+}
+
+bool cli_parse_ids(const char *s, int32_t **ids, size_t *n, char *msg, size_t msg_len) {
+    size_t cap = 16, cnt = 0;
+    int32_t *a = malloc(cap * sizeof *a);
+    if (!a) return false;
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            snprintf(msg, msg_len, "token list: '%.20s' is not a token id", p);
+            free(a);
+            return false;
+        }
+        if (cnt == cap) {
+            int32_t *b = realloc(a, (cap *= 2) * sizeof *a);
+            if (!b) { free(a); return false; }
+            a = b;
+        }
+        a[cnt++] = (int32_t)v;
+        p = end;
+        if (*p && *p != ' ' && *p != ',' && *p != '\n' && *p != '\t') {
+            snprintf(msg, msg_len, "token list: unexpected '%c'", *p);
+            free(a);
+            return false;
+        }
+    }
+    *ids = a;
+    *n = cnt;
+    return true;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    size_t r;
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *b = realloc(buf, (cap *= 2) + 1);
+            if (!b) { free(buf); buf = NULL; break; }
+            buf = b;
+        }
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+bool cli_prompt_ids(const cli_opts *o, nx_model *m, int32_t **ids, size_t *n) {
+    char msg[256];
+    if (o->prompt_tokens) {
+        if (!cli_parse_ids(o->prompt_tokens, ids, n, msg, sizeof msg)) {
+            fprintf(stderr, "nextn: --prompt-tokens: %s\n", msg);
+            return false;
+        }
+        return true;
+    }
+    const nx_tokenizer *tok = nx_model_tokenizer(m);
+    if (!tok) {
+        fprintf(stderr, "nextn: this model ships no tokenizer.json; use --prompt-tokens\n");
+        return false;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (o->prompt_file) {
+        text = cli_read_file(o->prompt_file, &len);
+        if (!text) {
+            fprintf(stderr, "nextn: cannot read %s: %s\n", o->prompt_file, strerror(errno));
+            return false;
+        }
+    } else if (o->prompt) {
+        text = strdup(o->prompt);
+        len = strlen(text);
+    } else {
+        fprintf(stderr, "nextn: no prompt: give -p TEXT, -f FILE or --prompt-tokens IDS\n");
+        return false;
+    }
+    nx_error err = {0};
+    if (o->chat) {
+        const char *tmpl = nx_model_chat_template(m);
+        if (!tmpl) {
+            fprintf(stderr, "nextn: --chat: the model has no chat_template\n");
+            free(text);
+            return false;
+        }
+        json_t *msgs = json_pack("[{s:s, s:s%}]", "role", "user", "content", text, len);
+        char *rendered = NULL;
+        nx_status st = nx_chat_render(tmpl, msgs, NULL, true, NULL, "", "", &rendered, &err);
+        json_decref(msgs);
+        free(text);
+        if (st != NX_OK) {
+            fprintf(stderr, "nextn: chat template: %s\n", err.msg);
+            return false;
+        }
+        text = rendered;
+        len = strlen(text);
+    }
+    nx_status st = nx_tokenizer_encode(tok, text, len, true, ids, n, &err);
+    free(text);
+    if (st != NX_OK) {
+        fprintf(stderr, "nextn: tokenize: %s\n", err.msg);
+        return false;
+    }
+    return true;
+}
+
+static const char *usage_main =
+    "usage: nextn COMMAND [options]\n"
+    "\n"
+    "commands:\n"
+    "  run         generate text (MTP self-speculative decoding by default)\n"
+    "  serve       OpenAI-compatible HTTP server\n"
+    "  eval        write trunk and teacher-forced MTP logits of a token sequence as .npy\n"
+    "  probe       teacher-forced MTP acceptance ceiling over text files\n"
+    "  bench       AR vs MTP decoding speed on the same prompts\n"
+    "  tokenize    text -> token ids\n"
+    "  detokenize  token ids -> text\n"
+    "  inspect     describe a checkpoint: layout, dtypes, MTP head, parameters, memory\n"
+    "\n"
+    "`nextn COMMAND --help` describes each command. The default model is " DEFAULT_MODEL ".\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        fputs(usage_main, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } cmds[] = {
+        {"run", cli_run},         {"eval", cli_eval},   {"probe", cli_probe},
+        {"bench", cli_bench},     {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize},
+        {"inspect", cli_inspect}, {"serve", nx_cli_serve},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "nextn: unknown command '%s'\n\n%s", cmd, usage_main);
+    return 2;
+}

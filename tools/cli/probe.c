@@ -1,0 +1,85 @@
+/* `nextn probe`: the MTP head's teacher-forced acceptance ceiling over text files, per file and
+ * per chain position, so code and prose can be compared (mtp.md §6). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "decode/probe.h"
+
+static const char *usage =
+    "usage: nextn probe [-m DIR] [--k K] [--temp T [--top-k K --top-p P --min-p M]] [--ctx W] FILE...\n"
+    "\n"
+    "For every position of each file, feeds the MTP head the trunk hidden and the true next token\n"
+    "with its full context and reports how often its draft would be accepted:\n"
+    "  greedy vs trunk  the draft equals the trunk's own argmax (the live greedy loop's ceiling)\n"
+    "  greedy vs text   the draft equals the file's next-next token\n"
+    "  E[min(p,q)]      expected residual-rule acceptance at the given temperature\n"
+    "--k K probes chained drafts (positions 1..K, chained on the head's own hidden, true tokens).\n"
+    "--ctx W sets the window (default 512): longer files are probed in windows of W tokens.\n";
+
+static void print_result(const char *name, const nx_probe_result *r) {
+    printf("%s: %lld tokens\n", name, (long long)r->n_tokens);
+    for (int j = 0; j < r->k; j++) {
+        double n = r->n[j] > 0 ? (double)r->n[j] : 1.0;
+        printf("  position %d: n=%lld greedy vs trunk %.4f, greedy vs text %.4f", j + 1, (long long)r->n[j],
+               r->hit_trunk[j] / n, r->hit_text[j] / n);
+        if (r->sampled) printf(", E[min(p,q)] %.4f", r->overlap[j] / n);
+        printf("\n");
+    }
+}
+
+int cli_probe(int argc, char **argv) {
+    cli_opts o;
+    int rc = cli_parse("probe", usage, argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (o.n_args < 1) {
+        fprintf(stderr, "nextn probe: expected at least one FILE\n");
+        return 2;
+    }
+    nx_model *m = cli_load_model(&o);
+    if (!m) return 1;
+    const nx_tokenizer *tok = nx_model_tokenizer(m);
+    if (!tok) {
+        fprintf(stderr, "nextn probe: the model ships no tokenizer.json\n");
+        nx_model_free(m);
+        return 1;
+    }
+    int32_t window = o.n_ctx > 0 ? o.n_ctx : 512;
+    nx_probe_result total = {0};
+    rc = 0;
+    for (int i = 0; i < o.n_args; i++) {
+        size_t len = 0;
+        char *text = cli_read_file(o.args[i], &len);
+        if (!text) {
+            fprintf(stderr, "nextn probe: cannot read %s: %s\n", o.args[i], strerror(errno));
+            rc = 1;
+            continue;
+        }
+        int32_t *ids = NULL;
+        size_t n = 0;
+        nx_error err = {0};
+        nx_probe_result r = {0};
+        if (nx_tokenizer_encode(tok, text, len, false, &ids, &n, &err) != NX_OK ||
+            nx_probe_tokens(m, ids, n, o.probe_k, window, &o.gen.sampling, &r, &err) != NX_OK) {
+            fprintf(stderr, "nextn probe: %s: %s\n", o.args[i], err.msg);
+            rc = 1;
+        } else {
+            print_result(o.args[i], &r);
+            total.k = r.k;
+            total.sampled = r.sampled;
+            total.n_tokens += r.n_tokens;
+            for (int j = 0; j < r.k; j++) {
+                total.n[j] += r.n[j];
+                total.hit_text[j] += r.hit_text[j];
+                total.hit_trunk[j] += r.hit_trunk[j];
+                total.overlap[j] += r.overlap[j];
+            }
+        }
+        free(ids);
+        free(text);
+    }
+    if (o.n_args > 1 && total.k > 0) print_result("all files", &total);
+    nx_model_free(m);
+    return rc;
+}
