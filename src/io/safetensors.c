@@ -1,0 +1,577 @@
+/* safetensors reader/writer and the checkpoint-directory tensor store (mmap'd, read-only).
+ * Headers come from files we did not write, so every count, offset and size is range- and
+ * overflow-checked before a tensor pointer into the mapping is created. */
+#include "io/safetensors.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ================================================================ header parsing */
+
+static uint64_t read_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+void nx_safetensors_free_parsed(nx_tensor *tensors, size_t n) {
+    if (!tensors) return;
+    for (size_t i = 0; i < n; i++) free((char *)tensors[i].name);
+    free(tensors);
+}
+
+typedef struct span {
+    uint64_t begin, end;
+    size_t idx;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* Reads one non-negative JSON integer (shape dims and offsets). */
+static bool json_get_u64(const json_t *v, uint64_t *out) {
+    if (!json_is_integer(v)) return false;
+    json_int_t i = json_integer_value(v);
+    if (i < 0) return false;
+    *out = (uint64_t)i;
+    return true;
+}
+
+static nx_status parse_entry(const char *fname, const char *key, json_t *val, const uint8_t *data,
+                             uint64_t dlen, nx_tensor *t, span *sp, nx_error *err) {
+    if (!json_is_object(val))
+        return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: header entry is not an object", fname, key);
+    json_t *jd = json_object_get(val, "dtype");
+    json_t *js = json_object_get(val, "shape");
+    json_t *jo = json_object_get(val, "data_offsets");
+    if (!json_is_string(jd))
+        return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: missing or non-string \"dtype\"", fname, key);
+    int dt = nx_dtype_from_name(json_string_value(jd));
+    if (dt < 0)
+        return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: unknown dtype \"%.32s\"", fname, key,
+                       json_string_value(jd));
+    if (!json_is_array(js))
+        return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: missing or non-array \"shape\"", fname, key);
+    size_t nd = json_array_size(js);
+    if (nd > NX_ST_MAX_DIMS)
+        return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: %zu dimensions (at most %d supported)",
+                       fname, key, nd, NX_ST_MAX_DIMS);
+    memset(t, 0, sizeof *t);
+    t->dtype = (nx_dtype)dt;
+    t->n_dims = (int)nd;
+    uint64_t count = 1;
+    for (size_t i = 0; i < nd; i++) {
+        uint64_t d;
+        if (!json_get_u64(json_array_get(js, i), &d) || d > (uint64_t)INT64_MAX)
+            return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: shape[%zu] is not a non-negative integer",
+                           fname, key, i);
+        t->shape[i] = (int64_t)d;
+        if (__builtin_mul_overflow(count, d, &count))
+            return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: element count overflows", fname, key);
+    }
+    uint64_t nbytes;
+    if (__builtin_mul_overflow(count, (uint64_t)nx_dtype_size(t->dtype), &nbytes) ||
+        nbytes > (uint64_t)SIZE_MAX)
+        return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: byte size overflows", fname, key);
+    uint64_t b, e;
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_get_u64(json_array_get(jo, 0), &b) ||
+        !json_get_u64(json_array_get(jo, 1), &e))
+        return nx_fail(err, NX_E_FORMAT,
+                       "%s: tensor %s: \"data_offsets\" must be [begin, end] non-negative integers",
+                       fname, key);
+    if (b > e || e > dlen)
+        return nx_fail(err, NX_E_FORMAT,
+                       "%s: tensor %s: data_offsets [%llu, %llu] outside the %llu-byte data buffer",
+                       fname, key, (unsigned long long)b, (unsigned long long)e,
+                       (unsigned long long)dlen);
+    if (e - b != nbytes)
+        return nx_fail(err, NX_E_FORMAT,
+                       "%s: tensor %s: data_offsets span %llu bytes but shape x %s needs %llu", fname,
+                       key, (unsigned long long)(e - b), nx_dtype_name(t->dtype),
+                       (unsigned long long)nbytes);
+    t->data = data + b;
+    t->nbytes = (size_t)nbytes;
+    sp->begin = b;
+    sp->end = e;
+    return NX_OK;
+}
+
+static nx_status check_metadata(const char *fname, json_t *val, nx_error *err) {
+    if (!json_is_object(val))
+        return nx_fail(err, NX_E_FORMAT, "%s: __metadata__ is not an object", fname);
+    const char *k;
+    json_t *v;
+    json_object_foreach(val, k, v) {
+        if (!json_is_string(v))
+            return nx_fail(err, NX_E_FORMAT, "%s: __metadata__ value of \"%.64s\" is not a string",
+                           fname, k);
+    }
+    return NX_OK;
+}
+
+nx_status nx_safetensors_parse(const uint8_t *buf, size_t len, const char *filename,
+                               nx_tensor **out, size_t *n_out, nx_error *err) {
+    const char *fname = filename ? filename : "<buffer>";
+    *out = NULL;
+    *n_out = 0;
+    if (!buf || len < 8)
+        return nx_fail(err, NX_E_FORMAT, "%s: %zu bytes, too short for a safetensors header", fname,
+                       buf ? len : 0);
+    uint64_t hlen = read_le64(buf);
+    if (hlen > NX_ST_MAX_HEADER)
+        return nx_fail(err, NX_E_FORMAT, "%s: header length %llu exceeds the 100 MB limit", fname,
+                       (unsigned long long)hlen);
+    if (hlen > (uint64_t)len - 8)
+        return nx_fail(err, NX_E_FORMAT, "%s: header length %llu exceeds the file size %zu (truncated?)",
+                       fname, (unsigned long long)hlen, len);
+    const uint8_t *data = buf + 8 + hlen;
+    uint64_t dlen = (uint64_t)len - 8 - hlen;
+
+    nx_status st = NX_OK;
+    nx_tensor *ts = NULL;
+    span *spans = NULL;
+    size_t n = 0;
+    json_error_t je;
+    json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        st = nx_fail(err, NX_E_FORMAT, "%s: header is not valid JSON (%s at byte %d)", fname, je.text,
+                     je.position);
+        goto fail;
+    }
+    if (!json_is_object(root)) {
+        st = nx_fail(err, NX_E_FORMAT, "%s: header is not a JSON object", fname);
+        goto fail;
+    }
+    size_t cap = json_object_size(root);
+    ts = calloc(cap ? cap : 1, sizeof *ts);
+    spans = calloc(cap ? cap : 1, sizeof *spans);
+    if (!ts || !spans) {
+        st = nx_fail(err, NX_E_NOMEM, "%s: out of memory for %zu tensors", fname, cap);
+        goto fail;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if ((st = check_metadata(fname, val, err)) != NX_OK) goto fail;
+            continue;
+        }
+        if ((st = parse_entry(fname, key, val, data, dlen, &ts[n], &spans[n], err)) != NX_OK)
+            goto fail;
+        spans[n].idx = n;
+        ts[n].name = strdup(key);
+        if (!ts[n].name) {
+            st = nx_fail(err, NX_E_NOMEM, "%s: out of memory", fname);
+            goto fail;
+        }
+        n++;
+    }
+    /* Overlap check on non-empty tensors sorted by offset: aliasing tensors would let one
+     * "weight" silently be another, which no valid writer produces. */
+    qsort(spans, n, sizeof *spans, span_cmp);
+    uint64_t prev_end = 0;
+    size_t prev = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (spans[i].begin == spans[i].end) continue;
+        if (prev != SIZE_MAX && spans[i].begin < prev_end) {
+            st = nx_fail(err, NX_E_FORMAT, "%s: tensors %s and %s overlap in the data buffer", fname,
+                         ts[prev].name, ts[spans[i].idx].name);
+            goto fail;
+        }
+        prev_end = spans[i].end;
+        prev = spans[i].idx;
+    }
+    free(spans);
+    json_decref(root);
+    *out = ts;
+    *n_out = n;
+    return NX_OK;
+fail:
+    nx_safetensors_free_parsed(ts, n);
+    free(spans);
+    json_decref(root);
+    return st;
+}
+
+/* ================================================================ writer */
+
+nx_status nx_safetensors_write(const char *path, const nx_tensor *t, size_t n, int align,
+                               const char *metadata_json, nx_error *err) {
+    nx_status st = NX_OK;
+    json_t *root = json_object();
+    char *hdr = NULL;
+    FILE *f = NULL;
+    if (!root) return nx_fail(err, NX_E_NOMEM, "%s: out of memory", path);
+    if (metadata_json) {
+        json_error_t je;
+        json_t *md = json_loads(metadata_json, 0, &je);
+        if (!md || !json_is_object(md)) {
+            json_decref(md);
+            st = nx_fail(err, NX_E_ARG, "%s: metadata is not a JSON object", path);
+            goto fail;
+        }
+        json_object_set_new(root, "__metadata__", md);
+    }
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i].n_dims < 0 || t[i].n_dims > NX_ST_MAX_DIMS || (unsigned)t[i].dtype >= NX_DTYPE_COUNT) {
+            st = nx_fail(err, NX_E_ARG, "%s: tensor %s: bad dtype or rank", path, t[i].name);
+            goto fail;
+        }
+        uint64_t count = 1;
+        json_t *shape = json_array();
+        for (int d = 0; d < t[i].n_dims; d++) {
+            if (t[i].shape[d] < 0 || __builtin_mul_overflow(count, (uint64_t)t[i].shape[d], &count)) {
+                json_decref(shape);
+                st = nx_fail(err, NX_E_ARG, "%s: tensor %s: bad shape", path, t[i].name);
+                goto fail;
+            }
+            json_array_append_new(shape, json_integer(t[i].shape[d]));
+        }
+        if (count * nx_dtype_size(t[i].dtype) != t[i].nbytes) {
+            json_decref(shape);
+            st = nx_fail(err, NX_E_ARG, "%s: tensor %s: nbytes %zu does not match its shape", path,
+                         t[i].name, t[i].nbytes);
+            goto fail;
+        }
+        json_t *e = json_object();
+        json_object_set_new(e, "dtype", json_string(nx_dtype_name(t[i].dtype)));
+        json_object_set_new(e, "shape", shape);
+        json_object_set_new(e, "data_offsets",
+                            json_pack("[II]", (json_int_t)off, (json_int_t)(off + t[i].nbytes)));
+        if (json_object_set_new(root, t[i].name, e) != 0) {
+            st = nx_fail(err, NX_E_ARG, "%s: tensor %s: cannot add to header", path, t[i].name);
+            goto fail;
+        }
+        off += t[i].nbytes;
+    }
+    hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!hdr) {
+        st = nx_fail(err, NX_E_NOMEM, "%s: cannot serialize header", path);
+        goto fail;
+    }
+    size_t hlen = strlen(hdr);
+    size_t pad = 0;
+    if (align > 1) pad = (size_t)(align - (int)((8 + hlen) % (size_t)align)) % (size_t)align;
+    f = fopen(path, "wb");
+    if (!f) {
+        st = nx_fail(err, NX_E_IO, "%s: cannot create: %s", path, strerror(errno));
+        goto fail;
+    }
+    uint8_t lenb[8];
+    uint64_t total = hlen + pad;
+    for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)(total >> (8 * i));
+    bool ok = fwrite(lenb, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
+    for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = t[i].nbytes == 0 || fwrite(t[i].data, 1, t[i].nbytes, f) == t[i].nbytes;
+    if (fclose(f) != 0) ok = false;
+    f = NULL;
+    if (!ok) st = nx_fail(err, NX_E_IO, "%s: write failed: %s", path, strerror(errno));
+fail:
+    if (f) fclose(f);
+    free(hdr);
+    json_decref(root);
+    return st;
+}
+
+/* ================================================================ the store */
+
+typedef struct st_file {
+    char *name; /* base name */
+    uint8_t *map;
+    size_t size;
+    nx_tensor *tensors;
+    size_t n;
+} st_file;
+
+struct nx_store {
+    char *dir;
+    st_file *files;
+    int n_files;
+    const nx_tensor **all; /* iteration order */
+    size_t n_all;
+    const nx_tensor **table; /* open addressing, cap is a power of two */
+    size_t cap;
+    uint64_t mapped, tensor_bytes;
+};
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+void nx_store_free(nx_store *st) {
+    if (!st) return;
+    for (int i = 0; i < st->n_files; i++) {
+        st_file *f = &st->files[i];
+        nx_safetensors_free_parsed(f->tensors, f->n);
+        if (f->map) munmap(f->map, f->size);
+        free(f->name);
+    }
+    free(st->files);
+    free(st->all);
+    free(st->table);
+    free(st->dir);
+    free(st);
+}
+
+static bool name_is_model_st(const char *s) {
+    static const char suf[] = ".safetensors";
+    size_t n = strlen(s), ns = sizeof suf - 1;
+    return strncmp(s, "model", 5) == 0 && n > ns && strcmp(s + n - ns, suf) == 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A growable list of file base names. */
+typedef struct name_list {
+    char **v;
+    size_t n, cap;
+} name_list;
+
+static bool name_list_add(name_list *l, const char *s) {
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->v[i], s) == 0) return true;
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? 2 * l->cap : 16;
+        char **nv = realloc(l->v, nc * sizeof *nv);
+        if (!nv) return false;
+        l->v = nv;
+        l->cap = nc;
+    }
+    if (!(l->v[l->n] = strdup(s))) return false;
+    l->n++;
+    return true;
+}
+
+static void name_list_free(name_list *l) {
+    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+}
+
+static char *path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+static nx_status map_file(const char *path, st_file *f, nx_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nx_fail(err, NX_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return nx_fail(err, NX_E_IO, "%s: not a regular file", path);
+    }
+    if (sb.st_size < 8) {
+        close(fd);
+        return nx_fail(err, NX_E_FORMAT, "%s: %lld bytes, too short for a safetensors header", path,
+                       (long long)sb.st_size);
+    }
+    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return nx_fail(err, NX_E_IO, "%s: mmap failed: %s", path, strerror(errno));
+    f->map = m;
+    f->size = (size_t)sb.st_size;
+    return NX_OK;
+}
+
+/* Loads the index (kept for check_index) and adds every file its weight_map names. */
+static nx_status read_index(const char *path, json_t **root_out, name_list *files, nx_error *err) {
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return nx_fail(err, NX_E_FORMAT, "%s: not valid JSON (%s, line %d)", path, je.text, je.line);
+    json_t *wm = json_object_get(root, "weight_map");
+    if (!json_is_object(root) || !json_is_object(wm)) {
+        json_decref(root);
+        return nx_fail(err, NX_E_FORMAT, "%s: missing \"weight_map\" object", path);
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(wm, k, v) {
+        const char *fn = json_string_value(v);
+        if (!fn || !*fn || strchr(fn, '/') || strcmp(fn, ".") == 0 || strcmp(fn, "..") == 0) {
+            json_decref(root);
+            return nx_fail(err, NX_E_FORMAT, "%s: weight_map[\"%.200s\"] is not a file name in the directory",
+                           path, k);
+        }
+        if (!name_list_add(files, fn)) {
+            json_decref(root);
+            return nx_fail(err, NX_E_NOMEM, "out of memory");
+        }
+    }
+    *root_out = root;
+    return NX_OK;
+}
+
+static nx_status build_table(nx_store *st, nx_error *err) {
+    size_t total = 0;
+    for (int i = 0; i < st->n_files; i++) total += st->files[i].n;
+    size_t cap = 16;
+    while (cap < 2 * total) cap *= 2;
+    st->table = calloc(cap, sizeof *st->table);
+    st->all = calloc(total ? total : 1, sizeof *st->all);
+    if (!st->table || !st->all) return nx_fail(err, NX_E_NOMEM, "out of memory for %zu tensors", total);
+    st->cap = cap;
+    for (int i = 0; i < st->n_files; i++) {
+        st_file *f = &st->files[i];
+        for (size_t j = 0; j < f->n; j++) {
+            nx_tensor *t = &f->tensors[j];
+            t->file = i;
+            size_t h = (size_t)hash_str(t->name) & (cap - 1);
+            while (st->table[h]) {
+                if (strcmp(st->table[h]->name, t->name) == 0)
+                    return nx_fail(err, NX_E_FORMAT, "tensor %s is present in both %s and %s", t->name,
+                                   st->files[st->table[h]->file].name, f->name);
+                h = (h + 1) & (cap - 1);
+            }
+            st->table[h] = t;
+            st->all[st->n_all++] = t;
+            st->tensor_bytes += t->nbytes;
+        }
+    }
+    return NX_OK;
+}
+
+static nx_status check_index(const nx_store *st, const char *ipath, json_t *index, nx_error *err) {
+    json_t *wm = json_object_get(index, "weight_map");
+    const char *k;
+    json_t *v;
+    json_object_foreach(wm, k, v) {
+        const nx_tensor *t = nx_store_find(st, k);
+        const char *fn = json_string_value(v);
+        if (!t)
+            return nx_fail(err, NX_E_FORMAT, "%s: tensor %s is mapped to %s but that file does not hold it",
+                           ipath, k, fn);
+        if (strcmp(st->files[t->file].name, fn) != 0)
+            return nx_fail(err, NX_E_FORMAT, "%s: tensor %s is mapped to %s but is stored in %s", ipath,
+                           k, fn, st->files[t->file].name);
+    }
+    return NX_OK;
+}
+
+nx_status nx_store_open(const char *dir, nx_store **out, nx_error *err) {
+    *out = NULL;
+    nx_status st = NX_OK;
+    name_list files = {0};
+    json_t *index = NULL;
+    char *ipath = NULL;
+    nx_store *s = calloc(1, sizeof *s);
+    if (!s || !(s->dir = strdup(dir))) {
+        st = nx_fail(err, NX_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        st = nx_fail(err, NX_E_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+        goto fail;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (name_is_model_st(de->d_name) && !name_list_add(&files, de->d_name)) {
+            closedir(d);
+            st = nx_fail(err, NX_E_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    closedir(d);
+    if (!(ipath = path_join(dir, "model.safetensors.index.json"))) {
+        st = nx_fail(err, NX_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (access(ipath, F_OK) == 0 && (st = read_index(ipath, &index, &files, err)) != NX_OK) goto fail;
+    if (files.n == 0) {
+        st = nx_fail(err, NX_E_IO, "%s: no model*.safetensors files", dir);
+        goto fail;
+    }
+    if (files.n > (size_t)INT32_MAX) {
+        st = nx_fail(err, NX_E_FORMAT, "%s: too many files", dir);
+        goto fail;
+    }
+    qsort(files.v, files.n, sizeof *files.v, cmp_str);
+    if (!(s->files = calloc(files.n, sizeof *s->files))) {
+        st = nx_fail(err, NX_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < files.n; i++) {
+        st_file *f = &s->files[s->n_files++];
+        f->name = files.v[i];
+        files.v[i] = NULL;
+        char *p = path_join(dir, f->name);
+        if (!p) {
+            st = nx_fail(err, NX_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        st = map_file(p, f, err);
+        if (st == NX_OK) st = nx_safetensors_parse(f->map, f->size, p, &f->tensors, &f->n, err);
+        free(p);
+        if (st != NX_OK) goto fail;
+        s->mapped += f->size;
+    }
+    if ((st = build_table(s, err)) != NX_OK) goto fail;
+    if (index && (st = check_index(s, ipath, index, err)) != NX_OK) goto fail;
+    name_list_free(&files);
+    json_decref(index);
+    free(ipath);
+    *out = s;
+    return NX_OK;
+fail:
+    name_list_free(&files);
+    json_decref(index);
+    free(ipath);
+    nx_store_free(s);
+    return st;
+}
+
+const nx_tensor *nx_store_find(const nx_store *st, const char *name) {
+    if (!st || !name || !st->cap) return NULL;
+    size_t h = (size_t)hash_str(name) & (st->cap - 1);
+    while (st->table[h]) {
+        if (strcmp(st->table[h]->name, name) == 0) return st->table[h];
+        h = (h + 1) & (st->cap - 1);
+    }
+    return NULL;
+}
+
+size_t nx_store_count(const nx_store *st) { return st ? st->n_all : 0; }
+
+const nx_tensor *nx_store_tensor(const nx_store *st, size_t i) {
+    return st && i < st->n_all ? st->all[i] : NULL;
+}
+
+int nx_store_n_files(const nx_store *st) { return st ? st->n_files : 0; }
+
+const char *nx_store_file_name(const nx_store *st, int file) {
+    return st && file >= 0 && file < st->n_files ? st->files[file].name : NULL;
+}
+
+const char *nx_store_file_of(const nx_store *st, const nx_tensor *t) {
+    return t ? nx_store_file_name(st, t->file) : NULL;
+}
+
+const char *nx_store_dir(const nx_store *st) { return st ? st->dir : NULL; }
+
+uint64_t nx_store_mapped_bytes(const nx_store *st) { return st ? st->mapped : 0; }
+
+uint64_t nx_store_tensor_bytes(const nx_store *st) { return st ? st->tensor_bytes : 0; }

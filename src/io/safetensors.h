@@ -1,0 +1,79 @@
+/* safetensors checkpoints as a read-only tensor store: every file is mmap'd, every header is
+ * treated as hostile and validated before a single tensor pointer is handed out, and tensors
+ * from all files of a directory (single file, sharded with an index, MLX sidecars) are found
+ * by name through one hash table. Tensor data is a view into the mapping, possibly unaligned. */
+#ifndef NX_IO_SAFETENSORS_H
+#define NX_IO_SAFETENSORS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+#define NX_ST_MAX_DIMS 8
+#define NX_ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* bytes, as the reference reader */
+
+typedef struct nx_tensor {
+    const char *name;
+    nx_dtype dtype;
+    int n_dims;
+    int64_t shape[NX_ST_MAX_DIMS];
+    const uint8_t *data; /* into the file mapping; may be unaligned */
+    size_t nbytes;       /* == prod(shape) * nx_dtype_size(dtype) */
+    int file;            /* index of the file it came from (nx_store_file_name) */
+} nx_tensor;
+
+/* ---------------------------------------------------------------- one file in memory */
+
+/* Parses and validates one safetensors image buf[0..len) (a whole file). On success *out is a
+ * malloc'd array of *n_out tensors whose data points into buf and whose names are owned by
+ * the array (free it with nx_safetensors_free_parsed); `file` fields are 0. `filename` only
+ * labels error messages. Checks: header length <= 100 MB and <= len - 8, a JSON object, every
+ * entry with a known dtype, <= 8 non-negative dims, overflow-checked sizes, data_offsets
+ * inside the data buffer and equal to the tensor's size, no overlapping tensors, and a
+ * string-to-string __metadata__. Unaligned offsets are accepted (MLX does not pad). */
+nx_status nx_safetensors_parse(const uint8_t *buf, size_t len, const char *filename,
+                               nx_tensor **out, size_t *n_out, nx_error *err);
+void nx_safetensors_free_parsed(nx_tensor *tensors, size_t n);
+
+/* Writes a safetensors file of n tensors (data taken from t[i].data, t[i].nbytes bytes which
+ * must equal prod(shape)·sizeof(dtype)), in array order. align = 8 pads the header with spaces
+ * as Hugging Face's writer does; align <= 1 writes it unpadded as MLX does. metadata_json, if
+ * non-NULL, is a JSON object text stored as "__metadata__" (e.g. {"format":"mlx"}). */
+nx_status nx_safetensors_write(const char *path, const nx_tensor *t, size_t n, int align,
+                               const char *metadata_json, nx_error *err);
+
+/* ---------------------------------------------------------------- a checkpoint directory */
+
+typedef struct nx_store nx_store;
+
+/* Opens a checkpoint directory: the union of every file named in model.safetensors.index.json
+ * (whose weight_map is verified: each tensor must exist in the file it names) and every
+ * model*.safetensors file in the directory, so sidecars such as model-mtp.safetensors are
+ * picked up even when the index does not list them. A tensor name present in two files is an
+ * error naming both. */
+nx_status nx_store_open(const char *dir, nx_store **out, nx_error *err);
+void nx_store_free(nx_store *st);
+
+/* The tensor called `name`, or NULL. Owned by the store. */
+const nx_tensor *nx_store_find(const nx_store *st, const char *name);
+
+/* Iteration over every tensor: i in [0, nx_store_count), in file order then header order. */
+size_t nx_store_count(const nx_store *st);
+const nx_tensor *nx_store_tensor(const nx_store *st, size_t i);
+
+/* The files of the store (base names, e.g. "model-00001-of-00002.safetensors"). */
+int nx_store_n_files(const nx_store *st);
+const char *nx_store_file_name(const nx_store *st, int file);
+/* Base name of the file a tensor came from. */
+const char *nx_store_file_of(const nx_store *st, const nx_tensor *t);
+/* The directory the store was opened from. */
+const char *nx_store_dir(const nx_store *st);
+
+/* Total bytes mapped (all files, headers included) and total tensor bytes. */
+uint64_t nx_store_mapped_bytes(const nx_store *st);
+uint64_t nx_store_tensor_bytes(const nx_store *st);
+
+#endif
