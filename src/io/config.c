@@ -1,0 +1,473 @@
+/* hy_v3 config.json parsing and validation (spec hy_v3.md §1, §6.4). Exporters disagree on
+ * field names (expert_hidden_dim vs moe_intermediate_size, rope_parameters vs rope_theta, ...),
+ * so each field is looked up under all its known aliases; the first present one wins and two
+ * present aliases must agree. */
+#include "io/config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct parser {
+    json_t *root;
+    const char *name; /* file name for messages */
+    nx_error *err;
+} parser;
+
+/* The first alias present and not null, or NULL; *which gets its name. */
+static json_t *find_alias(json_t *obj, const char *const *names, const char **which) {
+    for (; *names; names++) {
+        json_t *v = json_object_get(obj, *names);
+        if (v && !json_is_null(v)) {
+            *which = *names;
+            return v;
+        }
+    }
+    *which = NULL;
+    return NULL;
+}
+
+/* Integer field under any alias. Absent: *out = def, or an error if required. All present
+ * aliases must hold the same value (a config with two different expert widths is corrupt). */
+static nx_status get_int(parser *p, const char *const *names, bool required, int64_t def,
+                         int64_t lo, int64_t hi, int64_t *out) {
+    const char *which = NULL;
+    bool found = false;
+    for (const char *const *n = names; *n; n++) {
+        json_t *v = json_object_get(p->root, *n);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_integer(v))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be an integer", p->name, *n);
+        int64_t x = json_integer_value(v);
+        if (x < lo || x > hi)
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" = %lld is out of range [%lld, %lld]",
+                           p->name, *n, (long long)x, (long long)lo, (long long)hi);
+        if (found && x != *out)
+            return nx_fail(p->err, NX_E_CONFIG, "%s: fields \"%s\" and \"%s\" disagree (%lld vs %lld)",
+                           p->name, which, *n, (long long)*out, (long long)x);
+        *out = x;
+        which = *n;
+        found = true;
+    }
+    if (found) return NX_OK;
+    if (required) return nx_fail(p->err, NX_E_CONFIG, "%s: missing field \"%s\"", p->name, names[0]);
+    *out = def;
+    return NX_OK;
+}
+
+static nx_status check_real(parser *p, const char *field, json_t *v, double *out) {
+    if (!json_is_number(v))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be a number", p->name, field);
+    *out = json_number_value(v);
+    if (!isfinite(*out))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" is not finite", p->name, field);
+    return NX_OK;
+}
+
+static nx_status get_real(parser *p, const char *const *names, double def, double *out) {
+    const char *which;
+    json_t *v = find_alias(p->root, names, &which);
+    if (!v) {
+        *out = def;
+        return NX_OK;
+    }
+    return check_real(p, which, v, out);
+}
+
+static nx_status get_bool(parser *p, const char *const *names, bool def, bool *out) {
+    const char *which;
+    json_t *v = find_alias(p->root, names, &which);
+    if (!v) {
+        *out = def;
+        return NX_OK;
+    }
+    if (!json_is_boolean(v))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be true or false", p->name, which);
+    *out = json_is_true(v);
+    return NX_OK;
+}
+
+/* Token ids: an integer, null/absent (-1), or for eos a list. */
+static nx_status get_token_ids(parser *p, const char *field, int32_t *ids, int32_t max,
+                               int32_t *n) {
+    json_t *v = json_object_get(p->root, field);
+    *n = 0;
+    if (!v || json_is_null(v)) return NX_OK;
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        if (x > INT32_MAX)
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" is out of range", p->name, field);
+        if (x >= 0) ids[(*n)++] = (int32_t)x;
+        return NX_OK;
+    }
+    if (!json_is_array(v) || max <= 1)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be an integer%s", p->name, field,
+                       max > 1 ? " or a list of integers" : "");
+    if (json_array_size(v) > (size_t)max)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" lists %zu ids (at most %d supported)",
+                       p->name, field, json_array_size(v), (int)max);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX)
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\"[%zu] must be a non-negative integer",
+                           p->name, field, i);
+        ids[(*n)++] = (int32_t)json_integer_value(e);
+    }
+    return NX_OK;
+}
+
+static bool bits_ok(int64_t b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
+static bool group_ok(int64_t g) { return g == 32 || g == 64 || g == 128; }
+
+/* Reads bits/group_size/mode of a quantization dict (the global block or one override);
+ * absent values keep *bits / *group as given. */
+static nx_status read_quant_params(parser *p, const char *where, json_t *obj, int *bits, int *group) {
+    json_t *m = json_object_get(obj, "mode");
+    if (m && !json_is_null(m)) {
+        if (!json_is_string(m))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.mode\" must be a string", p->name, where);
+        if (strcmp(json_string_value(m), "affine") != 0)
+            return nx_fail(p->err, NX_E_UNSUPPORTED,
+                           "%s: quantization mode \"%.32s\" (%s) is not supported (only \"affine\")",
+                           p->name, json_string_value(m), where);
+    }
+    json_t *b = json_object_get(obj, "bits");
+    if (b && !json_is_null(b)) {
+        if (!json_is_integer(b))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.bits\" must be an integer", p->name, where);
+        if (!bits_ok(json_integer_value(b)))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.bits\" = %lld (supported: 2,3,4,5,6,8)",
+                           p->name, where, (long long)json_integer_value(b));
+        *bits = (int)json_integer_value(b);
+    }
+    json_t *g = json_object_get(obj, "group_size");
+    if (g && !json_is_null(g)) {
+        if (!json_is_integer(g))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.group_size\" must be an integer", p->name,
+                           where);
+        if (!group_ok(json_integer_value(g)))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.group_size\" = %lld (supported: 32,64,128)",
+                           p->name, where, (long long)json_integer_value(g));
+        *group = (int)json_integer_value(g);
+    }
+    return NX_OK;
+}
+
+static bool is_global_quant_key(const char *k) {
+    return strcmp(k, "bits") == 0 || strcmp(k, "group_size") == 0 || strcmp(k, "mode") == 0 ||
+           strcmp(k, "quant_method") == 0;
+}
+
+static nx_status parse_quant(parser *p, nx_config *cfg) {
+    const char *where = "quantization";
+    json_t *q = json_object_get(p->root, where);
+    if (!q || json_is_null(q)) {
+        where = "quantization_config";
+        q = json_object_get(p->root, where);
+    }
+    if (!q || json_is_null(q)) return NX_OK;
+    if (!json_is_object(q))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be an object", p->name, where);
+    json_t *qm = json_object_get(q, "quant_method");
+    if (qm && !json_is_null(qm)) {
+        if (!json_is_string(qm))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.quant_method\" must be a string", p->name,
+                           where);
+        const char *m = json_string_value(qm);
+        if (strcmp(m, "mlx") != 0 && strcmp(m, "affine") != 0)
+            return nx_fail(p->err, NX_E_UNSUPPORTED,
+                           "%s: %s.quant_method \"%.32s\" is not supported (only MLX affine)", p->name,
+                           where, m);
+    }
+    int bits = 0, group = 0;
+    nx_status st = read_quant_params(p, where, q, &bits, &group);
+    if (st != NX_OK) return st;
+    if (!bits || !group)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.%s\" is missing", p->name, where,
+                       bits ? "group_size" : "bits");
+    cfg->quant_bits = bits;
+    cfg->quant_group = group;
+
+    size_t n = 0, cap = json_object_size(q);
+    if (cap == 0) return NX_OK;
+    cfg->quant_overrides = calloc(cap, sizeof *cfg->quant_overrides);
+    if (!cfg->quant_overrides) return nx_fail(p->err, NX_E_NOMEM, "out of memory");
+    const char *k;
+    json_t *v;
+    json_object_foreach(q, k, v) {
+        if (is_global_quant_key(k)) continue;
+        /* Per-module overrides are dicts or `false`; mlx-lm's class_predicate also treats
+         * `true` as "the global parameters". Other scalars are foreign keys we ignore. */
+        if (!json_is_object(v) && !json_is_boolean(v)) continue;
+        nx_quant_override *o = &cfg->quant_overrides[n];
+        if (!(o->path = strdup(k))) return nx_fail(p->err, NX_E_NOMEM, "out of memory");
+        cfg->n_quant_overrides = (int32_t)++n;
+        o->bits = json_is_false(v) ? 0 : bits;
+        o->group = json_is_false(v) ? 0 : group;
+        if (json_is_object(v)) {
+            char w[300];
+            snprintf(w, sizeof w, "%s.%.200s", where, k);
+            if ((st = read_quant_params(p, w, v, &o->bits, &o->group)) != NX_OK) return st;
+        }
+    }
+    return NX_OK;
+}
+
+/* HF's optional mlp_layer_types: ["dense", ..., "sparse", ...]; dense layers must come first. */
+static nx_status parse_layer_types(parser *p, int64_t n_layers, int64_t *n_dense, bool *present) {
+    json_t *v = json_object_get(p->root, "mlp_layer_types");
+    *present = false;
+    if (!v || json_is_null(v)) return NX_OK;
+    if (!json_is_array(v))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"mlp_layer_types\" must be a list", p->name);
+    if ((int64_t)json_array_size(v) != n_layers)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"mlp_layer_types\" has %zu entries, expected %lld",
+                       p->name, json_array_size(v), (long long)n_layers);
+    int64_t nd = 0;
+    bool seen_sparse = false;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        const char *s = json_string_value(e);
+        bool dense = s && strcmp(s, "dense") == 0, sparse = s && strcmp(s, "sparse") == 0;
+        if (!dense && !sparse)
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"mlp_layer_types\"[%zu] must be \"dense\" or \"sparse\"",
+                           p->name, i);
+        if (dense && seen_sparse)
+            return nx_fail(p->err, NX_E_UNSUPPORTED,
+                           "%s: mlp_layer_types: dense layer %zu after a sparse one is not supported",
+                           p->name, i);
+        seen_sparse |= sparse;
+        nd += dense;
+    }
+    *n_dense = nd;
+    *present = true;
+    return NX_OK;
+}
+
+static nx_status parse_rope(parser *p, double *theta) {
+    json_t *rp = json_object_get(p->root, "rope_parameters");
+    json_t *src = NULL;
+    const char *field = NULL;
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_object(rp))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"rope_parameters\" must be an object", p->name);
+        json_t *rt = json_object_get(rp, "rope_type");
+        if (rt && !json_is_null(rt)) {
+            if (!json_is_string(rt))
+                return nx_fail(p->err, NX_E_CONFIG, "%s: field \"rope_parameters.rope_type\" must be a string",
+                               p->name);
+            if (strcmp(json_string_value(rt), "default") != 0)
+                return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: rope_type \"%.32s\" is not supported",
+                               p->name, json_string_value(rt));
+        }
+        src = json_object_get(rp, "rope_theta");
+        field = "rope_parameters.rope_theta";
+    }
+    if (!src || json_is_null(src)) {
+        src = json_object_get(p->root, "rope_theta");
+        field = "rope_theta";
+    }
+    json_t *rs = json_object_get(p->root, "rope_scaling");
+    if (rs && !json_is_null(rs)) {
+        json_t *t = json_is_object(rs) ? json_object_get(rs, "rope_type") : NULL;
+        if (!t) t = json_is_object(rs) ? json_object_get(rs, "type") : NULL;
+        if (!json_is_string(t) || strcmp(json_string_value(t), "default") != 0)
+            return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: rope_scaling is not supported", p->name);
+    }
+    if (!src || json_is_null(src)) {
+        *theta = 11158840.0; /* the Hy3 default of HF and vLLM */
+        return NX_OK;
+    }
+    nx_status st = check_real(p, field, src, theta);
+    if (st == NX_OK && !(*theta > 0))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be positive", p->name, field);
+    return st;
+}
+
+#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static nx_status parse_root(parser *p, nx_config *cfg) {
+    nx_status st;
+    json_t *root = p->root;
+    if (!json_is_object(root))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: not a JSON object", p->name);
+
+    json_t *mt = json_object_get(root, "model_type");
+    if (!mt) return nx_fail(p->err, NX_E_CONFIG, "%s: missing field \"model_type\"", p->name);
+    if (!json_is_string(mt))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"model_type\" must be a string", p->name);
+    if (strcmp(json_string_value(mt), "hy_v3") != 0)
+        return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (only hy_v3)",
+                       p->name, json_string_value(mt));
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", json_string_value(mt));
+
+    json_t *act = json_object_get(root, "hidden_act");
+    if (act && !json_is_null(act)) {
+        if (!json_is_string(act))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"hidden_act\" must be a string", p->name);
+        if (strcmp(json_string_value(act), "silu") != 0)
+            return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: hidden_act \"%.32s\" is not supported (only silu)",
+                           p->name, json_string_value(act));
+    }
+
+    const int64_t I32 = INT32_MAX;
+    int64_t vocab, hidden, layers, heads, kv, head_dim, inter = 0, edim = 0, nexp = 0, topk = 0;
+    int64_t nshared, kdense, nextn, maxpos;
+    if ((st = get_int(p, NAMES("vocab_size"), true, 0, 1, I32, &vocab)) ||
+        (st = get_int(p, NAMES("hidden_size"), true, 0, 1, I32, &hidden)) ||
+        (st = get_int(p, NAMES("num_hidden_layers"), true, 0, 1, I32, &layers)) ||
+        (st = get_int(p, NAMES("num_attention_heads"), true, 0, 1, I32, &heads)) ||
+        (st = get_int(p, NAMES("num_key_value_heads"), false, heads, 1, I32, &kv)) ||
+        (st = get_int(p, NAMES("head_dim"), false, 0, 1, I32, &head_dim)) ||
+        (st = get_int(p, NAMES("first_k_dense_replace"), false, -1, 0, I32, &kdense)) ||
+        (st = get_int(p, NAMES("num_shared_experts"), false, 1, 0, 64, &nshared)) ||
+        (st = get_int(p, NAMES("num_nextn_predict_layers"), false, 0, 0, 64, &nextn)) ||
+        (st = get_int(p, NAMES("max_position_embeddings"), false, 131072, 1, INT64_MAX, &maxpos)))
+        return st;
+    if (head_dim == 0) {
+        if (hidden % heads != 0)
+            return nx_fail(p->err, NX_E_CONFIG,
+                           "%s: field \"head_dim\" is absent and hidden_size %lld is not a multiple of "
+                           "num_attention_heads %lld", p->name, (long long)hidden, (long long)heads);
+        head_dim = hidden / heads;
+    }
+    int64_t lt_dense;
+    bool lt_present;
+    if ((st = parse_layer_types(p, layers, &lt_dense, &lt_present))) return st;
+    if (lt_present && kdense >= 0 && kdense != lt_dense)
+        return nx_fail(p->err, NX_E_CONFIG,
+                       "%s: first_k_dense_replace = %lld but mlp_layer_types has %lld dense layers",
+                       p->name, (long long)kdense, (long long)lt_dense);
+    if (kdense < 0) kdense = lt_present ? lt_dense : 1;
+    if (kdense > layers)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: first_k_dense_replace = %lld exceeds num_hidden_layers = %lld",
+                       p->name, (long long)kdense, (long long)layers);
+    bool any_dense = kdense > 0;
+    bool any_moe = kdense < layers || nextn > 0;
+    if ((st = get_int(p, NAMES("intermediate_size"), any_dense, 0, 1, I32, &inter)) ||
+        (st = get_int(p, NAMES("expert_hidden_dim", "moe_intermediate_size"), any_moe, 0, 1, I32, &edim)) ||
+        (st = get_int(p, NAMES("num_experts", "num_local_experts"), any_moe, 0, 1, I32, &nexp)) ||
+        (st = get_int(p, NAMES("num_experts_per_tok"), any_moe, 0, 1, I32, &topk)))
+        return st;
+    if (heads % kv != 0)
+        return nx_fail(p->err, NX_E_CONFIG,
+                       "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld",
+                       p->name, (long long)heads, (long long)kv);
+    if (topk > nexp)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: num_experts_per_tok %lld exceeds num_experts %lld",
+                       p->name, (long long)topk, (long long)nexp);
+    /* widths the forward pass multiplies out must stay in int32 */
+    if (heads * head_dim > I32 || edim * nshared > I32 || 2 * hidden > I32)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: layer widths overflow (heads x head_dim or experts)",
+                       p->name);
+
+    double eps, scaling, theta;
+    bool route_norm, qk_norm, tie;
+    if ((st = get_real(p, NAMES("rms_norm_eps"), 1e-5, &eps)) ||
+        (st = get_real(p, NAMES("router_scaling_factor", "routed_scaling_factor"), 1.0, &scaling)) ||
+        (st = get_bool(p, NAMES("route_norm", "norm_topk_prob"), true, &route_norm)) ||
+        (st = get_bool(p, NAMES("qk_norm"), true, &qk_norm)) ||
+        (st = get_bool(p, NAMES("tie_word_embeddings"), false, &tie)) || (st = parse_rope(p, &theta)))
+        return st;
+    if (!(eps > 0 && eps < 1))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"rms_norm_eps\" = %g is out of range (0, 1)", p->name,
+                       eps);
+    if (!(scaling > 0) || scaling > 1e6)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"router_scaling_factor\" = %g must be positive",
+                       p->name, scaling);
+
+    cfg->vocab_size = (int32_t)vocab;
+    cfg->hidden_size = (int32_t)hidden;
+    cfg->n_layers = (int32_t)layers;
+    cfg->n_heads = (int32_t)heads;
+    cfg->n_kv_heads = (int32_t)kv;
+    cfg->head_dim = (int32_t)head_dim;
+    cfg->intermediate_size = (int32_t)inter;
+    cfg->expert_dim = (int32_t)edim;
+    cfg->n_experts = (int32_t)nexp;
+    cfg->top_k = (int32_t)topk;
+    cfg->n_shared_experts = (int32_t)nshared;
+    cfg->first_k_dense = (int32_t)kdense;
+    cfg->route_norm = route_norm;
+    cfg->router_scaling = (float)scaling;
+    cfg->rms_eps = (float)eps;
+    cfg->rope_theta = theta;
+    cfg->max_positions = maxpos;
+    cfg->qk_norm = qk_norm;
+    cfg->tie_embeddings = tie;
+    cfg->n_nextn_layers = (int32_t)nextn;
+
+    int32_t one[1], n1;
+    cfg->bos_id = cfg->pad_id = -1;
+    if ((st = get_token_ids(p, "bos_token_id", one, 1, &n1))) return st;
+    if (n1) cfg->bos_id = one[0];
+    if ((st = get_token_ids(p, "pad_token_id", one, 1, &n1))) return st;
+    if (n1) cfg->pad_id = one[0];
+    if ((st = get_token_ids(p, "eos_token_id", cfg->eos_ids, NX_MAX_EOS, &cfg->n_eos))) return st;
+
+    return parse_quant(p, cfg);
+}
+
+void nx_config_free(nx_config *cfg) {
+    if (!cfg) return;
+    for (int32_t i = 0; i < cfg->n_quant_overrides; i++) free(cfg->quant_overrides[i].path);
+    free(cfg->quant_overrides);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+static nx_status parse_json(json_t *root, const char *name, nx_config *cfg, nx_error *err) {
+    parser p = {root, name, err};
+    nx_status st = parse_root(&p, cfg);
+    if (st != NX_OK) nx_config_free(cfg);
+    return st;
+}
+
+nx_status nx_config_parse(const char *json, size_t len, const char *name, nx_config *cfg,
+                          nx_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    if (!name) name = "config.json";
+    json_error_t je;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return nx_fail(err, NX_E_CONFIG, "%s: not valid JSON (%s, line %d)", name, je.text, je.line);
+    nx_status st = parse_json(root, name, cfg, err);
+    json_decref(root);
+    return st;
+}
+
+nx_status nx_config_load(const char *path, nx_config *cfg, nx_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        /* jansson reports a missing file as a parse error; tell the two apart */
+        FILE *f = fopen(path, "rb");
+        if (!f) return nx_fail(err, NX_E_IO, "%s: cannot open", path);
+        fclose(f);
+        return nx_fail(err, NX_E_CONFIG, "%s: not valid JSON (%s, line %d)", path, je.text, je.line);
+    }
+    nx_status st = parse_json(root, path, cfg, err);
+    json_decref(root);
+    return st;
+}
+
+bool nx_config_quant_for(const nx_config *cfg, const char *path, int *bits, int *group) {
+    if (!cfg || cfg->quant_bits == 0) {
+        *bits = *group = 0;
+        return false;
+    }
+    for (int32_t i = 0; i < cfg->n_quant_overrides; i++) {
+        if (strcmp(cfg->quant_overrides[i].path, path) == 0) {
+            *bits = cfg->quant_overrides[i].bits;
+            *group = cfg->quant_overrides[i].group;
+            return true;
+        }
+    }
+    *bits = cfg->quant_bits;
+    *group = cfg->quant_group;
+    return true;
+}

@@ -1,0 +1,391 @@
+/* config.json tests: the real Hy3 config, every alias exporters use, defaults, the MLX
+ * quantization block with overrides, and rejection of wrong types, missing fields and
+ * impossible values with a message naming the field. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_builder.h"
+#include "io/config.h"
+
+/* The published Hy3 config.json (hy_v3.md §1.1). */
+static const char *hy3_config =
+    "{\"architectures\":[\"HYV3ForCausalLM\"],\"model_type\":\"hy_v3\",\"vocab_size\":120832,"
+    "\"hidden_size\":4096,\"num_hidden_layers\":80,\"num_attention_heads\":64,"
+    "\"num_key_value_heads\":8,\"head_dim\":128,\"hidden_act\":\"silu\",\"intermediate_size\":13312,"
+    "\"expert_hidden_dim\":1536,\"moe_intermediate_size\":1536,\"num_experts\":192,"
+    "\"num_experts_per_tok\":8,\"num_shared_experts\":1,\"first_k_dense_replace\":1,"
+    "\"moe_router_use_sigmoid\":true,\"moe_router_enable_expert_bias\":true,\"route_norm\":true,"
+    "\"router_scaling_factor\":2.826,\"rms_norm_eps\":1e-05,"
+    "\"rope_parameters\":{\"rope_theta\":11158840.0,\"rope_type\":\"default\"},"
+    "\"max_position_embeddings\":262144,\"qk_norm\":true,\"tie_word_embeddings\":false,"
+    "\"num_nextn_predict_layers\":1,\"enable_lm_head_fp32\":true,\"enable_moe_fp32_combine\":false,"
+    "\"bos_token_id\":120000,\"pad_token_id\":120002,\"sep_token_id\":120007,\"eos_token_id\":120025,"
+    "\"eod_token_id\":120026,\"torch_dtype\":\"bfloat16\"}";
+
+static nx_status parse(const char *json, nx_config *c, nx_error *e) {
+    memset(e, 0, sizeof *e);
+    return nx_config_parse(json, strlen(json), "config.json", c, e);
+}
+
+/* The Hy3 config with top-level key remove_key dropped and the pairs `add` inserted first.
+ * Duplicate keys are rejected, so replacing a value means removing the key and adding it. */
+static char *with(const char *remove_key, const char *add) {
+    char *s = malloc(strlen(hy3_config) + (add ? strlen(add) : 0) + 8);
+    const char *src = hy3_config;
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\":", remove_key ? remove_key : "\x01");
+    const char *k = remove_key ? strstr(src, pat) : NULL;
+    size_t o = 0;
+    s[o++] = '{';
+    if (add && *add) {
+        strcpy(s + o, add);
+        o += strlen(add);
+        s[o++] = ',';
+    }
+    const char *body = src + 1;
+    if (k) {
+        /* skip the value: up to the next ',' or '}' at nesting depth 0 */
+        const char *v = k + strlen(pat);
+        int depth = 0;
+        while (*v && !(depth == 0 && (*v == ',' || *v == '}'))) {
+            if (*v == '{' || *v == '[') depth++;
+            if (*v == '}' || *v == ']') depth--;
+            v++;
+        }
+        if (*v == ',') v++;
+        memcpy(s + o, body, (size_t)(k - body));
+        o += (size_t)(k - body);
+        strcpy(s + o, v);
+        o += strlen(v);
+    } else {
+        strcpy(s + o, body);
+        o += strlen(body);
+    }
+    s[o] = 0;
+    /* a removal at the end leaves ",}" */
+    char *bad = strstr(s, ",}");
+    if (bad) memmove(bad, bad + 1, strlen(bad + 1) + 1);
+    return s;
+}
+
+static void expect_err(const char *remove_key, const char *add, nx_status want, const char *field) {
+    char *j = with(remove_key, add);
+    nx_config c;
+    nx_error e;
+    nx_status st = parse(j, &c, &e);
+    if (st != want || (field && !strstr(e.msg, field))) {
+        print_error("config (-%s +%s): status %d (want %d), message \"%s\" (want \"%s\")\n",
+                    remove_key ? remove_key : "", add ? add : "", st, want, e.msg, field ? field : "");
+        fail();
+    }
+    assert_int_equal(c.n_quant_overrides, 0); /* zeroed on failure */
+    assert_null(c.quant_overrides);
+    free(j);
+}
+
+static void test_hy3(void **state) {
+    (void)state;
+    nx_config c;
+    nx_error e;
+    assert_int_equal(parse(hy3_config, &c, &e), NX_OK);
+    assert_string_equal(c.model_type, "hy_v3");
+    assert_int_equal(c.vocab_size, 120832);
+    assert_int_equal(c.hidden_size, 4096);
+    assert_int_equal(c.n_layers, 80);
+    assert_int_equal(c.n_heads, 64);
+    assert_int_equal(c.n_kv_heads, 8);
+    assert_int_equal(c.head_dim, 128);
+    assert_int_equal(c.intermediate_size, 13312);
+    assert_int_equal(c.expert_dim, 1536);
+    assert_int_equal(c.n_experts, 192);
+    assert_int_equal(c.top_k, 8);
+    assert_int_equal(c.n_shared_experts, 1);
+    assert_int_equal(c.first_k_dense, 1);
+    assert_true(c.route_norm);
+    assert_float_equal(c.router_scaling, 2.826f, 1e-6);
+    assert_float_equal(c.rms_eps, 1e-5f, 1e-12);
+    assert_float_equal(c.rope_theta, 11158840.0, 0);
+    assert_int_equal(c.max_positions, 262144);
+    assert_true(c.qk_norm);
+    assert_false(c.tie_embeddings);
+    assert_int_equal(c.n_nextn_layers, 1);
+    assert_int_equal(c.bos_id, 120000);
+    assert_int_equal(c.pad_id, 120002);
+    assert_int_equal(c.n_eos, 1);
+    assert_int_equal(c.eos_ids[0], 120025);
+    assert_int_equal(c.quant_bits, 0);
+    int b, g;
+    assert_false(nx_config_quant_for(&c, "lm_head", &b, &g));
+    nx_config_free(&c);
+    nx_config_free(&c); /* idempotent */
+    nx_config_free(NULL);
+}
+
+static void test_aliases_and_defaults(void **state) {
+    (void)state;
+    static const char *minimal =
+        "{\"model_type\":\"hy_v3\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":3,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96,"
+        "\"moe_intermediate_size\":32,\"num_local_experts\":4,\"num_experts_per_tok\":2,"
+        "\"rope_theta\":10000.0,\"eos_token_id\":[5,6,7],\"pad_token_id\":null,"
+        "\"routed_scaling_factor\":2.5,\"norm_topk_prob\":false}";
+    nx_config c;
+    nx_error e;
+    assert_int_equal(parse(minimal, &c, &e), NX_OK);
+    assert_int_equal(c.expert_dim, 32);
+    assert_int_equal(c.n_experts, 4);
+    assert_int_equal(c.head_dim, 16); /* hidden / heads */
+    assert_float_equal(c.rope_theta, 10000.0, 0);
+    assert_int_equal(c.n_eos, 3);
+    assert_int_equal(c.eos_ids[2], 7);
+    assert_int_equal(c.pad_id, -1);
+    assert_int_equal(c.bos_id, -1);
+    assert_float_equal(c.router_scaling, 2.5f, 0);
+    assert_false(c.route_norm);
+    /* defaults */
+    assert_int_equal(c.first_k_dense, 1);
+    assert_int_equal(c.n_shared_experts, 1);
+    assert_true(c.qk_norm);
+    assert_false(c.tie_embeddings);
+    assert_int_equal(c.n_nextn_layers, 0);
+    assert_float_equal(c.rms_eps, 1e-5f, 0);
+    assert_int_equal(c.max_positions, 131072);
+    nx_config_free(&c);
+
+    /* router_scaling_factor absent: 1.0 (vLLM/SGLang); route_norm absent: true */
+    char *j = with("router_scaling_factor", NULL);
+    char *j2 = NULL;
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_float_equal(c.router_scaling, 1.0f, 0);
+    nx_config_free(&c);
+    free(j);
+    j = with("route_norm", NULL);
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_true(c.route_norm);
+    nx_config_free(&c);
+    free(j);
+    j = with("tie_word_embeddings", "\"tie_word_embeddings\":true");
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_true(c.tie_embeddings);
+    nx_config_free(&c);
+    free(j);
+    /* top-level rope_theta when rope_parameters lacks it */
+    j = with("rope_parameters", "\"rope_theta\":500000.0,\"rope_parameters\":{\"rope_type\":\"default\"}");
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_float_equal(c.rope_theta, 500000.0, 0);
+    nx_config_free(&c);
+    free(j);
+    /* only one of the expert-width names */
+    j = with("expert_hidden_dim", NULL);
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_int_equal(c.expert_dim, 1536);
+    nx_config_free(&c);
+    j2 = with("moe_intermediate_size", NULL);
+    assert_int_equal(parse(j2, &c, &e), NX_OK);
+    assert_int_equal(c.expert_dim, 1536);
+    nx_config_free(&c);
+    free(j);
+    free(j2);
+    /* eos as a list, mlp_layer_types agreeing with first_k_dense_replace */
+    j = with("eos_token_id", "\"eos_token_id\":[120025,120026]");
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_int_equal(c.n_eos, 2);
+    assert_int_equal(c.eos_ids[1], 120026);
+    nx_config_free(&c);
+    free(j);
+    /* head_dim null means "derive" */
+    j = with("head_dim", "\"head_dim\":null");
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_int_equal(c.head_dim, 64);
+    nx_config_free(&c);
+    free(j);
+}
+
+static void test_layer_types(void **state) {
+    (void)state;
+#define BASE                                                                                   \
+    "{\"model_type\":\"hy_v3\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":3,"         \
+    "\"num_attention_heads\":4,\"intermediate_size\":96,\"expert_hidden_dim\":32,\"num_experts\":4,"    \
+    "\"num_experts_per_tok\":2,%s}"
+    char j[1024];
+    nx_config c;
+    nx_error e;
+    snprintf(j, sizeof j, BASE, "\"mlp_layer_types\":[\"dense\",\"dense\",\"sparse\"]");
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_int_equal(c.first_k_dense, 2);
+    nx_config_free(&c);
+    snprintf(j, sizeof j, BASE, "\"mlp_layer_types\":[\"dense\",\"sparse\",\"sparse\"],\"first_k_dense_replace\":2");
+    assert_int_equal(parse(j, &c, &e), NX_E_CONFIG);
+    assert_non_null(strstr(e.msg, "mlp_layer_types"));
+    snprintf(j, sizeof j, BASE, "\"mlp_layer_types\":[\"sparse\",\"dense\",\"sparse\"]");
+    assert_int_equal(parse(j, &c, &e), NX_E_UNSUPPORTED);
+    snprintf(j, sizeof j, BASE, "\"mlp_layer_types\":[\"dense\"]");
+    assert_int_equal(parse(j, &c, &e), NX_E_CONFIG);
+    /* all dense: no expert fields needed */
+    snprintf(j, sizeof j,
+             "{\"model_type\":\"hy_v3\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+             "\"num_attention_heads\":2,\"intermediate_size\":16,\"first_k_dense_replace\":2}");
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_int_equal(c.n_experts, 0);
+    nx_config_free(&c);
+#undef BASE
+}
+
+static void test_wrong_types(void **state) {
+    (void)state;
+    expect_err("hidden_size", "\"hidden_size\":\"4096\"", NX_E_CONFIG, "hidden_size");
+    expect_err("hidden_size", "\"hidden_size\":4096.0", NX_E_CONFIG, "hidden_size");
+    expect_err("qk_norm", "\"qk_norm\":1", NX_E_CONFIG, "qk_norm");
+    expect_err("route_norm", "\"route_norm\":\"yes\"", NX_E_CONFIG, "route_norm");
+    expect_err("tie_word_embeddings", "\"tie_word_embeddings\":0", NX_E_CONFIG, "tie_word_embeddings");
+    expect_err("eos_token_id", "\"eos_token_id\":\"</s>\"", NX_E_CONFIG, "eos_token_id");
+    expect_err("eos_token_id", "\"eos_token_id\":[1,\"x\"]", NX_E_CONFIG, "eos_token_id");
+    expect_err("eos_token_id", "\"eos_token_id\":[1,2,3,4,5,6,7,8,9]", NX_E_CONFIG, "eos_token_id");
+    expect_err("bos_token_id", "\"bos_token_id\":[1]", NX_E_CONFIG, "bos_token_id");
+    expect_err("rms_norm_eps", "\"rms_norm_eps\":\"1e-5\"", NX_E_CONFIG, "rms_norm_eps");
+    expect_err("router_scaling_factor", "\"router_scaling_factor\":true", NX_E_CONFIG, "router_scaling_factor");
+    expect_err("rope_parameters", "\"rope_parameters\":{\"rope_theta\":\"big\"}", NX_E_CONFIG,
+               "rope_parameters.rope_theta");
+    expect_err("rope_parameters", "\"rope_parameters\":5", NX_E_CONFIG, "rope_parameters");
+    expect_err("model_type", "\"model_type\":3", NX_E_CONFIG, "model_type");
+    expect_err("hidden_act", "\"hidden_act\":[\"silu\"]", NX_E_CONFIG, "hidden_act");
+    expect_err("num_experts", "\"num_experts\":{}", NX_E_CONFIG, "num_experts");
+    expect_err(NULL, "\"quantization\":[4]", NX_E_CONFIG, "quantization");
+    expect_err(NULL, "\"quantization\":{\"bits\":\"4\",\"group_size\":64}", NX_E_CONFIG, "quantization.bits");
+    expect_err(NULL, "\"quantization\":{\"bits\":4,\"group_size\":64,\"model.layers.1.mlp.router.gate\":"
+                     "{\"bits\":\"8\"}}", NX_E_CONFIG, "model.layers.1.mlp.router.gate.bits");
+    nx_config c;
+    nx_error e;
+    assert_int_equal(parse("[1,2]", &c, &e), NX_E_CONFIG);
+    assert_int_equal(parse("{\"model_type\":", &c, &e), NX_E_CONFIG);
+    assert_non_null(strstr(e.msg, "config.json"));
+}
+
+static void test_missing_fields(void **state) {
+    (void)state;
+    static const char *required[] = {"model_type", "vocab_size", "hidden_size", "num_hidden_layers",
+                                     "num_attention_heads", "intermediate_size", "num_experts",
+                                     "num_experts_per_tok"};
+    for (size_t i = 0; i < sizeof required / sizeof *required; i++)
+        expect_err(required[i], NULL, NX_E_CONFIG, required[i]);
+    /* both expert-width aliases gone */
+    char *j = with("expert_hidden_dim", NULL);
+    char *k = strstr(j, "\"moe_intermediate_size\":1536,");
+    memmove(k, k + strlen("\"moe_intermediate_size\":1536,"), strlen(k) - strlen("\"moe_intermediate_size\":1536,") + 1);
+    nx_config c;
+    nx_error e;
+    assert_int_equal(parse(j, &c, &e), NX_E_CONFIG);
+    assert_non_null(strstr(e.msg, "expert_hidden_dim"));
+    free(j);
+}
+
+static void test_bad_values(void **state) {
+    (void)state;
+    expect_err("model_type", "\"model_type\":\"llama\"", NX_E_UNSUPPORTED, "llama");
+    expect_err("hidden_act", "\"hidden_act\":\"gelu\"", NX_E_UNSUPPORTED, "gelu");
+    expect_err("hidden_size", "\"hidden_size\":0", NX_E_CONFIG, "hidden_size");
+    expect_err("hidden_size", "\"hidden_size\":-4096", NX_E_CONFIG, "hidden_size");
+    expect_err("vocab_size", "\"vocab_size\":4294967296", NX_E_CONFIG, "vocab_size");
+    expect_err("num_key_value_heads", "\"num_key_value_heads\":7", NX_E_CONFIG, "num_key_value_heads");
+    expect_err("num_experts_per_tok", "\"num_experts_per_tok\":193", NX_E_CONFIG, "num_experts_per_tok");
+    expect_err("first_k_dense_replace", "\"first_k_dense_replace\":81", NX_E_CONFIG, "first_k_dense_replace");
+    expect_err("first_k_dense_replace", "\"first_k_dense_replace\":-1", NX_E_CONFIG, "first_k_dense_replace");
+    expect_err("expert_hidden_dim", "\"expert_hidden_dim\":2048", NX_E_CONFIG, "moe_intermediate_size");
+    expect_err("rms_norm_eps", "\"rms_norm_eps\":0", NX_E_CONFIG, "rms_norm_eps");
+    expect_err("router_scaling_factor", "\"router_scaling_factor\":-1", NX_E_CONFIG, "router_scaling_factor");
+    expect_err("rope_parameters", "\"rope_parameters\":{\"rope_theta\":-5.0}", NX_E_CONFIG, "rope_theta");
+    expect_err("rope_parameters", "\"rope_parameters\":{\"rope_theta\":1e6,\"rope_type\":\"yarn\"}",
+               NX_E_UNSUPPORTED, "yarn");
+    expect_err(NULL, "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2}", NX_E_UNSUPPORTED, "rope_scaling");
+    expect_err("head_dim", "\"head_dim\":0", NX_E_CONFIG, "head_dim");
+    expect_err("head_dim", "\"head_dim\":2147483647", NX_E_CONFIG, "overflow");
+}
+
+static void test_quantization(void **state) {
+    (void)state;
+    char *j = with(NULL,
+                   "\"quantization\":{\"group_size\":64,\"bits\":4,\"mode\":\"affine\","
+                   "\"model.layers.1.mlp.router.gate\":{\"group_size\":64,\"bits\":8},"
+                   "\"lm_head\":false,\"mtp.layer.mlp.router.gate\":{\"bits\":6},\"model.embed_tokens\":true},"
+                   "\"quantization_config\":{\"group_size\":64,\"bits\":4}");
+    nx_config c;
+    nx_error e;
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_int_equal(c.quant_bits, 4);
+    assert_int_equal(c.quant_group, 64);
+    assert_int_equal(c.n_quant_overrides, 4);
+    int b, g;
+    assert_true(nx_config_quant_for(&c, "model.layers.1.mlp.router.gate", &b, &g));
+    assert_int_equal(b, 8);
+    assert_int_equal(g, 64);
+    assert_true(nx_config_quant_for(&c, "lm_head", &b, &g));
+    assert_int_equal(b, 0);
+    assert_true(nx_config_quant_for(&c, "mtp.layer.mlp.router.gate", &b, &g));
+    assert_int_equal(b, 6);
+    assert_int_equal(g, 64); /* inherits the global group */
+    assert_true(nx_config_quant_for(&c, "model.embed_tokens", &b, &g));
+    assert_int_equal(b, 4);
+    assert_true(nx_config_quant_for(&c, "model.layers.9.self_attn.q_proj", &b, &g));
+    assert_int_equal(b, 4);
+    assert_int_equal(g, 64);
+    nx_config_free(&c);
+    assert_null(c.quant_overrides);
+    free(j);
+
+    /* quantization_config alone; mode absent means affine */
+    j = with(NULL, "\"quantization_config\":{\"group_size\":32,\"bits\":3}");
+    assert_int_equal(parse(j, &c, &e), NX_OK);
+    assert_int_equal(c.quant_bits, 3);
+    assert_int_equal(c.quant_group, 32);
+    nx_config_free(&c);
+    free(j);
+
+    expect_err(NULL, "\"quantization\":{\"group_size\":32,\"bits\":4,\"mode\":\"mxfp4\"}", NX_E_UNSUPPORTED,
+               "mxfp4");
+    expect_err(NULL, "\"quantization\":{\"group_size\":64,\"bits\":7}", NX_E_CONFIG, "bits");
+    expect_err(NULL, "\"quantization\":{\"group_size\":16,\"bits\":4}", NX_E_CONFIG, "group_size");
+    expect_err(NULL, "\"quantization\":{\"group_size\":64}", NX_E_CONFIG, "bits");
+    expect_err(NULL, "\"quantization\":{\"bits\":4}", NX_E_CONFIG, "group_size");
+    expect_err(NULL, "\"quantization\":{\"group_size\":64,\"bits\":4,\"a.b\":{\"bits\":1}}", NX_E_CONFIG, "a.b");
+    expect_err(NULL, "\"quantization\":{\"group_size\":64,\"bits\":4,\"a.b\":{\"mode\":\"nvfp4\"}}",
+               NX_E_UNSUPPORTED, "nvfp4");
+    expect_err(NULL, "\"quantization_config\":{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\"}",
+               NX_E_UNSUPPORTED, "fp8");
+}
+
+static void test_load_file(void **state) {
+    (void)state;
+    char *dir = tmpdir_new();
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    nx_config c;
+    nx_error e;
+    assert_int_equal(nx_config_load(p, &c, &e), NX_E_IO);
+    assert_non_null(strstr(e.msg, "config.json"));
+    write_text(dir, "config.json", hy3_config);
+    assert_int_equal(nx_config_load(p, &c, &e), NX_OK);
+    assert_int_equal(c.n_experts, 192);
+    nx_config_free(&c);
+    write_text(dir, "config.json", "{\"model_type\": \"hy_v3\",}");
+    assert_int_equal(nx_config_load(p, &c, &e), NX_E_CONFIG);
+    assert_non_null(strstr(e.msg, "config.json"));
+    tmpdir_free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hy3),           cmocka_unit_test(test_aliases_and_defaults),
+        cmocka_unit_test(test_layer_types),   cmocka_unit_test(test_wrong_types),
+        cmocka_unit_test(test_missing_fields), cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_quantization),  cmocka_unit_test(test_load_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
