@@ -19,9 +19,8 @@
  * at id 0 (the greedy argmax of an all-masked row), so callers always get a valid distribution.
  *
  * Cost at vocab 120832: one copy of the row, one max scan and (unless greedy or top-k) one exp
- * per token. Top-k is a partial selection; top-p sorts only the tokens that can possibly fall
- * inside the nucleus (a provable superset, see sampler_filter), so a peaked distribution sorts a
- * handful of candidates rather than the vocabulary.
+ * per token. Top-k is a heap (small k) or a quickselect; top-p histograms mass into logit
+ * buckets and sorts only the bucket holding the nucleus boundary; nothing sorts the vocabulary.
  *
  * A sampler is not thread-safe: nx_sampler_probs borrows the count table for the extra tokens. */
 #include "base/error.h"
@@ -271,33 +270,136 @@ static inline void cand_swap(sampler_cand *a, sampler_cand *b) {
     *b = t;
 }
 
-/* Rearranges c[0..n) so that c[0..k) holds the k first candidates in cand order (in no
- * particular order among themselves). Quickselect with a median-of-three pivot; the keys are
- * distinct (ids break ties), so even a row of equal logits partitions evenly. A depth budget
- * falls back to a full sort, keeping the worst case O(n log n). */
+/* Partitions c[lo..hi) (hi - lo >= 3) around a median-of-three pivot and returns the pivot's
+ * final index i: c[lo..i) come before it in cand order, c(i..hi) after; *mass_before is the
+ * weight of c[lo..i). The keys are distinct (ids break ties), so even a row of equal logits
+ * splits evenly. */
+static size_t cand_partition(sampler_cand *c, size_t lo, size_t hi, double *mass_before) {
+    size_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
+    if (cand_before(&c[last], &c[lo])) cand_swap(&c[last], &c[lo]);
+    if (cand_before(&c[last], &c[mid])) cand_swap(&c[last], &c[mid]);
+    cand_swap(&c[mid], &c[last]);
+    const sampler_cand pivot = c[last];
+    size_t i = lo;
+    double mass = 0.0;
+    for (size_t j = lo; j < last; j++) {
+        if (cand_before(&c[j], &pivot)) {
+            mass += c[j].w;
+            cand_swap(&c[i++], &c[j]);
+        }
+    }
+    cand_swap(&c[i], &c[last]);
+    *mass_before = mass;
+    return i;
+}
+
+/* Partition rounds allowed before falling back to a sort, keeping the worst case O(n log n). */
+enum { CAND_DEPTH_BUDGET = 128, CAND_SMALL = 32, TOPK_HEAP_MAX = 1024 };
+
+/* Rearranges c[0..n) so that c[0..k) holds the k first candidates in cand order (unordered). */
 static void cand_select(sampler_cand *c, size_t n, size_t k) {
     size_t lo = 0, hi = n;
-    int budget = 2 * 64;
-    while (hi - lo > 16 && lo < k && k < hi) {
-        if (--budget < 0) {
-            qsort(c + lo, hi - lo, sizeof *c, cand_cmp);
-            return;
-        }
-        size_t mid = lo + (hi - lo) / 2, last = hi - 1;
-        if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
-        if (cand_before(&c[last], &c[lo])) cand_swap(&c[last], &c[lo]);
-        if (cand_before(&c[last], &c[mid])) cand_swap(&c[last], &c[mid]);
-        cand_swap(&c[mid], &c[last]); /* the median becomes the pivot at the end */
-        sampler_cand pivot = c[last];
-        size_t i = lo;
-        for (size_t j = lo; j < last; j++)
-            if (cand_before(&c[j], &pivot)) cand_swap(&c[i++], &c[j]);
-        cand_swap(&c[i], &c[last]);
-        /* c[lo..i) come before the pivot at i, c(i..hi) after it. */
+    for (int budget = CAND_DEPTH_BUDGET; hi - lo > CAND_SMALL && lo < k && k < hi; budget--) {
+        if (budget == 0) break;
+        double unused;
+        size_t i = cand_partition(c, lo, hi, &unused);
         if (i >= k) hi = i;
         else lo = i + 1;
     }
     if (lo < k && k < hi) qsort(c + lo, hi - lo, sizeof *c, cand_cmp);
+}
+
+/* Top-k of x[0..V) by a min-heap of the k best so far (root = the worst of them). A token
+ * enters only if its logit is strictly larger than the root's: on a tie the earlier, lower id
+ * wins, which is the cand order. One compare per token for small k. Returns the count (< k
+ * when fewer than k logits are finite). */
+static size_t topk_heap(const float *x, int32_t V, size_t k, sampler_cand *h) {
+    size_t n = 0;
+    for (int32_t i = 0; i < V; i++) {
+        if (!(x[i] > -INFINITY)) continue;
+        sampler_cand e = {0.0, x[i], i};
+        size_t j;
+        if (n < k) { /* sift up */
+            j = n++;
+            while (j > 0 && cand_before(&h[(j - 1) / 2], &e)) {
+                h[j] = h[(j - 1) / 2];
+                j = (j - 1) / 2;
+            }
+            h[j] = e;
+            continue;
+        }
+        if (!(e.x > h[0].x)) continue;
+        j = 0; /* replace the root, sift down */
+        for (;;) {
+            size_t l = 2 * j + 1, w = j;
+            const sampler_cand *wp = &e;
+            if (l < n && cand_before(wp, &h[l])) w = l, wp = &h[l];
+            if (l + 1 < n && cand_before(wp, &h[l + 1])) w = l + 1, wp = &h[l + 1];
+            if (w == j) break;
+            h[j] = h[w];
+            j = w;
+        }
+        h[j] = e;
+    }
+    return n;
+}
+
+enum { NUCLEUS_BUCKETS = 512, NUCLEUS_LEVELS = 4 };
+
+/* Bucket of logit x on [xmin, xmax] split into NUCLEUS_BUCKETS, bucket 0 holding xmax. It is
+ * monotone in x (rounding is), so buckets never reorder candidates; ties share a bucket. */
+static inline int nucleus_bucket(float x, double xmax, double scale) {
+    double b = (xmax - (double)x) * scale;
+    return b < (double)(NUCLEUS_BUCKETS - 1) ? (int)b : NUCLEUS_BUCKETS - 1;
+}
+
+/* The nucleus of c[0..n) (weights w, total z): rearranges c so that c[0..K) is the smallest
+ * prefix in cand order whose mass reaches top_p, and returns K. Each level histograms the
+ * remaining candidates' mass into logit buckets, keeps the buckets wholly inside the nucleus,
+ * and narrows to the one bucket holding the boundary; only that last, small bucket is sorted.
+ * Linear time, and the partitions are branch-free (a data-dependent branch per token would
+ * mispredict half the time on a flat distribution). */
+static size_t cand_nucleus(sampler_cand *c, size_t n, double z, double top_p) {
+    double mass[NUCLEUS_BUCKETS];
+    size_t lo = 0, hi = n;
+    double acc = 0.0; /* mass of c[0..lo), all inside the nucleus; the boundary is in [lo, hi) */
+    for (int level = 0; level < NUCLEUS_LEVELS && hi - lo > CAND_SMALL; level++) {
+        float fmin = c[lo].x, fmaxv = c[lo].x;
+        for (size_t j = lo + 1; j < hi; j++) {
+            fmin = c[j].x < fmin ? c[j].x : fmin;
+            fmaxv = c[j].x > fmaxv ? c[j].x : fmaxv;
+        }
+        if (fmin == fmaxv) break; /* all tied: only the id order is left, sort below */
+        const double xmax = fmaxv, scale = NUCLEUS_BUCKETS / ((double)fmaxv - (double)fmin);
+        memset(mass, 0, sizeof mass);
+        for (size_t j = lo; j < hi; j++) mass[nucleus_bucket(c[j].x, xmax, scale)] += c[j].w;
+        int bnd = 0;
+        double cum = acc;
+        while (bnd < NUCLEUS_BUCKETS - 1 && (cum + mass[bnd]) / z < top_p) cum += mass[bnd++];
+        /* Buckets before bnd are in; bucket bnd holds the boundary; the rest are out. */
+        size_t a = lo;
+        for (size_t j = lo; j < hi; j++) {
+            size_t in = nucleus_bucket(c[j].x, xmax, scale) < bnd;
+            cand_swap(&c[a], &c[j]); /* harmless when out: c[a..j) are all out */
+            a += in;
+        }
+        size_t e = a;
+        for (size_t j = a; j < hi; j++) {
+            size_t in = nucleus_bucket(c[j].x, xmax, scale) == bnd;
+            cand_swap(&c[e], &c[j]);
+            e += in;
+        }
+        acc = cum;
+        lo = a;
+        hi = e;
+    }
+    qsort(c + lo, hi - lo, sizeof *c, cand_cmp);
+    for (size_t j = lo; j < hi; j++) {
+        acc += c[j].w;
+        if (acc / z >= top_p) return j + 1;
+    }
+    return hi; /* rounding left the mass a hair short: keep everything still in the running */
 }
 
 /* ---------------------------------------------------------------- the processed distribution */
@@ -314,70 +416,53 @@ static void sampler_filter(nx_sampler *s, double m, double inv_t, float *probs) 
     sampler_cand *c = s->cand;
     const nx_sampler_params *p = &s->p;
     size_t n = 0;
-    double z = 0.0; /* mass of the top-k set (or of everything) */
-    size_t n_set = 0;
 
-    /* Tokens whose weight is below thr cannot survive top-p / min-p. Min-p: w_max is exactly
-     * exp(0) = 1 (the argmax always survives top-k and top-p). Top-p: if every token under
-     * t = (1 - top_p) * z / (2 n_set) is dropped, their mass is at most (1 - top_p) / 2 of z,
-     * so the tokens above t already reach top_p and the nucleus lies among them; the factor 2
-     * leaves room for rounding. */
-    double thr = 0.0;
     if (p->top_k > 0 && p->top_k < V) {
+        size_t k = (size_t)p->top_k;
+        if (k <= TOPK_HEAP_MAX) {
+            n = topk_heap(x, V, k, c);
+        } else {
+            for (int32_t i = 0; i < V; i++)
+                if (x[i] > -INFINITY) c[n++] = (sampler_cand){0.0, x[i], i};
+            if (n > k) {
+                cand_select(c, n, k);
+                n = k;
+            }
+        }
+    } else {
         for (int32_t i = 0; i < V; i++)
             if (x[i] > -INFINITY) c[n++] = (sampler_cand){0.0, x[i], i};
-        if (n > (size_t)p->top_k) {
-            cand_select(c, n, (size_t)p->top_k);
-            n = (size_t)p->top_k;
-        }
-        for (size_t j = 0; j < n; j++) {
-            c[j].w = exp(((double)c[j].x - m) * inv_t);
-            z += c[j].w;
-        }
-        n_set = n;
-        if (p->min_p > 0.0f) thr = (double)p->min_p;
-        if (p->top_p < 1.0f) thr = fmax(thr, (1.0 - (double)p->top_p) * z / (2.0 * (double)n_set));
-        size_t o = 0;
-        for (size_t j = 0; j < n; j++)
-            if (c[j].w >= thr && c[j].w > 0.0) c[o++] = c[j];
-        n = o;
-    } else {
-        /* The float copy of w in probs is only a prefilter (scaled by 1 - 1e-6, so it can let
-         * extra tokens through but never loses one); survivors get their exact double weight. */
-        for (int32_t i = 0; i < V; i++) {
-            double w = exp(((double)x[i] - m) * inv_t);
-            probs[i] = (float)w;
-            z += w;
-            n_set += x[i] > -INFINITY;
-        }
-        if (p->min_p > 0.0f) thr = (double)p->min_p;
-        if (p->top_p < 1.0f) thr = fmax(thr, (1.0 - (double)p->top_p) * z / (2.0 * (double)n_set));
-        double pre = thr * (1.0 - 1e-6);
-        for (int32_t i = 0; i < V; i++) {
-            if (probs[i] > 0.0f && (double)probs[i] >= pre) {
-                double w = exp(((double)x[i] - m) * inv_t);
-                if (w >= thr) c[n++] = (sampler_cand){w, x[i], i};
-            }
-        }
+    }
+    double z = 0.0; /* mass of the top-k set (or of everything): top-p's reference */
+    for (size_t j = 0; j < n; j++) {
+        c[j].w = exp(((double)c[j].x - m) * inv_t);
+        z += c[j].w;
     }
 
-    if (p->top_p < 1.0f && n > 1) {
-        qsort(c, n, sizeof *c, cand_cmp);
-        double cum = 0.0;
-        for (size_t j = 0; j < n; j++) {
-            cum += c[j].w / z;
-            if (cum >= (double)p->top_p) {
-                n = j + 1;
-                break;
-            }
-        }
+    /* Tokens whose weight is below thr cannot survive top-p / min-p, so they leave the list
+     * before the nucleus search. Min-p: w_max is exactly exp(0) = 1 (the argmax survives top-k
+     * and top-p). Top-p: the tokens under t = (1 - top_p) z / (2 n) hold less than
+     * (1 - top_p) / 2 of the mass, so those above t already reach top_p and the nucleus ends
+     * among them; the factor 2 leaves room for rounding. */
+    double thr = 0.0;
+    if (p->min_p > 0.0f) thr = (double)p->min_p;
+    if (p->top_p < 1.0f && n > 0) thr = fmax(thr, (1.0 - (double)p->top_p) * z / (2.0 * (double)n));
+    size_t o = 0;
+    for (size_t j = 0; j < n; j++) { /* branch-free: the outcome is a coin flip when flat */
+        c[o] = c[j];
+        o += c[j].w >= thr && c[j].w > 0.0;
     }
+    n = o;
+
+    /* If min-p's cut removed tokens the nucleus would have needed, the nucleus reaches past the
+     * list's end and cand_nucleus keeps all of it, which is what top-p then min-p keep too. */
+    if (p->top_p < 1.0f && n > 1) n = cand_nucleus(c, n, z, (double)p->top_p);
 
     if (p->min_p > 0.0f && n > 1) {
         double w_max = 0.0;
         for (size_t j = 0; j < n; j++) w_max = fmax(w_max, c[j].w);
         double cut = (double)p->min_p * w_max;
-        size_t o = 0;
+        o = 0;
         for (size_t j = 0; j < n; j++)
             if (c[j].w >= cut) c[o++] = c[j];
         n = o;
@@ -444,19 +529,17 @@ double nx_sampler_uniform(nx_sampler *s) {
 int32_t nx_sampler_draw(nx_sampler *s, const float *probs) {
     const int32_t V = s->vocab;
     double total = 0.0;
-    for (int32_t i = 0; i < V; i++)
-        if (probs[i] > 0.0f) total += probs[i];
-    double target = nx_rng_uniform(&s->rng) * total;
+    for (int32_t i = 0; i < V; i++) total += probs[i] > 0.0f ? (double)probs[i] : 0.0;
+    const double target = nx_rng_uniform(&s->rng) * total;
     if (!(total > 0.0)) return 0;
     double cum = 0.0;
-    int32_t last = 0;
     for (int32_t i = 0; i < V; i++) {
-        if (probs[i] > 0.0f) {
-            cum += probs[i];
-            last = i;
-            if (cum > target) return i;
-        }
+        cum += probs[i] > 0.0f ? (double)probs[i] : 0.0;
+        if (cum > target) return i; /* cum only grows at positive entries, so probs[i] > 0 */
     }
+    /* target rounded up to the total: the last positive entry. */
+    int32_t last = V - 1;
+    while (last > 0 && !(probs[last] > 0.0f)) last--;
     return last;
 }
 
