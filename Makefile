@@ -32,8 +32,8 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE) -MMD -MP -c $< -o $@
 
-$(BUILD)/src/kernels/%avx2.o: BASE += $(AVX2_FLAGS)
-$(BUILD)/src/kernels/%avx512.o: BASE += $(AVX512_FLAGS)
+$(BUILD)/src/kernels/avx2.o $(BUILD)/src/kernels/%_avx2.o: BASE += $(AVX2_FLAGS)
+$(BUILD)/src/kernels/avx512.o $(BUILD)/src/kernels/%_avx512.o: BASE += $(AVX512_FLAGS)
 
 $(BUILD)/libnextn.a: $(LIB_OBJ)
 	@rm -f $@

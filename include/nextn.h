@@ -172,6 +172,8 @@ typedef struct nx_model_info {
     int64_t max_positions;
     uint64_t n_params, n_params_active, n_params_mtp; /* active = per token, trunk */
     uint64_t weight_bytes;       /* mapped tensor bytes */
+    uint64_t step_bytes_dense;   /* bytes every trunk step reads besides experts (attention, dense
+                                    FFN, routers, lm_head) */
     uint64_t kv_bytes_per_token; /* trunk + MTP layers */
     int32_t bos_id, eos_id;      /* -1 if unknown */
 } nx_model_info;

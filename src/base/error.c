@@ -23,9 +23,16 @@ void nx_error_prefix(nx_error *err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    char old[sizeof err->msg];
-    memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    /* shift the old message right and put the prefix in front, truncating at the end */
+    size_t pl = strlen(prefix), cap = sizeof err->msg;
+    if (pl + 2 >= cap) pl = cap - 3;
+    size_t ol = strnlen(err->msg, cap - 1);
+    if (pl + 2 + ol >= cap) ol = cap - 1 - pl - 2;
+    memmove(err->msg + pl + 2, err->msg, ol);
+    memcpy(err->msg, prefix, pl);
+    err->msg[pl] = ':';
+    err->msg[pl + 1] = ' ';
+    err->msg[pl + 2 + ol] = 0;
 }
 
 const char *nx_status_str(nx_status st) {

@@ -274,6 +274,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
             return nx_fail(err, NX_E_ARG, "prompt token %zu: id %d out of range (vocabulary %d)", i, prompt[i], V);
 
     gen g = {0};
+    double t1 = 0.0;
     g.c = c;
     g.p = p;
     g.st = st;
@@ -298,7 +299,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     double t0 = now_s();
     if ((s = prefill(&g, n_prompt, err)) != NX_OK) goto done;
     g.L = (int32_t)n_prompt - 1;
-    double t1 = now_s();
+    t1 = now_s();
     st->t_prefill = t1 - t0;
     if (p->max_tokens == 0) goto done;
     nx_sampler_probs(g.s, g.logits, NULL, 0, g.probs);
@@ -316,9 +317,8 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
         s = k == 0 ? ar_step(&g, err) : spec_cycle(&g, k, err);
         if (s != NX_OK) goto done;
     }
-    st->t_decode = now_s() - t1;
 done:
-    if (st->t_decode == 0.0 && s == NX_OK) st->t_decode = now_s() - t1;
+    if (s == NX_OK && t1 > 0.0) st->t_decode = now_s() - t1;
     nx_sampler_free(g.s);
     free(g.toks);
     free(g.logits);

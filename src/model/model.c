@@ -108,6 +108,16 @@ static void fill_info(nx_model *m) {
     uint64_t bytes = 0;
     for (size_t i = 0; i < nx_store_count(m->store); i++) bytes += nx_store_tensor(m->store, i)->nbytes;
     in->weight_bytes = bytes;
+    uint64_t step = nx_linear_bytes(&w->lm_head);
+    for (int32_t l = 0; l < cfg->n_layers; l++) {
+        const nx_layer *L = &w->layers[l];
+        step += nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) + nx_linear_bytes(&L->wv) + nx_linear_bytes(&L->wo);
+        if (L->is_moe)
+            step += nx_linear_bytes(&L->moe.router);
+        else
+            step += nx_linear_bytes(&L->dense.gate) + nx_linear_bytes(&L->dense.up) + nx_linear_bytes(&L->dense.down);
+    }
+    in->step_bytes_dense = step;
     int32_t kv_layers = cfg->n_layers + (w->has_mtp ? 1 : 0);
     in->kv_bytes_per_token = (uint64_t)kv_layers * 2u * (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim * sizeof(float);
     in->bos_id = cfg->bos_id;

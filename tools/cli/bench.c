@@ -136,6 +136,12 @@ int cli_bench(int argc, char **argv) {
         const nx_gen_stats *a = &r->agg;
         double ar_tps = nres > 1 && !strcmp(res[0].name, "ar") ? res[0].tokens / res[0].seconds : 0.0;
         printf("mode=%s tok_s=%.2f", r->name, tps);
+        {
+            /* weight bytes streamed per second: dense part per trunk forward + experts touched */
+            double steps = (double)(a->n_ar_steps + a->n_verify_steps);
+            double bytes = steps * (double)info->step_bytes_dense + a->expert_bytes_ar + a->expert_bytes_verify;
+            printf(" weight_GB_s=%.2f", bytes / r->seconds / 1e9);
+        }
         if (ar_tps > 0) printf(" ratio=%.3f", tps / ar_tps);
         if (a->n_drafted > 0) {
             double acc = (double)a->n_accepted / (double)a->n_drafted;

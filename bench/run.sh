@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `make bench`: the machine's read bandwidth, kernel throughput, and AR vs MTP decoding on the
+# default model and on a generated memory-bound model (>= 2 GB of bf16 weights, larger than any
+# cache), all in one run so the ratios compare like with like.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=build
+NEXTN=$B/nextn
+BIG=${NEXTN_BIG_MODEL:-/tmp/nextn-bench-big}
+N=${NEXTN_BENCH_TOKENS:-96}
+
+echo "== memory read bandwidth"
+bw_line=$($B/bench/membw | tee /dev/stderr | grep -o "membw_gbs=[0-9.]*" | tail -1 || true)
+BW=${bw_line#membw_gbs=}
+echo "== kernels"
+$B/bench/kernels || true
+
+echo "== default model: AR vs MTP, greedy"
+$NEXTN bench -n "$N" --modes ar,1,2,3,auto
+echo "== default model: AR vs MTP auto, temperature 0.9"
+$NEXTN bench -n "$N" --modes ar,auto,1 --temp 0.9 --seed 1
+
+if [ ! -f "$BIG/config.json" ]; then
+    echo "== generating the memory-bound random model in $BIG"
+    /usr/bin/python3 tests/ref/make_random_ckpt.py --preset big --layout tencent --mtp inline --seed 11 --out "$BIG"
+fi
+$NEXTN inspect -m "$BIG"
+echo "== memory-bound model: AR vs MTP with synthetic acceptance 0.8"
+out=$($NEXTN bench -m "$BIG" -n 48 --modes ar,1,2 --synthetic-accept 0.8 | tee /dev/stderr)
+if [ -n "${BW:-}" ]; then
+    ar_gbs=$(echo "$out" | grep '^mode=ar ' | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2)
+    awk -v a="$ar_gbs" -v b="$BW" 'BEGIN { printf "AR decode reads weights at %.1f GB/s = %.0f%% of the measured %.1f GB/s\n", a, 100*a/b, b }'
+fi

@@ -1,0 +1,45 @@
+"""Minimal TAP emitter and process helpers shared by the end-to-end test scripts."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NEXTN = os.environ.get("NEXTN", os.path.join(ROOT, "build", "nextn"))
+if not os.path.isabs(NEXTN):
+    NEXTN = os.path.join(ROOT, NEXTN)
+PY = "/usr/bin/python3"
+
+
+class Tap:
+    def __init__(self):
+        self.n = 0
+        self.failed = 0
+
+    def ok(self, cond, name, diag=None):
+        self.n += 1
+        if not cond:
+            self.failed += 1
+        print(("ok" if cond else "not ok") + f" {self.n} - {name}", flush=True)
+        if diag and not cond:
+            for line in str(diag).splitlines():
+                print("# " + line, flush=True)
+        return cond
+
+    def note(self, msg):
+        for line in str(msg).splitlines():
+            print("# " + line, flush=True)
+
+    def done(self):
+        print(f"1..{self.n}", flush=True)
+        sys.exit(1 if self.failed else 0)
+
+
+def run(args, check=True, **kw):
+    r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, args))} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return r
+
+
+def nextn(*args, check=True):
+    return run([NEXTN, *map(str, args)], check=check)
