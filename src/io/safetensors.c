@@ -412,9 +412,11 @@ static nx_status read_index(const char *path, json_t **root_out, name_list *file
     json_object_foreach(wm, k, v) {
         const char *fn = json_string_value(v);
         if (!fn || !*fn || strchr(fn, '/') || strcmp(fn, ".") == 0 || strcmp(fn, "..") == 0) {
+            /* k belongs to root: format the message before releasing it */
+            nx_status st = nx_fail(err, NX_E_FORMAT,
+                                   "%s: weight_map[\"%.200s\"] is not a file name in the directory", path, k);
             json_decref(root);
-            return nx_fail(err, NX_E_FORMAT, "%s: weight_map[\"%.200s\"] is not a file name in the directory",
-                           path, k);
+            return st;
         }
         if (!name_list_add(files, fn)) {
             json_decref(root);

@@ -1,0 +1,516 @@
+/* Name mapping and shape checking from a tensor store to nx_weights (hy_v3.md §4, §6).
+ * Every module is resolved through a short list of aliases, so one code path serves the
+ * Tencent layout, MLX conversions and third-party MTP sidecars; stacked MLX experts become
+ * per-expert views into the stacked data. */
+#include "io/layout.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/config.h"
+
+#define NAME_MAX_LEN 512
+
+typedef struct loader {
+    const nx_store *st;
+    const nx_config *cfg;
+    nx_error *err;
+    /* Config quantization overrides use MLX's post-sanitize names; when the tensors carry a
+     * different prefix (a Tencent-named MTP sidecar), `alias_from` is retried as `alias_to`. */
+    const char *alias_from, *alias_to;
+    bool saw_stacked, saw_quant; /* layout evidence */
+} loader;
+
+/* ================================================================ small helpers */
+
+static const nx_tensor *findf(const loader *L, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static const nx_tensor *findf(const loader *L, const char *fmt, ...) {
+    char name[NAME_MAX_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof name) return NULL;
+    return nx_store_find(L->st, name);
+}
+
+static void fmt_shape(char *buf, size_t cap, int nd, const int64_t *shape) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, cap - o, "[");
+    for (int i = 0; i < nd && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+static nx_status fail_shape(loader *L, const nx_tensor *t, int nd, const int64_t *exp,
+                            const char *note) {
+    char e[128], g[128];
+    fmt_shape(e, sizeof e, nd, exp);
+    fmt_shape(g, sizeof g, t->n_dims, t->shape);
+    return nx_fail(L->err, NX_E_FORMAT, "tensor %s (%s): expected shape %s%s, got %s", t->name,
+                   nx_store_file_of(L->st, t), e, note ? note : "", g);
+}
+
+static bool shape_is(const nx_tensor *t, int nd, const int64_t *exp) {
+    if (t->n_dims != nd) return false;
+    for (int i = 0; i < nd; i++)
+        if (t->shape[i] != exp[i]) return false;
+    return true;
+}
+
+static bool is_float(nx_dtype t) {
+    return t == NX_DTYPE_F32 || t == NX_DTYPE_F16 || t == NX_DTYPE_BF16;
+}
+
+static float half_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man) { /* subnormal: normalize */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    } else {
+        bits = sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Converts a stored vector to f32; src may be unaligned (MLX files are unpadded). */
+static void vec_to_f32(nx_dtype dt, const uint8_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == NX_DTYPE_F32) {
+            memcpy(&dst[i], src + 4 * i, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            if (dt == NX_DTYPE_BF16) {
+                uint32_t b = (uint32_t)h << 16;
+                memcpy(&dst[i], &b, 4);
+            } else {
+                dst[i] = half_to_f32(h);
+            }
+        }
+    }
+}
+
+/* A 1-D float tensor [n] as an owned f32 copy. A missing tensor is an error unless optional. */
+static nx_status load_vec(loader *L, const char *name, int64_t n, bool optional, float **out) {
+    *out = NULL;
+    const nx_tensor *t = nx_store_find(L->st, name);
+    if (!t) {
+        if (optional) return NX_OK;
+        return nx_fail(L->err, NX_E_FORMAT, "missing tensor %s", name);
+    }
+    if (!shape_is(t, 1, &n)) return fail_shape(L, t, 1, &n, NULL);
+    if (!is_float(t->dtype))
+        return nx_fail(L->err, NX_E_UNSUPPORTED, "tensor %s (%s): dtype %s (expected F32, F16 or BF16)",
+                       name, nx_store_file_of(L->st, t), nx_dtype_name(t->dtype));
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) return nx_fail(L->err, NX_E_NOMEM, "out of memory for tensor %s", name);
+    vec_to_f32(t->dtype, t->data, v, n);
+    *out = v;
+    return NX_OK;
+}
+
+static bool bits_ok(int64_t b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
+static bool group_ok(int64_t g) { return g == 32 || g == 64 || g == 128; }
+
+static const nx_quant_override *find_override(const nx_config *cfg, const char *path) {
+    for (int32_t i = 0; i < cfg->n_quant_overrides; i++)
+        if (strcmp(cfg->quant_overrides[i].path, path) == 0) return &cfg->quant_overrides[i];
+    return NULL;
+}
+
+/* The per-path override of module `path`, trying its MLX name when the tensors use another. */
+static const nx_quant_override *module_override(const loader *L, const char *path) {
+    const nx_quant_override *o = find_override(L->cfg, path);
+    if (o || !L->alias_from || strncmp(path, L->alias_from, strlen(L->alias_from)) != 0) return o;
+    char alt[NAME_MAX_LEN];
+    snprintf(alt, sizeof alt, "%s%s", L->alias_to, path + strlen(L->alias_from));
+    return find_override(L->cfg, alt);
+}
+
+/* The configured bits/group for module `path`; false if the config has no quantization. */
+static bool config_quant(const loader *L, const char *path, int *bits, int *group) {
+    if (L->cfg->quant_bits == 0) return false;
+    const nx_quant_override *o = module_override(L, path);
+    *bits = o ? o->bits : L->cfg->quant_bits;
+    *group = o ? o->group : L->cfg->quant_group;
+    return true;
+}
+
+/* ================================================================ linear modules */
+
+/* Resolves module `path` (no ".weight") as a linear [out, in], or with n_stack > 0 as n_stack
+ * stacked matrices [n_stack, out, in] written to dst[0..n_stack). Quantized iff path.scales
+ * exists; bits and group size follow from the packed and scales widths and must match the
+ * config. */
+static nx_status load_linear(loader *L, const char *path, int64_t n_stack, int64_t out, int64_t in,
+                             nx_linear *dst) {
+    const nx_tensor *w = findf(L, "%s.weight", path);
+    const nx_tensor *s = findf(L, "%s.scales", path);
+    int nd = n_stack ? 3 : 2, lead = n_stack ? 1 : 0;
+    int64_t exp[3] = {n_stack, out, in};
+    const int64_t *e = n_stack ? exp : exp + 1;
+    int64_t n = n_stack ? n_stack : 1;
+    if (!w) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %s.weight", path);
+    const char *file = nx_store_file_of(L->st, w);
+
+    if (!s) {
+        if (w->dtype == NX_DTYPE_U32)
+            return nx_fail(L->err, NX_E_FORMAT, "tensor %s (%s): U32 (quantized) weight without %s.scales",
+                           w->name, file, path);
+        if (!is_float(w->dtype))
+            return nx_fail(L->err, NX_E_UNSUPPORTED, "tensor %s (%s): dtype %s is not supported for weights",
+                           w->name, file, nx_dtype_name(w->dtype));
+        if (!shape_is(w, nd, e)) return fail_shape(L, w, nd, e, NULL);
+        /* A global block alone does not demand quantization (mlx-lm leaves modules without
+         * to_quantized float), but an explicit per-path override does. */
+        const nx_quant_override *o = module_override(L, path);
+        if (o && o->bits > 0)
+            return nx_fail(L->err, NX_E_FORMAT,
+                           "tensor %s (%s): config quantizes %s to %d bits but %s.scales is missing",
+                           w->name, file, path, o->bits, path);
+        size_t rb = (size_t)in * nx_dtype_size(w->dtype);
+        for (int64_t i = 0; i < n; i++) {
+            dst[i] = (nx_linear){.dtype = w->dtype, .out = out, .in = in,
+                                 .w = w->data + (size_t)i * (size_t)out * rb};
+        }
+        return NX_OK;
+    }
+
+    L->saw_quant = true;
+    const nx_tensor *b = findf(L, "%s.biases", path);
+    if (!b)
+        return nx_fail(L->err, NX_E_FORMAT, "missing tensor %s.biases (affine quantization of %s)", path,
+                       path);
+    if (w->dtype != NX_DTYPE_U32)
+        return nx_fail(L->err, NX_E_FORMAT, "tensor %s (%s): quantized weight must be U32, got %s", w->name,
+                       file, nx_dtype_name(w->dtype));
+    if (!is_float(s->dtype) || s->dtype != b->dtype)
+        return nx_fail(L->err, NX_E_FORMAT, "tensors %s.scales/%s.biases: dtypes %s/%s (need one float dtype)",
+                       path, path, nx_dtype_name(s->dtype), nx_dtype_name(b->dtype));
+    /* leading dims and rows must match; the last dim encodes bits / group size */
+    if (w->n_dims != nd || w->shape[lead] != out || (n_stack && w->shape[0] != n_stack)) {
+        char note[96];
+        snprintf(note, sizeof note, " (quantized: last dim = %lld*bits/32)", (long long)in);
+        return fail_shape(L, w, nd, e, note);
+    }
+    int64_t packed = w->shape[lead + 1];
+    if (s->n_dims != nd || s->shape[lead] != out || (n_stack && s->shape[0] != n_stack)) {
+        char note[96];
+        snprintf(note, sizeof note, " (scales: last dim = %lld/group_size)", (long long)in);
+        return fail_shape(L, s, nd, e, note);
+    }
+    if (!shape_is(b, s->n_dims, s->shape)) return fail_shape(L, b, s->n_dims, s->shape, " (= scales)");
+    int64_t sc = s->shape[lead + 1];
+    if (in <= 0 || packed <= 0 || (packed * 32) % in != 0 || !bits_ok(packed * 32 / in))
+        return nx_fail(L->err, NX_E_FORMAT,
+                       "tensor %s (%s): %lld packed words per row do not encode %lld inputs at 2-8 bits",
+                       w->name, file, (long long)packed, (long long)in);
+    if (sc <= 0 || in % sc != 0 || !group_ok(in / sc))
+        return nx_fail(L->err, NX_E_FORMAT,
+                       "tensor %s.scales (%s): %lld groups per row do not divide %lld inputs into 32/64/128",
+                       path, nx_store_file_of(L->st, s), (long long)sc, (long long)in);
+    int bits = (int)(packed * 32 / in), group = (int)(in / sc);
+    int cb, cg;
+    if (config_quant(L, path, &cb, &cg)) {
+        if (cb == 0)
+            return nx_fail(L->err, NX_E_FORMAT,
+                           "tensor %s.scales (%s): config marks %s as not quantized", path,
+                           nx_store_file_of(L->st, s), path);
+        if (cb != bits || cg != group)
+            return nx_fail(L->err, NX_E_FORMAT,
+                           "tensor %s (%s): shapes imply %d-bit group %d but the config says %d-bit group %d",
+                           w->name, file, bits, group, cb, cg);
+    }
+    size_t wrow = (size_t)packed * 4, srow = (size_t)sc * nx_dtype_size(s->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        size_t r0 = (size_t)i * (size_t)out;
+        dst[i] = (nx_linear){.dtype = NX_DTYPE_U32, .out = out, .in = in, .w = w->data + r0 * wrow,
+                             .bits = bits, .group = group, .sdtype = s->dtype,
+                             .scales = s->data + r0 * srow, .biases = b->data + r0 * srow};
+    }
+    return NX_OK;
+}
+
+static nx_status load_ffn(loader *L, const char *pre, int64_t width, nx_ffn *f) {
+    int64_t hidden = L->cfg->hidden_size;
+    char p[NAME_MAX_LEN];
+    nx_status st;
+    snprintf(p, sizeof p, "%sgate_proj", pre);
+    if ((st = load_linear(L, p, 0, width, hidden, &f->gate))) return st;
+    snprintf(p, sizeof p, "%sup_proj", pre);
+    if ((st = load_linear(L, p, 0, width, hidden, &f->up))) return st;
+    snprintf(p, sizeof p, "%sdown_proj", pre);
+    return load_linear(L, p, 0, hidden, width, &f->down);
+}
+
+/* ================================================================ layers */
+
+static nx_status load_experts(loader *L, const char *pre, nx_moe *m) {
+    int64_t E = m->n_experts, hidden = L->cfg->hidden_size, edim = L->cfg->expert_dim;
+    char p[NAME_MAX_LEN];
+    nx_status st = NX_OK;
+    m->experts = calloc((size_t)E, sizeof *m->experts);
+    if (!m->experts) return nx_fail(L->err, NX_E_NOMEM, "out of memory for %lld experts", (long long)E);
+
+    /* stacked [E, out, in]: mlx-lm's switch_mlp, or already-stacked experts.* */
+    static const char *const stacked[] = {"mlp.switch_mlp.", "mlp.experts."};
+    for (size_t k = 0; k < sizeof stacked / sizeof *stacked; k++) {
+        if (!findf(L, "%s%sgate_proj.weight", pre, stacked[k])) continue;
+        L->saw_stacked = true;
+        nx_linear *tmp = calloc((size_t)E, sizeof *tmp);
+        if (!tmp) return nx_fail(L->err, NX_E_NOMEM, "out of memory");
+        static const char *const proj[] = {"gate_proj", "up_proj", "down_proj"};
+        for (int j = 0; j < 3 && st == NX_OK; j++) {
+            snprintf(p, sizeof p, "%s%s%s", pre, stacked[k], proj[j]);
+            bool down = j == 2;
+            st = load_linear(L, p, E, down ? hidden : edim, down ? edim : hidden, tmp);
+            for (int64_t e = 0; st == NX_OK && e < E; e++) {
+                nx_linear *d = j == 0 ? &m->experts[e].gate : j == 1 ? &m->experts[e].up : &m->experts[e].down;
+                *d = tmp[e];
+            }
+        }
+        free(tmp);
+        return st;
+    }
+    /* per-expert (Tencent): mlp.experts.{e}.{gate,up,down}_proj */
+    for (int64_t e = 0; e < E; e++) {
+        snprintf(p, sizeof p, "%smlp.experts.%lld.", pre, (long long)e);
+        if ((st = load_ffn(L, p, edim, &m->experts[e]))) return st;
+    }
+    return NX_OK;
+}
+
+static nx_status load_moe(loader *L, const char *pre, bool is_mtp, nx_moe *m) {
+    const nx_config *cfg = L->cfg;
+    int64_t hidden = cfg->hidden_size;
+    char p[NAME_MAX_LEN];
+    nx_status st;
+
+    static const char *const routers[] = {"mlp.router.gate", "mlp.gate"};
+    const nx_tensor *rw = NULL;
+    const char *rname = routers[0];
+    for (size_t k = 0; k < 2 && !rw; k++) {
+        rname = routers[k];
+        rw = findf(L, "%s%s.weight", pre, rname);
+    }
+    if (!rw) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %s%s.weight", pre, routers[0]);
+    if (rw->n_dims != 2 || rw->shape[0] <= 0) {
+        int64_t e[2] = {cfg->n_experts, hidden};
+        return fail_shape(L, rw, 2, e, NULL);
+    }
+    /* The MTP layer may be pruned differently from the trunk: its router decides. */
+    m->n_experts = is_mtp ? (int32_t)(rw->shape[0] > INT32_MAX ? INT32_MAX : rw->shape[0])
+                          : cfg->n_experts;
+    if (m->n_experts < cfg->top_k)
+        return nx_fail(L->err, NX_E_FORMAT, "tensor %s (%s): %d experts, fewer than num_experts_per_tok %d",
+                       rw->name, nx_store_file_of(L->st, rw), m->n_experts, cfg->top_k);
+    snprintf(p, sizeof p, "%s%s", pre, rname);
+    if ((st = load_linear(L, p, 0, m->n_experts, hidden, &m->router))) return st;
+
+    static const char *const biases[] = {"mlp.expert_bias", "mlp.router.expert_bias",
+                                         "mlp.gate.e_score_correction_bias",
+                                         "mlp.e_score_correction_bias"};
+    for (size_t k = 0; k < sizeof biases / sizeof *biases; k++) {
+        snprintf(p, sizeof p, "%s%s", pre, biases[k]);
+        if (!nx_store_find(L->st, p)) continue;
+        if ((st = load_vec(L, p, m->n_experts, false, &m->expert_bias))) return st;
+        break;
+    }
+    if ((st = load_experts(L, pre, m))) return st;
+
+    m->has_shared = cfg->n_shared_experts > 0;
+    if (m->has_shared) {
+        int64_t width = (int64_t)cfg->expert_dim * cfg->n_shared_experts;
+        const char *sh = findf(L, "%smlp.shared_experts.gate_proj.weight", pre) ? "mlp.shared_experts."
+                                                                                : "mlp.shared_mlp.";
+        snprintf(p, sizeof p, "%s%s", pre, sh);
+        if ((st = load_ffn(L, p, width, &m->shared))) return st;
+    }
+    return NX_OK;
+}
+
+/* One decoder layer at name prefix `pre` (ending in '.'). is_moe < 0: decide from the tensors
+ * (the MTP layer is MoE in hy_v3, but a dense head in a tiny test model is also accepted). */
+static nx_status load_layer(loader *L, const char *pre, int is_moe, bool is_mtp, nx_layer *ly) {
+    const nx_config *cfg = L->cfg;
+    int64_t hidden = cfg->hidden_size, qd = (int64_t)cfg->n_heads * cfg->head_dim,
+            kvd = (int64_t)cfg->n_kv_heads * cfg->head_dim;
+    char p[NAME_MAX_LEN];
+    nx_status st;
+#define P(suffix) (snprintf(p, sizeof p, "%s%s", pre, suffix), p)
+    if ((st = load_vec(L, P("input_layernorm.weight"), hidden, false, &ly->attn_norm)) ||
+        (st = load_vec(L, P("post_attention_layernorm.weight"), hidden, false, &ly->ffn_norm)) ||
+        (st = load_linear(L, P("self_attn.q_proj"), 0, qd, hidden, &ly->wq)) ||
+        (st = load_linear(L, P("self_attn.k_proj"), 0, kvd, hidden, &ly->wk)) ||
+        (st = load_linear(L, P("self_attn.v_proj"), 0, kvd, hidden, &ly->wv)) ||
+        (st = load_linear(L, P("self_attn.o_proj"), 0, hidden, qd, &ly->wo)))
+        return st;
+    if (cfg->qk_norm &&
+        ((st = load_vec(L, P("self_attn.q_norm.weight"), cfg->head_dim, false, &ly->q_norm)) ||
+         (st = load_vec(L, P("self_attn.k_norm.weight"), cfg->head_dim, false, &ly->k_norm))))
+        return st;
+    if (is_moe < 0)
+        is_moe = !(findf(L, "%smlp.gate_proj.weight", pre) && !findf(L, "%smlp.router.gate.weight", pre) &&
+                   !findf(L, "%smlp.gate.weight", pre));
+    ly->is_moe = is_moe;
+    if (is_moe) return load_moe(L, pre, is_mtp, &ly->moe);
+    return load_ffn(L, P("mlp."), cfg->intermediate_size, &ly->dense);
+#undef P
+}
+
+/* ================================================================ the MTP head */
+
+typedef struct mtp_names {
+    const char *head;      /* prefix of enorm/hnorm/eh_proj/final_layernorm */
+    const char *blocks[2]; /* candidate prefixes of the decoder layer */
+    const char *mlx_head, *mlx_block; /* canonical MLX names for config overrides */
+} mtp_names;
+
+static bool is_mtp_name(const char *name, const char *layer_pre) {
+    return strncmp(name, "mtp.", 4) == 0 || strncmp(name, layer_pre, strlen(layer_pre)) == 0;
+}
+
+/* "sidecar" if the MTP lives in a model-mtp*.safetensors file or in a file holding nothing
+ * but MTP tensors; "inline" if it shares a file with the trunk. */
+static const char *mtp_location(const loader *L, const nx_tensor *t, const char *layer_pre) {
+    const char *fn = nx_store_file_of(L->st, t);
+    if (fn && strncmp(fn, "model-mtp", 9) == 0) return "sidecar";
+    for (size_t i = 0; i < nx_store_count(L->st); i++) {
+        const nx_tensor *o = nx_store_tensor(L->st, i);
+        if (o->file == t->file && !is_mtp_name(o->name, layer_pre)) return "inline";
+    }
+    return "sidecar";
+}
+
+static nx_status load_mtp(loader *L, nx_weights *w) {
+    const nx_config *cfg = L->cfg;
+    char lp[64];
+    snprintf(lp, sizeof lp, "model.layers.%d.", cfg->n_layers);
+    const mtp_names cands[] = {
+        {lp, {lp, NULL}, "mtp.", "mtp.layer."},
+        {"mtp.", {"mtp.layer.", "mtp."}, NULL, NULL},
+        {"mtp.0.", {"mtp.0.block.", "mtp.0."}, NULL, NULL},
+    };
+    const mtp_names *nm = NULL;
+    const nx_tensor *eh = NULL;
+    for (size_t k = 0; k < sizeof cands / sizeof *cands && !eh; k++) {
+        nm = &cands[k];
+        eh = findf(L, "%seh_proj.weight", nm->head);
+    }
+    if (!eh) {
+        /* No head: headless unless some MTP tensor exists (then the MTP is broken). Copies of
+         * embed_tokens / shared_head under the MTP prefix are unused and do not count. */
+        for (size_t i = 0; i < nx_store_count(L->st); i++) {
+            const char *n = nx_store_tensor(L->st, i)->name;
+            if (is_mtp_name(n, lp) && !strstr(n, "embed_tokens") && !strstr(n, "shared_head."))
+                return nx_fail(L->err, NX_E_FORMAT,
+                               "MTP tensor %s is present but %seh_proj.weight (or mtp.eh_proj.weight) is missing",
+                               n, lp);
+        }
+        w->has_mtp = false;
+        snprintf(w->mtp_where, sizeof w->mtp_where, "none");
+        return NX_OK;
+    }
+    const char *block = NULL;
+    for (int k = 0; k < 2 && nm->blocks[k] && !block; k++)
+        if (findf(L, "%sself_attn.q_proj.weight", nm->blocks[k])) block = nm->blocks[k];
+    if (!block) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %sself_attn.q_proj.weight", nm->blocks[0]);
+
+    int64_t hidden = cfg->hidden_size;
+    char p[NAME_MAX_LEN];
+    nx_status st;
+    nx_mtp_weights *m = &w->mtp;
+    L->alias_from = nm->mlx_head ? nm->head : NULL;
+    L->alias_to = nm->mlx_head;
+#define H(suffix) (snprintf(p, sizeof p, "%s%s", nm->head, suffix), p)
+    if ((st = load_vec(L, H("enorm.weight"), hidden, false, &m->enorm)) ||
+        (st = load_vec(L, H("hnorm.weight"), hidden, true, &m->hnorm)) ||
+        (st = load_vec(L, H("final_layernorm.weight"), hidden, false, &m->final_norm)) ||
+        (st = load_linear(L, H("eh_proj"), 0, hidden, 2 * hidden, &m->eh_proj)))
+        return st;
+#undef H
+    L->alias_to = nm->mlx_block;
+    if ((st = load_layer(L, block, -1, true, &m->layer))) return st;
+    L->alias_from = L->alias_to = NULL;
+    w->has_mtp = true;
+    snprintf(w->mtp_where, sizeof w->mtp_where, "%s", mtp_location(L, eh, lp));
+    return NX_OK;
+}
+
+/* ================================================================ entry points */
+
+/* nx_weights carries no layer count, so the layer array ends with a sentinel whose attn_norm
+ * points here; nx_weights_free walks up to it. */
+static float layers_end_marker;
+
+static void free_layer(nx_layer *ly) {
+    free(ly->attn_norm);
+    free(ly->ffn_norm);
+    free(ly->q_norm);
+    free(ly->k_norm);
+    free(ly->moe.expert_bias);
+    free(ly->moe.experts);
+}
+
+void nx_weights_free(nx_weights *w) {
+    if (!w) return;
+    /* untouched entries of the calloc'd array hold NULLs */
+    for (nx_layer *ly = w->layers; ly && ly->attn_norm != &layers_end_marker; ly++) free_layer(ly);
+    free(w->layers);
+    free(w->final_norm);
+    free(w->mtp.enorm);
+    free(w->mtp.hnorm);
+    free(w->mtp.final_norm);
+    free_layer(&w->mtp.layer);
+    memset(w, 0, sizeof *w);
+}
+
+nx_status nx_weights_load(const nx_store *st, const nx_config *cfg, bool want_mtp, nx_weights *w,
+                          nx_error *err) {
+    memset(w, 0, sizeof *w);
+    loader L = {.st = st, .cfg = cfg, .err = err};
+    nx_status s;
+    int64_t vocab = cfg->vocab_size, hidden = cfg->hidden_size;
+    if (cfg->n_layers <= 0 || hidden <= 0 || vocab <= 0)
+        return nx_fail(err, NX_E_ARG, "configuration has no layers");
+
+    if ((s = load_linear(&L, "model.embed_tokens", 0, vocab, hidden, &w->embed))) goto fail;
+    if (cfg->tie_embeddings) {
+        w->lm_head = w->embed;
+    } else if ((s = load_linear(&L, "lm_head", 0, vocab, hidden, &w->lm_head))) {
+        goto fail;
+    }
+    if ((s = load_vec(&L, "model.norm.weight", hidden, false, &w->final_norm))) goto fail;
+    w->layers = calloc((size_t)cfg->n_layers + 1, sizeof *w->layers);
+    if (!w->layers) {
+        s = nx_fail(err, NX_E_NOMEM, "out of memory for %d layers", cfg->n_layers);
+        goto fail;
+    }
+    w->layers[cfg->n_layers].attn_norm = &layers_end_marker;
+    for (int32_t l = 0; l < cfg->n_layers; l++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "model.layers.%d.", l);
+        if ((s = load_layer(&L, pre, l >= cfg->first_k_dense, false, &w->layers[l]))) goto fail;
+    }
+    snprintf(w->layout, sizeof w->layout, "%s", L.saw_stacked || L.saw_quant ? "mlx" : "tencent");
+    snprintf(w->mtp_where, sizeof w->mtp_where, "none");
+    if (want_mtp && (s = load_mtp(&L, w))) goto fail;
+    return NX_OK;
+fail:
+    nx_weights_free(w);
+    return s;
+}
