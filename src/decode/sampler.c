@@ -69,7 +69,7 @@ void nx_sampler_params_default(nx_sampler_params *p) {
     p->seed = 0;
 }
 
-/* Written as !(lo <= v <= hi) so that NaN fails every check. */
+/* Both comparisons are false for NaN, so NaN fails every range check. */
 static bool param_in(float v, float lo, float hi) {
     return v >= lo && v <= hi;
 }
@@ -477,6 +477,7 @@ static void sampler_filter(nx_sampler *s, double m, double inv_t, float *probs) 
 void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, size_t n_extra,
                       float *probs) {
     const int32_t V = s->vocab;
+    if (!extra) n_extra = 0;
     sampler_penalise(s, logits, extra, n_extra);
     float *x = s->work;
 
