@@ -138,6 +138,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default=None)
+    ap.add_argument("--max-minutes", type=float, default=0,
+                    help="safety valve on a shared machine: stop early (and still export) after this "
+                         "wall-clock time; the log records where it stopped")
     ap.add_argument("--ckpt", default=None, help="where to save the fp32 torch state (default OUT/../.train-state.pt)")
     a = ap.parse_args()
 
@@ -193,11 +196,15 @@ def main():
             ml = np.mean([h[1] for h in hist[-20:]])
             P(f"step {step} lr {lr:.2e} train_trunk {tl:.4f} train_mtp {ml:.4f} gnorm {gn:.2f} "
               f"elapsed {el:.0f}s tok/s {step * a.batch * a.ctx / el:.0f}")
-        if step % a.eval_every == 0 or step == a.steps:
+        out_of_time = a.max_minutes and time.time() - t0 > a.max_minutes * 60
+        if step % a.eval_every == 0 or step == a.steps or out_of_time:
             ev = evaluate(model, val, a.ctx)
             P(f"val {step} " + " ".join(f"{k}_{m} {v:.4f}" for k, d in ev.items() for m, v in d.items()))
             bias_rng = [float(m.expert_bias.abs().max()) for m in moes]
             P(f"expert_bias_absmax {step} " + " ".join(f"{b:.3f}" for b in bias_rng))
+        if out_of_time:
+            P(f"# stopped early at step {step} of {a.steps}: --max-minutes {a.max_minutes} reached")
+            break
     P(f"# done {time.strftime('%Y-%m-%d %H:%M:%S')} train_seconds {time.time() - t0:.0f}")
     ck = a.ckpt or os.path.join(a.corpus, "train-state.pt")
     torch.save({"config": cfgd, "state": model.state_dict(), "train_seconds": time.time() - t0}, ck)
