@@ -120,9 +120,17 @@ AI float load_sc(nx_dtype dt, const uint8_t *p, int64_t i) {
  * widths whose elements straddle words (3, 5, 6). */
 typedef struct qlut {
     __m512i idx[2], idx1[2], off[2], coff[2];
+    __m512i even, odd; /* x deinterleave for 4-bit blocks */
 } qlut;
 
 static void qlut_init(qlut *L, int bits) {
+    int32_t ev[16], od[16];
+    for (int l = 0; l < 16; l++) {
+        ev[l] = 2 * l;
+        od[l] = 2 * l + 1;
+    }
+    L->even = _mm512_loadu_si512(ev);
+    L->odd = _mm512_loadu_si512(od);
     for (int h = 0; h < 2; h++) {
         int32_t idx[16], off[16], idx1[16], coff[16];
         for (int l = 0; l < 16; l++) {
@@ -139,17 +147,29 @@ static void qlut_init(qlut *L, int bits) {
     }
 }
 
-/* Decodes the 32 q values of one block (4·BITS bytes at p) in natural order. */
-AI void unpack32(const int BITS, const uint8_t *p, const qlut *L, __m512i *q0, __m512i *q1) {
+/* q as the float 1 + q·2^-BITS, built with integer ops only (OR-ing q into the mantissa of
+ * 1.0f) so the FP pipes are left to the FMAs. `v` holds q at bit `at` of each lane, possibly
+ * with higher garbage bits. The caller folds the offset into the group's scale and bias:
+ * s·q + b = (s·2^BITS)·(1 + q·2^-BITS) + (b − s·2^BITS). */
+AI __m512 qfloat(const int BITS, __m512i v, const int at) {
+    const int sh = 23 - BITS - at;
+    __m512i t = sh >= 0 ? _mm512_slli_epi32(v, (unsigned)sh) : _mm512_srli_epi32(v, (unsigned)-sh);
+    __m512i m = _mm512_set1_epi32(((1 << BITS) - 1) << (23 - BITS));
+    /* (t & m) | 1.0f */
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(t, m, _mm512_set1_epi32(0x3f800000), 0xea));
+}
+
+/* Decodes the 32 q values of one block (4·BITS bytes at p) as qfloat values: in natural
+ * order, except 4-bit blocks, which come as elements 0,2,…,30 then 1,3,…,31 (the caller
+ * deinterleaves x to match; it saves shuffles on every weight row). */
+AI void unpack32(const int BITS, const uint8_t *p, const qlut *L, __m512 *f0, __m512 *f1) {
     if (BITS == 8) {
-        *q0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-        *q1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16)));
+        *f0 = qfloat(8, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)), 0);
+        *f1 = qfloat(8, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))), 0);
     } else if (BITS == 4) {
-        __m128i v = _mm_loadu_si128((const __m128i *)p);
-        __m128i m = _mm_set1_epi8(0x0f);
-        __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
-        *q0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
-        *q1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi));
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+        *f0 = qfloat(4, v, 0);
+        *f1 = qfloat(4, v, 4);
     } else if (BITS == 2) {
         /* byte k holds elements 4k..4k+3; split into (4k, 4k+2) and (4k+1, 4k+3) nibble
          * pairs, interleave, then split nibbles and interleave 16-bit pairs. */
@@ -158,22 +178,26 @@ AI void unpack32(const int BITS, const uint8_t *p, const qlut *L, __m512i *q0, _
         __m128i a = _mm_and_si128(v, m2), c = _mm_and_si128(_mm_srli_epi16(v, 2), m2);
         __m128i u = _mm_unpacklo_epi8(a, c);
         __m128i lo = _mm_and_si128(u, m4), hi = _mm_and_si128(_mm_srli_epi16(u, 4), m4);
-        *q0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi16(lo, hi));
-        *q1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi16(lo, hi));
+        *f0 = qfloat(2, _mm512_cvtepu8_epi32(_mm_unpacklo_epi16(lo, hi)), 0);
+        *f1 = qfloat(2, _mm512_cvtepu8_epi32(_mm_unpackhi_epi16(lo, hi)), 0);
     } else {
         __m512i wv = _mm512_maskz_loadu_epi32((__mmask16)((1u << BITS) - 1u), p);
-        __m512i mask = _mm512_set1_epi32((1 << BITS) - 1);
         for (int h = 0; h < 2; h++) {
             __m512i lo = _mm512_permutexvar_epi32(L->idx[h], wv);
             __m512i hi = _mm512_permutexvar_epi32(L->idx1[h], wv);
             __m512i q = _mm512_or_si512(_mm512_srlv_epi32(lo, L->off[h]),
                                         _mm512_sllv_epi32(hi, L->coff[h]));
-            q = _mm512_and_si512(q, mask);
-            if (h == 0) *q0 = q;
-            else *q1 = q;
+            if (h == 0) *f0 = qfloat(BITS, q, 0);
+            else *f1 = qfloat(BITS, q, 0);
         }
     }
 }
+
+/* Bytes ahead of the current block to prefetch on each weight row: several short rows are
+ * streamed at once, more than the hardware prefetchers follow well. */
+#ifndef QPREFETCH
+#define QPREFETCH 1024
+#endif
 
 typedef struct qargs {
     const uint8_t *w;      /* first row of the block */
@@ -185,7 +209,7 @@ typedef struct qargs {
     const qlut *lut;
 } qargs;
 
-/* Weights are dequantized in registers (w = s·q + b, one FMA) and never stored. */
+/* Weights are dequantized in registers (w = s·q + b, one FMA on qfloat) and never stored. */
 AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, const float *x,
                  int64_t ldx, float *y, int64_t ldy) {
     __m512 acc[4][4];
@@ -198,9 +222,10 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
         __m512 s[4], b[4];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            s[r] = _mm512_set1_ps(load_sc(a->sdt, a->sc + r * a->sstride, g));
-            b[r] = a->bi ? _mm512_set1_ps(load_sc(a->sdt, a->bi + r * a->sstride, g))
-                         : _mm512_setzero_ps();
+            float sc = load_sc(a->sdt, a->sc + r * a->sstride, g) * (float)(1 << BITS);
+            float bi = a->bi ? load_sc(a->sdt, a->bi + r * a->sstride, g) : 0.0f;
+            s[r] = _mm512_set1_ps(sc);
+            b[r] = _mm512_set1_ps(bi - sc);
         }
         for (int64_t k = 0; k < nblk; k++) {
             int64_t e0 = g * a->group + k * 32; /* first element of the block */
@@ -210,13 +235,19 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
             for (int t = 0; t < TT; t++) {
                 x0[t] = _mm512_loadu_ps(x + t * ldx + e0);
                 x1[t] = _mm512_loadu_ps(x + t * ldx + e0 + 16);
+                if (BITS == 4) {
+                    __m512 ev = _mm512_permutex2var_ps(x0[t], a->lut->even, x1[t]);
+                    x1[t] = _mm512_permutex2var_ps(x0[t], a->lut->odd, x1[t]);
+                    x0[t] = ev;
+                }
             }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                __m512i q0, q1;
-                unpack32(BITS, p + r * a->wstride, a->lut, &q0, &q1);
-                __m512 w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), s[r], b[r]);
-                __m512 w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), s[r], b[r]);
+                __m512 f0, f1;
+                _mm_prefetch((const char *)(p + r * a->wstride + QPREFETCH), _MM_HINT_T0);
+                unpack32(BITS, p + r * a->wstride, a->lut, &f0, &f1);
+                __m512 w0 = _mm512_fmadd_ps(f0, s[r], b[r]);
+                __m512 w1 = _mm512_fmadd_ps(f1, s[r], b[r]);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) {
                     acc[r][t] = _mm512_fmadd_ps(w0, x0[t], acc[r][t]);

@@ -1,0 +1,145 @@
+/* Thread pool tests: every index runs exactly once per job, thousands of back-to-back jobs
+ * (the decode pattern), a pool of one, the NULL pool, and nx_pool_split's coverage. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "base/pool.h"
+
+typedef struct job {
+    _Atomic int hits[64];
+    _Atomic int calls;
+    int nth_seen[64];
+} job;
+
+static void count_fn(void *arg, int ith, int nth) {
+    job *j = arg;
+    atomic_fetch_add(&j->hits[ith], 1);
+    atomic_fetch_add(&j->calls, 1);
+    j->nth_seen[ith] = nth;
+}
+
+static void check_job(nx_pool *p, int n) {
+    job j;
+    memset(&j, 0, sizeof j);
+    nx_pool_run(p, count_fn, &j);
+    assert_int_equal(atomic_load(&j.calls), n);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(atomic_load(&j.hits[i]), 1);
+        assert_int_equal(j.nth_seen[i], n);
+    }
+}
+
+static void test_each_index_once(void **state) {
+    (void)state;
+    for (int n = 1; n <= 5; n++) {
+        nx_pool *p = nx_pool_new(n);
+        assert_non_null(p);
+        assert_int_equal(nx_pool_size(p), n);
+        for (int rep = 0; rep < 20; rep++) check_job(p, n);
+        nx_pool_free(p);
+    }
+}
+
+/* Sums a range split over the threads: catches a worker that runs a stale job or is not
+ * waited for (the caller reads the partial sums right after nx_pool_run returns). */
+typedef struct sum_job {
+    const int *v;
+    long long n;
+    long long partial[64];
+} sum_job;
+
+static void sum_fn(void *arg, int ith, int nth) {
+    sum_job *j = arg;
+    long long b, e, s = 0;
+    nx_pool_split(j->n, ith, nth, &b, &e);
+    for (long long i = b; i < e; i++) s += j->v[i];
+    j->partial[ith] = s;
+}
+
+static void test_many_quick_jobs(void **state) {
+    (void)state;
+    nx_pool *p = nx_pool_new(2);
+    assert_non_null(p);
+    int v[1000];
+    for (int i = 0; i < 1000; i++) v[i] = i;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int jobs = 5000;
+    for (int r = 0; r < jobs; r++) {
+        sum_job j = {.v = v, .n = 1 + r % 1000};
+        nx_pool_run(p, sum_fn, &j);
+        long long s = 0;
+        for (int i = 0; i < nx_pool_size(p); i++) s += j.partial[i];
+        assert_true(s == j.n * (j.n - 1) / 2);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double us = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / jobs;
+    print_message("# %.2f us per job (2 threads)\n", us);
+    nx_pool_free(p);
+}
+
+/* Jobs separated by pauses long enough for the workers to fall asleep on the futex. */
+static void test_sleep_and_wake(void **state) {
+    (void)state;
+    nx_pool *p = nx_pool_new(3);
+    assert_non_null(p);
+    for (int r = 0; r < 5; r++) {
+        struct timespec ts = {0, 3 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        check_job(p, 3);
+    }
+    nx_pool_free(p);
+}
+
+static void test_pool_of_one_and_null(void **state) {
+    (void)state;
+    nx_pool *p = nx_pool_new(1);
+    assert_non_null(p);
+    assert_int_equal(nx_pool_size(p), 1);
+    check_job(p, 1);
+    nx_pool_free(p);
+    assert_int_equal(nx_pool_size(NULL), 1);
+    check_job(NULL, 1);
+    nx_pool_free(NULL);
+    p = nx_pool_new(0); /* all online CPUs */
+    assert_non_null(p);
+    assert_true(nx_pool_size(p) >= 1);
+    check_job(p, nx_pool_size(p));
+    nx_pool_free(p);
+}
+
+static void test_split(void **state) {
+    (void)state;
+    for (long long n = 0; n < 50; n++)
+        for (int nth = 1; nth <= 7; nth++) {
+            long long prev = 0, minlen = n, maxlen = 0;
+            for (int i = 0; i < nth; i++) {
+                long long b, e;
+                nx_pool_split(n, i, nth, &b, &e);
+                assert_true(b == prev && e >= b);
+                prev = e;
+                if (e - b < minlen) minlen = e - b;
+                if (e - b > maxlen) maxlen = e - b;
+            }
+            assert_true(prev == n);
+            assert_true(maxlen - minlen <= 1);
+        }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_each_index_once),
+        cmocka_unit_test(test_many_quick_jobs),
+        cmocka_unit_test(test_sleep_and_wake),
+        cmocka_unit_test(test_pool_of_one_and_null),
+        cmocka_unit_test(test_split),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
