@@ -17,7 +17,7 @@ struct nx_model {
     nx_pool *pool;
     nx_mtp_wiring wiring; /* resolved: no DEFAULT values left */
     nx_model_info info;
-    char weight_dtype[32];
+    char weight_dtype[96];
     char mtp_status[64];
 };
 

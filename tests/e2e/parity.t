@@ -23,6 +23,13 @@ RANDOM = [
     ("mlx-sidecar", ["--layout", "mlx", "--mtp", "sidecar", "--seed", "2"]),
     ("tencent-headless", ["--layout", "tencent", "--mtp", "none", "--seed", "3"]),
     ("mlx-inline", ["--layout", "mlx", "--mtp", "inline", "--seed", "4"]),
+    # MLX affine quantized, mixed precision: 4-bit trunk with an 8-bit head in a sidecar,
+    # 3-bit g32 everything, 2-bit g128 trunk with a 6-bit head
+    ("mlx-q4-g64-head8", ["--layout", "mlx", "--mtp", "sidecar", "--quant", "4:64", "--mtp-quant", "8:64",
+                          "--seed", "5"]),
+    ("mlx-q3-g32", ["--layout", "mlx", "--mtp", "inline", "--quant", "3:32", "--seed", "6"]),
+    ("mlx-q2-g128-head6", ["--layout", "mlx", "--mtp", "sidecar", "--hidden", "256", "--expert-dim", "128",
+                           "--inter", "256", "--quant", "2:128", "--mtp-quant", "6:64", "--seed", "7"]),
 ]
 
 
