@@ -7,13 +7,16 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-/* Spin iterations (each one `pause`) before sleeping: tens of microseconds, long enough to
- * bridge the gap between two matmuls of one token, short enough not to burn a core idle. */
-#define POOL_SPIN 20000
+/* How long a waiting thread spins before sleeping: long enough to bridge the gap between two
+ * matmuls of one token, short enough not to burn a core (or a busy machine's CPU) when idle.
+ * Timed rather than counted because `pause` costs from 10 to 150 cycles across CPUs. */
+#define POOL_SPIN_NS 50000
 
 struct nx_pool {
     int n;                 /* threads including the caller */
@@ -46,6 +49,24 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spin step `spins` (counting from 1) of a wait that began at *t0 (0 = not read yet):
+ * pauses and returns 1 while the spin budget lasts, 0 once it is spent. */
+static int spin_more(int spins, int64_t *t0) {
+    if ((spins & 31) == 1) {
+        int64_t t = now_ns();
+        if (*t0 == 0) *t0 = t;
+        else if (t - *t0 > POOL_SPIN_NS) return 0;
+    }
+    cpu_relax();
+    return 1;
+}
+
 static void *worker_main(void *vp) {
     worker_arg *wa = vp;
     nx_pool *p = wa->p;
@@ -55,11 +76,9 @@ static void *worker_main(void *vp) {
     for (;;) {
         unsigned g;
         int spins = 0;
+        int64_t t0 = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
-            if (++spins < POOL_SPIN) {
-                cpu_relax();
-                continue;
-            }
+            if (spin_more(++spins, &t0)) continue;
             /* Announce the sleep before re-checking: the caller bumps gen and then reads
              * sleepers (both seq_cst), so either it sees us and wakes us, or FUTEX_WAIT sees
              * the new gen and returns at once. */
@@ -67,6 +86,7 @@ static void *worker_main(void *vp) {
             futex_wait(&p->gen, (int)seen);
             atomic_fetch_sub(&p->sleepers, 1);
             spins = 0;
+            t0 = 0;
         }
         seen = g;
         if (atomic_load(&p->stop)) break;
@@ -132,16 +152,15 @@ void nx_pool_run(nx_pool *p, nx_pool_fn fn, void *arg) {
     fn(arg, 0, p->n);
 
     int spins = 0, left;
+    int64_t t0 = 0;
     while ((left = atomic_load_explicit(&p->pending, memory_order_acquire)) != 0) {
-        if (++spins < POOL_SPIN) {
-            cpu_relax();
-            continue;
-        }
+        if (spin_more(++spins, &t0)) continue;
         atomic_store(&p->waiter, 1);
         left = atomic_load(&p->pending);
         if (left != 0) futex_wait(&p->pending, left);
         atomic_store(&p->waiter, 0);
         spins = 0;
+        t0 = 0;
     }
 }
 
