@@ -914,7 +914,8 @@ static json_t *usage_json(const nx_oai_usage *u) {
     json_object_set_new(o, "completion_tokens", json_integer(u->completion_tokens));
     json_object_set_new(o, "total_tokens", json_integer(u->prompt_tokens + u->completion_tokens));
     json_t *s = json_object();
-    json_object_set_new(s, "draft", json_integer(u->draft));
+    json_object_set_new(s, "draft", u->draft == NX_DRAFT_AUTO ? json_string("auto")
+                                                              : json_integer(u->draft));
     json_object_set_new(s, "verify", json_string(u->verify ? u->verify : "residual"));
     json_object_set_new(s, "drafts", json_integer(u->drafts));
     json_object_set_new(s, "drafted", json_integer(u->drafted));

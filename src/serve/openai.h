@@ -69,7 +69,7 @@ typedef struct nx_oai_request {
     nx_oai_prompt *prompts;
     size_t n_prompts;
 
-    int32_t max_tokens; /* 0 = until EOS or the context is full */
+    int32_t max_tokens; /* 0 = unset: chat runs to EOS or a full context, completions 16 */
     nx_sampler_params sampling;
     bool has_seed;
     char **stop; /* n_stop NUL-terminated, non-empty strings */
@@ -131,7 +131,7 @@ typedef struct nx_oai_choice {
 typedef struct nx_oai_usage {
     int64_t prompt_tokens, completion_tokens;
     int64_t drafts, drafted, accepted; /* this request's speculative counters */
-    int32_t draft;                     /* draft length used (0 = plain decoding) */
+    int32_t draft;                     /* draft setting (NX_DRAFT_AUTO, 0 = plain decoding) */
     const char *verify;                /* "residual" | "match" */
 } nx_oai_usage;
 

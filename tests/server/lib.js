@@ -1,0 +1,102 @@
+// Shared by the Node end-to-end server tests: TAP output, and starting/stopping `nextn serve`
+// on an ephemeral loopback port (read from its start-up line). A server started here is killed
+// when the test exits, whatever the reason.
+'use strict';
+const { spawn } = require('child_process');
+const fs = require('fs');
+const path = require('path');
+
+const ROOT = path.resolve(__dirname, '..', '..');
+let NEXTN = process.env.NEXTN || path.join(ROOT, 'build', 'nextn');
+if (!path.isAbsolute(NEXTN)) NEXTN = path.join(ROOT, NEXTN);
+const MODEL = process.env.NEXTN_TEST_MODEL || path.join(ROOT, 'models', 'nextn-hy3-tiny');
+
+let n = 0, failed = 0;
+function ok(cond, name, diag) {
+  n++;
+  if (!cond) failed++;
+  console.log(`${cond ? 'ok' : 'not ok'} ${n} - ${name}`);
+  if (!cond && diag !== undefined)
+    for (const line of String(typeof diag === 'string' ? diag : JSON.stringify(diag)).split('\n'))
+      console.log('# ' + line);
+  return cond;
+}
+function is(got, want, name) {
+  return ok(got === want, name, `got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+}
+function note(msg) { for (const line of String(msg).split('\n')) console.log('# ' + line); }
+function done() {
+  console.log(`1..${n}`);
+  stopAll();
+  process.exit(failed ? 1 : 0);
+}
+
+function skipAllUnlessReady() {
+  let why = null;
+  try { fs.accessSync(NEXTN, fs.constants.X_OK); } catch { why = `${NEXTN} is not built`; }
+  if (!why && !fs.existsSync(path.join(MODEL, 'config.json'))) why = `no model at ${MODEL}`;
+  if (why) {
+    console.log(`1..0 # SKIP ${why}`);
+    process.exit(0);
+  }
+}
+
+const servers = new Set();
+function stopAll() { for (const s of servers) s.stop(); }
+process.on('exit', stopAll);
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'])
+  process.on(sig, () => { stopAll(); process.exit(128); });
+
+// Starts `nextn serve` and resolves to {port, base, proc, stop(), output()}.
+function startServer(args = [], timeoutMs = 180000) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(NEXTN, ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', ...args],
+                       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    const srv = {
+      proc,
+      output: () => out,
+      stop() {
+        if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+        servers.delete(srv);
+      },
+    };
+    servers.add(srv);
+    const timer = setTimeout(() => { srv.stop(); reject(new Error('server did not start:\n' + out)); },
+                             timeoutMs);
+    const onData = (d) => {
+      out += d.toString();
+      const m = out.match(/listening on http:\/\/[^ ]*:(\d+)\//);
+      if (m && !srv.port) {
+        clearTimeout(timer);
+        srv.port = Number(m[1]);
+        srv.base = `http://127.0.0.1:${srv.port}`;
+        resolve(srv);
+      }
+    };
+    proc.stdout.on('data', onData);
+    proc.stderr.on('data', onData);
+    proc.on('exit', (code) => {
+      servers.delete(srv);
+      if (!srv.port) { clearTimeout(timer); reject(new Error(`server exited (${code}):\n${out}`)); }
+    });
+  });
+}
+
+// Waits until the server process has exited (after stop()).
+function waitExit(srv, ms = 20000) {
+  return new Promise((resolve) => {
+    if (srv.proc.exitCode !== null || srv.proc.signalCode !== null) return resolve(srv.proc.exitCode);
+    const t = setTimeout(() => { srv.proc.kill('SIGKILL'); }, ms);
+    srv.proc.on('exit', (code) => { clearTimeout(t); resolve(code); });
+  });
+}
+
+async function metric(base, name, headers = {}) {
+  const text = await (await fetch(base + '/metrics', { headers })).text();
+  for (const line of text.split('\n'))
+    if (line.startsWith(name + ' ')) return Number(line.split(' ').pop());
+  return null;
+}
+
+module.exports = { ROOT, NEXTN, MODEL, ok, is, note, done, skipAllUnlessReady, startServer, waitExit, metric };

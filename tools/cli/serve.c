@@ -1,0 +1,255 @@
+/* `nextn serve`: loads the model with a progress indicator, starts the OpenAI-compatible server
+ * and runs until SIGINT/SIGTERM, then shuts down cleanly (queued clients get an error). */
+#include "serve.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "serve/server.h"
+
+static const char *usage =
+    "usage: nextn serve [options]\n"
+    "\n"
+    "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions\n"
+    "(streaming and not), GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+    "MTP self-speculative decoding is on by default; requests may override it with\n"
+    "\"speculative\": {\"draft\": \"auto\"|0..8, \"verify\": \"residual\"|\"match\"}.\n"
+    "\n"
+    "options:\n"
+    "  -m, --model DIR         checkpoint directory (default models/nextn-hy3-tiny)\n"
+    "      --model-id NAME     the model name clients send (default: the directory's name)\n"
+    "      --host ADDR         address to bind (default 127.0.0.1)\n"
+    "      --port N            port (default 8080; 0 = any free port)\n"
+    "      --api-key KEY       require 'Authorization: Bearer KEY' (or $NEXTN_API_KEY)\n"
+    "      --max-body BYTES    largest request body, suffix k/m allowed (default 4m)\n"
+    "      --timeout SEC       per-request limit, queueing included; 0 = none (default 600)\n"
+    "      --queue N           requests waiting for the model before 503 (default 64)\n"
+    "      --max-connections N open connections at once (default queue + 64)\n"
+    "      --ctx N             context tokens, prompt + completion (default 4096)\n"
+    "      --draft auto|N      default draft length, 0 = plain decoding (default auto)\n"
+    "      --verify RULE       residual (lossless sampling) or match (default residual)\n"
+    "  -t, --threads N         compute threads (default: all cores)\n"
+    "      --no-mtp            load the trunk only (no speculation)\n"
+    "  -q, --quiet             no start-up banner\n";
+
+enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
+       O_NOMTP, O_ID, O_MAXCONN };
+
+static const struct option opts[] = {
+    {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
+    {"host", required_argument, 0, O_HOST},   {"port", required_argument, 0, O_PORT},
+    {"api-key", required_argument, 0, O_KEY}, {"max-body", required_argument, 0, O_BODY},
+    {"timeout", required_argument, 0, O_TIMEOUT}, {"queue", required_argument, 0, O_QUEUE},
+    {"max-connections", required_argument, 0, O_MAXCONN},
+    {"ctx", required_argument, 0, O_CTX},     {"draft", required_argument, 0, O_DRAFT},
+    {"verify", required_argument, 0, O_VERIFY}, {"threads", required_argument, 0, 't'},
+    {"no-mtp", no_argument, 0, O_NOMTP},      {"quiet", no_argument, 0, 'q'},
+    {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+};
+
+static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+/* "4096", "64k", "4m" */
+static bool parse_bytes(const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-') return false;
+    unsigned long long mul = 1;
+    if (*end == 'k' || *end == 'K') mul = 1024, end++;
+    else if (*end == 'm' || *end == 'M') mul = 1024 * 1024, end++;
+    if (*end || v == 0 || v > (1ull << 40) / mul) return false;
+    *out = (size_t)(v * mul);
+    return true;
+}
+
+static void progress(void *user, double f) {
+    int *last = user;
+    int pct = (int)(f * 100.0 + 0.5);
+    if (isatty(2)) {
+        int w = 30, fill = (int)(f * w + 0.5);
+        fprintf(stderr, "\rloading [%.*s%*s] %3d%%", fill, "##############################", w - fill,
+                "", pct);
+        if (f >= 1.0) fputc('\n', stderr);
+    } else if (pct / 25 != *last / 25 || (pct == 100 && *last != 100)) {
+        fprintf(stderr, "loading %d%%\n", pct);
+    }
+    *last = pct;
+    fflush(stderr);
+}
+
+/* The directory's last component, for the default model id. */
+static char *dir_name(const char *dir) {
+    char *d = strdup(dir);
+    if (!d) return NULL;
+    size_t n = strlen(d);
+    while (n > 1 && d[n - 1] == '/') d[--n] = '\0';
+    const char *slash = strrchr(d, '/');
+    char *name = strdup(slash ? slash + 1 : d);
+    free(d);
+    return name;
+}
+
+int nx_cli_serve(int argc, char **argv) {
+    nx_server_opts so;
+    nx_server_opts_default(&so);
+    nx_load_params lp;
+    nx_load_params_default(&lp);
+    const char *model_dir = NULL, *model_id = NULL;
+    bool quiet = false, ctx_set = false;
+    long long v;
+    int c;
+    optind = 1;
+    opterr = 0;
+#define BAD(...)                                                      \
+    do {                                                              \
+        fprintf(stderr, "nextn serve: ");                             \
+        fprintf(stderr, __VA_ARGS__);                                 \
+        fprintf(stderr, "\n(see `nextn serve --help`)\n");            \
+        return 2;                                                     \
+    } while (0)
+    while ((c = getopt_long(argc, argv, "m:t:qh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model_dir = optarg; break;
+        case O_ID: model_id = optarg; break;
+        case O_HOST: so.host = optarg; break;
+        case O_PORT:
+            if (!parse_int(optarg, 0, 65535, &v)) BAD("--port %s: expected 0..65535", optarg);
+            so.port = (int)v;
+            break;
+        case O_KEY: so.api_key = optarg; break;
+        case O_BODY:
+            if (!parse_bytes(optarg, &so.max_body)) BAD("--max-body %s: expected bytes, e.g. 65536 or 4m", optarg);
+            break;
+        case O_TIMEOUT: {
+            char *end;
+            double t = strtod(optarg, &end);
+            if (end == optarg || *end || !(t >= 0 && t <= 1e7)) BAD("--timeout %s: expected seconds >= 0", optarg);
+            so.timeout = t;
+            break;
+        }
+        case O_QUEUE:
+            if (!parse_int(optarg, 1, 100000, &v)) BAD("--queue %s: expected 1..100000", optarg);
+            so.queue = (int)v;
+            break;
+        case O_MAXCONN:
+            if (!parse_int(optarg, 1, 100000, &v)) BAD("--max-connections %s: expected 1..100000", optarg);
+            so.max_connections = (int)v;
+            break;
+        case O_CTX:
+            if (!parse_int(optarg, 2, INT32_MAX, &v)) BAD("--ctx %s: expected an integer >= 2", optarg);
+            so.n_ctx = (int32_t)v;
+            ctx_set = true;
+            break;
+        case O_DRAFT:
+            if (!strcmp(optarg, "auto")) so.draft = NX_DRAFT_AUTO;
+            else if (parse_int(optarg, 0, NX_MAX_DRAFT, &v)) so.draft = (int32_t)v;
+            else BAD("--draft %s: expected auto or 0..%d", optarg, NX_MAX_DRAFT);
+            break;
+        case O_VERIFY:
+            if (!strcmp(optarg, "residual")) so.verify = NX_VERIFY_RESIDUAL;
+            else if (!strcmp(optarg, "match")) so.verify = NX_VERIFY_MATCH;
+            else BAD("--verify %s: expected residual or match", optarg);
+            break;
+        case 't':
+            if (!parse_int(optarg, 0, 1024, &v)) BAD("--threads %s: expected 0..1024", optarg);
+            lp.n_threads = (int)v;
+            break;
+        case O_NOMTP: lp.no_mtp = true; break;
+        case 'q': quiet = true; break;
+        case 'h': fputs(usage, stdout); return 0;
+        default:
+            if (optopt) BAD("option -%c needs a value or is unknown", optopt);
+            BAD("unknown option %s", argv[optind - 1]);
+        }
+    }
+#undef BAD
+    if (optind < argc) {
+        fprintf(stderr, "nextn serve: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!so.api_key) {
+        const char *env = getenv("NEXTN_API_KEY");
+        if (env && *env) so.api_key = env;
+    }
+    cli_opts co;
+    memset(&co, 0, sizeof co);
+    co.model = model_dir;
+    const char *dir = cli_model_dir(&co);
+
+    if (!quiet) fprintf(stderr, "nextn serve: loading %s\n", dir);
+    int last = -1;
+    lp.progress = progress;
+    lp.progress_user = &last;
+    nx_model *m = NULL;
+    nx_error err = {0};
+    if (nx_model_load(dir, &lp, &m, &err) != NX_OK) {
+        fprintf(stderr, "nextn serve: cannot load model: %s\n", err.msg);
+        return 1;
+    }
+    const nx_model_info *in = nx_model_get_info(m);
+    if (!ctx_set && in->max_positions > 1 && in->max_positions < so.n_ctx)
+        so.n_ctx = (int32_t)in->max_positions;
+    char *id = model_id ? strdup(model_id) : dir_name(dir);
+    so.model_id = id;
+    so.model_dir = dir;
+
+    /* Signals go to sigwait below, never to the server's threads (they inherit this mask). */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    nx_server *srv = NULL;
+    if (nx_server_start(m, &so, &srv, &err) != NX_OK) {
+        fprintf(stderr, "nextn serve: %s\n", err.msg);
+        free(id);
+        nx_model_free(m);
+        return 1;
+    }
+    bool mtp = in->mtp && strncmp(in->mtp, "none", 4) != 0 && strcmp(in->mtp, "disabled") != 0;
+    char draft[16];
+    if (so.draft == NX_DRAFT_AUTO) snprintf(draft, sizeof draft, "auto");
+    else snprintf(draft, sizeof draft, "%d", so.draft);
+    if (!quiet) {
+        fprintf(stderr, "nextn serve: model %s (%s, %s layout, %s, %.1fM params, %d layers)\n", id,
+                in->family, in->layout, in->weight_dtype, (double)in->n_params / 1e6, in->n_layers);
+        if (mtp)
+            fprintf(stderr, "nextn serve: MTP %s: speculative decoding on, draft %s, verify %s\n",
+                    in->mtp, draft, so.verify == NX_VERIFY_MATCH ? "match" : "residual");
+        else
+            fprintf(stderr, "nextn serve: MTP %s: plain decoding (no speculation)\n", in->mtp);
+        fprintf(stderr, "nextn serve: context %d tokens, queue %d, timeout %gs, max body %zu bytes%s\n",
+                so.n_ctx, so.queue, so.timeout, so.max_body, so.api_key ? ", API key required" : "");
+    }
+    /* Always printed: scripts read the port from this line. */
+    const char *h = so.host;
+    bool v6 = strchr(h, ':') != NULL;
+    fprintf(stderr, "nextn serve: listening on http://%s%s%s:%d/v1\n", v6 ? "[" : "", h, v6 ? "]" : "",
+            nx_server_port(srv));
+    fflush(stderr);
+
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (!quiet) fprintf(stderr, "nextn serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
+    nx_server_stop(srv);
+    nx_model_free(m);
+    free(id);
+    return 0;
+}
