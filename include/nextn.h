@@ -152,6 +152,8 @@ typedef struct nx_load_params {
     int n_threads;        /* 0 = all cores */
     nx_mtp_wiring wiring; /* zero = family defaults */
     bool no_mtp;          /* load the trunk only */
+    int32_t draft_vocab;  /* > 0: the head drafts over token ids [0, draft_vocab) only (a smaller
+                             lm_head read per draft; exact either way, the trunk verifies) */
     void (*progress)(void *user, double fraction); /* optional loading progress */
     void *progress_user;
 } nx_load_params;

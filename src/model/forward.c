@@ -296,8 +296,14 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
     const float *back = m->wiring.recycle == NX_MTP_RECYCLE_RAW ? c->x : c->hpost;
     memcpy(c->mtp_out, back, sizeof(float) * (size_t)R * H);
     c->mtp_rows = R;
-    if (logits && logits_from < R)
-        nx_matmul(&m->w.lm_head, c->hpost + (size_t)logits_from * H, H, R - logits_from, logits, V,
-                  m->pool);
+    if (logits && logits_from < R) {
+        /* The head may draft over a prefix of the vocabulary: the rows of lm_head are
+         * contiguous, so the slice is the same view with fewer rows. */
+        nx_linear head = m->w.lm_head;
+        head.out = m->draft_vocab;
+        nx_matmul(&head, c->hpost + (size_t)logits_from * H, H, R - logits_from, logits, V, m->pool);
+        for (int32_t r = 0; r < R - logits_from; r++)
+            for (int32_t i = m->draft_vocab; i < V; i++) logits[(size_t)r * V + i] = -INFINITY;
+    }
     return NX_OK;
 }

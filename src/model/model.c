@@ -175,6 +175,7 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
 
     m->wiring = p->wiring;
     wiring_resolve(&m->wiring, &m->w);
+    m->draft_vocab = p->draft_vocab > 0 && p->draft_vocab < m->cfg.vocab_size ? p->draft_vocab : m->cfg.vocab_size;
 
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (file_exists(path) && (st = nx_tokenizer_load(path, &m->tok, err)) != NX_OK) goto fail;

@@ -16,6 +16,7 @@ struct nx_model {
     char *chat_template;
     nx_pool *pool;
     nx_mtp_wiring wiring; /* resolved: no DEFAULT values left */
+    int32_t draft_vocab;  /* rows of lm_head the MTP head computes (vocab_size = all) */
     nx_model_info info;
     char weight_dtype[96];
     char mtp_status[64];

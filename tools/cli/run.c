@@ -28,6 +28,7 @@ static const char *usage =
     "      --ctx N             context size (default: prompt + n + margin)\n"
     "  -t, --threads N         threads (default: all cores)\n"
     "      --no-mtp            ignore the MTP head\n"
+    "      --draft-vocab N     the head drafts over token ids < N only (cheaper drafts, still exact)\n"
     "      --mtp-hidden post|pre  --mtp-concat embed-first|hidden-first  --mtp-recycle normed|raw\n"
     "      --mtp-hnorm on|off  --mtp-window N  --mtp-rope-theta T   MTP wiring overrides\n";
 

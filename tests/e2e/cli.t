@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+"""The command line on bad input: every subcommand has --help; a missing, truncated or corrupt
+checkpoint, a wrong config, an out-of-range parameter or a malformed token list gives a clear
+error naming the problem and a non-zero exit, never a crash."""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import PY, Tap, nextn, run  # noqa: E402
+
+t = Tap()
+tmp = tempfile.mkdtemp(prefix="nextn-cli-")
+
+for cmd in ("run", "eval", "probe", "bench", "tokenize", "detokenize", "inspect", "serve"):
+    r = nextn(cmd, "--help", check=False)
+    t.ok(r.returncode == 0 and "usage" in r.stdout.lower(), f"{cmd} --help", r.stderr)
+
+good = os.path.join(tmp, "good")
+run([PY, "tests/ref/make_random_ckpt.py", "--layout", "tencent", "--mtp", "inline", "--seed", "9", "--out", good])
+
+
+def expect_error(name, args, *needles):
+    r = nextn(*args, check=False)
+    crashed = r.returncode < 0 or r.returncode >= 128
+    msg = r.stderr
+    t.ok(r.returncode != 0 and not crashed and all(n in msg for n in needles),
+         f"{name}: clear error ({msg.strip().splitlines()[-1] if msg.strip() else 'no message'})",
+         f"exit {r.returncode}\n{msg}")
+
+
+def variant(name, mutate):
+    d = os.path.join(tmp, name)
+    shutil.copytree(good, d)
+    mutate(d)
+    return d
+
+
+expect_error("missing directory", ["inspect", "-m", os.path.join(tmp, "nope")], "config.json")
+
+
+def truncate(d):
+    p = os.path.join(d, "model.safetensors")
+    with open(p, "r+b") as f:
+        f.truncate(os.path.getsize(p) // 2)
+
+
+expect_error("truncated safetensors", ["inspect", "-m", variant("trunc", truncate)], "model.safetensors")
+
+
+def corrupt_header(d):
+    p = os.path.join(d, "model.safetensors")
+    with open(p, "r+b") as f:
+        f.seek(8)
+        f.write(b"{\"x\": [")
+
+
+expect_error("corrupt header", ["inspect", "-m", variant("corrupt", corrupt_header)], "model.safetensors")
+
+
+def huge_header_len(d):
+    p = os.path.join(d, "model.safetensors")
+    with open(p, "r+b") as f:
+        f.write((1 << 62).to_bytes(8, "little"))
+
+
+expect_error("header length beyond the file", ["inspect", "-m", variant("hugelen", huge_header_len)], "header")
+
+
+def edit_config(key, value):
+    def f(d):
+        p = os.path.join(d, "config.json")
+        cfg = json.load(open(p))
+        if value is None:
+            del cfg[key]
+        else:
+            cfg[key] = value
+        json.dump(cfg, open(p, "w"))
+    return f
+
+
+expect_error("config: wrong type", ["inspect", "-m", variant("cfgtype", edit_config("hidden_size", "big"))], "hidden_size")
+expect_error("config: missing field", ["inspect", "-m", variant("cfgmiss", edit_config("num_hidden_layers", None))],
+             "num_hidden_layers")
+expect_error("config: shape disagrees with tensors", ["inspect", "-m", variant("cfgshape", edit_config("hidden_size", 192))],
+             "shape")
+expect_error("config: unsupported family", ["inspect", "-m", variant("cfgfam", edit_config("model_type", "llama"))],
+             "llama")
+
+expect_error("top-p out of range", ["run", "-m", good, "--prompt-tokens", "1,2", "--top-p", "1.5"], "--top-p")
+expect_error("temperature not a number", ["run", "-m", good, "--prompt-tokens", "1,2", "--temp", "hot"], "--temp")
+expect_error("draft out of range", ["run", "-m", good, "--prompt-tokens", "1,2", "--draft", "99"], "--draft")
+expect_error("malformed token list", ["run", "-m", good, "--prompt-tokens", "1,x,3"], "token")
+expect_error("token id beyond the vocabulary", ["run", "-m", good, "--prompt-tokens", "1,999999"], "out of range")
+expect_error("no tokenizer for text", ["run", "-m", good, "-p", "hello"], "tokenizer")
+expect_error("unknown option", ["run", "-m", good, "--frobnicate"], "frobnicate")
+expect_error("unknown command", ["frobnicate"], "frobnicate")
+
+r = nextn("run", "-m", good, "--prompt-tokens", "1,2,3", "-n", "5", "--print-ids", "--ignore-eos", "--quiet")
+t.ok(len(r.stdout.split()) == 5, "a good checkpoint still runs", r.stdout)
+
+shutil.rmtree(tmp)
+t.done()
