@@ -123,6 +123,8 @@ def parse_log(path):
             p = line.split()
             train.append({"step": int(p[1]), "trunk": float(p[5]), "mtp": float(p[7]), "elapsed": float(p[11][:-1]),
                           "tok_s": float(p[13])})
+        elif line.startswith("# stopped early"):
+            meta["stopped_early"] = line.strip("# \n")
         elif line.startswith("# done"):
             meta["train_seconds"] = float(line.split("train_seconds")[1])
         elif line.startswith("# start"):
@@ -176,6 +178,8 @@ def main():
         json.dump(res, f, indent=1, ensure_ascii=False)
     log = a.log or os.path.join(a.model, "train.log")
     manifest = json.load(open(os.path.join(a.corpus, "manifest.json")))
+    with open(os.path.join(a.model, "corpus-manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=0)
     write_card(a.model, res, parse_log(log), manifest, tk)
 
 
@@ -205,7 +209,7 @@ def write_card(model_dir, r, logp, manifest, tk):
             elif "gnu-standards" in fname:
                 key = "gnu-standards: " + os.path.basename(fname.split("#")[0])
             elif "fortunes" in fname:
-                key = "fortunes/fortunes-min: " + os.path.basename(fname.split("#")[0])
+                key = "fortunes, fortunes-min (cookie databases, 40 cookies per document)"
             else:
                 parts = fname.split("/")
                 key = "linux-source-6.1: " + "/".join(parts[:2 if parts[0] in ("include", "drivers", "net") else 1]) + "/"
@@ -237,20 +241,20 @@ def write_card(model_dir, r, logp, manifest, tk):
       "selection-only `expert_bias` (auxiliary-loss-free balancing, bias += γ·sign(mean load − load) after "
       "every step), top-k weights renormalised and scaled by `router_scaling_factor`, plus one shared expert;")
     w("- GQA attention (ratio " + str(c["num_attention_heads"] // c["num_key_value_heads"]) + "), per-head q/k "
-      "RMSNorm before neox (rotate-half) RoPE; hidden_size ≠ heads·head_dim;")
+      "RMSNorm before neox (rotate-half) RoPE, explicit head_dim;")
     w("- MTP: `eh_proj(concat[enorm(embed(t_{p+1})), hnorm(h_p)])` with h_p the trunk hidden AFTER the final "
       "norm, a full MoE decoder layer at RoPE position p, `final_layernorm`, shared `lm_head`; trained jointly "
       f"with the DeepSeek-V3 MTP loss (weight {args.get('mtp_weight', 0.3)}) to predict t_{{p+2}}.\n")
     w("| parameters | count |\n|---|---|")
     w(f"| total (trunk + MTP) | {fmt_int(pc['total'])} |")
     w(f"| trunk | {fmt_int(pc['trunk'])} |")
-    w(f"| trunk, active per token (incl. embedding row table and lm_head) | {fmt_int(pc['trunk_active_per_token'])} |")
+    w(f"| trunk, active per token (embedding and lm_head counted in full) | {fmt_int(pc['trunk_active_per_token'])} |")
     w(f"| MTP layer (eh_proj, norms, MoE decoder layer) | {fmt_int(pc['mtp_layer'])} |")
     w(f"| MTP layer, active per token | {fmt_int(pc['mtp_active_per_token'])} |")
     w(f"\n`model.safetensors`: {r['size_bytes'] / 1e6:.1f} MB (bf16; `mlp.expert_bias` in F32).\n")
     w("## Corpus\n")
     w("Built by `tools/train/corpus.py` from Debian packages only (manifest with every file and its split: "
-      "`.corpus/manifest.json`). Validation documents are held out per file (stable hash, "
+      "`corpus-manifest.json` next to this card). Validation documents are held out per file (stable hash, "
       f"{manifest['val_percent']}%).\n")
     w("| package | version |\n|---|---|")
     for p, v in manifest["packages"].items():
@@ -284,6 +288,8 @@ def write_card(model_dir, r, logp, manifest, tk):
         w(f"- wall-clock training time: {ts / 60:.1f} min for {steps} steps "
           f"(batch {args.get('batch')} × context {args.get('ctx')} = {tokens_seen / 1e6:.2f} M tokens seen, "
           f"{args.get('code_frac', 0.5) * 100:.0f}% code windows)")
+    if meta.get("stopped_early"):
+        w(f"- NOTE: {meta['stopped_early']} (machine shared with other jobs)")
     w(f"- AdamW (β 0.9/0.95, weight decay 0.1 on matrices), peak lr {args.get('lr')}, {args.get('warmup')} warm-up "
       f"steps, cosine to 10%; grad clip 1.0; seed {args.get('seed')}; expert-bias γ {args.get('bias_gamma')}")
     w(f"- loss = CE(trunk) + {args.get('mtp_weight')} · CE(MTP)\n")

@@ -139,8 +139,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--log", default=None)
     ap.add_argument("--max-minutes", type=float, default=0,
-                    help="safety valve on a shared machine: stop early (and still export) after this "
-                         "wall-clock time; the log records where it stopped")
+                    help="time budget on a shared machine: the cosine schedule follows wall-clock time "
+                         "when that is ahead of the step count, and training stops (and exports) when "
+                         "the budget is used up; the log records where it stopped")
     ap.add_argument("--ckpt", default=None, help="where to save the fp32 torch state (default OUT/../.train-state.pt)")
     a = ap.parse_args()
 
@@ -174,8 +175,15 @@ def main():
     t0 = time.time()
     hist = []
     for step in range(1, a.steps + 1):
-        lr = a.lr * (step / a.warmup if step <= a.warmup else
-                     0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - a.warmup) / max(1, a.steps - a.warmup))))
+        # Cosine progress follows the step count; on a machine shared with other jobs it
+        # follows wall-clock time instead when that is further along (--max-minutes), so the
+        # schedule always completes within the time budget.  On an idle machine the step
+        # count finishes first and the run is deterministic.
+        prog = (step - a.warmup) / max(1, a.steps - a.warmup)
+        if a.max_minutes and step > a.warmup:
+            prog = max(prog, (time.time() - t0) / (a.max_minutes * 60))
+        prog = min(prog, 1.0)
+        lr = a.lr * (step / a.warmup if step <= a.warmup else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog)))
         for g in opt.param_groups:
             g["lr"] = lr
         ncode = int(round(a.batch * a.code_frac))
@@ -196,14 +204,15 @@ def main():
             ml = np.mean([h[1] for h in hist[-20:]])
             P(f"step {step} lr {lr:.2e} train_trunk {tl:.4f} train_mtp {ml:.4f} gnorm {gn:.2f} "
               f"elapsed {el:.0f}s tok/s {step * a.batch * a.ctx / el:.0f}")
-        out_of_time = a.max_minutes and time.time() - t0 > a.max_minutes * 60
+        out_of_time = step > a.warmup and prog >= 1.0 and step < a.steps
         if step % a.eval_every == 0 or step == a.steps or out_of_time:
             ev = evaluate(model, val, a.ctx)
             P(f"val {step} " + " ".join(f"{k}_{m} {v:.4f}" for k, d in ev.items() for m, v in d.items()))
             bias_rng = [float(m.expert_bias.abs().max()) for m in moes]
             P(f"expert_bias_absmax {step} " + " ".join(f"{b:.3f}" for b in bias_rng))
         if out_of_time:
-            P(f"# stopped early at step {step} of {a.steps}: --max-minutes {a.max_minutes} reached")
+            P(f"# stopped early at step {step} of {a.steps}: the --max-minutes {a.max_minutes} time budget "
+              f"ran out first (cosine schedule followed wall-clock time)")
             break
     P(f"# done {time.strftime('%Y-%m-%d %H:%M:%S')} train_seconds {time.time() - t0:.0f}")
     ck = a.ckpt or os.path.join(a.corpus, "train-state.pt")
