@@ -7,7 +7,11 @@
 # The text set is tests/tokenizer/cases.json plus seeded random mixes (random_cases.js).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${TOKENIZER_TEST_BIN:-$root/${BUILD:-build}/tests/test_tokenizer}
+# make test passes NEXTN=<build>/nextn; the test binary sits beside it in <build>/tests/.
+build=${BUILD:-build}
+[ -n "${NEXTN:-}" ] && build=$(dirname "$NEXTN")
+case $build in /*) ;; *) build=$root/$build ;; esac
+bin=${TOKENIZER_TEST_BIN:-$build/tests/test_tokenizer}
 cases=$root/tests/tokenizer/cases.json
 max_ms=${TOKENIZER_MAX_ENCODE_MS:-500}
 
