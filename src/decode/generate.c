@@ -17,7 +17,9 @@
 #include "model/model_internal.h"
 
 #define AUTO_MAX_DRAFT 4
-#define AUTO_PROBE_EVERY 24 /* AR steps between probes when drafting is off */
+#define AUTO_PROBE_FIRST 16   /* AR steps before the first probe once drafting is off ... */
+#define AUTO_PROBE_MAX 1024   /* ... doubling after every probe that keeps it off */
+#define AUTO_REFEED_MAX 48    /* a probe re-feeds the head at most this many skipped rows */
 
 void nx_gen_params_default(nx_gen_params *p) {
     memset(p, 0, sizeof *p);
@@ -49,7 +51,7 @@ typedef struct gen {
     float *qprobs;   /* (NX_MAX_DRAFT, V) draft distributions q1..qk */
     float *mlogits;  /* (1, V) MTP logits */
     bool stop;
-    int32_t ar_since_probe;
+    int32_t ar_since_probe, probe_every;
     /* running acceptance per chain position (decayed counts) for --draft auto */
     double acc_n[NX_MAX_DRAFT], acc_d[NX_MAX_DRAFT];
 } gen;
@@ -125,11 +127,19 @@ static int32_t choose_k(gen *g) {
             best_k = k;
         }
     }
-    if (best_k == 0 && ++g->ar_since_probe >= AUTO_PROBE_EVERY) {
+    if (best_k > 0) {
+        g->probe_every = AUTO_PROBE_FIRST;
         g->ar_since_probe = 0;
-        return 1; /* keep the acceptance estimate current */
+        return best_k;
     }
-    return best_k;
+    if (++g->ar_since_probe >= g->probe_every) {
+        /* Probe with one draft to keep the acceptance estimate current; back off while
+         * drafting keeps not paying, so probes cost a vanishing share of the time. */
+        g->ar_since_probe = 0;
+        if (g->probe_every < AUTO_PROBE_MAX) g->probe_every *= 2;
+        return 1;
+    }
+    return 0;
 }
 
 static void note_acceptance(gen *g, int32_t drafted, int32_t accepted) {
@@ -164,6 +174,12 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
 
     /* Draft: catch the MTP cache up to row L-1 = (h[L-1], t[L]); its logits give q1. */
     double t0 = now_s();
+    if (g->p->draft == NX_DRAFT_AUTO && c->mtp_past > 0 && L - c->mtp_past > AUTO_REFEED_MAX) {
+        /* After a long stretch of plain decoding, re-feeding every skipped row would cost more
+         * than the drafts can win back: feed only the recent rows and attend from there. */
+        c->mtp_past = L - AUTO_REFEED_MAX;
+        c->mtp_lo = c->mtp_past;
+    }
     int32_t before = c->mtp_past;
     if (before >= L) return nx_fail(err, NX_E_STATE, "MTP cache (%d rows) ahead of the sequence (%d)", before, L);
     if ((s = nx_mtp_catch_up(c, &g->toks[before + 1], L, g->mlogits, false, err)) != NX_OK) return s;
@@ -281,6 +297,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     g.on_token = on_token;
     g.user = user;
     g.V = V;
+    g.probe_every = AUTO_PROBE_FIRST;
     g.toks = malloc(sizeof(int32_t) * ((size_t)c->n_ctx + NX_MAX_DRAFT + 2));
     g.logits = malloc(sizeof(float) * (size_t)V * (NX_MAX_DRAFT + 1));
     g.probs = malloc(sizeof(float) * (size_t)V * (NX_MAX_DRAFT + 1));
@@ -297,7 +314,12 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     st->n_prompt = (int64_t)n_prompt;
 
     double t0 = now_s();
+    const bool can_draft = m->w.has_mtp && p->draft != 0;
     if ((s = prefill(&g, n_prompt, err)) != NX_OK) goto done;
+    /* The head's prefill: teacher-forced rows (h_p, t[p+1]) over the whole prompt, so its cache
+     * holds the full context before the first draft (row n-1 waits for the sampled token). */
+    if (can_draft && p->max_tokens > 1 && (s = nx_mtp_catch_up(c, g.toks + 1, (int32_t)n_prompt - 1, NULL, false, err)) != NX_OK)
+        goto done;
     g.L = (int32_t)n_prompt - 1;
     t1 = now_s();
     st->t_prefill = t1 - t0;
@@ -305,7 +327,6 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     nx_sampler_probs(g.s, g.logits, NULL, 0, g.probs);
     emit(&g, pick(&g, g.probs), g.probs);
 
-    const bool can_draft = m->w.has_mtp && p->draft != 0;
     while (!g.stop) {
         int32_t room = c->n_ctx - g.L - 1; /* trunk rows still free after t_L */
         if (room < 0) break;

@@ -116,6 +116,7 @@ void nx_ctx_truncate(nx_ctx *c, int32_t n) {
     if (n < 0) n = 0;
     if (c->n_past > n) c->n_past = n;
     if (c->mtp_past > n) c->mtp_past = n;
+    if (c->mtp_lo > c->mtp_past) c->mtp_lo = c->mtp_past;
     if (n == 0) {
         /* forget routing memory so overlap statistics restart with the sequence */
         size_t k = c->m->cfg.top_k > 0 ? (size_t)c->m->cfg.top_k : 1;

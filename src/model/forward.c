@@ -40,6 +40,7 @@ typedef struct attn_job {
     const nx_kv *kv;
     int32_t T, pos0, n_heads, n_kv, hd;
     int32_t window; /* 0 = full */
+    int32_t lo_min; /* positions below this are not attended (an MTP cache fed from here on) */
 } attn_job;
 
 static void attn_worker(void *arg, int ith, int nth) {
@@ -54,6 +55,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         int32_t t = (int32_t)(it / j->n_heads), h = (int32_t)(it % j->n_heads);
         int32_t pos = j->pos0 + t, kvh = h / group;
         int32_t lo = j->window > 0 && pos + 1 > j->window ? pos + 1 - j->window : 0;
+        if (lo < j->lo_min) lo = j->lo_min;
         const float *qv = c->q + (size_t)t * qw + (size_t)h * j->hd;
         float mx = -INFINITY;
         for (int32_t p = lo; p <= pos; p++) {
@@ -76,7 +78,7 @@ static void attn_worker(void *arg, int ith, int nth) {
 
 /* xn (T, H) → c->y (T, H). Appends the rows' keys/values at pos0.. to kv. */
 static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_t pos0,
-                      int32_t window, double theta) {
+                      int32_t window, int32_t lo_min, double theta) {
     const nx_config *cfg = &c->m->cfg;
     const int32_t H = cfg->hidden_size, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
     const int32_t qw = nh * hd, kvw = nkv * hd;
@@ -99,7 +101,7 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
         memcpy(kv->k + (size_t)(pos0 + t) * kvw, c->k + (size_t)t * kvw, sizeof(float) * (size_t)kvw);
         memcpy(kv->v + (size_t)(pos0 + t) * kvw, c->v + (size_t)t * kvw, sizeof(float) * (size_t)kvw);
     }
-    attn_job j = {c, kv, T, pos0, nh, nkv, hd, window};
+    attn_job j = {c, kv, T, pos0, nh, nkv, hd, window, lo_min};
     nx_pool_run(pool, attn_worker, &j);
     nx_matmul(&L->wo, c->att, qw, T, c->y, H, pool);
 }
@@ -212,7 +214,7 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     const int32_t H = cfg->hidden_size;
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm(c->x + (size_t)t * H, L->attn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
-    attention(c, L, kv, T, pos0, window, theta);
+    attention(c, L, kv, T, pos0, window, kv == &c->mtp_kv ? c->mtp_lo : 0, theta);
     for (int64_t i = 0; i < (int64_t)T * H; i++) c->x[i] += c->y[i];
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm(c->x + (size_t)t * H, L->ffn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);

@@ -45,6 +45,8 @@ struct nx_ctx {
     int32_t n_past;  /* rows in the trunk cache */
     nx_kv mtp_kv;
     int32_t mtp_past; /* rows in the MTP cache */
+    int32_t mtp_lo;   /* first MTP row attended: > 0 after a long stretch of plain decoding was
+                         skipped rather than re-fed (see generate.c) */
 
     /* Trunk hidden per position, the one the MTP is fed (post- or pre-final-norm): [n_ctx, H] */
     float *hidden;

@@ -197,7 +197,7 @@ const char *cli_model_dir(const cli_opts *o) {
     if (env && *env) return env;
     if (access(DEFAULT_MODEL "/config.json", R_OK) == 0) return DEFAULT_MODEL;
     /* next to the binary: build/nextn → ../models */
-    static char path[PATH_MAX];
+    static char path[PATH_MAX + 64];
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
