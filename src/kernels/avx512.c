@@ -11,6 +11,9 @@
 /* Bytes of weight rows kept hot in L2 while all T input rows pass over them. */
 #define L2_BLOCK_BYTES (256 * 1024)
 
+/* Stack floats for the per-group sums of x (16 KB). */
+#define XSUM_FLOATS 4096
+
 AI float hsum16(__m512 v) {
     __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -147,29 +150,24 @@ static void qlut_init(qlut *L, int bits) {
     }
 }
 
-/* q as the float 1 + q·2^-BITS, built with integer ops only (OR-ing q into the mantissa of
- * 1.0f) so the FP pipes are left to the FMAs. `v` holds q at bit `at` of each lane, possibly
- * with higher garbage bits. The caller folds the offset into the group's scale and bias:
- * s·q + b = (s·2^BITS)·(1 + q·2^-BITS) + (b − s·2^BITS). */
-AI __m512 qfloat(const int BITS, __m512i v, const int at) {
-    const int sh = 23 - BITS - at;
-    __m512i t = sh >= 0 ? _mm512_slli_epi32(v, (unsigned)sh) : _mm512_srli_epi32(v, (unsigned)-sh);
-    __m512i m = _mm512_set1_epi32(((1 << BITS) - 1) << (23 - BITS));
-    /* (t & m) | 1.0f */
-    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(t, m, _mm512_set1_epi32(0x3f800000), 0xea));
+/* q as an exact float: bits [at, at+BITS) of each lane (`masked`: higher bits may be set). */
+AI __m512 qfloat(const int BITS, __m512i v, const int at, const int masked) {
+    if (at) v = _mm512_srli_epi32(v, (unsigned)at);
+    if (masked) v = _mm512_and_si512(v, _mm512_set1_epi32((1 << BITS) - 1));
+    return _mm512_cvtepi32_ps(v);
 }
 
-/* Decodes the 32 q values of one block (4·BITS bytes at p) as qfloat values: in natural
+/* Decodes the 32 q values of one block (4·BITS bytes at p) as floats: in natural
  * order, except 4-bit blocks, which come as elements 0,2,…,30 then 1,3,…,31 (the caller
  * deinterleaves x to match; it saves shuffles on every weight row). */
 AI void unpack32(const int BITS, const uint8_t *p, const qlut *L, __m512 *f0, __m512 *f1) {
     if (BITS == 8) {
-        *f0 = qfloat(8, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)), 0);
-        *f1 = qfloat(8, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))), 0);
+        *f0 = qfloat(8, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)), 0, 0);
+        *f1 = qfloat(8, _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))), 0, 0);
     } else if (BITS == 4) {
         __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-        *f0 = qfloat(4, v, 0);
-        *f1 = qfloat(4, v, 4);
+        *f0 = qfloat(4, v, 0, 1);
+        *f1 = qfloat(4, v, 4, 0);
     } else if (BITS == 2) {
         /* byte k holds elements 4k..4k+3; split into (4k, 4k+2) and (4k+1, 4k+3) nibble
          * pairs, interleave, then split nibbles and interleave 16-bit pairs. */
@@ -178,8 +176,8 @@ AI void unpack32(const int BITS, const uint8_t *p, const qlut *L, __m512 *f0, __
         __m128i a = _mm_and_si128(v, m2), c = _mm_and_si128(_mm_srli_epi16(v, 2), m2);
         __m128i u = _mm_unpacklo_epi8(a, c);
         __m128i lo = _mm_and_si128(u, m4), hi = _mm_and_si128(_mm_srli_epi16(u, 4), m4);
-        *f0 = qfloat(2, _mm512_cvtepu8_epi32(_mm_unpacklo_epi16(lo, hi)), 0);
-        *f1 = qfloat(2, _mm512_cvtepu8_epi32(_mm_unpackhi_epi16(lo, hi)), 0);
+        *f0 = qfloat(2, _mm512_cvtepu8_epi32(_mm_unpacklo_epi16(lo, hi)), 0, 0);
+        *f1 = qfloat(2, _mm512_cvtepu8_epi32(_mm_unpackhi_epi16(lo, hi)), 0, 0);
     } else {
         __m512i wv = _mm512_maskz_loadu_epi32((__mmask16)((1u << BITS) - 1u), p);
         for (int h = 0; h < 2; h++) {
@@ -187,8 +185,8 @@ AI void unpack32(const int BITS, const uint8_t *p, const qlut *L, __m512 *f0, __
             __m512i hi = _mm512_permutexvar_epi32(L->idx1[h], wv);
             __m512i q = _mm512_or_si512(_mm512_srlv_epi32(lo, L->off[h]),
                                         _mm512_sllv_epi32(hi, L->coff[h]));
-            if (h == 0) *f0 = qfloat(BITS, q, 0);
-            else *f1 = qfloat(BITS, q, 0);
+            if (h == 0) *f0 = qfloat(BITS, q, 0, 1);
+            else *f1 = qfloat(BITS, q, 0, 1);
         }
     }
 }
@@ -209,24 +207,28 @@ typedef struct qargs {
     const qlut *lut;
 } qargs;
 
-/* Weights are dequantized in registers (w = s·q + b, one FMA on qfloat) and never stored. */
+/* dot = Σ_g (s_g·Σ_{j∈g} q_j·x_j + b_g·X_g) with X_g = Σ_{j∈g} x_j precomputed per input row
+ * (xsum): one FMA per 16 weights and input row, plus one per group, on the packed data.
+ * Lanes accumulate Σ q·x within a group, then are scaled into acc; the bias terms go to a
+ * scalar sum added after the horizontal reduction. */
 AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, const float *x,
-                 int64_t ldx, float *y, int64_t ldy) {
+                 int64_t ldx, const float *X, float *y, int64_t ldy) {
+    const int64_t ngroups = a->in / a->group, nblk = a->group / 32;
     __m512 acc[4][4];
+    float bsum[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
-    const int64_t ngroups = a->in / a->group, nblk = a->group / 32;
-    for (int64_t g = 0; g < ngroups; g++) {
-        __m512 s[4], b[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            float sc = load_sc(a->sdt, a->sc + r * a->sstride, g) * (float)(1 << BITS);
-            float bi = a->bi ? load_sc(a->sdt, a->bi + r * a->sstride, g) : 0.0f;
-            s[r] = _mm512_set1_ps(sc);
-            b[r] = _mm512_set1_ps(bi - sc);
+        for (int t = 0; t < TT; t++) {
+            acc[r][t] = _mm512_setzero_ps();
+            bsum[r][t] = 0.0f;
         }
+    for (int64_t g = 0; g < ngroups; g++) {
+        __m512 gacc[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) gacc[r][t] = _mm512_setzero_ps();
         for (int64_t k = 0; k < nblk; k++) {
             int64_t e0 = g * a->group + k * 32; /* first element of the block */
             const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
@@ -246,38 +248,59 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
                 __m512 f0, f1;
                 _mm_prefetch((const char *)(p + r * a->wstride + QPREFETCH), _MM_HINT_T0);
                 unpack32(BITS, p + r * a->wstride, a->lut, &f0, &f1);
-                __m512 w0 = _mm512_fmadd_ps(f0, s[r], b[r]);
-                __m512 w1 = _mm512_fmadd_ps(f1, s[r], b[r]);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) {
-                    acc[r][t] = _mm512_fmadd_ps(w0, x0[t], acc[r][t]);
-                    acc[r][t] = _mm512_fmadd_ps(w1, x1[t], acc[r][t]);
+                    gacc[r][t] = _mm512_fmadd_ps(f0, x0[t], gacc[r][t]);
+                    gacc[r][t] = _mm512_fmadd_ps(f1, x1[t], gacc[r][t]);
                 }
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 sv = _mm512_set1_ps(load_sc(a->sdt, a->sc + r * a->sstride, g));
+            float bi = a->bi ? load_sc(a->sdt, a->bi + r * a->sstride, g) : 0.0f;
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                acc[r][t] = _mm512_fmadd_ps(sv, gacc[r][t], acc[r][t]);
+                bsum[r][t] += bi * X[t * ngroups + g];
             }
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum16(acc[r][t]);
+        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum16(acc[r][t]) + bsum[r][t];
 }
 
+/* X[g] = Σ of x over group g, in a fixed order (16 lanes, then hsum16): every call computes
+ * the same sums for the same row. */
+static void xsum_row(const float *x, int64_t in, int64_t group, float *X) {
+    for (int64_t g = 0; g < in / group; g++) {
+        __m512 s = _mm512_setzero_ps();
+        for (int64_t j = 0; j < group; j += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(x + g * group + j));
+        X[g] = hsum16(s);
+    }
+}
+
+/* 32 zmm registers hold acc and gacc: 4 rows for 1–2 input rows, 2 rows for 3–4. */
+#define QRFULL(TT) ((TT) <= 2 ? 4 : 2)
+
 #define QUANT_KERNEL(NAME, BITS)                                                               \
-    static void NAME(int R, int TT, const qargs *a, const float *x, int64_t ldx, float *y,    \
-                     int64_t ldy) {                                                            \
-        if (R == 4) {                                                                          \
+    static void NAME(int R, int TT, const qargs *a, const float *x, int64_t ldx,              \
+                     const float *X, float *y, int64_t ldy) {                                  \
+        if (R > 1) {                                                                           \
             switch (TT) {                                                                      \
-            case 1: mk_quant(BITS, 4, 1, a, x, ldx, y, ldy); break;                            \
-            case 2: mk_quant(BITS, 4, 2, a, x, ldx, y, ldy); break;                            \
-            case 3: mk_quant(BITS, 4, 3, a, x, ldx, y, ldy); break;                            \
-            default: mk_quant(BITS, 4, 4, a, x, ldx, y, ldy); break;                           \
+            case 1: mk_quant(BITS, 4, 1, a, x, ldx, X, y, ldy); break;                         \
+            case 2: mk_quant(BITS, 4, 2, a, x, ldx, X, y, ldy); break;                         \
+            case 3: mk_quant(BITS, 2, 3, a, x, ldx, X, y, ldy); break;                         \
+            default: mk_quant(BITS, 2, 4, a, x, ldx, X, y, ldy); break;                        \
             }                                                                                  \
         } else {                                                                               \
             switch (TT) {                                                                      \
-            case 1: mk_quant(BITS, 1, 1, a, x, ldx, y, ldy); break;                            \
-            case 2: mk_quant(BITS, 1, 2, a, x, ldx, y, ldy); break;                            \
-            case 3: mk_quant(BITS, 1, 3, a, x, ldx, y, ldy); break;                            \
-            default: mk_quant(BITS, 1, 4, a, x, ldx, y, ldy); break;                           \
+            case 1: mk_quant(BITS, 1, 1, a, x, ldx, X, y, ldy); break;                         \
+            case 2: mk_quant(BITS, 1, 2, a, x, ldx, X, y, ldy); break;                         \
+            case 3: mk_quant(BITS, 1, 3, a, x, ldx, X, y, ldy); break;                         \
+            default: mk_quant(BITS, 1, 4, a, x, ldx, X, y, ldy); break;                        \
             }                                                                                  \
         }                                                                                      \
     }
@@ -302,7 +325,8 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
                               float *y, int64_t ldy, int64_t o0, int64_t o1) {
     const int64_t in = W->in;
     if (W->dtype == NX_DTYPE_U32) {
-        void (*kern)(int, int, const qargs *, const float *, int64_t, float *, int64_t);
+        void (*kern)(int, int, const qargs *, const float *, int64_t, const float *, float *,
+                     int64_t);
         switch (W->bits) {
         case 2: kern = kern_q2; break;
         case 3: kern = kern_q3; break;
@@ -315,24 +339,34 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
         qlut lut;
         qlut_init(&lut, W->bits);
         size_t ssz = nx_dtype_size(W->sdtype);
+        const int64_t ngroups = in / W->group;
         qargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
-                   .sstride = (size_t)(in / W->group) * ssz,
+                   .sstride = (size_t)ngroups * ssz,
                    .sdt = W->sdtype,
                    .in = in,
                    .group = W->group,
                    .lut = &lut};
+        /* Group sums of x live on the stack, so T is taken in chunks that fit; each chunk is
+         * an independent matmul (rows never interact). */
+        float X[XSUM_FLOATS];
+        int64_t tc = XSUM_FLOATS / ngroups;
+        if (tc < 1) return 0; /* > 64K groups per row: leave it to the reference */
         int64_t ob = rows_per_block(a.wstride);
-        for (int64_t b0 = o0; b0 < o1; b0 += ob) {
-            int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
-            for (int64_t t = 0; t < T; t += 4) {
-                int tt = T - t < 4 ? (int)(T - t) : 4;
-                for (int64_t o = b0; o < b1;) {
-                    int R = o + 4 <= b1 ? 4 : 1;
-                    a.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
-                    a.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
-                    a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
-                    kern(R, tt, &a, x + t * ldx, ldx, y + t * ldy + o, ldy);
-                    o += R;
+        for (int64_t c0 = 0; c0 < T; c0 += tc) {
+            int64_t c1 = c0 + tc < T ? c0 + tc : T;
+            for (int64_t t = c0; t < c1; t++) xsum_row(x + t * ldx, in, W->group, X + (t - c0) * ngroups);
+            for (int64_t b0 = o0; b0 < o1; b0 += ob) {
+                int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
+                for (int64_t t = c0; t < c1; t += 4) {
+                    int tt = c1 - t < 4 ? (int)(c1 - t) : 4;
+                    for (int64_t o = b0; o < b1;) {
+                        int R = o + QRFULL(tt) <= b1 ? QRFULL(tt) : 1;
+                        a.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
+                        a.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
+                        a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
+                        kern(R, tt, &a, x + t * ldx, ldx, X + (t - c0) * ngroups, y + t * ldy + o, ldy);
+                        o += R;
+                    }
                 }
             }
         }
