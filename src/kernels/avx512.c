@@ -1,7 +1,8 @@
-/* AVX-512 kernels (F/BW/VL/DQ). Every output element is one dot product in 16 f32 lanes:
- * lane l accumulates elements 16c+l for c = 0, 1, … (zero-filled tail), then a fixed
- * horizontal tree. Register blocks of R weight rows × TT input rows only hold more such
- * accumulators, so a row's result is the same whatever T and the row split are. */
+/* AVX-512 kernels (F/BW/VL/DQ). Every output element is one dot product in 16 f32 lanes in a
+ * fixed order (float weights: lane l takes elements 16c+l, zero-filled tail; quantized: per
+ * group, lane sums of q·x scaled into the lanes), then a fixed horizontal tree. Register
+ * blocks of R weight rows × TT input rows only hold more such accumulators, so a row's result
+ * is the same whatever T and the row split are. */
 #include <immintrin.h>
 
 #include "kernels/kernels_internal.h"
