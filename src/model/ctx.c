@@ -68,8 +68,8 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     c->v = zalloc(B * kvw, sizeof(float), &ok);
     c->att = zalloc(B * qw, sizeof(float), &ok);
     c->y = zalloc(B * H, sizeof(float), &ok);
-    c->g = zalloc(B * (size_t)F, sizeof(float), &ok);
-    c->u = zalloc(B * (size_t)F, sizeof(float), &ok);
+    c->g = zalloc(B * (K + 1) * (size_t)F, sizeof(float), &ok);
+    c->u = zalloc(B * (K + 1) * (size_t)F, sizeof(float), &ok);
     c->hpre = zalloc(B * H, sizeof(float), &ok);
     c->hpost = zalloc(B * H, sizeof(float), &ok);
     c->scores = zalloc((size_t)nx_pool_size(m->pool) * N, sizeof(float), &ok);
@@ -77,10 +77,10 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     c->sel = zalloc(B * K, sizeof(int32_t), &ok);
     c->selw = zalloc(B * K, sizeof(float), &ok);
     c->prev_sel = zalloc(((size_t)cfg->n_layers + 1) * K, sizeof(int32_t), &ok);
-    c->rows = zalloc(B, sizeof(int32_t), &ok);
-    c->rows_w = zalloc(B, sizeof(float), &ok);
-    c->xe = zalloc(B * H, sizeof(float), &ok);
-    c->ye = zalloc(B * H, sizeof(float), &ok);
+    c->rows = zalloc(B * K, sizeof(int32_t), &ok);
+    c->rows_w = zalloc(B * K, sizeof(float), &ok);
+    c->xe = zalloc(B * K * H, sizeof(float), &ok);
+    c->ye = zalloc(B * (K + 1) * H, sizeof(float), &ok);
     if (!ok) {
         nx_ctx_free(c);
         return nx_fail(err, NX_E_NOMEM, "out of memory allocating a context of %d positions", n_ctx);

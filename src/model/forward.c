@@ -33,6 +33,55 @@ static void rope_neox(float *x, int32_t hd, int32_t pos, double theta) {
 
 static inline float silu(float z) { return z / (1.0f + expf(-z)); }
 
+/* Several independent matmuls run as ONE parallel job: the output rows of all of them are cut
+ * into chunks and split across the threads. A decode step issues dozens of small matmuls per
+ * layer (q/k/v, each expert's gate/up/down), and one pool wake-up per group instead of one
+ * per matmul is most of the difference on small models. Each output element is still one
+ * nx_matmul_rows dot product, so results do not depend on the grouping or the threads. */
+typedef struct mm_task {
+    const nx_linear *W;
+    const float *x;
+    int64_t ldx, T;
+    float *y;
+    int64_t ldy;
+} mm_task;
+
+#define MM_CHUNK 16
+#define MM_MAX_TASKS (3 * (NX_MAX_EXPERTS_TOUCHED + 1))
+
+typedef struct mm_job {
+    const mm_task *t;
+    int n;
+    long long chunks;
+} mm_job;
+
+static void mm_worker(void *arg, int ith, int nth) {
+    const mm_job *j = arg;
+    long long b, e, base = 0;
+    nx_pool_split(j->chunks, ith, nth, &b, &e);
+    for (int i = 0; i < j->n && b < e; i++) {
+        long long nc = (j->t[i].W->out + MM_CHUNK - 1) / MM_CHUNK;
+        long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
+        if (lo < hi)
+            nx_matmul_rows(j->t[i].W, j->t[i].x, j->t[i].ldx, j->t[i].T, j->t[i].y, j->t[i].ldy,
+                           (lo - base) * MM_CHUNK, (hi - base) * MM_CHUNK);
+        base += nc;
+    }
+}
+
+static void matmul_many(const mm_task *t, int n, nx_pool *pool) {
+    mm_job j = {t, n, 0};
+    double work = 0;
+    for (int i = 0; i < n; i++) {
+        j.chunks += (t[i].W->out + MM_CHUNK - 1) / MM_CHUNK;
+        work += (double)t[i].W->out * (double)t[i].W->in * (double)t[i].T;
+    }
+    if (nx_pool_size(pool) <= 1 || work < 32768 || j.chunks < 2)
+        mm_worker(&j, 0, 1);
+    else
+        nx_pool_run(pool, mm_worker, &j);
+}
+
 /* ---------------------------------------------------------------- attention */
 
 typedef struct attn_job {
@@ -84,9 +133,9 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     const int32_t qw = nh * hd, kvw = nkv * hd;
     nx_pool *pool = c->m->pool;
 
-    nx_matmul(&L->wq, c->xn, H, T, c->q, qw, pool);
-    nx_matmul(&L->wk, c->xn, H, T, c->k, kvw, pool);
-    nx_matmul(&L->wv, c->xn, H, T, c->v, kvw, pool);
+    const mm_task qkv[3] = {{&L->wq, c->xn, H, T, c->q, qw}, {&L->wk, c->xn, H, T, c->k, kvw},
+                            {&L->wv, c->xn, H, T, c->v, kvw}};
+    matmul_many(qkv, 3, pool);
     for (int32_t t = 0; t < T; t++) {
         for (int32_t h = 0; h < nh; h++) {
             float *qh = c->q + (size_t)t * qw + (size_t)h * hd;
@@ -108,15 +157,31 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
 
 /* ---------------------------------------------------------------- feed-forward */
 
-/* SwiGLU over n rows of `in` (n, H) → out (n, H), using c->g / c->u as scratch. */
-static void ffn(nx_ctx *c, const nx_ffn *f, const float *in, int32_t n, float *out) {
+/* SwiGLU over groups of rows: item i applies ffn f[i] to n[i] rows of x[i] (row stride H),
+ * writing out[i] (n[i], H). Gate and up of every item run as one parallel job, down as another.
+ * Scratch: c->g / c->u hold (Σ n[i], F). */
+static void ffn_many(nx_ctx *c, const nx_ffn *const *f, const float *const *x, const int32_t *n,
+                     float *const *out, int items) {
     const int32_t H = c->m->cfg.hidden_size;
-    const int64_t F = f->gate.out;
-    nx_pool *pool = c->m->pool;
-    nx_matmul(&f->gate, in, H, n, c->g, F, pool);
-    nx_matmul(&f->up, in, H, n, c->u, F, pool);
-    for (int64_t i = 0; i < (int64_t)n * F; i++) c->g[i] = silu(c->g[i]) * c->u[i];
-    nx_matmul(&f->down, c->g, F, n, out, H, pool);
+    mm_task t[MM_MAX_TASKS] = {{0}};
+    float *gs[NX_MAX_EXPERTS_TOUCHED + 1], *us[NX_MAX_EXPERTS_TOUCHED + 1];
+    size_t off = 0;
+    for (int i = 0; i < items; i++) {
+        const int64_t F = f[i]->gate.out;
+        gs[i] = c->g + off;
+        us[i] = c->u + off;
+        off += (size_t)n[i] * (size_t)F;
+        t[2 * i] = (mm_task){&f[i]->gate, x[i], H, n[i], gs[i], F};
+        t[2 * i + 1] = (mm_task){&f[i]->up, x[i], H, n[i], us[i], F};
+    }
+    matmul_many(t, 2 * items, c->m->pool);
+    for (size_t e = 0; e < off; e++) c->g[e] = silu(c->g[e]) * c->u[e];
+    for (int i = 0; i < items; i++) t[i] = (mm_task){&f[i]->down, gs[i], f[i]->gate.out, n[i], out[i], H};
+    matmul_many(t, items, c->m->pool);
+}
+
+static void ffn(nx_ctx *c, const nx_ffn *f, const float *in, int32_t n, float *out) {
+    ffn_many(c, &f, &in, &n, &out, 1);
 }
 
 static double ffn_bytes(const nx_ffn *f) {
@@ -154,8 +219,9 @@ void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, 
 }
 
 /* MoE over xn (T, H) → c->y. Rows are grouped by expert so each touched expert's weights are
- * read once per call; experts are visited in ascending id, so every row accumulates its
- * experts in the same order however the rows are batched. */
+ * read once per call, all touched experts (and the shared one) in one parallel job per
+ * projection. Contributions are added in ascending expert id, then the shared expert, so every
+ * row sums the same terms in the same order however the rows are batched. */
 static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
     const nx_config *cfg = &c->m->cfg;
     const int32_t H = cfg->hidden_size, E = M->n_experts, k = cfg->top_k;
@@ -182,27 +248,50 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
     memcpy(prev, c->sel + (size_t)(T - 1) * k, sizeof(int32_t) * (size_t)k);
 
     memset(c->y, 0, sizeof(float) * (size_t)T * H);
+    /* Gather: rows of expert e (ascending) packed into c->xe; c->rows / c->rows_w say whose. */
+    const nx_ffn *f[NX_MAX_EXPERTS_TOUCHED + 1];
+    const float *xs[NX_MAX_EXPERTS_TOUCHED + 1];
+    float *outs[NX_MAX_EXPERTS_TOUCHED + 1];
+    int32_t ns[NX_MAX_EXPERTS_TOUCHED + 1], items = 0, total = 0;
     for (int32_t e = 0; e < E; e++) {
         int32_t n = 0;
         for (int32_t t = 0; t < T; t++)
             for (int32_t i = 0; i < k; i++)
                 if (c->sel[(size_t)t * k + i] == e) {
-                    c->rows[n] = t;
-                    c->rows_w[n] = c->selw[(size_t)t * k + i];
-                    memcpy(c->xe + (size_t)n * H, c->xn + (size_t)t * H, sizeof(float) * (size_t)H);
+                    c->rows[total + n] = t;
+                    c->rows_w[total + n] = c->selw[(size_t)t * k + i];
+                    memcpy(c->xe + (size_t)(total + n) * H, c->xn + (size_t)t * H, sizeof(float) * (size_t)H);
                     n++;
                 }
         if (n == 0) continue;
         c->traffic.experts_touched++;
         c->traffic.expert_bytes += ffn_bytes(&M->experts[e]);
-        ffn(c, &M->experts[e], c->xe, n, c->ye);
-        for (int32_t r = 0; r < n; r++)
-            nx_axpy_f32(c->rows_w[r], c->ye + (size_t)r * H, c->y + (size_t)c->rows[r] * H, H);
+        f[items] = &M->experts[e];
+        xs[items] = c->xe + (size_t)total * H;
+        outs[items] = c->ye + (size_t)total * H;
+        ns[items++] = n;
+        total += n;
+        if (items == NX_MAX_EXPERTS_TOUCHED) { /* more experts than one job holds: flush */
+            ffn_many(c, f, xs, ns, outs, items);
+            for (int32_t r = 0; r < total; r++)
+                nx_axpy_f32(c->rows_w[r], c->ye + (size_t)r * H, c->y + (size_t)c->rows[r] * H, H);
+            items = total = 0;
+        }
     }
+    const int32_t routed = total;
     if (M->has_shared) {
         c->traffic.expert_bytes += ffn_bytes(&M->shared);
-        ffn(c, &M->shared, c->xn, T, c->ye);
-        for (int64_t i = 0; i < (int64_t)T * H; i++) c->y[i] += c->ye[i];
+        f[items] = &M->shared;
+        xs[items] = c->xn;
+        outs[items] = c->ye + (size_t)total * H;
+        ns[items++] = T;
+    }
+    if (items) ffn_many(c, f, xs, ns, outs, items);
+    for (int32_t r = 0; r < routed; r++)
+        nx_axpy_f32(c->rows_w[r], c->ye + (size_t)r * H, c->y + (size_t)c->rows[r] * H, H);
+    if (M->has_shared) {
+        const float *ys = c->ye + (size_t)routed * H;
+        for (int64_t i = 0; i < (int64_t)T * H; i++) c->y[i] += ys[i];
     }
 }
 

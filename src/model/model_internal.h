@@ -8,6 +8,9 @@
 #include "model/weights.h"
 #include "nextn.h"
 
+/* Experts whose matmuls one parallel job holds (more are processed in several jobs). */
+#define NX_MAX_EXPERTS_TOUCHED 64
+
 struct nx_model {
     nx_store *store;
     nx_config cfg;
@@ -59,8 +62,8 @@ struct nx_ctx {
     float *v;     /* (n_batch, n_kv*head_dim) */
     float *att;   /* (n_batch, n_heads*head_dim) */
     float *y;     /* (n_batch, H) sub-block output */
-    float *g;     /* (n_batch, F) FFN gate, F = max FFN width */
-    float *u;     /* (n_batch, F) FFN up */
+    float *g;     /* (n_batch * (top_k + 1), F) FFN gate of every expert row, F = max width */
+    float *u;     /* (n_batch * (top_k + 1), F) FFN up */
     float *hpre;  /* (n_batch, H) pre-final-norm hidden of the last forward */
     float *hpost; /* (n_batch, H) post-final-norm hidden of the last forward */
     float *scores; /* (n_threads, n_ctx) attention scores */
@@ -69,10 +72,10 @@ struct nx_ctx {
     int32_t *sel;      /* (n_batch, top_k) chosen experts */
     float *selw;       /* (n_batch, top_k) their weights */
     int32_t *prev_sel; /* (n_layers + 1, top_k) last row's choice per layer, for overlap */
-    int32_t *rows;     /* (n_batch) rows routed to the current expert */
-    float *rows_w;     /* (n_batch) their weights */
-    float *xe;         /* (n_batch, H) gathered rows */
-    float *ye;         /* (n_batch, H) expert output */
+    int32_t *rows;     /* (n_batch * top_k) source row of each gathered expert row */
+    float *rows_w;     /* (n_batch * top_k) its routing weight */
+    float *xe;         /* (n_batch * top_k, H) rows gathered by expert */
+    float *ye;         /* (n_batch * (top_k + 1), H) expert outputs (+ shared expert) */
     /* MTP */
     float *mtp_in;  /* (n_batch, 2H) concat input */
     float *mtp_out; /* (n_batch, H) output hidden fed back when chaining */
