@@ -8,7 +8,8 @@
 #include "decode/probe.h"
 
 static const char *usage =
-    "usage: nextn probe [-m DIR] [--k K] [--temp T [--top-k K --top-p P --min-p M]] [--ctx W] FILE...\n"
+    "usage: nextn probe [-m DIR] [--k K] [--temp T [--top-k K --top-p P --min-p M]] [--ctx W]\n"
+    "                   (FILE... | --tokens IDS)\n"
     "\n"
     "For every position of each file, feeds the MTP head the trunk hidden and the true next token\n"
     "with its full context and reports how often its draft would be accepted:\n"
@@ -33,19 +34,38 @@ int cli_probe(int argc, char **argv) {
     cli_opts o;
     int rc = cli_parse("probe", usage, argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
-    if (o.n_args < 1) {
-        fprintf(stderr, "nextn probe: expected at least one FILE\n");
+    if (o.n_args < 1 && !o.tokens) {
+        fprintf(stderr, "nextn probe: expected at least one FILE (or --tokens IDS)\n");
         return 2;
     }
     nx_model *m = cli_load_model(&o);
     if (!m) return 1;
+    int32_t window = o.n_ctx > 0 ? o.n_ctx : 512;
+    if (o.tokens) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        char msg[256];
+        nx_error err = {0};
+        nx_probe_result r = {0};
+        rc = 1;
+        if (!cli_parse_ids(o.tokens, &ids, &n, msg, sizeof msg))
+            fprintf(stderr, "nextn probe: --tokens: %s\n", msg);
+        else if (nx_probe_tokens(m, ids, n, o.probe_k, window, &o.gen.sampling, &r, &err) != NX_OK)
+            fprintf(stderr, "nextn probe: %s\n", err.msg);
+        else {
+            print_result("tokens", &r);
+            rc = 0;
+        }
+        free(ids);
+        nx_model_free(m);
+        return rc;
+    }
     const nx_tokenizer *tok = nx_model_tokenizer(m);
     if (!tok) {
         fprintf(stderr, "nextn probe: the model ships no tokenizer.json\n");
         nx_model_free(m);
         return 1;
     }
-    int32_t window = o.n_ctx > 0 ? o.n_ctx : 512;
     nx_probe_result total = {0};
     rc = 0;
     for (int i = 0; i < o.n_args; i++) {
