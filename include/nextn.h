@@ -176,6 +176,8 @@ typedef struct nx_model_info {
     uint64_t weight_bytes;       /* mapped tensor bytes */
     uint64_t step_bytes_dense;   /* bytes every trunk step reads besides experts (attention, dense
                                     FFN, routers, lm_head) */
+    uint64_t mtp_bytes_dense;    /* the same for one MTP forward (eh_proj, attention, router,
+                                    the drafted part of lm_head) */
     uint64_t kv_bytes_per_token; /* trunk + MTP layers */
     int32_t bos_id, eos_id;      /* -1 if unknown */
 } nx_model_info;
@@ -248,6 +250,7 @@ typedef struct nx_gen_stats {
     double expert_bytes_ar, expert_bytes_verify; /* sums over steps of that kind */
     int64_t n_ar_steps, n_verify_steps;
     double experts_touched_ar, experts_touched_verify; /* distinct experts per step, summed */
+    double mtp_bytes;                /* weight bytes read by MTP forwards (dense + experts) */
     double topk_overlap_sum; /* shared top-k experts between consecutive rows, summed */
     int64_t topk_overlap_n;
     bool stopped_by_eos;

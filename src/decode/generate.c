@@ -185,6 +185,8 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     if ((s = nx_mtp_catch_up(c, &g->toks[before + 1], L, g->mlogits, false, err)) != NX_OK) return s;
     st->cost_mtp_row += now_s() - t0;
     st->cost_mtp_n++;
+    const double mtp_dense = (double)c->m->info.mtp_bytes_dense;
+    st->mtp_bytes += mtp_dense + c->traffic.expert_bytes; /* the last catch-up batch */
     int32_t n = 0;
     for (;;) {
         float *q = g->qprobs + (size_t)n * V;
@@ -202,6 +204,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
             return s;
         st->cost_mtp_row += now_s() - tm;
         st->cost_mtp_n++;
+        st->mtp_bytes += mtp_dense + c->traffic.expert_bytes;
     }
     double t1 = now_s();
     st->t_draft += t1 - t0;

@@ -42,6 +42,8 @@ void nx_gen_stats_print(const nx_gen_stats *s, void *file) {
                 safe_div(s->expert_bytes_verify, (double)s->n_verify_steps) / 1e6,
                 safe_div(safe_div(s->expert_bytes_verify, (double)s->n_verify_steps),
                          safe_div(s->expert_bytes_ar, (double)s->n_ar_steps)));
+        if (s->n_drafts > 0)
+            fprintf(f, "MTP head reads %.2f MB per drafting cycle\n", s->mtp_bytes / (double)s->n_drafts / 1e6);
         fprintf(f, "top-k overlap of consecutive positions: %.3f experts per layer\n",
                 safe_div(s->topk_overlap_sum, (double)s->topk_overlap_n));
     }

@@ -118,6 +118,15 @@ static void fill_info(nx_model *m) {
             step += nx_linear_bytes(&L->dense.gate) + nx_linear_bytes(&L->dense.up) + nx_linear_bytes(&L->dense.down);
     }
     in->step_bytes_dense = step;
+    if (w->has_mtp) {
+        const nx_layer *L = &w->mtp.layer;
+        uint64_t mb = nx_linear_bytes(&w->mtp.eh_proj) + nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) +
+                      nx_linear_bytes(&L->wv) + nx_linear_bytes(&L->wo);
+        mb += L->is_moe ? nx_linear_bytes(&L->moe.router)
+                        : nx_linear_bytes(&L->dense.gate) + nx_linear_bytes(&L->dense.up) + nx_linear_bytes(&L->dense.down);
+        mb += (uint64_t)((double)nx_linear_bytes(&w->lm_head) * m->draft_vocab / (double)cfg->vocab_size);
+        in->mtp_bytes_dense = mb;
+    }
     int32_t kv_layers = cfg->n_layers + (w->has_mtp ? 1 : 0);
     in->kv_bytes_per_token = (uint64_t)kv_layers * 2u * (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim * sizeof(float);
     in->bos_id = cfg->bos_id;

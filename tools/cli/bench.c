@@ -45,6 +45,7 @@ static void add_stats(nx_gen_stats *a, const nx_gen_stats *b) {
     a->n_verify_steps += b->n_verify_steps;
     a->experts_touched_ar += b->experts_touched_ar;
     a->experts_touched_verify += b->experts_touched_verify;
+    a->mtp_bytes += b->mtp_bytes;
 }
 
 static double avg(double s, int64_t n) { return n > 0 ? s / (double)n : 0.0; }
@@ -163,6 +164,17 @@ int cli_bench(int argc, char **argv) {
             printf(" acceptance=%.3f tau=%.3f drafts_per_cycle=%.2f cost_verify/C1=%.3f c_mtp=%.3f predicted=%.3f", acc,
                    tau, kk, ratio_c, c, predicted);
             if (ar_tps > 0 && predicted > 0) printf(" efficiency=%.3f", (tps / ar_tps) / predicted);
+            /* The byte ceiling: tokens per cycle over the weight bytes a cycle reads (verify +
+             * drafts) relative to one plain step, with the AR run's bytes per step. */
+            const nx_gen_stats *ar = !strcmp(res[0].name, "ar") ? &res[0].agg : NULL;
+            if (ar && ar->n_ar_steps > 0 && a->n_verify_steps > 0) {
+                double ar_bytes = (double)info->step_bytes_dense + ar->expert_bytes_ar / (double)ar->n_ar_steps;
+                double cyc_bytes = (double)info->step_bytes_dense + a->expert_bytes_verify / (double)a->n_verify_steps +
+                                   a->mtp_bytes / (double)a->n_verify_steps;
+                double ceiling = tau / (cyc_bytes / ar_bytes);
+                printf(" byte_ceiling=%.3f", ceiling);
+                if (ar_tps > 0) printf(" of_byte_ceiling=%.3f", (tps / ar_tps) / ceiling);
+            }
         }
         if (a->n_ar_steps > 0 && a->expert_bytes_ar > 0)
             printf(" expert_MB_ar=%.3f experts_ar=%.1f", avg(a->expert_bytes_ar, a->n_ar_steps) / 1e6,
