@@ -1,0 +1,1115 @@
+/* nextn serve: routes, authentication, body limits and the generation queue. Connection threads
+ * (libmicrohttpd, one per connection) parse and tokenize requests, then hand a job to the single
+ * worker thread, which owns the model context and runs jobs in arrival order. */
+#include "serve/server.h"
+
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "serve/metrics.h"
+#include "serve/openai.h"
+#include "serve/stop.h"
+#include "serve/strbuf.h"
+#include "text/chat.h"
+
+/* ================================================================ jobs */
+
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+enum { CANCEL_NONE = 0, CANCEL_CLIENT, CANCEL_TIMEOUT, CANCEL_SHUTDOWN };
+
+/* What one prompt of a job has produced so far. */
+typedef struct choice_out {
+    nx_strbuf text;    /* non-streaming: the whole completion */
+    nx_oai_logprob *lp; /* non-streaming: every token; streaming: tokens not yet sent */
+    size_t n_lp, cap_lp;
+    size_t text_sent;  /* streaming: bytes sent (completions logprobs text_offset) */
+    const char *finish;
+} choice_out;
+
+typedef struct job {
+    struct nx_server *srv;
+    pthread_mutex_t mu; /* guards state, sse, refs and the results below */
+    pthread_cond_t cv;
+    int refs; /* the connection and the queue/worker */
+    int state;
+    atomic_int cancel;
+    struct job *next;
+
+    nx_oai_request req;
+    int32_t **ids; /* per prompt */
+    size_t *n_ids;
+    size_t n_prompts;
+    int32_t draft;
+    nx_verify verify;
+    char id[48];
+    int64_t created;
+    int fd; /* the client's socket, polled for hang-ups while the client waits */
+    double t_arrival, deadline, t_picked, t_first; /* monotonic seconds */
+
+    nx_strbuf sse; /* streaming: events the client has not read yet */
+    choice_out *out;
+    nx_oai_usage usage;
+    bool failed;
+    nx_oai_error err;
+} job;
+
+struct nx_server {
+    nx_model *model;
+    const nx_model_info *info;
+    const nx_tokenizer *tok;
+    nx_ctx *ctx;
+    nx_server_opts o;
+    char *host, *api_key, *model_id;
+    char *chat_template; /* from tokenizer_config.json when the model has none loaded */
+    char *bos, *eos;     /* the template's bos_token / eos_token strings */
+    nx_jinja *tmpl;      /* the chat template, parsed once and rendered concurrently */
+    char tmpl_error[400]; /* why there is no template, for chat requests */
+    bool has_mtp;
+    int port;
+    int64_t t_created;
+    double t_started;
+    struct MHD_Daemon *mhd;
+    nx_metrics metrics;
+
+    pthread_mutex_t prep_mu; /* template rendering and tokenization, off the worker */
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    job *head, *tail;
+    job *running; /* the worker's current job, so shutdown can cancel it */
+    int n_queued, n_active;
+    bool stopping;
+    pthread_t worker;
+    bool worker_started;
+    uint64_t rng;
+
+    /* byte-level BPE: code point -> byte, for the raw bytes of logprob tokens */
+    int16_t byte_of_cp[324];
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t next_random(nx_server *s) {
+    /* splitmix64 under qmu: ids and default seeds, nothing cryptographic */
+    pthread_mutex_lock(&s->qmu);
+    uint64_t z = (s->rng += 0x9E3779B97F4A7C15ull);
+    pthread_mutex_unlock(&s->qmu);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void job_unref(job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left > 0) return;
+    for (size_t i = 0; i < j->n_prompts; i++) {
+        free(j->ids[i]);
+        if (j->out) {
+            nx_strbuf_free(&j->out[i].text);
+            free(j->out[i].lp);
+        }
+    }
+    free(j->ids);
+    free(j->n_ids);
+    free(j->out);
+    nx_strbuf_free(&j->sse);
+    nx_oai_request_free(&j->req);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+/* Appends a streaming event (takes ownership of ev) and wakes the reader. */
+static void job_push_event(job *j, char *ev) {
+    if (!ev) return;
+    pthread_mutex_lock(&j->mu);
+    nx_strbuf_puts(&j->sse, ev);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    free(ev);
+}
+
+static void job_set_done(job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void timeout_error(const nx_server *s, nx_oai_error *e) {
+    nx_oai_error_set(e, 504, "timeout_error", NULL, "timeout",
+                     "The request did not finish within the server's timeout of %g s.",
+                     s->o.timeout);
+}
+
+/* Ends a job that will not (or no longer) generate: streams get the error and [DONE]. */
+static void job_abort(job *j, const nx_oai_error *e) {
+    pthread_mutex_lock(&j->mu);
+    j->failed = true;
+    j->err = *e;
+    pthread_mutex_unlock(&j->mu);
+    if (j->req.stream) {
+        job_push_event(j, nx_oai_stream_error(e));
+        job_push_event(j, strdup(NX_OAI_STREAM_DONE));
+    }
+    job_set_done(j);
+}
+
+/* ================================================================ token text */
+
+/* GPT-2 byte-level alphabet: printable bytes stand for themselves, the rest map to 256+. */
+static void byte_map_init(nx_server *s) {
+    for (size_t i = 0; i < sizeof s->byte_of_cp / sizeof s->byte_of_cp[0]; i++) s->byte_of_cp[i] = -1;
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+        s->byte_of_cp[printable ? b : 256 + extra++] = (int16_t)b;
+    }
+}
+
+static size_t copy_out(char *buf, size_t cap, const char *src, size_t n) {
+    if (n <= cap) memcpy(buf, src, n);
+    return n;
+}
+
+/* The raw bytes a token stands for: inverse byte-level mapping of its vocabulary string, or the
+ * decoder's text for tokens outside that alphabet (added and special tokens). */
+static size_t token_text(void *user, int32_t id, char *buf, size_t cap) {
+    nx_server *s = user;
+    const char *t = nx_tokenizer_token_str(s->tok, id);
+    if (!t) return 0;
+    size_t n = strlen(t), o = 0;
+    char tmp[256];
+    bool mapped = !nx_tokenizer_is_special(s->tok, id) && n < sizeof tmp;
+    for (size_t i = 0; mapped && i < n;) {
+        unsigned c = (unsigned char)t[i], cp;
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+        if (i + len > n) break;
+        cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+        for (size_t k = 1; k < len; k++) cp = (cp << 6) | ((unsigned char)t[i + k] & 0x3F);
+        if (cp >= sizeof s->byte_of_cp / sizeof s->byte_of_cp[0] || s->byte_of_cp[cp] < 0) {
+            mapped = false;
+            break;
+        }
+        tmp[o++] = (char)s->byte_of_cp[cp];
+        i += len;
+    }
+    if (mapped) return copy_out(buf, cap, tmp, o);
+    char *d = NULL;
+    if (nx_tokenizer_decode(s->tok, &id, 1, false, &d, NULL) != NX_OK || !d) return copy_out(buf, cap, t, n);
+    n = copy_out(buf, cap, d, strlen(d));
+    free(d);
+    return n;
+}
+
+/* ================================================================ the worker */
+
+typedef struct gen_state {
+    job *j;
+    size_t index;
+    choice_out *out;
+    nx_detok *detok;
+    nx_stop_matcher stop;
+    bool stopped_by_string;
+    bool first_token;
+    nx_strbuf released;
+} gen_state;
+
+static void meta_of(const job *j, nx_oai_meta *m) {
+    memset(m, 0, sizeof *m);
+    m->kind = j->req.kind;
+    m->id = j->id;
+    m->created = j->created;
+    m->model = j->srv->model_id;
+    m->logprobs = j->req.logprobs;
+    m->token_text = token_text;
+    m->token_user = j->srv;
+}
+
+/* Sends the released text (and the logprobs of tokens so far) as one stream chunk. */
+static void stream_emit(gen_state *g, const char *finish) {
+    job *j = g->j;
+    if (g->released.len == 0 && g->out->n_lp == 0 && !finish) return;
+    nx_oai_meta m;
+    meta_of(j, &m);
+    nx_oai_choice c = {.index = (int32_t)g->index,
+                       .text = g->released.data ? g->released.data : "",
+                       .text_len = g->released.len,
+                       .text_offset = g->out->text_sent,
+                       .finish_reason = finish,
+                       .lp = g->out->lp,
+                       .n_lp = g->out->n_lp};
+    job_push_event(j, nx_oai_stream_chunk(&m, &c, false, j->req.include_usage));
+    g->out->text_sent += g->released.len;
+    g->out->n_lp = 0;
+    nx_strbuf_consume(&g->released, g->released.len);
+}
+
+static void record_logprob(gen_state *g, int32_t id, const float *probs) {
+    choice_out *o = g->out;
+    if (o->n_lp == o->cap_lp) {
+        size_t cap = o->cap_lp ? o->cap_lp * 2 : 16;
+        nx_oai_logprob *lp = realloc(o->lp, cap * sizeof *lp);
+        if (!lp) return;
+        o->lp = lp;
+        o->cap_lp = cap;
+    }
+    nx_oai_logprob *e = &o->lp[o->n_lp++];
+    memset(e, 0, sizeof *e);
+    e->id = id;
+    e->logprob = probs ? logf(probs[id]) : 0.0f;
+    int32_t k = g->j->req.top_logprobs, V = g->j->srv->info->vocab_size;
+    if (!probs || k <= 0) return;
+    /* insertion into a small sorted list (k <= 20), one pass over the vocabulary; ties keep
+     * the lower id first */
+    float top[NX_OAI_MAX_TOP_LOGPROBS];
+    int32_t n = 0;
+    for (int32_t v = 0; v < V; v++) {
+        float p = probs[v];
+        if (p <= 0 || (n == k && p <= top[k - 1])) continue;
+        int32_t pos = n < k ? n++ : k - 1;
+        while (pos > 0 && top[pos - 1] < p) {
+            top[pos] = top[pos - 1];
+            e->top_id[pos] = e->top_id[pos - 1];
+            pos--;
+        }
+        top[pos] = p;
+        e->top_id[pos] = v;
+    }
+    e->n_top = n;
+    for (int32_t t = 0; t < n; t++) e->top_logprob[t] = logf(top[t]);
+}
+
+static int on_token(void *user, int32_t id, const float *probs) {
+    gen_state *g = user;
+    job *j = g->j;
+    nx_server *s = j->srv;
+    if (atomic_load(&j->cancel) != CANCEL_NONE) return 1;
+    if (j->deadline > 0 && now_s() > j->deadline) {
+        atomic_store(&j->cancel, CANCEL_TIMEOUT);
+        return 1;
+    }
+    if (g->first_token) {
+        g->first_token = false;
+        if (g->index == 0) j->t_first = now_s(); /* time to first token, for metrics */
+    }
+    bool eos = !j->req.ignore_eos && nx_model_is_eos(s->model, id);
+    if (eos) return 0; /* the engine stops after it; an end token is neither text nor logprob */
+    if (j->req.logprobs) record_logprob(g, id, probs);
+    char *piece = NULL;
+    size_t len = 0;
+    if (nx_detok_push(g->detok, id, &piece, &len, NULL) == NX_OK && piece) {
+        bool stopped = false;
+        nx_strbuf *dst = j->req.stream ? &g->released : &g->out->text;
+        nx_stop_push(&g->stop, piece, len, dst, &stopped);
+        g->stopped_by_string = stopped;
+    }
+    free(piece);
+    if (j->req.stream) stream_emit(g, NULL);
+    return g->stopped_by_string ? 1 : 0;
+}
+
+/* Runs prompt `i` of job j on the worker's context. */
+static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx_error *err) {
+    gen_state g;
+    memset(&g, 0, sizeof g);
+    g.j = j;
+    g.index = i;
+    g.out = &j->out[i];
+    g.first_token = true;
+    nx_stop_init(&g.stop, j->req.stop, j->req.n_stop);
+    nx_status rc = nx_detok_new(s->tok, true, &g.detok, err);
+    if (rc != NX_OK) goto done;
+
+    nx_gen_params p;
+    nx_gen_params_default(&p);
+    p.sampling = j->req.sampling;
+    if (!j->req.has_seed) p.sampling.seed = next_random(s);
+    int32_t room = s->o.n_ctx - (int32_t)j->n_ids[i];
+    /* Unset max_tokens: chat runs to EOS or a full context (OpenAI's rule); legacy
+     * completions default to 16 tokens as OpenAI's /v1/completions does. */
+    int32_t want = j->req.max_tokens > 0 ? j->req.max_tokens
+                 : j->req.kind == NX_OAI_COMPLETION ? 16 : room;
+    p.max_tokens = want < room ? want : room;
+    p.draft = j->draft;
+    p.verify = j->verify;
+    p.ignore_eos = j->req.ignore_eos;
+    memset(st, 0, sizeof *st);
+    rc = nx_generate(s->ctx, j->ids[i], j->n_ids[i], &p, on_token, &g, st, err);
+    if (rc != NX_OK || atomic_load(&j->cancel) != CANCEL_NONE) goto done;
+
+    nx_strbuf *dst = j->req.stream ? &g.released : &g.out->text;
+    if (!g.stopped_by_string) {
+        char *tail = NULL;
+        size_t len = 0;
+        if (nx_detok_flush(g.detok, &tail, &len, NULL) == NX_OK && tail) {
+            bool stopped = false;
+            nx_stop_push(&g.stop, tail, len, dst, &stopped);
+            g.stopped_by_string = stopped;
+        }
+        free(tail);
+        nx_stop_flush(&g.stop, dst);
+    }
+    g.out->finish = (g.stopped_by_string || st->stopped_by_eos) ? "stop" : "length";
+    if (j->req.stream) {
+        stream_emit(&g, NULL);
+        stream_emit(&g, g.out->finish);
+    }
+done:
+    nx_detok_free(g.detok);
+    nx_stop_free(&g.stop);
+    nx_strbuf_free(&g.released);
+    return rc;
+}
+
+static void run_job(nx_server *s, job *j) {
+    nx_oai_meta m;
+    meta_of(j, &m);
+    if (j->req.stream && j->req.kind == NX_OAI_CHAT) {
+        nx_oai_choice c = {.index = 0, .text = "", .text_len = 0};
+        job_push_event(j, nx_oai_stream_chunk(&m, &c, true, j->req.include_usage));
+    }
+    nx_oai_usage *u = &j->usage;
+    u->draft = j->draft;
+    u->verify = j->verify == NX_VERIFY_MATCH ? "match" : "residual";
+    for (size_t i = 0; i < j->n_prompts; i++) {
+        nx_gen_stats st;
+        nx_error err = {0};
+        nx_status rc = run_prompt(s, j, i, &st, &err);
+        double ttft = j->t_first > 0 ? j->t_first - j->t_arrival : -1.0;
+        nx_metrics_add_generation(&s->metrics, &st, i == 0 ? ttft : -1.0,
+                                  i == 0 ? j->t_picked - j->t_arrival : 0.0);
+        u->prompt_tokens += st.n_prompt;
+        u->completion_tokens += st.n_generated;
+        u->drafts += st.n_drafts;
+        u->drafted += st.n_drafted;
+        u->accepted += st.n_accepted;
+        int cancel = atomic_load(&j->cancel);
+        if (cancel == CANCEL_TIMEOUT) {
+            nx_metrics_count_cancel(&s->metrics, true);
+            nx_oai_error e;
+            timeout_error(s, &e);
+            job_abort(j, &e);
+            return;
+        }
+        if (cancel != CANCEL_NONE) {
+            nx_metrics_count_cancel(&s->metrics, false);
+            nx_oai_error e;
+            nx_oai_error_set(&e, 503, "server_error", NULL, "cancelled", "The request was cancelled.");
+            job_abort(j, &e);
+            return;
+        }
+        if (rc != NX_OK) {
+            nx_oai_error e;
+            nx_oai_error_set(&e, rc == NX_E_ARG ? 400 : 500,
+                             rc == NX_E_ARG ? "invalid_request_error" : "server_error", NULL, NULL,
+                             "Generation failed: %s", err.msg);
+            job_abort(j, &e);
+            return;
+        }
+    }
+    if (j->req.stream) {
+        if (j->req.include_usage) job_push_event(j, nx_oai_stream_usage(&m, u));
+        job_push_event(j, strdup(NX_OAI_STREAM_DONE));
+    }
+    job_set_done(j);
+}
+
+static void *worker_main(void *arg) {
+    nx_server *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->qmu);
+        while (!s->head && !s->stopping) pthread_cond_wait(&s->qcv, &s->qmu);
+        job *j = s->head;
+        if (j) {
+            s->head = j->next;
+            if (!s->head) s->tail = NULL;
+            s->n_queued--;
+            s->n_active++;
+            s->running = j;
+            j->t_picked = now_s();
+        }
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->qmu);
+        if (!j) break; /* stopping with an empty queue */
+
+        pthread_mutex_lock(&j->mu);
+        j->state = JOB_RUNNING;
+        pthread_mutex_unlock(&j->mu);
+        if (stopping) atomic_store(&j->cancel, CANCEL_SHUTDOWN);
+        if (j->deadline > 0 && now_s() > j->deadline) atomic_store(&j->cancel, CANCEL_TIMEOUT);
+        int cancel = atomic_load(&j->cancel);
+        if (cancel == CANCEL_NONE) {
+            run_job(s, j);
+        } else {
+            nx_oai_error e;
+            if (cancel == CANCEL_TIMEOUT) timeout_error(s, &e);
+            else nx_oai_error_set(&e, 503, "server_error", NULL, "cancelled",
+                                  "The request was cancelled before it started.");
+            job_abort(j, &e);
+        }
+        pthread_mutex_lock(&s->qmu);
+        s->n_active--;
+        s->running = NULL;
+        pthread_mutex_unlock(&s->qmu);
+        job_unref(j);
+    }
+    return NULL;
+}
+
+/* Queues j unless the queue is full; the queue then holds one reference. */
+static bool enqueue(nx_server *s, job *j) {
+    pthread_mutex_lock(&s->qmu);
+    if (s->stopping || s->n_queued >= s->o.queue) {
+        pthread_mutex_unlock(&s->qmu);
+        return false;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    j->next = NULL;
+    if (s->tail) s->tail->next = j;
+    else s->head = j;
+    s->tail = j;
+    s->n_queued++;
+    pthread_cond_signal(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    return true;
+}
+
+/* Cancels j. A job still waiting leaves the queue at once so its slot frees immediately; a
+ * running one stops at its next token. */
+static void cancel_job(nx_server *s, job *j, int why) {
+    int expected = CANCEL_NONE;
+    atomic_compare_exchange_strong(&j->cancel, &expected, why);
+    bool unlinked = false;
+    pthread_mutex_lock(&s->qmu);
+    pthread_mutex_lock(&j->mu);
+    if (j->state == JOB_QUEUED) {
+        job **pp = &s->head, *prev = NULL;
+        while (*pp && *pp != j) prev = *pp, pp = &(*pp)->next;
+        if (*pp == j) {
+            *pp = j->next;
+            if (s->tail == j) s->tail = prev;
+            s->n_queued--;
+            unlinked = true;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_unlock(&s->qmu);
+    if (unlinked) {
+        nx_oai_error e;
+        if (why == CANCEL_TIMEOUT) timeout_error(s, &e);
+        else nx_oai_error_set(&e, 503, "server_error", NULL, "cancelled", "The request was cancelled.");
+        if (why == CANCEL_TIMEOUT) nx_metrics_count_cancel(&s->metrics, true);
+        else nx_metrics_count_cancel(&s->metrics, false);
+        job_abort(j, &e);
+        job_unref(j); /* the queue's reference */
+    }
+}
+
+/* True when the peer has closed its end (checked while a client waits for tokens). */
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+    if (p.revents & POLLIN) {
+        char c;
+        ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        return n == 0;
+    }
+    return false;
+}
+
+/* Waits on j->cv for up to 100 ms (j->mu held). */
+static void wait_tick(job *j) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+}
+
+/* Between waits: a client hang-up or an expired deadline cancels the job. */
+static void watch_job(nx_server *s, job *j) {
+    if (atomic_load(&j->cancel) != CANCEL_NONE) return;
+    if (client_gone(j->fd)) cancel_job(s, j, CANCEL_CLIENT);
+    else if (j->deadline > 0 && now_s() > j->deadline) cancel_job(s, j, CANCEL_TIMEOUT);
+}
+
+/* ================================================================ HTTP */
+
+typedef struct conn {
+    nx_strbuf body;
+    bool too_large;
+    bool responded;
+    bool counted; /* already in the request metrics */
+    const char *route;
+    job *j; /* non-streaming job waited on in the handler */
+} conn;
+
+static enum MHD_Result respond(nx_server *s, struct MHD_Connection *c, conn *cs, int status,
+                               const char *ctype, char *body) {
+    if (!body) {
+        status = 500;
+        ctype = "application/json";
+        body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                      "\"param\":null,\"code\":null}}");
+        if (!body) return MHD_NO;
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (status == 405)
+        MHD_add_response_header(r, "Allow", strcmp(cs->route, "/v1/chat/completions") == 0 ||
+                                                    strcmp(cs->route, "/v1/completions") == 0
+                                                ? "POST"
+                                                : "GET");
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    cs->responded = true;
+    if (!cs->counted) nx_metrics_count_request(&s->metrics, cs->route, status);
+    return ret;
+}
+
+static enum MHD_Result respond_error(nx_server *s, struct MHD_Connection *c, conn *cs,
+                                     const nx_oai_error *e) {
+    return respond(s, c, cs, e->http_status, "application/json", nx_oai_error_json(e));
+}
+
+static enum MHD_Result respond_errorf(nx_server *s, struct MHD_Connection *c, conn *cs, int status,
+                                      const char *type, const char *code, const char *msg) {
+    nx_oai_error e;
+    nx_oai_error_set(&e, status, type, NULL, code, "%s", msg);
+    return respond_error(s, c, cs, &e);
+}
+
+static bool auth_ok(const nx_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t a = strlen(h), b = strlen(s->api_key);
+    /* compare in time independent of where the strings differ */
+    unsigned char diff = (unsigned char)(a != b);
+    for (size_t i = 0; i < b; i++) diff |= (unsigned char)(s->api_key[i] ^ (i < a ? h[i] : 0));
+    return diff == 0;
+}
+
+static const char *const routes[][2] = {
+    {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/v1/models", "GET"},
+    {"/health", "GET"},               {"/metrics", "GET"},
+};
+
+/* ---------------------------------------------------------------- request preparation */
+
+static nx_status encode(nx_server *s, const char *text, size_t len, int32_t **ids, size_t *n,
+                        nx_oai_error *e) {
+    nx_error err = {0};
+    if (nx_tokenizer_encode(s->tok, text, len, true, ids, n, &err) != NX_OK) {
+        nx_oai_error_set(e, 400, "invalid_request_error", NULL, "invalid_prompt",
+                         "The prompt cannot be tokenized: %s", err.msg);
+        return NX_E_ARG;
+    }
+    return NX_OK;
+}
+
+/* Renders (chat) or takes (completions) each prompt and tokenizes it, checking it fits. */
+static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
+    nx_oai_request *r = &j->req;
+    j->n_prompts = r->kind == NX_OAI_CHAT ? 1 : r->n_prompts;
+    j->ids = calloc(j->n_prompts, sizeof *j->ids);
+    j->n_ids = calloc(j->n_prompts, sizeof *j->n_ids);
+    j->out = calloc(j->n_prompts, sizeof *j->out);
+    if (!j->ids || !j->n_ids || !j->out) {
+        nx_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NX_E_NOMEM;
+    }
+    nx_status st = NX_OK;
+    pthread_mutex_lock(&s->prep_mu);
+    if (r->kind == NX_OAI_CHAT) {
+        if (!s->tmpl) {
+            nx_oai_error_set(e, 400, "invalid_request_error", "messages", "no_chat_template",
+                             "%s; use /v1/completions.", s->tmpl_error);
+            st = NX_E_ARG;
+            goto done;
+        }
+        char *text = NULL;
+        nx_error err = {0};
+        if (nx_chat_render_parsed(s->tmpl, r->messages, r->tools, r->add_generation_prompt,
+                                  r->template_kwargs, s->bos, s->eos, &text, &err) != NX_OK) {
+            nx_oai_error_set(e, 400, "invalid_request_error", "messages", "chat_template_error",
+                             "The chat template rejected the conversation: %s", err.msg);
+            st = NX_E_ARG;
+            goto done;
+        }
+        st = encode(s, text, strlen(text), &j->ids[0], &j->n_ids[0], e);
+        free(text);
+        if (st != NX_OK) goto done;
+    } else {
+        for (size_t i = 0; i < j->n_prompts; i++) {
+            nx_oai_prompt *p = &r->prompts[i];
+            if (p->text) {
+                st = encode(s, p->text, p->text_len, &j->ids[i], &j->n_ids[i], e);
+                if (st != NX_OK) goto done;
+            } else {
+                j->ids[i] = malloc((p->n_ids ? p->n_ids : 1) * sizeof(int32_t));
+                if (!j->ids[i]) {
+                    nx_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+                    st = NX_E_NOMEM;
+                    goto done;
+                }
+                if (p->n_ids) memcpy(j->ids[i], p->ids, p->n_ids * sizeof(int32_t));
+                j->n_ids[i] = p->n_ids;
+            }
+        }
+    }
+    for (size_t i = 0; i < j->n_prompts; i++) {
+        char param[32];
+        snprintf(param, sizeof param, j->n_prompts > 1 ? "prompt[%zu]" : "prompt", i);
+        const char *what = r->kind == NX_OAI_CHAT ? "messages" : param;
+        if (j->n_ids[i] == 0) {
+            nx_oai_error_set(e, 400, "invalid_request_error", what, "empty_prompt",
+                             "The prompt is empty: it has no tokens to continue from.");
+            st = NX_E_ARG;
+            goto done;
+        }
+        if ((int64_t)j->n_ids[i] + 1 > s->o.n_ctx) {
+            nx_oai_error_set(e, 400, "invalid_request_error", what, "context_length_exceeded",
+                             "This model's context is %d tokens, but the prompt has %zu tokens "
+                             "(room is needed for at least one generated token).",
+                             s->o.n_ctx, j->n_ids[i]);
+            st = NX_E_ARG;
+            goto done;
+        }
+    }
+done:
+    pthread_mutex_unlock(&s->prep_mu);
+    return st;
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    job *j = cls;
+    nx_server *s = j->srv;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        if (j->sse.len > 0) {
+            size_t n = j->sse.len < max ? j->sse.len : max;
+            memcpy(buf, j->sse.data, n);
+            nx_strbuf_consume(&j->sse, n);
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)n;
+        }
+        if (j->state == JOB_DONE) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        wait_tick(j);
+        if (j->sse.len == 0 && j->state != JOB_DONE) {
+            pthread_mutex_unlock(&j->mu);
+            watch_job(s, j);
+            if (atomic_load(&j->cancel) == CANCEL_CLIENT) return MHD_CONTENT_READER_END_WITH_ERROR;
+            pthread_mutex_lock(&j->mu);
+        }
+    }
+}
+
+/* The response is gone (finished, or the client dropped): stop generating for nobody. */
+static void stream_free(void *cls) {
+    job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    bool done = j->state == JOB_DONE;
+    pthread_mutex_unlock(&j->mu);
+    if (!done) cancel_job(j->srv, j, CANCEL_CLIENT);
+    job_unref(j);
+}
+
+/* ---------------------------------------------------------------- completions */
+
+static char *nonstream_body(job *j) {
+    nx_oai_meta m;
+    meta_of(j, &m);
+    nx_oai_choice *c = calloc(j->n_prompts, sizeof *c);
+    if (!c) return NULL;
+    for (size_t i = 0; i < j->n_prompts; i++) {
+        c[i].index = (int32_t)i;
+        c[i].text = j->out[i].text.data ? j->out[i].text.data : "";
+        c[i].text_len = j->out[i].text.len;
+        c[i].finish_reason = j->out[i].finish;
+        c[i].lp = j->out[i].lp;
+        c[i].n_lp = j->out[i].n_lp;
+    }
+    char *body = nx_oai_response_json(&m, c, j->n_prompts, &j->usage);
+    free(c);
+    return body;
+}
+
+static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, conn *cs,
+                                       nx_oai_kind kind) {
+    nx_oai_error e;
+    nx_oai_limits lim = {.model_id = s->model_id, .vocab_size = s->info->vocab_size};
+    job *j = calloc(1, sizeof *j);
+    if (!j) return respond_errorf(s, c, cs, 500, "server_error", NULL, "out of memory");
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->srv = s;
+    j->state = JOB_QUEUED;
+    atomic_init(&j->cancel, CANCEL_NONE);
+    j->t_arrival = now_s();
+    j->deadline = s->o.timeout > 0 ? j->t_arrival + s->o.timeout : 0;
+    j->created = (int64_t)time(NULL);
+    snprintf(j->id, sizeof j->id, "%s-%016llx", kind == NX_OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)next_random(s));
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+
+    if (nx_oai_request_parse(kind, cs->body.data, cs->body.len, &lim, &j->req, &e) != NX_OK ||
+        prepare(s, j, &e) != NX_OK) {
+        job_unref(j);
+        return respond_error(s, c, cs, &e);
+    }
+    j->draft = s->has_mtp ? (j->req.has_draft ? j->req.draft : s->o.draft) : 0;
+    j->verify = j->req.has_verify ? j->req.verify : s->o.verify;
+
+    if (!enqueue(s, j)) {
+        job_unref(j);
+        return respond_errorf(s, c, cs, 503, "server_error", "queue_full",
+                              "The server is busy: the request queue is full. Retry shortly.");
+    }
+
+    if (j->req.stream) {
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, j, stream_free);
+        if (!r) {
+            cancel_job(s, j, CANCEL_CLIENT);
+            job_unref(j);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        enum MHD_Result ret = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r); /* stream_free drops the connection's reference */
+        cs->responded = true;
+        nx_metrics_count_request(&s->metrics, cs->route, 200);
+        return ret;
+    }
+
+    /* Non-streaming: this connection's thread waits for the worker, watching the client. */
+    pthread_mutex_lock(&j->mu);
+    while (j->state != JOB_DONE) {
+        wait_tick(j);
+        if (j->state != JOB_DONE) {
+            pthread_mutex_unlock(&j->mu);
+            watch_job(s, j);
+            pthread_mutex_lock(&j->mu);
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    enum MHD_Result ret;
+    if (atomic_load(&j->cancel) == CANCEL_CLIENT) {
+        nx_metrics_count_request(&s->metrics, cs->route, 499); /* nginx's "client closed" */
+        cs->responded = true;
+        ret = MHD_NO; /* nobody to answer */
+    }
+    else if (j->failed) ret = respond_error(s, c, cs, &j->err);
+    else ret = respond(s, c, cs, 200, "application/json", nonstream_body(j));
+    job_unref(j);
+    return ret;
+}
+
+static size_t content_length(struct MHD_Connection *c, bool *present) {
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    *present = v != NULL;
+    if (!v) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v) return SIZE_MAX;
+    return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
+    (void)version;
+    nx_server *s = cls;
+    conn *cs = *con_cls;
+    if (!cs) {
+        /* First call: headers only. Reject what can be rejected before reading a body. */
+        cs = calloc(1, sizeof *cs);
+        if (!cs) return MHD_NO;
+        *con_cls = cs;
+        cs->route = "other";
+        int route = -1;
+        for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+            if (strcmp(url, routes[i][0]) == 0) route = (int)i;
+        if (route < 0) {
+            nx_oai_error e;
+            nx_oai_error_set(&e, 404, "invalid_request_error", NULL, "unknown_url",
+                             "Unknown request URL: %s %.200s. Please check the URL for typos.",
+                             method, url);
+            return respond_error(s, c, cs, &e);
+        }
+        cs->route = routes[route][0];
+        if (strcmp(method, routes[route][1]) != 0) {
+            nx_oai_error e;
+            nx_oai_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
+                             "%s is not allowed on %s; use %s.", method, cs->route, routes[route][1]);
+            return respond_error(s, c, cs, &e);
+        }
+        if (strcmp(cs->route, "/health") != 0 && !auth_ok(s, c))
+            return respond_errorf(s, c, cs, 401, "invalid_request_error", "invalid_api_key",
+                                  "Incorrect or missing API key. Send it as 'Authorization: "
+                                  "Bearer KEY'.");
+        bool has_len;
+        if (content_length(c, &has_len) > s->o.max_body) {
+            nx_oai_error e;
+            nx_oai_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                             "The request body exceeds the server's limit of %zu bytes.",
+                             s->o.max_body);
+            return respond_error(s, c, cs, &e);
+        }
+        return MHD_YES;
+    }
+    if (cs->responded) {
+        *upload_data_size = 0; /* discard the rest of a rejected upload */
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        if (!cs->too_large && cs->body.len + *upload_data_size > s->o.max_body) {
+            cs->too_large = true;
+            nx_strbuf_free(&cs->body);
+        }
+        if (!cs->too_large && nx_strbuf_append(&cs->body, upload_data, *upload_data_size) != NX_OK)
+            return MHD_NO;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (cs->too_large) {
+        nx_oai_error e;
+        nx_oai_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                         "The request body exceeds the server's limit of %zu bytes.", s->o.max_body);
+        return respond_error(s, c, cs, &e);
+    }
+
+    if (strcmp(cs->route, "/health") == 0) {
+        pthread_mutex_lock(&s->qmu);
+        int q = s->n_queued, a = s->n_active;
+        pthread_mutex_unlock(&s->qmu);
+        json_t *h = json_pack("{s:s, s:s, s:s, s:i, s:i}", "status", "ok", "model", s->model_id,
+                              "mtp", s->info->mtp ? s->info->mtp : "none", "queued", q, "active", a);
+        char *b = h ? json_dumps(h, JSON_COMPACT) : NULL;
+        json_decref(h);
+        return respond(s, c, cs, 200, "application/json", b);
+    }
+    if (strcmp(cs->route, "/v1/models") == 0)
+        return respond(s, c, cs, 200, "application/json",
+                       nx_oai_models_json(s->model_id, s->t_created, "nextn"));
+    if (strcmp(cs->route, "/metrics") == 0) {
+        pthread_mutex_lock(&s->qmu);
+        nx_metrics_gauges g = {.model_id = s->model_id, .mtp = s->info->mtp, .draft = s->o.draft,
+                               .queue_depth = s->n_queued, .queue_capacity = s->o.queue,
+                               .active = s->n_active, .uptime = now_s() - s->t_started};
+        pthread_mutex_unlock(&s->qmu);
+        /* count this scrape before rendering so it sees itself */
+        nx_metrics_count_request(&s->metrics, cs->route, 200);
+        cs->counted = true;
+        return respond(s, c, cs, 200, "text/plain; version=0.0.4",
+                       nx_metrics_render(&s->metrics, &g));
+    }
+    return handle_generate(s, c, cs,
+                           strcmp(cs->route, "/v1/chat/completions") == 0 ? NX_OAI_CHAT
+                                                                          : NX_OAI_COMPLETION);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    (void)toe;
+    conn *cs = *con_cls;
+    if (!cs) return;
+    nx_strbuf_free(&cs->body);
+    free(cs);
+    *con_cls = NULL;
+}
+
+/* ================================================================ lifecycle */
+
+void nx_server_opts_default(nx_server_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->max_body = 4u << 20;
+    o->timeout = 600;
+    o->queue = 64;
+    o->n_ctx = 4096;
+    o->draft = NX_DRAFT_AUTO;
+    o->verify = NX_VERIFY_RESIDUAL;
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out, nx_error *err) {
+    *out = NULL;
+    if (o->queue < 1) return nx_fail(err, NX_E_ARG, "--queue %d: must be at least 1", o->queue);
+    if (o->n_ctx < 2) return nx_fail(err, NX_E_ARG, "--ctx %d: must be at least 2", o->n_ctx);
+    if (o->port < 0 || o->port > 65535) return nx_fail(err, NX_E_ARG, "--port %d: out of range", o->port);
+    if (!nx_model_tokenizer(m))
+        return nx_fail(err, NX_E_ARG, "the model ships no tokenizer.json; the server needs one");
+    nx_server *s = calloc(1, sizeof *s);
+    if (!s) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    s->model = m;
+    s->info = nx_model_get_info(m);
+    s->tok = nx_model_tokenizer(m);
+    s->o = *o;
+    s->host = dup_or_null(o->host ? o->host : "127.0.0.1");
+    s->api_key = o->api_key && *o->api_key ? strdup(o->api_key) : NULL;
+    s->model_id = dup_or_null(o->model_id ? o->model_id : "nextn");
+    s->has_mtp = s->info->mtp && strncmp(s->info->mtp, "none", 4) != 0 &&
+                 strcmp(s->info->mtp, "disabled") != 0;
+    s->t_created = (int64_t)time(NULL);
+    s->t_started = now_s();
+    s->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s;
+    byte_map_init(s);
+    /* The template's special-token strings: tokenizer_config.json's, else the config's ids. */
+    if (o->model_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
+        nx_error cerr = {0};
+        if (access(path, R_OK) == 0 &&
+            nx_chat_template_from_config(path, &s->chat_template, &s->bos, &s->eos, &cerr) != NX_OK) {
+            free(s->chat_template);
+            free(s->bos);
+            free(s->eos);
+            s->chat_template = s->bos = s->eos = NULL;
+        }
+    }
+    if (!s->bos && s->info->bos_id >= 0 && nx_tokenizer_token_str(s->tok, s->info->bos_id))
+        s->bos = strdup(nx_tokenizer_token_str(s->tok, s->info->bos_id));
+    if (!s->eos && s->info->eos_id >= 0 && nx_tokenizer_token_str(s->tok, s->info->eos_id))
+        s->eos = strdup(nx_tokenizer_token_str(s->tok, s->info->eos_id));
+    const char *tsrc = nx_model_chat_template(m) ? nx_model_chat_template(m) : s->chat_template;
+    snprintf(s->tmpl_error, sizeof s->tmpl_error, "The model ships no chat template");
+    if (tsrc) {
+        nx_error terr = {0};
+        if (nx_jinja_parse(tsrc, strlen(tsrc), &s->tmpl, &terr) != NX_OK)
+            snprintf(s->tmpl_error, sizeof s->tmpl_error, "The model's chat template does not parse: %.300s",
+                     terr.msg);
+    }
+    nx_metrics_init(&s->metrics);
+    pthread_mutex_init(&s->prep_mu, NULL);
+    pthread_mutex_init(&s->qmu, NULL);
+    pthread_cond_init(&s->qcv, NULL);
+    nx_status st;
+    if (!s->host || !s->model_id) {
+        st = nx_fail(err, NX_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((st = nx_ctx_new(m, o->n_ctx, &s->ctx, err)) != NX_OK) goto fail;
+    if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
+        st = nx_fail(err, NX_E_NOMEM, "cannot start the generation worker");
+        goto fail;
+    }
+    s->worker_started = true;
+
+    /* Resolve --host to one address; libmicrohttpd binds exactly what it is given. */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    int gai = getaddrinfo(s->host, port, &hints, &ai);
+    if (gai != 0 || !ai) {
+        st = nx_fail(err, NX_E_ARG, "--host %s: %s", s->host, gai_strerror(gai));
+        goto fail;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_POLL | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    int max_conn = o->max_connections > 0 ? o->max_connections : o->queue + 64;
+    s->mhd = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn,
+                              /* idle connections (slow or silent clients) are closed */
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                              MHD_OPTION_END);
+    int bind_errno = errno;
+    freeaddrinfo(ai);
+    if (!s->mhd) {
+        st = nx_fail(err, NX_E_IO, "cannot listen on %s:%d: %s", s->host, o->port,
+                     bind_errno ? strerror(bind_errno) : "libmicrohttpd refused to start");
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    *out = s;
+    return NX_OK;
+fail:
+    nx_server_stop(s);
+    return st;
+}
+
+int nx_server_port(const nx_server *s) { return s ? s->port : 0; }
+
+void nx_server_stop(nx_server *s) {
+    if (!s) return;
+    /* No new connections; the listening socket is ours to close once quiesced. */
+    MHD_socket lsock = s->mhd ? MHD_quiesce_daemon(s->mhd) : MHD_INVALID_SOCKET;
+    pthread_mutex_lock(&s->qmu);
+    s->stopping = true;
+    if (s->running) atomic_store(&s->running->cancel, CANCEL_SHUTDOWN);
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    /* The worker ends every queued job (its client gets an error) and then exits; every
+     * connection thread then sees its job done and finishes. */
+    if (s->worker_started) pthread_join(s->worker, NULL);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (lsock != MHD_INVALID_SOCKET) close(lsock);
+    nx_ctx_free(s->ctx);
+    nx_metrics_destroy(&s->metrics);
+    pthread_mutex_destroy(&s->prep_mu);
+    pthread_mutex_destroy(&s->qmu);
+    pthread_cond_destroy(&s->qcv);
+    free(s->host);
+    free(s->api_key);
+    free(s->model_id);
+    nx_jinja_free(s->tmpl);
+    free(s->chat_template);
+    free(s->bos);
+    free(s->eos);
+    free(s);
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env node
+// `nextn serve` driven by the official `openai` npm client: models, chat and completions
+// (streaming and not), logprobs, per-request speculative settings, and the client's typed
+// errors for 400 / 401 / 404 answers.
+'use strict';
+const path = require('path');
+const lib = require(path.join(__dirname, '..', 'server', 'lib.js'));
+const { ok, is, note, done } = lib;
+
+lib.skipAllUnlessReady();
+const OpenAI = require('openai');
+
+async function collectChat(stream) {
+  let text = '', finish = null, usage = null, role = null, ids = new Set(), n = 0;
+  for await (const chunk of stream) {
+    n++;
+    ids.add(chunk.id);
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta.role) role = c.delta.role;
+      text += c.delta.content || '';
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  return { text, finish, usage, role, ids, n };
+}
+
+async function main() {
+  const srv = await lib.startServer(['--ctx', '1024']);
+  const client = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+
+  const models = await client.models.list();
+  const ids = models.data.map((m) => m.id);
+  ok(ids.length === 1, 'models.list: one model', ids);
+  const model = ids[0];
+
+  const messages = [
+    { role: 'system', content: 'You answer briefly.' },
+    { role: 'user', content: 'What is the capital of France?' },
+    { role: 'assistant', content: 'Paris.' },
+    { role: 'user', content: 'And of Italy?' },
+  ];
+  const chat = await client.chat.completions.create({ model, messages, max_tokens: 20, temperature: 0 });
+  ok(chat.object === 'chat.completion' && chat.choices.length === 1 &&
+     chat.choices[0].message.role === 'assistant' && typeof chat.choices[0].message.content === 'string',
+     'chat.completions.create', chat);
+  ok(chat.usage.prompt_tokens > 0 && chat.usage.completion_tokens > 0 &&
+     chat.usage.total_tokens === chat.usage.prompt_tokens + chat.usage.completion_tokens, 'chat usage', chat.usage);
+  ok(chat.usage.speculative && 'acceptance_rate' in chat.usage.speculative, 'usage.speculative present',
+     chat.usage);
+  note(`chat: ${JSON.stringify(chat.choices[0].message.content)}`);
+
+  const s = await collectChat(await client.chat.completions.create(
+    { model, messages, max_tokens: 20, temperature: 0, stream: true, stream_options: { include_usage: true } }));
+  is(s.text, chat.choices[0].message.content, 'streamed chat equals the non-streamed one');
+  is(s.finish, chat.choices[0].finish_reason, 'streamed finish_reason');
+  is(s.role, 'assistant', 'streamed role');
+  ok(s.ids.size === 1, 'one id across the stream', [...s.ids]);
+  ok(s.usage && s.usage.completion_tokens === chat.usage.completion_tokens, 'stream_options.include_usage', s.usage);
+
+  const comp = await client.completions.create({ model, prompt: 'def fibonacci(n):', max_tokens: 24, temperature: 0 });
+  ok(comp.object === 'text_completion' && typeof comp.choices[0].text === 'string' && comp.choices[0].text.length > 0,
+     'completions.create', comp);
+  let streamed = '', finish = null;
+  for await (const chunk of await client.completions.create(
+    { model, prompt: 'def fibonacci(n):', max_tokens: 24, temperature: 0, stream: true })) {
+    for (const c of chunk.choices) { streamed += c.text; if (c.finish_reason) finish = c.finish_reason; }
+  }
+  is(streamed, comp.choices[0].text, 'streamed completion equals the non-streamed one');
+  is(finish, comp.choices[0].finish_reason, 'streamed completion finish_reason');
+
+  const lp = await client.chat.completions.create(
+    { model, messages, max_tokens: 8, temperature: 0.7, seed: 3, logprobs: true, top_logprobs: 2 });
+  const content = lp.choices[0].logprobs && lp.choices[0].logprobs.content;
+  ok(Array.isArray(content) && content.length > 0 &&
+     content.every((t) => t.logprob <= 1e-6 && t.top_logprobs.length >= 1 && t.top_logprobs.length <= 2),
+     'logprobs and top_logprobs', content);
+
+  const stopText = comp.choices[0].text;
+  const cut = stopText.slice(4, 8);
+  if (cut.length === 4) {
+    const stopped = await client.completions.create(
+      { model, prompt: 'def fibonacci(n):', max_tokens: 24, temperature: 0, stop: [cut] });
+    is(stopped.choices[0].text, stopText.slice(0, stopText.indexOf(cut)), `stop ${JSON.stringify(cut)}`);
+    is(stopped.choices[0].finish_reason, 'stop', 'stop: finish_reason stop');
+  }
+
+  const plain = await client.completions.create(
+    { model, prompt: 'def fibonacci(n):', max_tokens: 24, temperature: 0, speculative: { draft: 0 } });
+  is(plain.usage.speculative.drafted, 0, 'speculative {draft: 0} turns drafting off');
+  is(plain.choices[0].text, comp.choices[0].text, 'greedy output does not depend on drafting');
+  const spec = await client.completions.create(
+    { model, prompt: 'def fibonacci(n):', max_tokens: 24, temperature: 0, speculative: { draft: 3, verify: 'match' } });
+  ok(spec.usage.speculative.drafted > 0 && spec.usage.speculative.verify === 'match', 'speculative {draft: 3, verify: match}',
+     spec.usage.speculative);
+
+  // ------------------------------------------------------------ errors as the client sees them
+  async function expectError(promise, status, cls, name, check) {
+    try {
+      await promise;
+      ok(false, name, 'no error');
+    } catch (e) {
+      ok(e instanceof cls && e.status === status && (!check || check(e)), name,
+         `${e.constructor.name} ${e.status} ${e.message}`);
+    }
+  }
+  await expectError(client.chat.completions.create({ model, messages, temperature: 5 }), 400,
+                    OpenAI.BadRequestError, 'temperature 5: BadRequestError', (e) => e.param === 'temperature');
+  await expectError(client.chat.completions.create({ model: 'gpt-4o', messages }), 400,
+                    OpenAI.BadRequestError, 'unknown model: BadRequestError', (e) => e.code === 'model_not_found');
+  await expectError(client.chat.completions.create({ model, messages: [] }), 400, OpenAI.BadRequestError,
+                    'empty messages: BadRequestError');
+  await expectError(client.completions.create({ model, prompt: 'x', n: 3 }), 400, OpenAI.BadRequestError,
+                    'n=3: BadRequestError', (e) => e.param === 'n');
+  await expectError(client.chat.completions.create({ model, messages, stream: true, speculative: { draft: 'many' } }),
+                    400, OpenAI.BadRequestError, 'bad speculative.draft on a stream: 400 before streaming');
+  await expectError(client.get('/does-not-exist'), 404, OpenAI.NotFoundError, 'unknown route: NotFoundError');
+  srv.stop();
+  await lib.waitExit(srv);
+
+  const keyed = await lib.startServer(['--api-key', 'k3y']);
+  const bad = new OpenAI({ baseURL: keyed.base + '/v1', apiKey: 'wrong', maxRetries: 0 });
+  await expectError(bad.models.list(), 401, OpenAI.AuthenticationError, 'wrong key: AuthenticationError');
+  const good = new OpenAI({ baseURL: keyed.base + '/v1', apiKey: 'k3y', maxRetries: 0 });
+  const m2 = await good.models.list();
+  ok(m2.data.length === 1, 'right key: models.list');
+  const c2 = await good.completions.create({ model, prompt: 'Hi', max_tokens: 3 });
+  ok(c2.choices.length === 1, 'right key: completions');
+  keyed.stop();
+  await lib.waitExit(keyed);
+  done();
+}
+
+main().catch((e) => { ok(false, 'unexpected exception', e && e.stack ? e.stack : String(e)); done(); });
