@@ -373,10 +373,11 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
         (st = get_bool(p, NAMES("qk_norm"), true, &qk_norm)) ||
         (st = get_bool(p, NAMES("tie_word_embeddings"), false, &tie)) || (st = parse_rope(p, &theta)))
         return st;
-    if (!(eps > 0 && eps < 1))
+    /* checked after narrowing: the config stores floats, and 1e-85 would become 0 */
+    if (!((float)eps > 0 && eps < 1))
         return nx_fail(p->err, NX_E_CONFIG, "%s: field \"rms_norm_eps\" = %g is out of range (0, 1)", p->name,
                        eps);
-    if (!(scaling > 0) || scaling > 1e6)
+    if (!((float)scaling > 0) || scaling > 1e6)
         return nx_fail(p->err, NX_E_CONFIG, "%s: field \"router_scaling_factor\" = %g must be positive",
                        p->name, scaling);
 

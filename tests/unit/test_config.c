@@ -300,6 +300,7 @@ static void test_bad_values(void **state) {
     expect_err("first_k_dense_replace", "\"first_k_dense_replace\":-1", NX_E_CONFIG, "first_k_dense_replace");
     expect_err("expert_hidden_dim", "\"expert_hidden_dim\":2048", NX_E_CONFIG, "moe_intermediate_size");
     expect_err("rms_norm_eps", "\"rms_norm_eps\":0", NX_E_CONFIG, "rms_norm_eps");
+    expect_err("rms_norm_eps", "\"rms_norm_eps\":1e-85", NX_E_CONFIG, "rms_norm_eps"); /* 0 as a float */
     expect_err("router_scaling_factor", "\"router_scaling_factor\":-1", NX_E_CONFIG, "router_scaling_factor");
     expect_err("rope_parameters", "\"rope_parameters\":{\"rope_theta\":-5.0}", NX_E_CONFIG, "rope_theta");
     expect_err("rope_parameters", "\"rope_parameters\":{\"rope_theta\":1e6,\"rope_type\":\"yarn\"}",
