@@ -303,7 +303,7 @@ static int on_token(void *user, int32_t id, const float *probs) {
     gen_state *g = user;
     job *j = g->j;
     nx_server *s = j->srv;
-    if (atomic_load(&j->cancel) != CANCEL_NONE) return 1;
+    if (g->stopped_by_string || atomic_load(&j->cancel) != CANCEL_NONE) return 1;
     if (j->deadline > 0 && now_s() > j->deadline) {
         atomic_store(&j->cancel, CANCEL_TIMEOUT);
         return 1;
