@@ -332,6 +332,7 @@ static int on_token(void *user, int32_t id, const float *probs) {
 static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx_error *err) {
     gen_state g;
     memset(&g, 0, sizeof g);
+    memset(st, 0, sizeof *st);
     g.j = j;
     g.index = i;
     g.out = &j->out[i];
@@ -353,7 +354,6 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     p.draft = j->draft;
     p.verify = j->verify;
     p.ignore_eos = j->req.ignore_eos;
-    memset(st, 0, sizeof *st);
     rc = nx_generate(s->ctx, j->ids[i], j->n_ids[i], &p, on_token, &g, st, err);
     if (rc != NX_OK || atomic_load(&j->cancel) != CANCEL_NONE) goto done;
 

@@ -193,7 +193,7 @@ int nx_cli_serve(int argc, char **argv) {
 
     if (!quiet) fprintf(stderr, "nextn serve: loading %s\n", dir);
     int last = -1;
-    lp.progress = progress;
+    lp.progress = quiet ? NULL : progress;
     lp.progress_user = &last;
     nx_model *m = NULL;
     nx_error err = {0};
