@@ -418,8 +418,9 @@ static nx_status load_mtp(loader *L, nx_weights *w) {
             const char *n = nx_store_tensor(L->st, i)->name;
             if (is_mtp_name(n, lp) && !strstr(n, "embed_tokens") && !strstr(n, "shared_head."))
                 return nx_fail(L->err, NX_E_FORMAT,
-                               "MTP tensor %s is present but %seh_proj.weight (or mtp.eh_proj.weight) is missing",
-                               n, lp);
+                               "MTP tensor %s is present but %seh_proj.weight (or mtp.eh_proj.weight) is "
+                               "missing (or num_hidden_layers = %d undercounts the trunk)",
+                               n, lp, cfg->n_layers);
         }
         w->has_mtp = false;
         snprintf(w->mtp_where, sizeof w->mtp_where, "none");

@@ -59,9 +59,17 @@ static nx_status parse_entry(const char *fname, const char *key, json_t *val, co
     if (!json_is_string(jd))
         return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: missing or non-string \"dtype\"", fname, key);
     int dt = nx_dtype_from_name(json_string_value(jd));
-    if (dt < 0)
+    if (dt < 0) {
+        /* valid in other writers (MLX's mxfp scales, complex), but not something we compute with */
+        static const char *const foreign[] = {"F8_E8M0", "C64", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4",
+                                              "F6_E2M3", "F6_E3M2"};
+        for (size_t i = 0; i < sizeof foreign / sizeof *foreign; i++)
+            if (strcmp(json_string_value(jd), foreign[i]) == 0)
+                return nx_fail(err, NX_E_UNSUPPORTED, "%s: tensor %s: dtype %s is not supported", fname,
+                               key, foreign[i]);
         return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: unknown dtype \"%.32s\"", fname, key,
                        json_string_value(jd));
+    }
     if (!json_is_array(js))
         return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: missing or non-array \"shape\"", fname, key);
     size_t nd = json_array_size(js);

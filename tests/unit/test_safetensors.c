@@ -148,6 +148,10 @@ static void test_parse_bad_entries(void **state) {
     expect_bad("{\"a\":1,\"a\":2}", 0, NULL); /* duplicate keys */
     expect_bad("{\"w\":5}", 0, "w");
     expect_bad("{\"w\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "F33");
+    nx_error ue;
+    assert_int_equal(parse_hdr("{\"s\":{\"dtype\":\"F8_E8M0\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, &ue),
+                     NX_E_UNSUPPORTED);
+    assert_non_null(strstr(ue.msg, "F8_E8M0"));
     expect_bad("{\"w\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "dtype");
     expect_bad("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "dtype");
     expect_bad("{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "shape");
