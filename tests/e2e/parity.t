@@ -88,5 +88,19 @@ for name, gen_args in RANDOM:
     tokens = rng.integers(0, vocab, size=17).tolist()
     check_model(name, d, tokens, not headless, tokens[:5])
 
+# wiring knob: the head fed the pre-final-norm trunk hidden (mlx-lm's convention) matches the
+# reference wired the same way, and differs from the default wiring
+d = os.path.join(tmp, "tencent-odd")
+ids = "3,14,15,92,65,35,89,79,32,38"
+out = {}
+for wiring in ("pre", "post"):
+    ref_m, eng_m = os.path.join(tmp, f"w-{wiring}-ref.npy"), os.path.join(tmp, f"w-{wiring}-eng.npy")
+    run([PY, "tools/train/reference.py", "--model", d, "--tokens", ids, "--mtp-logits", ref_m, "--mtp-hidden", wiring])
+    nextn("eval", "-m", d, "--tokens", ids, "--logits", os.path.join(tmp, "w.npy"), "--mtp-logits", eng_m,
+          "--mtp-hidden", wiring)
+    out[wiring] = np.load(eng_m)
+    compare(f"--mtp-hidden {wiring}: MTP logits", out[wiring], np.load(ref_m))
+t.ok(float(np.abs(out["pre"] - out["post"]).max()) > 1e-3, "--mtp-hidden pre changes the head's input")
+
 run(["rm", "-rf", tmp])
 t.done()
