@@ -1,0 +1,1241 @@
+/* `nextn convert` / `nextn graft` as library code. A source checkpoint becomes a plan: one
+ * item per output tensor or linear module, named as mlx-lm's hy_v3 sanitize leaves them
+ * (stacked switch_mlp experts, router.expert_bias, mtp.* head), each with its source parts
+ * and an output precision. The writer then streams every file: header first, then each
+ * item's data converted a chunk of rows at a time, so memory stays bounded on a 295B model. */
+#include "io/convert.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/pool.h"
+#include "io/config.h"
+#include "io/quantize.h"
+#include "io/safetensors.h"
+
+#define NAME_CAP 512
+#define PATH_CAP 4096
+#define CHUNK_BYTES ((size_t)64 << 20) /* output bytes converted per pool job */
+#define DEFAULT_SHARD ((uint64_t)5000000000ull)
+#define SIDECAR "model-mtp.safetensors"
+#define INDEX "model.safetensors.index.json"
+
+static void note(const nx_convert_hooks *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(const nx_convert_hooks *h, const char *fmt, ...) {
+    if (!h || !h->note) return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    h->note(h->user, buf);
+}
+
+static bool starts(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+static bool ends(const char *s, const char *p) {
+    size_t n = strlen(s), m = strlen(p);
+    return n >= m && strcmp(s + n - m, p) == 0;
+}
+static bool is_float(nx_dtype t) { return t == NX_DTYPE_F32 || t == NX_DTYPE_F16 || t == NX_DTYPE_BF16; }
+
+/* ================================================================ names (hy_v3.md §4) */
+
+enum { MAP_KEEP, MAP_DROP_SHARED, MAP_DROP_EXTRA, MAP_TOO_LONG };
+
+/* Renames inside one decoder layer (relative name) to mlx-lm's post-sanitize form; a
+ * per-expert tensor becomes its stacked switch_mlp name with *expert set. */
+static void rename_in_layer(const char *rest, char *out, size_t cap, int64_t *expert) {
+    *expert = -1;
+    if (!strcmp(rest, "mlp.expert_bias") || !strcmp(rest, "mlp.gate.e_score_correction_bias") ||
+        !strcmp(rest, "mlp.e_score_correction_bias")) {
+        snprintf(out, cap, "mlp.router.expert_bias");
+    } else if (starts(rest, "mlp.gate.")) {
+        snprintf(out, cap, "mlp.router.gate.%s", rest + 9);
+    } else if (starts(rest, "mlp.shared_experts.")) {
+        snprintf(out, cap, "mlp.shared_mlp.%s", rest + 19);
+    } else if (starts(rest, "mlp.experts.")) {
+        const char *p = rest + 12;
+        char *end;
+        long long e = strtoll(p, &end, 10);
+        if (end != p && *end == '.' && e >= 0 && e < INT32_MAX) {
+            *expert = e;
+            snprintf(out, cap, "mlp.switch_mlp.%s", end + 1);
+        } else {
+            snprintf(out, cap, "mlp.switch_mlp.%s", p);
+        }
+    } else {
+        snprintf(out, cap, "%s", rest);
+    }
+}
+
+static bool is_head_part(const char *r) {
+    static const char *const head[] = {"enorm.", "hnorm.", "eh_proj.", "final_layernorm."};
+    for (size_t i = 0; i < sizeof head / sizeof *head; i++)
+        if (starts(r, head[i])) return true;
+    return false;
+}
+
+/* The output name of source tensor `name` (any known layout) for a model of n_layers trunk
+ * layers; *mtp tells whether it belongs to the head. */
+static int map_name(const char *name, int32_t n_layers, char *out, size_t cap, int64_t *expert, bool *mtp) {
+    char lay[NAME_CAP];
+    const char *rest = NULL;  /* head-relative name */
+    const char *block = NULL; /* decoder-layer-relative name inside the head */
+    *mtp = false;
+    *expert = -1;
+    if (starts(name, "model.layers.")) {
+        char *end;
+        long long L = strtoll(name + 13, &end, 10);
+        if (end != name + 13 && *end == '.') {
+            if (L > n_layers) return MAP_DROP_EXTRA;
+            if (L < n_layers) {
+                rename_in_layer(end + 1, lay, sizeof lay, expert);
+                int n = snprintf(out, cap, "%.*s%s", (int)(end + 1 - name), name, lay);
+                return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
+            }
+            *mtp = true;
+            rest = end + 1;
+        }
+    } else if (starts(name, "mtp.")) {
+        *mtp = true;
+        rest = name + 4;
+        if (starts(rest, "0.")) rest += 2;
+        if (starts(rest, "block.")) block = rest + 6;
+        else if (starts(rest, "layer.")) block = rest + 6;
+    }
+    if (!*mtp) {
+        int n = snprintf(out, cap, "%s", name);
+        return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
+    }
+    if (!block) {
+        if (is_head_part(rest)) {
+            int n = snprintf(out, cap, "mtp.%s", rest);
+            return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
+        }
+        if (starts(rest, "embed_tokens.") || starts(rest, "shared_head.")) return MAP_DROP_SHARED;
+        block = rest;
+    }
+    rename_in_layer(block, lay, sizeof lay, expert);
+    int n = snprintf(out, cap, "mtp.layer.%s", lay);
+    return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
+}
+
+/* ================================================================ the plan */
+
+typedef struct part {
+    const nx_tensor *w, *s, *b;
+} part;
+
+typedef struct item {
+    char *path;        /* module path (linear) or tensor name stem */
+    bool suffix;       /* the tensor is path + ".weight" */
+    bool mtp;
+    bool experts;      /* parts are per-expert tensors to stack */
+    bool linear;
+    part *parts;
+    int64_t n_parts;
+    const char *src_name; /* a source tensor name, for messages */
+    /* geometry */
+    int64_t per_part, mats, out, in;
+    bool stacked;      /* output is [mats, out, in] */
+    nx_dtype wdtype;   /* source weight dtype */
+    int sbits, sgroup; /* source quantization (0: float) */
+    nx_dtype sdtype;   /* source float dtype (the weight's, or the scales') */
+    /* decision */
+    int bits, group;
+    nx_dtype odtype;   /* float dtype of the output weight, or of its scales/biases */
+    bool copy;
+    uint64_t bytes;
+    int file;
+    uint64_t off[3];
+} item;
+
+typedef struct plan {
+    item *it;
+    size_t n, cap;
+    int64_t *slot; /* open addressing: index into it, -1 empty */
+    size_t n_slot;
+} plan;
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static void plan_free(plan *p) {
+    for (size_t i = 0; i < p->n; i++) {
+        free(p->it[i].path);
+        free(p->it[i].parts);
+    }
+    free(p->it);
+    free(p->slot);
+    memset(p, 0, sizeof *p);
+}
+
+static nx_status plan_grow_slots(plan *p, nx_error *err) {
+    size_t n = p->n_slot ? p->n_slot * 2 : 1024;
+    int64_t *s = malloc(n * sizeof *s);
+    if (!s) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) s[i] = -1;
+    for (size_t i = 0; i < p->n; i++) {
+        size_t h = (size_t)hash_str(p->it[i].path) & (n - 1);
+        while (s[h] >= 0) h = (h + 1) & (n - 1);
+        s[h] = (int64_t)i;
+    }
+    free(p->slot);
+    p->slot = s;
+    p->n_slot = n;
+    return NX_OK;
+}
+
+/* The item for `path`, created if new. */
+static nx_status plan_get(plan *p, const char *path, item **out, nx_error *err) {
+    if (p->n_slot == 0 || p->n * 2 >= p->n_slot) {
+        nx_status st = plan_grow_slots(p, err);
+        if (st) return st;
+    }
+    size_t h = (size_t)hash_str(path) & (p->n_slot - 1);
+    while (p->slot[h] >= 0) {
+        if (!strcmp(p->it[p->slot[h]].path, path)) {
+            *out = &p->it[p->slot[h]];
+            return NX_OK;
+        }
+        h = (h + 1) & (p->n_slot - 1);
+    }
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 256;
+        item *n = realloc(p->it, cap * sizeof *n);
+        if (!n) return nx_fail(err, NX_E_NOMEM, "out of memory");
+        p->it = n;
+        p->cap = cap;
+    }
+    item *it = &p->it[p->n];
+    memset(it, 0, sizeof *it);
+    if (!(it->path = strdup(path))) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    p->slot[h] = (int64_t)p->n++;
+    *out = it;
+    return NX_OK;
+}
+
+enum { WANT_ALL, WANT_TRUNK, WANT_MTP };
+
+/* Adds every tensor of `st` (selected by `want`) to the plan under its output name. */
+static nx_status plan_collect(plan *p, const nx_store *st, int32_t n_layers, int want, const nx_convert_hooks *h,
+                              nx_error *err) {
+    char name[NAME_CAP];
+    int dropped_shared = 0;
+    for (size_t i = 0; i < nx_store_count(st); i++) {
+        const nx_tensor *t = nx_store_tensor(st, i);
+        int64_t e;
+        bool mtp;
+        int r = map_name(t->name, n_layers, name, sizeof name, &e, &mtp);
+        if (r == MAP_TOO_LONG) return nx_fail(err, NX_E_FORMAT, "tensor %.200s...: name too long", t->name);
+        if (r == MAP_DROP_EXTRA) {
+            note(h, "skipping %s: only the first MTP layer (model.layers.%d) is kept", t->name, n_layers);
+            continue;
+        }
+        if ((want == WANT_TRUNK && mtp) || (want == WANT_MTP && !mtp)) continue;
+        if (r == MAP_DROP_SHARED) {
+            if (!dropped_shared++)
+                note(h, "skipping %s (and any other copy of embed_tokens/shared_head in the head): the head uses "
+                        "the trunk's embedding and lm_head", t->name);
+            continue;
+        }
+        int role = 0;
+        bool suffix = true;
+        size_t len = strlen(name);
+        if (ends(name, ".weight")) name[len - 7] = 0;
+        else if (ends(name, ".scales")) name[len - 7] = 0, role = 1;
+        else if (ends(name, ".biases")) name[len - 7] = 0, role = 2;
+        else suffix = false;
+        item *it;
+        nx_status s = plan_get(p, name, &it, err);
+        if (s) return s;
+        if (it->n_parts == 0) {
+            it->suffix = suffix;
+            it->mtp = mtp;
+            it->experts = e >= 0;
+            it->src_name = t->name;
+        } else if (it->experts != (e >= 0) || (role == 0 && it->suffix != suffix)) {
+            return nx_fail(err, NX_E_FORMAT, "tensors %s and %s both map to %s", it->src_name, t->name, name);
+        }
+        int64_t idx = e >= 0 ? e : 0;
+        if (idx >= it->n_parts) {
+            part *np = realloc(it->parts, (size_t)(idx + 1) * sizeof *np);
+            if (!np) return nx_fail(err, NX_E_NOMEM, "out of memory");
+            memset(np + it->n_parts, 0, (size_t)(idx + 1 - it->n_parts) * sizeof *np);
+            it->parts = np;
+            it->n_parts = idx + 1;
+        }
+        const nx_tensor **slot = role == 0 ? &it->parts[idx].w : role == 1 ? &it->parts[idx].s : &it->parts[idx].b;
+        if (*slot) return nx_fail(err, NX_E_FORMAT, "tensors %s and %s both map to %s", (*slot)->name, t->name, name);
+        *slot = t;
+    }
+    return NX_OK;
+}
+
+/* Source bits/group of a quantized module: the config's value when it fits the shapes,
+ * else the only (bits, group) the packed and scales widths allow. */
+static nx_status source_quant(const item *it, const nx_config *cfg, int64_t packed, int64_t ngroups, int *bits,
+                              int *group, nx_error *err) {
+    int cb = 0, cg = 0;
+    if (nx_config_quant_for(cfg, it->path, &cb, &cg) && cb > 0 && packed * 32 == (int64_t)cb * cg * ngroups) {
+        *bits = cb;
+        *group = cg;
+        return NX_OK;
+    }
+    static const int B[] = {2, 3, 4, 5, 6, 8}, G[] = {32, 64, 128};
+    int n = 0;
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 3; j++)
+            if (packed * 32 == (int64_t)B[i] * G[j] * ngroups) {
+                *bits = B[i];
+                *group = G[j];
+                n++;
+            }
+    if (n == 1) return NX_OK;
+    return nx_fail(err, NX_E_FORMAT,
+                   "tensor %s: cannot tell its bits/group size (%lld packed words, %lld groups per row%s)",
+                   it->src_name, (long long)packed, (long long)ngroups,
+                   n ? "; several widths fit and config.json does not say" : "; no supported width fits");
+}
+
+/* Checks the parts of one item and derives its geometry and source format. */
+static nx_status item_resolve(item *it, const nx_config *cfg, nx_error *err) {
+    for (int64_t i = 0; i < it->n_parts; i++) {
+        const part *pt = &it->parts[i];
+        if (!pt->w) {
+            if (it->experts)
+                return nx_fail(err, NX_E_FORMAT, "%s: expert %lld is missing (experts must be numbered 0..%lld)",
+                               it->src_name, (long long)i, (long long)it->n_parts - 1);
+            return nx_fail(err, NX_E_FORMAT, "tensor %s has no %s.weight", pt->s ? pt->s->name : pt->b->name,
+                           it->path);
+        }
+        if (!pt->s != !pt->b)
+            return nx_fail(err, NX_E_FORMAT, "tensor %s: %s.scales and %s.biases must come together", pt->w->name,
+                           it->path, it->path);
+    }
+    const part *p0 = &it->parts[0];
+    const nx_tensor *w = p0->w;
+    bool quant = p0->s != NULL;
+    it->linear = quant || (is_float(w->dtype) && w->n_dims >= 2 && it->suffix);
+    if (!it->linear) {
+        if (it->experts) return nx_fail(err, NX_E_FORMAT, "tensor %s: per-expert tensor is not a matrix", w->name);
+        if (w->dtype == NX_DTYPE_U32 && w->n_dims >= 2)
+            return nx_fail(err, NX_E_FORMAT, "tensor %s: U32 (quantized) weight without %s.scales", w->name, it->path);
+        it->bytes = w->nbytes;
+        it->copy = true;
+        return NX_OK;
+    }
+    int nd = w->n_dims;
+    if (nd != 2 && !(nd == 3 && !it->experts))
+        return nx_fail(err, NX_E_FORMAT, "tensor %s: %d dimensions (expected [out, in]%s)", w->name, nd,
+                       it->experts ? "" : " or stacked [experts, out, in]");
+    it->per_part = nd == 3 ? w->shape[0] : 1;
+    it->out = w->shape[nd - 2];
+    it->wdtype = w->dtype;
+    if (quant) {
+        const nx_tensor *s = p0->s, *b = p0->b;
+        if (w->dtype != NX_DTYPE_U32)
+            return nx_fail(err, NX_E_FORMAT, "tensor %s: quantized weight must be U32, got %s", w->name,
+                           nx_dtype_name(w->dtype));
+        if (!is_float(s->dtype) || s->dtype != b->dtype)
+            return nx_fail(err, NX_E_FORMAT, "tensors %s/%s: dtypes %s/%s (need one float dtype)", s->name, b->name,
+                           nx_dtype_name(s->dtype), nx_dtype_name(b->dtype));
+        if (s->n_dims != nd || b->n_dims != nd || memcmp(s->shape, b->shape, sizeof s->shape) != 0 ||
+            memcmp(s->shape, w->shape, (size_t)(nd - 1) * sizeof *s->shape) != 0 || s->shape[nd - 1] <= 0)
+            return nx_fail(err, NX_E_FORMAT, "tensors %s/%s: shapes do not match the packed weight %s", s->name,
+                           b->name, w->name);
+        nx_status st = source_quant(it, cfg, w->shape[nd - 1], s->shape[nd - 1], &it->sbits, &it->sgroup, err);
+        if (st) return st;
+        it->in = s->shape[nd - 1] * it->sgroup;
+        it->sdtype = s->dtype;
+    } else {
+        it->in = w->shape[nd - 1];
+        it->sdtype = w->dtype;
+    }
+    if (it->out <= 0 || it->in <= 0 || it->per_part <= 0)
+        return nx_fail(err, NX_E_FORMAT, "tensor %s: empty matrix", w->name);
+    for (int64_t i = 1; i < it->n_parts; i++) {
+        const part *pt = &it->parts[i];
+        bool same = pt->w->dtype == w->dtype && pt->w->n_dims == nd &&
+                    memcmp(pt->w->shape, w->shape, (size_t)nd * sizeof *w->shape) == 0 && !pt->s == !quant &&
+                    (!quant || (pt->s->dtype == p0->s->dtype && pt->s->n_dims == nd &&
+                                memcmp(pt->s->shape, p0->s->shape, (size_t)nd * sizeof *w->shape) == 0 &&
+                                pt->b->dtype == p0->b->dtype &&
+                                memcmp(pt->b->shape, p0->b->shape, (size_t)nd * sizeof *w->shape) == 0));
+        if (!same)
+            return nx_fail(err, NX_E_FORMAT, "tensor %s: dtype/shape differs from %s (experts must match to stack)",
+                           pt->w->name, w->name);
+    }
+    it->mats = it->per_part * it->n_parts;
+    it->stacked = nd == 3 || it->experts;
+    return NX_OK;
+}
+
+/* Output precision of a linear item: bits == 0 keeps it float in fd (NX_DTYPE_COUNT: the
+ * source's float dtype). Sets copy when the stored bytes can be reused unchanged. */
+static void item_decide(item *it, int bits, int group, nx_dtype fd) {
+    if (!it->linear) return;
+    it->bits = bits;
+    it->group = bits ? group : 0;
+    if (bits) {
+        it->odtype = it->sdtype;
+        it->copy = it->sbits == bits && it->sgroup == group;
+        uint64_t row = (uint64_t)it->in * (uint64_t)bits / 8 + 2 * (uint64_t)(it->in / group) * nx_dtype_size(it->odtype);
+        it->bytes = (uint64_t)it->mats * (uint64_t)it->out * row;
+    } else {
+        it->odtype = fd != NX_DTYPE_COUNT ? fd : it->sdtype;
+        it->copy = it->sbits == 0 && it->wdtype == it->odtype;
+        it->bytes = (uint64_t)it->mats * (uint64_t)it->out * (uint64_t)it->in * nx_dtype_size(it->odtype);
+    }
+}
+
+/* Applies the defaults (given), the router recipe and the user's rules, then the group check. */
+static void item_choose(item *it, int bits, int group, bool recipe, const nx_quant_rule *rules, size_t n_rules,
+                        const nx_convert_hooks *h) {
+    nx_dtype fd = NX_DTYPE_COUNT;
+    /* mlx-lm's hy_v3 recipe: the router is small and decides which experts run */
+    if (recipe && bits && ends(it->path, ".mlp.router.gate")) {
+        bits = 8;
+        group = 64;
+    }
+    for (size_t r = 0; r < n_rules; r++) {
+        if (fnmatch(rules[r].pattern, it->path, 0) != 0) continue;
+        if (rules[r].bits) {
+            group = rules[r].group ? rules[r].group : group ? group : 64;
+        }
+        bits = rules[r].bits;
+        fd = rules[r].dtype;
+    }
+    /* mlx-lm skips modules whose input dim the group does not divide */
+    if (bits && (bits != it->sbits || group != it->sgroup) && it->in % group != 0) {
+        note(h, "%s stays float: its input dim %lld is not divisible by the group size %d", it->path,
+             (long long)it->in, group);
+        bits = 0;
+    }
+    item_decide(it, bits, group, fd);
+}
+
+/* ================================================================ writing */
+
+typedef struct progress {
+    const nx_convert_hooks *h;
+    uint64_t done, total;
+    nx_pool *pool;
+} progress;
+
+static void progress_add(progress *p, uint64_t n) {
+    p->done += n;
+    if (p->h && p->h->progress) p->h->progress(p->h->user, p->done, p->total);
+}
+
+static nx_status pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *path, nx_error *err) {
+    const uint8_t *b = buf;
+    while (n) {
+        size_t k = n > ((size_t)1 << 30) ? (size_t)1 << 30 : n;
+        ssize_t w = pwrite(fd, b, k, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return nx_fail(err, NX_E_IO, "%s: write failed: %s", path, strerror(errno ? errno : EIO));
+        b += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return NX_OK;
+}
+
+/* The view of matrix k of an item as an nx_linear over its source tensors. */
+static nx_linear item_view(const item *it, int64_t k) {
+    const part *pt = &it->parts[k / it->per_part];
+    int64_t m = k % it->per_part;
+    nx_linear L = {.dtype = it->wdtype, .out = it->out, .in = it->in};
+    if (it->sbits) {
+        size_t wrow = (size_t)it->in * (size_t)it->sbits / 8;
+        size_t srow = (size_t)(it->in / it->sgroup) * nx_dtype_size(it->sdtype);
+        L.w = pt->w->data + (size_t)m * (size_t)it->out * wrow;
+        L.bits = it->sbits;
+        L.group = it->sgroup;
+        L.sdtype = it->sdtype;
+        L.scales = pt->s->data + (size_t)m * (size_t)it->out * srow;
+        L.biases = pt->b->data + (size_t)m * (size_t)it->out * srow;
+    } else {
+        L.w = pt->w->data + (size_t)m * (size_t)it->out * (size_t)it->in * nx_dtype_size(it->wdtype);
+    }
+    return L;
+}
+
+typedef struct conv_job {
+    const item *it;
+    nx_linear L;
+    int64_t r0, r1;       /* rows of this chunk */
+    uint8_t *w, *s, *b;   /* chunk outputs */
+    size_t wrow, srow;    /* output bytes per row */
+    bool oom;
+} conv_job;
+
+static void conv_worker(void *arg, int ith, int nth) {
+    conv_job *j = arg;
+    const item *it = j->it;
+    long long a, e;
+    nx_pool_split(j->r1 - j->r0, ith, nth, &a, &e);
+    if (a >= e) return;
+    float *row = malloc((size_t)it->in * sizeof *row);
+    if (!row) {
+        j->oom = true;
+        return;
+    }
+    for (long long i = a; i < e; i++) {
+        nx_linear_get_row(&j->L, j->r0 + i, row);
+        if (it->bits)
+            nx_quantize_row(row, it->in, it->bits, it->group, it->odtype, (uint32_t *)(void *)(j->w + (size_t)i * j->wrow),
+                            j->s + (size_t)i * j->srow, j->b + (size_t)i * j->srow);
+        else
+            nx_store_floats(it->odtype, row, j->w + (size_t)i * j->wrow, it->in);
+    }
+    free(row);
+}
+
+/* Writes the data of one item at data offset `base` of the open file. */
+static nx_status item_write(const item *it, int fd, uint64_t base, const char *path, progress *pg, nx_error *err) {
+    nx_status st = NX_OK;
+    if (!it->linear) {
+        st = pwrite_all(fd, it->parts[0].w->data, it->parts[0].w->nbytes, base + it->off[0], path, err);
+        if (!st) progress_add(pg, it->bytes);
+        return st;
+    }
+    if (it->copy) { /* stacking per-expert tensors is a byte concatenation */
+        uint64_t pos[3] = {0, 0, 0};
+        for (int64_t i = 0; i < it->n_parts && !st; i++) {
+            const nx_tensor *t[3] = {it->parts[i].w, it->parts[i].s, it->parts[i].b};
+            for (int k = 0; k < (it->bits ? 3 : 1) && !st; k++) {
+                st = pwrite_all(fd, t[k]->data, t[k]->nbytes, base + it->off[k] + pos[k], path, err);
+                pos[k] += t[k]->nbytes;
+                if (!st) progress_add(pg, t[k]->nbytes);
+            }
+        }
+        return st;
+    }
+    size_t es = nx_dtype_size(it->odtype);
+    size_t wrow = it->bits ? (size_t)it->in * (size_t)it->bits / 8 : (size_t)it->in * es;
+    size_t srow = it->bits ? (size_t)(it->in / it->group) * es : 0;
+    int64_t rows = (int64_t)(CHUNK_BYTES / (wrow + 2 * srow));
+    if (rows < 1) rows = 1;
+    if (rows > it->out) rows = it->out;
+    uint8_t *wb = malloc((size_t)rows * wrow), *sb = srow ? malloc((size_t)rows * srow) : NULL,
+            *bb = srow ? malloc((size_t)rows * srow) : NULL;
+    if (!wb || (srow && (!sb || !bb))) {
+        st = nx_fail(err, NX_E_NOMEM, "out of memory converting %s", it->path);
+        goto done;
+    }
+    for (int64_t k = 0; k < it->mats && !st; k++) {
+        conv_job j = {.it = it, .L = item_view(it, k), .w = wb, .s = sb, .b = bb, .wrow = wrow, .srow = srow};
+        for (int64_t r0 = 0; r0 < it->out && !st; r0 += rows) {
+            j.r0 = r0;
+            j.r1 = r0 + rows < it->out ? r0 + rows : it->out;
+            nx_pool_run(pg->pool, conv_worker, &j);
+            if (j.oom) {
+                st = nx_fail(err, NX_E_NOMEM, "out of memory converting %s", it->path);
+                break;
+            }
+            size_t n = (size_t)(j.r1 - r0);
+            uint64_t row0 = (uint64_t)k * (uint64_t)it->out + (uint64_t)r0;
+            st = pwrite_all(fd, wb, n * wrow, base + it->off[0] + row0 * wrow, path, err);
+            if (!st && srow) st = pwrite_all(fd, sb, n * srow, base + it->off[1] + row0 * srow, path, err);
+            if (!st && srow) st = pwrite_all(fd, bb, n * srow, base + it->off[2] + row0 * srow, path, err);
+            if (!st) progress_add(pg, n * (wrow + 2 * srow));
+        }
+    }
+done:
+    free(wb);
+    free(sb);
+    free(bb);
+    return st;
+}
+
+static json_t *shape_json(const item *it, int64_t last) {
+    json_t *a = json_array();
+    if (it->stacked) json_array_append_new(a, json_integer(it->mats));
+    json_array_append_new(a, json_integer(it->out));
+    json_array_append_new(a, json_integer(last));
+    return a;
+}
+
+static void add_entry(json_t *root, const char *name, nx_dtype dt, json_t *shape, uint64_t off, uint64_t n) {
+    json_t *e = json_object();
+    json_object_set_new(e, "dtype", json_string(nx_dtype_name(dt)));
+    json_object_set_new(e, "shape", shape);
+    json_object_set_new(e, "data_offsets", json_pack("[II]", (json_int_t)off, (json_int_t)(off + n)));
+    json_object_set_new(root, name, e);
+}
+
+/* Output tensor names of an item, in file order (1 or 3). */
+static int item_names(const item *it, char names[3][NAME_CAP]) {
+    if (!it->linear) {
+        snprintf(names[0], NAME_CAP, "%s%s", it->path, it->suffix ? ".weight" : "");
+        return 1;
+    }
+    snprintf(names[0], NAME_CAP, "%s.weight", it->path);
+    if (!it->bits) return 1;
+    snprintf(names[1], NAME_CAP, "%s.scales", it->path);
+    snprintf(names[2], NAME_CAP, "%s.biases", it->path);
+    return 3;
+}
+
+/* Writes the safetensors file dir/fname + ".partial" from the items assigned to `file`;
+ * adds each tensor to weight_map (if non-NULL). */
+static nx_status file_write(const char *dir, const char *fname, plan *p, int file, json_t *weight_map, progress *pg,
+                            nx_error *err) {
+    char path[PATH_CAP];
+    snprintf(path, sizeof path, "%s/%s.partial", dir, fname);
+    nx_status st = NX_OK;
+    int fd = -1;
+    char *hdr = NULL;
+    json_t *root = json_object();
+    json_object_set_new(root, "__metadata__", json_pack("{ss}", "format", "mlx"));
+    uint64_t off = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        item *it = &p->it[i];
+        if (it->file != file) continue;
+        char names[3][NAME_CAP];
+        int n = item_names(it, names);
+        if (!it->linear) {
+            const nx_tensor *t = it->parts[0].w;
+            json_t *sh = json_array();
+            for (int d = 0; d < t->n_dims; d++) json_array_append_new(sh, json_integer(t->shape[d]));
+            it->off[0] = off;
+            add_entry(root, names[0], t->dtype, sh, off, t->nbytes);
+            off += t->nbytes;
+        } else if (!it->bits) {
+            uint64_t n0 = (uint64_t)it->mats * (uint64_t)it->out * (uint64_t)it->in * nx_dtype_size(it->odtype);
+            it->off[0] = off;
+            add_entry(root, names[0], it->odtype, shape_json(it, it->in), off, n0);
+            off += n0;
+        } else {
+            uint64_t rows = (uint64_t)it->mats * (uint64_t)it->out;
+            uint64_t nw = rows * (uint64_t)it->in * (uint64_t)it->bits / 8;
+            uint64_t ns = rows * (uint64_t)(it->in / it->group) * nx_dtype_size(it->odtype);
+            it->off[0] = off;
+            add_entry(root, names[0], NX_DTYPE_U32, shape_json(it, it->in * it->bits / 32), off, nw);
+            it->off[1] = off + nw;
+            add_entry(root, names[1], it->odtype, shape_json(it, it->in / it->group), off + nw, ns);
+            it->off[2] = off + nw + ns;
+            add_entry(root, names[2], it->odtype, shape_json(it, it->in / it->group), off + nw + ns, ns);
+            off += nw + 2 * ns;
+        }
+        for (int k = 0; k < n && weight_map; k++) json_object_set_new(weight_map, names[k], json_string(fname));
+    }
+    hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!hdr) {
+        st = nx_fail(err, NX_E_NOMEM, "%s: cannot build the header", path);
+        goto fail;
+    }
+    size_t hlen = strlen(hdr), pad = (8 - (8 + hlen) % 8) % 8; /* tensor data 8-aligned */
+    uint8_t head[8];
+    for (int i = 0; i < 8; i++) head[i] = (uint8_t)((uint64_t)(hlen + pad) >> (8 * i));
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        st = nx_fail(err, NX_E_IO, "%s: cannot create: %s", path, strerror(errno));
+        goto fail;
+    }
+    char spaces[8] = "        ";
+    if ((st = pwrite_all(fd, head, 8, 0, path, err)) || (st = pwrite_all(fd, hdr, hlen, 8, path, err)) ||
+        (st = pwrite_all(fd, spaces, pad, 8 + hlen, path, err)))
+        goto fail;
+    uint64_t base = 8 + hlen + pad;
+    for (size_t i = 0; i < p->n && !st; i++)
+        if (p->it[i].file == file) st = item_write(&p->it[i], fd, base, path, pg, err);
+    if (!st && ftruncate(fd, (off_t)(base + off)) != 0)
+        st = nx_fail(err, NX_E_IO, "%s: %s", path, strerror(errno));
+fail:
+    if (fd >= 0 && close(fd) != 0 && !st) st = nx_fail(err, NX_E_IO, "%s: close failed: %s", path, strerror(errno));
+    free(hdr);
+    json_decref(root);
+    return st;
+}
+
+/* ================================================================ files around the tensors */
+
+static nx_status copy_file(const char *from, const char *to, nx_error *err) {
+    nx_status st = NX_OK;
+    int in = open(from, O_RDONLY | O_CLOEXEC), out = -1;
+    char *buf = NULL;
+    if (in < 0) return nx_fail(err, NX_E_IO, "%s: cannot open: %s", from, strerror(errno));
+    out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+        st = nx_fail(err, NX_E_IO, "%s: cannot create: %s", to, strerror(errno));
+        goto done;
+    }
+    size_t cap = (size_t)1 << 20;
+    if (!(buf = malloc(cap))) {
+        st = nx_fail(err, NX_E_NOMEM, "out of memory");
+        goto done;
+    }
+    uint64_t off = 0;
+    for (;;) {
+        ssize_t n = read(in, buf, cap);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            st = nx_fail(err, NX_E_IO, "%s: read failed: %s", from, strerror(errno));
+            break;
+        }
+        if (n == 0) break;
+        if ((st = pwrite_all(out, buf, (size_t)n, off, to, err))) break;
+        off += (uint64_t)n;
+    }
+done:
+    free(buf);
+    if (out >= 0 && close(out) != 0 && !st) st = nx_fail(err, NX_E_IO, "%s: close failed", to);
+    close(in);
+    return st;
+}
+
+static bool file_exists(const char *dir, const char *name) {
+    char p[PATH_CAP];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static bool is_model_file(const char *n) {
+    return (starts(n, "model") && (ends(n, ".safetensors") || ends(n, ".safetensors.partial"))) || !strcmp(n, INDEX);
+}
+
+/* Prepares an output directory: created if missing; one that already holds model files is
+ * refused unless `force`, in which case those files (only) are removed. */
+static nx_status prepare_dir(const char *dst, bool force, nx_error *err) {
+    struct stat sb;
+    if (stat(dst, &sb) != 0) {
+        if (mkdir(dst, 0755) != 0) return nx_fail(err, NX_E_IO, "%s: cannot create directory: %s", dst, strerror(errno));
+        return NX_OK;
+    }
+    if (!S_ISDIR(sb.st_mode)) return nx_fail(err, NX_E_ARG, "%s exists and is not a directory", dst);
+    DIR *d = opendir(dst);
+    if (!d) return nx_fail(err, NX_E_IO, "%s: %s", dst, strerror(errno));
+    struct dirent *de;
+    nx_status st = NX_OK;
+    while ((de = readdir(d)) && !st) {
+        if (!is_model_file(de->d_name)) continue;
+        if (!force) {
+            st = nx_fail(err, NX_E_ARG, "%s already holds a checkpoint (%s); use --force to replace it", dst, de->d_name);
+            break;
+        }
+        char p[PATH_CAP];
+        snprintf(p, sizeof p, "%s/%s", dst, de->d_name);
+        if (unlink(p) != 0) st = nx_fail(err, NX_E_IO, "%s: cannot remove: %s", p, strerror(errno));
+    }
+    closedir(d);
+    return st;
+}
+
+static bool same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static nx_status rename_partial(const char *dir, const char *name, nx_error *err) {
+    char a[PATH_CAP], b[PATH_CAP];
+    snprintf(a, sizeof a, "%s/%s.partial", dir, name);
+    snprintf(b, sizeof b, "%s/%s", dir, name);
+    if (rename(a, b) != 0) return nx_fail(err, NX_E_IO, "%s: cannot rename to %s: %s", a, b, strerror(errno));
+    return NX_OK;
+}
+
+static nx_status json_write(json_t *j, const char *dir, const char *name, nx_error *err) {
+    char p[PATH_CAP];
+    snprintf(p, sizeof p, "%s/%s.partial", dir, name);
+    if (json_dump_file(j, p, JSON_INDENT(4) | JSON_SORT_KEYS) != 0)
+        return nx_fail(err, NX_E_IO, "%s: cannot write", p);
+    return NX_OK;
+}
+
+/* The quantization block for the linear items of `p` (those passing `sel`) merged into q:
+ * overrides for modules whose precision differs from the global one, `false` for float. */
+static void quant_overrides(json_t *q, const plan *p, int gbits, int ggroup, bool only_mtp) {
+    for (size_t i = 0; i < p->n; i++) {
+        const item *it = &p->it[i];
+        if (!it->linear || (only_mtp && !it->mtp) || it->file < 0) continue;
+        if (!it->bits)
+            json_object_set_new(q, it->path, json_false());
+        else if (it->bits != gbits || it->group != ggroup)
+            json_object_set_new(q, it->path, json_pack("{sisi}", "group_size", it->group, "bits", it->bits));
+    }
+}
+
+static void quant_set(json_t *cfg, json_t *q) {
+    json_object_set(cfg, "quantization", q);
+    json_object_set_new(cfg, "quantization_config", json_deep_copy(q));
+}
+
+static void stats_fill(nx_convert_stats *s, const plan *p) {
+    for (size_t i = 0; i < p->n; i++) {
+        const item *it = &p->it[i];
+        if (it->file < 0) continue;
+        s->dst_bytes += it->bytes;
+        s->n_tensors += it->linear && it->bits ? 3 : 1;
+        if (it->linear) {
+            if (it->bits) s->n_quantized++;
+            else s->n_float++;
+        }
+        for (int64_t k = 0; k < it->n_parts; k++) {
+            const part *pt = &it->parts[k];
+            s->src_bytes += pt->w->nbytes + (pt->s ? pt->s->nbytes + pt->b->nbytes : 0);
+        }
+        if (it->mtp) {
+            s->has_mtp = true;
+            if (ends(it->path, ".mlp.router.gate")) s->mtp_experts = (int32_t)it->out;
+        }
+    }
+}
+
+/* ================================================================ convert */
+
+void nx_convert_opts_default(nx_convert_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->bits = 4;
+    o->group = 64;
+}
+
+static nx_status open_checkpoint(const char *dir, nx_config *cfg, nx_store **st, json_t **cfg_json, nx_error *err) {
+    char p[PATH_CAP];
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return nx_fail(err, NX_E_IO, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return nx_fail(err, NX_E_ARG, "%s is not a checkpoint directory", dir);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    nx_status s = nx_config_load(p, cfg, err);
+    if (s) return s;
+    json_error_t je;
+    if (cfg_json && !(*cfg_json = json_load_file(p, 0, &je))) {
+        nx_config_free(cfg);
+        return nx_fail(err, NX_E_CONFIG, "%s: %s", p, je.text);
+    }
+    if ((s = nx_store_open(dir, st, err))) {
+        nx_config_free(cfg);
+        if (cfg_json) json_decref(*cfg_json);
+        return s;
+    }
+    return NX_OK;
+}
+
+static const char *const AUX_FILES[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                        "special_tokens_map.json", "chat_template.jinja", "chat_template.json"};
+
+nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o, nx_convert_stats *stats,
+                     nx_error *err) {
+    nx_convert_opts def;
+    if (!o) {
+        nx_convert_opts_default(&def);
+        o = &def;
+    }
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (o->bits && !nx_quant_supported(o->bits, o->group))
+        return nx_fail(err, NX_E_ARG, "unsupported quantization %d-bit group %d (bits: 2,3,4,5,6,8; group: 32,64,128)",
+                       o->bits, o->group);
+    int mgroup = o->mtp_group ? o->mtp_group : o->group ? o->group : 64;
+    if (!nx_quant_supported(o->mtp_bits ? o->mtp_bits : 8, mgroup))
+        return nx_fail(err, NX_E_ARG, "unsupported head quantization %d-bit group %d", o->mtp_bits, mgroup);
+    for (size_t r = 0; r < o->n_rules; r++)
+        if (o->rules[r].bits && !nx_quant_supported(o->rules[r].bits, o->rules[r].group ? o->rules[r].group : 64))
+            return nx_fail(err, NX_E_ARG, "rule %s: unsupported %d-bit group %d", o->rules[r].pattern,
+                           o->rules[r].bits, o->rules[r].group);
+    if (same_dir(src, dst)) return nx_fail(err, NX_E_ARG, "%s: the destination is the source directory", dst);
+
+    nx_config cfg = {0};
+    nx_store *st = NULL;
+    json_t *cj = NULL, *wm = NULL, *idx = NULL, *q = NULL;
+    plan p = {0};
+    nx_pool *pool = NULL;
+    nx_status s = open_checkpoint(src, &cfg, &st, &cj, err);
+    if (s) return s;
+    if ((s = plan_collect(&p, st, cfg.n_layers, o->no_mtp ? WANT_TRUNK : WANT_ALL, &o->hooks, err))) goto fail;
+    if (p.n == 0) {
+        s = nx_fail(err, NX_E_FORMAT, "%s: no tensors", src);
+        goto fail;
+    }
+
+    /* precisions and files: the trunk in shards of at most shard_bytes, the head in the sidecar */
+    uint64_t shard = o->shard_bytes ? o->shard_bytes : DEFAULT_SHARD, cur = 0, total = 0;
+    int n_trunk = 0;
+    bool any_mtp = false;
+    for (size_t i = 0; i < p.n; i++) {
+        item *it = &p.it[i];
+        if ((s = item_resolve(it, &cfg, err))) goto fail;
+        if (it->mtp) {
+            int b = o->mtp_bits ? o->mtp_bits : !strcmp(it->path, "mtp.eh_proj") ? 0 : 8;
+            item_choose(it, b, mgroup, true, o->rules, o->n_rules, &o->hooks);
+            it->file = 1 << 30;
+            any_mtp = true;
+        } else {
+            item_choose(it, o->bits, o->group, true, o->rules, o->n_rules, &o->hooks);
+            if (n_trunk == 0 || (cur > 0 && cur + it->bytes > shard)) {
+                n_trunk++;
+                cur = 0;
+            }
+            cur += it->bytes;
+            it->file = n_trunk - 1;
+        }
+        total += it->bytes;
+    }
+    if ((s = prepare_dir(dst, o->force, err))) goto fail;
+    pool = nx_pool_new(0);
+    progress pg = {.h = &o->hooks, .total = total, .pool = pool};
+    wm = json_object();
+    char fname[64];
+    for (int f = 0; f < n_trunk; f++) {
+        if (n_trunk == 1) snprintf(fname, sizeof fname, "model.safetensors");
+        else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", f + 1, n_trunk);
+        if ((s = file_write(dst, fname, &p, f, wm, &pg, err))) goto fail;
+    }
+    if (any_mtp && (s = file_write(dst, SIDECAR, &p, 1 << 30, wm, &pg, err))) goto fail;
+
+    /* config.json: the quantization block follows what was written */
+    int gbits = o->bits, ggroup = o->group;
+    for (size_t i = 0; i < p.n && !gbits; i++)
+        if (p.it[i].linear && p.it[i].bits) gbits = p.it[i].bits, ggroup = p.it[i].group;
+    json_object_del(cj, "quantization");
+    json_object_del(cj, "quantization_config");
+    if (gbits) {
+        q = json_pack("{sisiss}", "group_size", ggroup, "bits", gbits, "mode", "affine");
+        quant_overrides(q, &p, gbits, ggroup, false);
+        quant_set(cj, q);
+    }
+    if (!any_mtp) json_object_set_new(cj, "num_nextn_predict_layers", json_integer(0));
+    idx = json_pack("{s{sIss}sO}", "metadata", "total_size", (json_int_t)total, "format", "mlx", "weight_map", wm);
+    if ((s = json_write(idx, dst, INDEX, err)) || (s = json_write(cj, dst, "config.json", err))) goto fail;
+    for (int f = 0; f < n_trunk; f++) {
+        if (n_trunk == 1) snprintf(fname, sizeof fname, "model.safetensors");
+        else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", f + 1, n_trunk);
+        if ((s = rename_partial(dst, fname, err))) goto fail;
+    }
+    if ((any_mtp && (s = rename_partial(dst, SIDECAR, err))) || (s = rename_partial(dst, INDEX, err)) ||
+        (s = rename_partial(dst, "config.json", err)))
+        goto fail;
+    for (size_t i = 0; i < sizeof AUX_FILES / sizeof *AUX_FILES; i++) {
+        if (!file_exists(src, AUX_FILES[i])) continue;
+        char a[PATH_CAP], b[PATH_CAP];
+        snprintf(a, sizeof a, "%s/%s", src, AUX_FILES[i]);
+        snprintf(b, sizeof b, "%s/%s", dst, AUX_FILES[i]);
+        if ((s = copy_file(a, b, err))) goto fail;
+    }
+    if (stats) {
+        stats_fill(stats, &p);
+        stats->n_files = n_trunk + (any_mtp ? 1 : 0);
+    }
+fail:
+    json_decref(q);
+    json_decref(idx);
+    json_decref(wm);
+    json_decref(cj);
+    nx_pool_free(pool);
+    plan_free(&p);
+    nx_store_free(st);
+    nx_config_free(&cfg);
+    return s;
+}
+
+/* ================================================================ graft */
+
+/* The fields the head shares with the trunk it is grafted onto (the loader reads the head's
+ * shapes from the base's config; only the expert count comes from the head's own tensors). */
+static nx_status graft_compatible(const nx_config *b, const nx_config *h, const char *base, const char *head,
+                                  nx_error *err) {
+    if (strcmp(b->model_type, h->model_type) != 0)
+        return nx_fail(err, NX_E_ARG, "cannot graft: model families differ (base %s: %s, head source %s: %s)", base,
+                       b->model_type, head, h->model_type);
+    static const struct {
+        const char *name;
+        size_t off;
+    } f[] = {
+        {"hidden_size", offsetof(nx_config, hidden_size)},
+        {"vocab_size", offsetof(nx_config, vocab_size)},
+        {"num_attention_heads", offsetof(nx_config, n_heads)},
+        {"num_key_value_heads", offsetof(nx_config, n_kv_heads)},
+        {"head_dim", offsetof(nx_config, head_dim)},
+        {"expert_hidden_dim", offsetof(nx_config, expert_dim)},
+        {"num_shared_experts", offsetof(nx_config, n_shared_experts)},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        int32_t vb, vh;
+        memcpy(&vb, (const char *)b + f[i].off, sizeof vb);
+        memcpy(&vh, (const char *)h + f[i].off, sizeof vh);
+        if (vb != vh)
+            return nx_fail(err, NX_E_ARG, "cannot graft: %s differs (base %s: %d, head source %s: %d)", f[i].name, base,
+                           vb, head, vh);
+    }
+    if (b->qk_norm != h->qk_norm)
+        return nx_fail(err, NX_E_ARG, "cannot graft: qk_norm differs (base %s: %s, head source %s: %s)", base,
+                       b->qk_norm ? "true" : "false", head, h->qk_norm ? "true" : "false");
+    return NX_OK;
+}
+
+/* Whether tensor `name` of a checkpoint with n_layers trunk layers belongs to an MTP head. */
+static bool is_head_tensor(const char *name, int32_t n_layers) {
+    char out[NAME_CAP];
+    int64_t e;
+    bool mtp;
+    int r = map_name(name, n_layers, out, sizeof out, &e, &mtp);
+    return mtp || r == MAP_DROP_EXTRA;
+}
+
+nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *o, nx_convert_stats *stats,
+                   nx_error *err) {
+    nx_graft_opts def = {0};
+    if (!o) o = &def;
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (o->mode == NX_GRAFT_QUANT && !nx_quant_supported(o->bits, o->group))
+        return nx_fail(err, NX_E_ARG, "unsupported quantization %d-bit group %d (bits: 2,3,4,5,6,8; group: 32,64,128)",
+                       o->bits, o->group);
+    for (size_t r = 0; r < o->n_rules; r++)
+        if (o->rules[r].bits && !nx_quant_supported(o->rules[r].bits, o->rules[r].group ? o->rules[r].group : 64))
+            return nx_fail(err, NX_E_ARG, "rule %s: unsupported %d-bit group %d", o->rules[r].pattern,
+                           o->rules[r].bits, o->rules[r].group);
+    const char *dst = o->dst ? o->dst : base;
+    bool inplace = same_dir(base, dst);
+
+    nx_config bc = {0}, hc = {0};
+    nx_store *bs = NULL, *hs = NULL;
+    json_t *bj = NULL, *idx = NULL, *q = NULL;
+    plan hp = {0}, rp = {0};
+    nx_pool *pool = NULL;
+    bool *has_head = NULL, *all_head = NULL;
+    nx_status s = open_checkpoint(base, &bc, &bs, &bj, err);
+    if (s) return s;
+    if ((s = open_checkpoint(head_src, &hc, &hs, NULL, err))) goto fail;
+    if ((s = graft_compatible(&bc, &hc, base, head_src, err))) goto fail;
+
+    /* the head, from the source's own naming */
+    if ((s = plan_collect(&hp, hs, hc.n_layers, WANT_MTP, &o->hooks, err))) goto fail;
+    bool have_eh = false;
+    uint64_t head_bytes = 0;
+    int32_t head_experts = 0;
+    for (size_t i = 0; i < hp.n; i++) {
+        item *it = &hp.it[i];
+        if ((s = item_resolve(it, &hc, err))) goto fail;
+        have_eh |= !strcmp(it->path, "mtp.eh_proj");
+        if (ends(it->path, ".mlp.router.gate")) head_experts = (int32_t)it->out;
+        nx_graft_mode mode = o->mode;
+        if (mode == NX_GRAFT_AUTO) mode = bc.quant_bits ? NX_GRAFT_QUANT : NX_GRAFT_KEEP_DTYPE;
+        if (mode == NX_GRAFT_KEEP_DTYPE) {
+            item_choose(it, it->sbits, it->sgroup, false, o->rules, o->n_rules, &o->hooks);
+        } else if (o->mode == NX_GRAFT_QUANT) {
+            item_choose(it, o->bits, o->group, true, o->rules, o->n_rules, &o->hooks);
+        } else { /* automatic on a quantized base: the convert default for heads */
+            int g = nx_quant_supported(8, bc.quant_group) ? bc.quant_group : 64;
+            item_choose(it, !strcmp(it->path, "mtp.eh_proj") ? 0 : 8, g, true, o->rules, o->n_rules, &o->hooks);
+        }
+        it->file = 0;
+        head_bytes += it->bytes;
+    }
+    if (!have_eh) {
+        s = nx_fail(err, NX_E_FORMAT, "%s has no MTP head (no model.layers.%d.eh_proj.weight or mtp.eh_proj.weight)",
+                    head_src, hc.n_layers);
+        goto fail;
+    }
+    if (head_experts && head_experts < bc.top_k) {
+        s = nx_fail(err, NX_E_ARG, "cannot graft: the head has %d experts, fewer than the base's num_experts_per_tok %d",
+                    head_experts, bc.top_k);
+        goto fail;
+    }
+
+    /* the base's files: which hold an old head (rewritten without it, or dropped if all head) */
+    int nf = nx_store_n_files(bs);
+    has_head = calloc((size_t)nf + 1, sizeof *has_head);
+    all_head = calloc((size_t)nf + 1, sizeof *all_head);
+    if (!has_head || !all_head) {
+        s = nx_fail(err, NX_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int f = 0; f < nf; f++) all_head[f] = true;
+    int n_old = 0;
+    for (size_t i = 0; i < nx_store_count(bs); i++) {
+        const nx_tensor *t = nx_store_tensor(bs, i);
+        if (is_head_tensor(t->name, bc.n_layers)) {
+            has_head[t->file] = true;
+            n_old++;
+        } else {
+            all_head[t->file] = false;
+        }
+    }
+    if (n_old) note(&o->hooks, "replacing the MTP head of %s (%d tensors)", base, n_old);
+    uint64_t total = head_bytes;
+    for (size_t i = 0; i < nx_store_count(bs); i++) {
+        const nx_tensor *t = nx_store_tensor(bs, i);
+        if ((!inplace || has_head[t->file]) && !is_head_tensor(t->name, bc.n_layers)) total += t->nbytes;
+    }
+    if (!inplace && (s = prepare_dir(dst, o->force, err))) goto fail;
+    pool = nx_pool_new(0);
+    progress pg = {.h = &o->hooks, .total = total, .pool = pool};
+
+    if ((s = file_write(dst, SIDECAR, &hp, 0, NULL, &pg, err))) goto fail;
+    for (int f = 0; f < nf; f++) {
+        const char *fn = nx_store_file_name(bs, f);
+        if (all_head[f] || !strcmp(fn, SIDECAR)) {
+            if (!all_head[f]) {
+                s = nx_fail(err, NX_E_FORMAT, "%s/%s holds trunk tensors; cannot replace it with the head", base, fn);
+                goto fail;
+            }
+            continue;
+        }
+        if (has_head[f]) { /* rewrite without the old head */
+            plan_free(&rp);
+            for (size_t i = 0; i < nx_store_count(bs); i++) {
+                const nx_tensor *t = nx_store_tensor(bs, i);
+                if (t->file != f || is_head_tensor(t->name, bc.n_layers)) continue;
+                item *it;
+                if ((s = plan_get(&rp, t->name, &it, err))) goto fail;
+                if (!(it->parts = calloc(1, sizeof *it->parts))) {
+                    s = nx_fail(err, NX_E_NOMEM, "out of memory");
+                    goto fail;
+                }
+                it->parts[0].w = t;
+                it->n_parts = 1;
+                it->copy = true;
+                it->bytes = t->nbytes;
+            }
+            if ((s = file_write(dst, fn, &rp, 0, NULL, &pg, err))) goto fail;
+        } else if (!inplace) {
+            char a[PATH_CAP], b[PATH_CAP];
+            snprintf(a, sizeof a, "%s/%s", base, fn);
+            snprintf(b, sizeof b, "%s/%s.partial", dst, fn);
+            if ((s = copy_file(a, b, err))) goto fail;
+            for (size_t i = 0; i < nx_store_count(bs); i++)
+                if (nx_store_tensor(bs, i)->file == f) progress_add(&pg, nx_store_tensor(bs, i)->nbytes);
+        }
+    }
+
+    /* the index, if the base has one: old head entries out, the sidecar's in */
+    bool have_index = file_exists(base, INDEX);
+    if (have_index) {
+        char ip[PATH_CAP];
+        snprintf(ip, sizeof ip, "%s/%s", base, INDEX);
+        json_error_t je;
+        idx = json_load_file(ip, 0, &je);
+        json_t *wm = idx ? json_object_get(idx, "weight_map") : NULL;
+        if (!json_is_object(wm)) {
+            s = nx_fail(err, NX_E_FORMAT, "%s: %s", ip, idx ? "no weight_map object" : je.text);
+            goto fail;
+        }
+        json_t *nwm = json_object();
+        const char *k;
+        json_t *v;
+        uint64_t size = head_bytes;
+        json_object_foreach(wm, k, v) {
+            if (is_head_tensor(k, bc.n_layers) || (json_is_string(v) && !strcmp(json_string_value(v), SIDECAR)))
+                continue;
+            json_object_set(nwm, k, v);
+            const nx_tensor *t = nx_store_find(bs, k);
+            if (t) size += t->nbytes;
+        }
+        for (size_t i = 0; i < hp.n; i++) {
+            char names[3][NAME_CAP];
+            int n = item_names(&hp.it[i], names);
+            for (int j = 0; j < n; j++) json_object_set_new(nwm, names[j], json_string(SIDECAR));
+        }
+        json_object_set_new(idx, "weight_map", nwm);
+        json_t *md = json_object_get(idx, "metadata");
+        if (!json_is_object(md)) {
+            md = json_object();
+            json_object_set_new(idx, "metadata", md);
+        }
+        json_object_set_new(md, "total_size", json_integer((json_int_t)size));
+        if ((s = json_write(idx, dst, INDEX, err))) goto fail;
+    }
+
+    /* config.json: a head, and the precision of its modules */
+    json_t *nn = json_object_get(bj, "num_nextn_predict_layers");
+    if (!json_is_integer(nn) || json_integer_value(nn) < 1)
+        json_object_set_new(bj, "num_nextn_predict_layers", json_integer(1));
+    json_t *oq = json_object_get(bj, "quantization");
+    if (!json_is_object(oq)) oq = json_object_get(bj, "quantization_config");
+    int gbits = 0, ggroup = 0;
+    if (json_is_object(oq)) {
+        q = json_deep_copy(oq);
+        char lp[64];
+        snprintf(lp, sizeof lp, "model.layers.%d.", bc.n_layers);
+        const char *k;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(q, tmp, k, v) {
+            if (starts(k, "mtp.") || starts(k, lp)) json_object_del(q, k);
+        }
+        gbits = bc.quant_bits;
+        ggroup = bc.quant_group;
+    } else {
+        for (size_t i = 0; i < hp.n && !gbits; i++)
+            if (hp.it[i].linear && hp.it[i].bits) gbits = hp.it[i].bits, ggroup = hp.it[i].group;
+        if (gbits) q = json_pack("{sisiss}", "group_size", ggroup, "bits", gbits, "mode", "affine");
+    }
+    if (q) {
+        quant_overrides(q, &hp, gbits, ggroup, true);
+        quant_set(bj, q);
+    }
+    if (head_experts && head_experts != bc.n_experts)
+        json_object_set_new(bj, "mtp_num_experts", json_integer(head_experts));
+    else
+        json_object_del(bj, "mtp_num_experts");
+    if ((s = json_write(bj, dst, "config.json", err))) goto fail;
+
+    /* everything else of the base travels along to a new destination */
+    if (!inplace) {
+        DIR *d = opendir(base);
+        struct dirent *de;
+        while (d && (de = readdir(d)) && !s) {
+            if (is_model_file(de->d_name) || !strcmp(de->d_name, "config.json") || !file_exists(base, de->d_name))
+                continue;
+            char a[PATH_CAP], b[PATH_CAP];
+            snprintf(a, sizeof a, "%s/%s", base, de->d_name);
+            snprintf(b, sizeof b, "%s/%s", dst, de->d_name);
+            s = copy_file(a, b, err);
+        }
+        if (d) closedir(d);
+        if (s) goto fail;
+    }
+
+    /* commit: renames, then the files that held nothing but the old head */
+    if ((s = rename_partial(dst, SIDECAR, err))) goto fail;
+    for (int f = 0; f < nf; f++) {
+        const char *fn = nx_store_file_name(bs, f);
+        if (all_head[f] || !strcmp(fn, SIDECAR)) continue;
+        if ((has_head[f] || !inplace) && (s = rename_partial(dst, fn, err))) goto fail;
+    }
+    if ((have_index && (s = rename_partial(dst, INDEX, err))) || (s = rename_partial(dst, "config.json", err)))
+        goto fail;
+    for (int f = 0; f < nf && inplace; f++) {
+        const char *fn = nx_store_file_name(bs, f);
+        if (!all_head[f] || !strcmp(fn, SIDECAR)) continue;
+        char p[PATH_CAP];
+        snprintf(p, sizeof p, "%s/%s", dst, fn);
+        if (unlink(p) != 0) {
+            s = nx_fail(err, NX_E_IO, "%s: cannot remove the old head: %s", p, strerror(errno));
+            goto fail;
+        }
+    }
+    if (stats) {
+        stats_fill(stats, &hp);
+        stats->n_files = 1;
+    }
+fail:
+    json_decref(q);
+    json_decref(idx);
+    json_decref(bj);
+    free(has_head);
+    free(all_head);
+    nx_pool_free(pool);
+    plan_free(&hp);
+    plan_free(&rp);
+    nx_store_free(bs);
+    nx_store_free(hs);
+    nx_config_free(&bc);
+    nx_config_free(&hc);
+    return s;
+}

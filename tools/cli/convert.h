@@ -1,0 +1,8 @@
+/* `nextn convert` and `nextn graft`: the command-line front ends of src/io/convert.c. */
+#ifndef NX_CLI_CONVERT_H
+#define NX_CLI_CONVERT_H
+
+int cli_convert(int argc, char **argv);
+int cli_graft(int argc, char **argv);
+
+#endif
