@@ -1,31 +1,51 @@
 #!/usr/bin/env bash
-# Builds every fuzz/fuzz_<name>.c as a libFuzzer binary (ASan + UBSan) against the library
-# sources and runs each for $1 seconds (default 20), seeded from fuzz/corpus/<name>/ when present.
-# New inputs go to a scratch corpus so the committed seeds stay as they are.
+# `make fuzz`: builds every fuzz/fuzz_<name>.c as a libFuzzer binary (clang, ASan + UBSan) against
+# the library, and runs each for $1 seconds (default 20), seeded from fuzz/corpus/<name>/ when
+# present. The library is compiled once, each kernel file with its own ISA flags as in the
+# Makefile. New inputs go to a scratch corpus so the committed seeds stay as they are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
 out=build-fuzz
-mkdir -p "$out"
+mkdir -p "$out/obj"
 deps="jansson libpcre2-8 libutf8proc libmicrohttpd"
 cflags="-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Iinclude -Isrc $(pkg-config --cflags $deps)"
-san="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
+san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 libs="$(pkg-config --libs $deps) -lm -lpthread"
-lib_src=$(ls src/*/*.c)
+avx2="-mavx2 -mfma -mf16c"
+avx512="$avx2 -mavx512f -mavx512bw -mavx512vl -mavx512dq"
+
+objs=()
+for src in src/*/*.c; do
+    obj="$out/obj/$(echo "$src" | tr / _).o"
+    isa=""
+    case "$src" in
+        src/kernels/avx2.c | src/kernels/*_avx2.c) isa=$avx2 ;;
+        src/kernels/avx512.c | src/kernels/*_avx512.c) isa=$avx512 ;;
+    esac
+    if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
+        clang $cflags $san -fsanitize=fuzzer-no-link $isa -c "$src" -o "$obj"
+    fi
+    objs+=("$obj")
+done
+
 status=0
 for target in fuzz/fuzz_*.c; do
     name=$(basename "$target" .c)
     corpus_name=${name#fuzz_}
-    echo "== $name"
-    clang $cflags $san -o "$out/$name" "$target" $lib_src $libs
+    echo "== $name ($secs s)"
+    clang $cflags $san -fsanitize=fuzzer -o "$out/$name" "$target" "${objs[@]}" $libs
     work="$out/corpus-$corpus_name"
     mkdir -p "$work"
     seeds=()
     [ -d "fuzz/corpus/$corpus_name" ] && seeds+=("fuzz/corpus/$corpus_name")
-    if ! "$out/$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-            -artifact_prefix="$out/$name-" "$work" "${seeds[@]}"; then
+    if ! "$out/$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
+            -artifact_prefix="$out/$name-" "$work" "${seeds[@]}" 2> "$out/$name.log"; then
+        tail -40 "$out/$name.log"
         echo "!! $name found a failure (artifacts: $out/$name-*)"
         status=1
+    else
+        grep -E "^#[0-9]+ *DONE" "$out/$name.log" | tail -1 || true
     fi
 done
 exit $status

@@ -7,12 +7,26 @@
 
 #include "kernels/kernels_internal.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 static _Atomic(const nx_kernel_table *) g_table;
+
+/* F16C straight from CPUID leaf 1 (ECX bit 29): not every compiler's
+ * __builtin_cpu_supports knows the name. */
+static int cpu_has_f16c(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+#else
+    return 0;
+#endif
+}
 
 static int cpu_has_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
 static int cpu_has_avx512(void) {
