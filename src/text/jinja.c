@@ -48,7 +48,8 @@ static void *arena_alloc(arena *a, size_t n) {
         a->head->used += n;
         return p;
     }
-    size_t cap = n > ARENA_CHUNK / 4 ? n : ARENA_CHUNK;
+    bool big = n > ARENA_CHUNK / 4;
+    size_t cap = big ? n : ARENA_CHUNK;
     if (a->cap && (a->total > a->cap || cap > a->cap - a->total)) {
         a->over = true;
         return NULL;
@@ -61,7 +62,7 @@ static void *arena_alloc(arena *a, size_t n) {
     c->used = n;
     c->cap = cap;
     a->total += cap;
-    if (cap > ARENA_CHUNK / 4 && a->head) {
+    if (big && a->head) {
         /* A big block gets its own chunk behind the head so the head keeps serving small ones. */
         c->next = a->head->next;
         a->head->next = c;
@@ -2184,11 +2185,12 @@ static bool cp_offsets(const char *s, size_t n, int64_t idx, size_t *start, size
     if (idx < 0) idx += (int64_t)count;
     if (idx < 0 || (uint64_t)idx >= count) return false;
     size_t i = 0;
-    for (int64_t k = 0; k < idx; k++) {
+    for (int64_t k = 0; k < idx && i < n; k++) {
         size_t adv;
         utf8_next(s + i, n - i, &adv);
         i += adv;
     }
+    if (i >= n) return false;
     size_t adv;
     utf8_next(s + i, n - i, &adv);
     *start = i;
@@ -2257,6 +2259,17 @@ static int do_slice(rt *R, const node *at, jv obj, jv a, jv b, jv c, jv *out) {
     if (stp == 0) return rt_fail(R, at, NX_E_FORMAT, "slice step cannot be zero");
     if (stp == INT64_MIN) stp = -INT64_MAX;
     jlist *src;
+    if (obj.t == JT_STR && stp == 1) { /* contiguous: a view into the string, no copy */
+        jstr s = obj.u.s;
+        if (step(R, at, s.n / 64)) return -1;
+        int64_t start, cnt = slice_indices((int64_t)utf8_count(s.p, s.n), a, b, 1, &start);
+        size_t i = 0, adv;
+        for (int64_t k = 0; k < start && i < s.n; k++, i += adv) utf8_next(s.p + i, s.n - i, &adv);
+        size_t j = i;
+        for (int64_t k = 0; k < cnt && j < s.n; k++, j += adv) utf8_next(s.p + j, s.n - j, &adv);
+        *out = jv_str((jstr){s.p + i, j - i});
+        return 0;
+    }
     if (obj.t == JT_LIST) {
         src = obj.u.l;
     } else if (obj.t == JT_STR) {
@@ -4058,7 +4071,7 @@ static int select_common(rt *R, const node *at, jv self, const jlist *rest, bool
     }
     int fn = -1;
     if (k < rest->n && find_test_checked(R, at, rest->v[k++], &fn)) return -1;
-    args ta = {.pos = rest->v + k, .npos = rest->n - k};
+    args ta = {.pos = k < rest->n ? rest->v + k : NULL, .npos = rest->n - k};
     for (size_t i = 0; i < items->n; i++) {
         jv v = items->v[i];
         if (by_attr && get_path(R, at, v, attr, &v)) return -1;

@@ -422,6 +422,11 @@ static void test_limits(void **state) {
                      NX_E_FORMAT);
     assert_non_null(strstr(err.msg, "memory budget"));
     assert_int_equal(render_limited("{{ 'x' * 10**12 }}", 8 << 20, &err), NX_E_FORMAT);
+    /* many small values must share arena chunks: this render needs well under 4 MiB */
+    assert_int_equal(render_limited("{% set ns = namespace(s='') %}{% for i in range(20000) %}{% set ns.s = i ~ '' %}"
+                                    "{{ ns.s[-1:] }}{% endfor %}",
+                                    4 << 20, &err),
+                     NX_OK);
     /* unbounded macro recursion */
     CHECK_FAIL("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", NULL, NX_E_FORMAT, "nested deeper");
     /* a list that contains itself cannot be printed or serialised, but must not crash */
