@@ -2398,6 +2398,8 @@ static int repeat(rt *R, const node *at, jv seq, int64_t times, jv *out) {
     return 0;
 }
 
+static int f_format(struct rt *R, const node *at, jv self, jv *p, const bool *has, const struct args *a, jv *out);
+
 static const char *const OPNAMES[] = {"+", "-", "*", "/", "//", "%", "**", "~"};
 
 static int binop(rt *R, const node *at, int op, jv a, jv b, jv *out) {
@@ -2433,6 +2435,14 @@ static int binop(rt *R, const node *at, int op, jv a, jv b, jv *out) {
         return repeat(R, at, a, num_i(b), out);
     if (op == OP_MUL && (b.t == JT_STR || b.t == JT_LIST) && (a.t == JT_INT || a.t == JT_BOOL))
         return repeat(R, at, b, num_i(a), out);
+    if (op == OP_MOD && a.t == JT_STR) { /* printf-style "%s, %d" % (x, y) */
+        bool is_tuple = b.t == JT_LIST && b.tuple;
+        jlist *fa = is_tuple ? b.u.l : list_new(R, 1);
+        if (!fa || (!is_tuple && list_push(R, fa, b))) return -1;
+        jv p[1] = {jv_list(fa, true)};
+        bool has[1] = {true};
+        return f_format(R, at, a, p, has, NULL, out);
+    }
     if (op == OP_ADD && (a.t == JT_STR || b.t == JT_STR) && a.t != JT_NONE && b.t != JT_NONE) {
         /* Python raises here; like the reference JS implementation we concatenate instead. */
         return binop(R, at, OP_CONCAT, a, b, out);

@@ -331,6 +331,7 @@ static void test_filters(void **state) {
           "{\"d\": {\"a\": 1}}",
           "[('a', 1)] [('A', 2), ('b', 1)] [[1, 2], [3]] 3 1 cba [2, 1] a-3 ['A', 'b', 'c'] x 3");
     CHECK("{{ '<a href=\"x\">&' | escape }}", NULL, "&lt;a href=&#34;x&#34;&gt;&amp;");
+    CHECK("{{ '%s has %d items (%.1f%%)' % ('cart', 3, 42.25) }} {{ 'n=%s' % 5 }}", NULL, "cart has 3 items (42.2%) n=5");
     CHECK("{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb' | indent('> ', blank=true) }}",
           NULL, "a\n  b\n\n  c|  a\n  b|a\n> \n> b");
 }
