@@ -29,7 +29,7 @@ from bpe import Tokenizer  # noqa: E402
 
 SEQS = [
     # name, text, max tokens (prompt gets bos prepended)
-    ("short", "The package manager", 8),
+    ("short", "The package manager keeps track of installed files.", 8),
     ("prose", "The Debian package management system keeps track of every file that a package installs, "
               "so that it can be removed cleanly later.", 24),
     ("code", "static int foo_probe(struct platform_device *pdev)\n{\n\tstruct device *dev = &pdev->dev;\n"
@@ -39,7 +39,8 @@ SEQS = [
 MIXED_CHAT = [
     {"role": "system", "content": "You are a careful C programmer."},
     {"role": "user", "content": "Write a function that returns the larger of two integers."},
-    {"role": "assistant", "content": "Here it is:\n\nstatic inline int max_int(int a, int b)\n{\n\treturn a > b ? a : b;\n}\n"},
+    {"role": "assistant", "content": "Here it is:\n\nstatic inline int max_int(int a, int b)\n{\n\treturn a > b ? a : b;\n}\n\n"
+                                     "It works for negative numbers as well."},
 ]
 TOKENIZER_CASES = [
     "Hello World",
