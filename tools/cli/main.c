@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "convert.h"
 #include "serve.h"
 #include "text/chat.h"
 
@@ -358,6 +359,8 @@ static const char *usage_main =
     "  tokenize    text -> token ids\n"
     "  detokenize  token ids -> text\n"
     "  inspect     describe a checkpoint: layout, dtypes, MTP head, parameters, memory\n"
+    "  convert     make an MLX-layout affine-quantized checkpoint (MTP head in a sidecar)\n"
+    "  graft       add or replace a checkpoint's MTP head with another checkpoint's\n"
     "\n"
     "`nextn COMMAND --help` describes each command. The default model is " DEFAULT_MODEL ".\n";
 
@@ -373,7 +376,8 @@ int main(int argc, char **argv) {
     } cmds[] = {
         {"run", cli_run},         {"eval", cli_eval},   {"probe", cli_probe},
         {"bench", cli_bench},     {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize},
-        {"inspect", cli_inspect}, {"serve", nx_cli_serve},
+        {"inspect", cli_inspect}, {"serve", nx_cli_serve},   {"convert", cli_convert},
+        {"graft", cli_graft},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
