@@ -14,7 +14,7 @@ from tap import PY, Tap, nextn, run  # noqa: E402
 t = Tap()
 tmp = tempfile.mkdtemp(prefix="nextn-cli-")
 
-for cmd in ("run", "eval", "probe", "bench", "tokenize", "detokenize", "inspect", "serve"):
+for cmd in ("run", "eval", "probe", "bench", "tokenize", "detokenize", "inspect", "serve", "convert", "graft"):
     r = nextn(cmd, "--help", check=False)
     t.ok(r.returncode == 0 and "usage" in r.stdout.lower(), f"{cmd} --help", r.stderr)
 
