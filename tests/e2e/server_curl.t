@@ -260,7 +260,8 @@ t.ok(curl(B + "/health").status == 200, "/health needs no key")
 srv.stop()
 
 # ---------------------------------------------------------------- full queue (503), timeout (504)
-srv = Server("--queue", "1", "--timeout", "2")
+# A short timeout: the long generation below (up to the context size) cannot finish in it.
+srv = Server("--queue", "1", "--timeout", "0.4")
 B = srv.base
 slow = {"prompt": "Long story:", "max_tokens": 100000, "temperature": 0, "ignore_eos": True}
 procs = []
@@ -268,7 +269,7 @@ for i in range(4):
     cmd = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "60",
            "-H", "Content-Type: application/json", "-d", json.dumps(slow), B + "/v1/completions"]
     procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
-    time.sleep(0.3)  # keep arrival order: one runs, one waits, the rest find the queue full
+    time.sleep(0.03)  # keep arrival order: one runs, one waits, the rest find the queue full
 t0 = time.time()
 codes = [p.communicate(timeout=90)[0] for p in procs]
 elapsed = time.time() - t0

@@ -55,12 +55,14 @@ async function main() {
   const idleMs = await waitIdle(B);
   ok(idleMs >= 0, `aborted stream frees the worker (${idleMs} ms)`);
   const tokens1 = await metric(B, 'nextn_completion_tokens_total');
-  ok(tokens1 - tokens0 < LONG.max_tokens / 2, 'generation stopped early', tokens1 - tokens0);
+  // the context holds ~1000 tokens; an uncancelled run would generate all of them
+  ok(tokens1 - tokens0 < 400, 'generation stopped early', tokens1 - tokens0);
   ok((await metric(B, 'nextn_cancelled_total')) >= 1, 'metrics count the cancel');
 
   // 2. abort while waiting in the queue
   const acA = new AbortController(), acB = new AbortController();
-  const resA = await post(B, LONG, acA.signal);
+  // plain decoding keeps A busy long enough to observe B waiting behind it
+  const resA = await post(B, { ...LONG, speculative: { draft: 0 } }, acA.signal);
   await readEvents(resA, 2);
   const pB = post(B, LONG, acB.signal).catch(() => null);
   await sleep(300);
