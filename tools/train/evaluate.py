@@ -121,8 +121,8 @@ def parse_log(path):
             vals.append(d)
         elif line.startswith("step "):
             p = line.split()
-            train.append({"step": int(p[1]), "trunk": float(p[5]), "mtp": float(p[7]), "elapsed": float(p[11][:-1]),
-                          "tok_s": float(p[13])})
+            train.append({"step": int(p[1]), "lr": float(p[3]), "trunk": float(p[5]), "mtp": float(p[7]),
+                          "elapsed": float(p[11][:-1]), "tok_s": float(p[13])})
         elif line.startswith("# stopped early"):
             meta["stopped_early"] = line.strip("# \n")
         elif line.startswith("# done"):
@@ -153,9 +153,15 @@ def main():
     ap.add_argument("--max-windows", type=int, default=400)
     ap.add_argument("--log", default=None)
     ap.add_argument("--gen-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--card-only", action="store_true", help="rewrite README.md from an existing eval.json")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.card_only:
+        res = json.load(open(os.path.join(a.model, "eval.json")))
+        manifest = json.load(open(os.path.join(a.model, "corpus-manifest.json")))
+        write_card(a.model, res, parse_log(a.log or os.path.join(a.model, "train.log")), manifest, Tokenizer(a.model))
+        return
     t0 = time.time()
     m, cfgd = load(a.model)
     tk = Tokenizer(a.model)
@@ -282,12 +288,22 @@ def write_card(model_dir, r, logp, manifest, tk):
         w(f"| `{s}` | {i} |")
     w("")
     w("## Training\n")
-    hw = f"{cpu_name()}, {args.get('threads', 2)} threads (`torch.set_num_threads`), shared with other jobs"
+    nth = args.get("threads", 2)
+    hw = f"{cpu_name()}, {nth} intra-op thread{'s' if nth != 1 else ''} (`torch.set_num_threads`), shared with other jobs"
     w(f"- hardware: {hw}; PyTorch {torch.__version__} (Debian python3-torch), bf16 autocast, fp32 master weights")
     if ts:
         w(f"- wall-clock training time: {ts / 60:.1f} min for {steps} steps "
           f"(batch {args.get('batch')} × context {args.get('ctx')} = {tokens_seen / 1e6:.2f} M tokens seen, "
           f"{args.get('code_frac', 0.5) * 100:.0f}% code windows)")
+    # did the wall-clock budget drive the cosine schedule at some point?
+    if train and args.get("steps"):
+        wu, st, lr0 = args["warmup"], args["steps"], args["lr"]
+        ahead = [t["step"] for t in train if t["step"] > wu and t["lr"] < 0.995 * lr0 * (
+            0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, (t["step"] - wu) / max(1, st - wu)))))]
+        if ahead:
+            w(f"- the cosine schedule followed the {args.get('max_minutes')}-minute wall-clock budget "
+              f"(which was ahead of the step count) around steps {ahead[0]}..{ahead[-1]} because the "
+              "machine was busy with other jobs; a retrain on another machine reproduces the run only approximately")
     if meta.get("stopped_early"):
         w(f"- NOTE: {meta['stopped_early']} (machine shared with other jobs)")
     w(f"- AdamW (β 0.9/0.95, weight decay 0.1 on matrices), peak lr {args.get('lr')}, {args.get('warmup')} warm-up "
