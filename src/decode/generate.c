@@ -20,6 +20,8 @@
 #define AUTO_PROBE_FIRST 16   /* AR steps before the first probe once drafting is off ... */
 #define AUTO_PROBE_MAX 1024   /* ... doubling after every probe that keeps it off */
 #define AUTO_REFEED_MAX 48    /* a probe re-feeds the head at most this many skipped rows */
+#define AUTO_REMEASURE 64     /* cycles between plain steps that keep C(1) current */
+#define COST_WINDOW 15        /* samples per median */
 
 void nx_gen_params_default(nx_gen_params *p) {
     memset(p, 0, sizeof *p);
@@ -52,12 +54,38 @@ typedef struct gen {
     float *mlogits;  /* (1, V) MTP logits */
     bool stop;
     int32_t ar_since_probe, probe_every;
+    int32_t since_ar; /* speculative cycles since the last plain step */
+    /* recent costs (seconds) of r-row trunk forwards (r = 1..NX_MAX_DRAFT+1) and of MTP
+     * forwards (slot 0): --draft auto works on their medians, robust to page faults, warm-up
+     * and other processes' bursts */
+    double hist[NX_MAX_DRAFT + 2][COST_WINDOW];
+    int32_t hist_n[NX_MAX_DRAFT + 2];
     /* running acceptance per chain position (decayed counts) for --draft auto */
     double acc_n[NX_MAX_DRAFT], acc_d[NX_MAX_DRAFT];
 } gen;
 
+static void hist_add(gen *g, int32_t slot, double dt) {
+    g->hist[slot][g->hist_n[slot]++ % COST_WINDOW] = dt;
+}
+
+/* Median of the recent samples of a slot, or -1 when there are none. */
+static double hist_median(const gen *g, int32_t slot) {
+    int32_t n = g->hist_n[slot] < COST_WINDOW ? g->hist_n[slot] : COST_WINDOW;
+    if (n == 0) return -1.0;
+    double v[COST_WINDOW];
+    memcpy(v, g->hist[slot], sizeof(double) * (size_t)n);
+    for (int32_t i = 1; i < n; i++)
+        for (int32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return v[n / 2];
+}
+
 static void record_trunk_cost(gen *g, int32_t rows, double dt) {
     nx_gen_stats *st = g->st;
+    if (rows <= NX_MAX_DRAFT + 1) hist_add(g, rows, dt);
     if (rows <= NX_MAX_DRAFT + 1) {
         st->cost_rows[rows] += dt;
         st->cost_rows_n[rows]++;
@@ -96,24 +124,26 @@ static int32_t pick(gen *g, const float *probs) {
     return nx_sampler_draw(g->s, probs);
 }
 
-/* Mean seconds of an r-row trunk forward; unmeasured sizes are extrapolated from what is known. */
-static double cost_rows(const nx_gen_stats *st, int32_t r) {
-    if (st->cost_rows_n[r] > 0) return st->cost_rows[r] / (double)st->cost_rows_n[r];
-    double c1 = st->cost_rows_n[1] > 0 ? st->cost_rows[1] / (double)st->cost_rows_n[1] : 0.0;
-    for (int32_t q = r - 1; q >= 1; q--)
-        if (st->cost_rows_n[q] > 0) {
-            double cq = st->cost_rows[q] / (double)st->cost_rows_n[q];
-            return cq + (double)(r - q) * (c1 > 0 ? 0.25 * c1 : 0.25 * cq);
-        }
+/* Typical seconds of an r-row trunk forward; unmeasured sizes are extrapolated from the
+ * largest measured one below (each extra row costing a quarter of a plain step). */
+static double cost_rows(const gen *g, int32_t r) {
+    double c1 = hist_median(g, 1);
+    for (int32_t q = r; q >= 1; q--) {
+        double cq = hist_median(g, q);
+        if (cq > 0) return cq + (double)(r - q) * 0.25 * (c1 > 0 ? c1 : cq);
+    }
     return 1.0 + 0.25 * (r - 1); /* nothing measured: relative units */
 }
 
 /* --draft auto: the k maximising expected tokens per second, E(k) / cost(k). */
 static int32_t choose_k(gen *g) {
     const nx_gen_stats *st = g->st;
-    if (st->cost_rows_n[1] == 0) return 1; /* measure first */
-    double c_mtp = st->cost_mtp_n > 0 ? st->cost_mtp_row / (double)st->cost_mtp_n : 0.1 * cost_rows(st, 1);
-    double best = 1.0 / cost_rows(st, 1);
+    /* The cost model compares against a plain step: measure it first, and now and then
+     * again so that warm-up or a change in machine load does not skew the choice. */
+    if (st->cost_rows_n[1] < 3 || g->since_ar >= AUTO_REMEASURE) return 0;
+    double c_mtp = hist_median(g, 0);
+    if (c_mtp < 0) c_mtp = 0.1 * cost_rows(g, 1);
+    double best = 1.0 / cost_rows(g, 1);
     int32_t best_k = 0;
     double e = 1.0, run = 1.0;
     for (int32_t k = 1; k <= AUTO_MAX_DRAFT; k++) {
@@ -121,7 +151,7 @@ static int32_t choose_k(gen *g) {
         double a = (g->acc_n[k - 1] + 1.6) / (g->acc_d[k - 1] + 2.0);
         run *= a;
         e += run;
-        double speed = e / (cost_rows(st, k + 1) + (double)k * c_mtp);
+        double speed = e / (cost_rows(g, k + 1) + (double)k * c_mtp);
         if (speed > best * 1.01) {
             best = speed;
             best_k = k;
@@ -150,6 +180,7 @@ static void note_acceptance(gen *g, int32_t drafted, int32_t accepted) {
 }
 
 static nx_status ar_step(gen *g, nx_error *err) {
+    g->since_ar = 0;
     double t0 = now_s();
     nx_status st = nx_forward_trunk(g->c, &g->toks[g->L], 1, g->logits, 0, err);
     if (st != NX_OK) return st;
@@ -171,6 +202,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     const int32_t L = g->L;
     int32_t drafts[NX_MAX_DRAFT];
     nx_status s;
+    g->since_ar++;
 
     /* Draft: catch the MTP cache up to row L-1 = (h[L-1], t[L]); its logits give q1. */
     double t0 = now_s();
@@ -185,6 +217,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     if ((s = nx_mtp_catch_up(c, &g->toks[before + 1], L, g->mlogits, false, err)) != NX_OK) return s;
     st->cost_mtp_row += now_s() - t0;
     st->cost_mtp_n++;
+    hist_add(g, 0, now_s() - t0);
     const double mtp_dense = (double)c->m->info.mtp_bytes_dense;
     st->mtp_bytes += mtp_dense + c->traffic.expert_bytes; /* the last catch-up batch */
     int32_t n = 0;
@@ -204,6 +237,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
             return s;
         st->cost_mtp_row += now_s() - tm;
         st->cost_mtp_n++;
+        hist_add(g, 0, now_s() - tm);
         st->mtp_bytes += mtp_dense + c->traffic.expert_bytes;
     }
     double t1 = now_s();

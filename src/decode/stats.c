@@ -26,7 +26,8 @@ void nx_gen_stats_print(const nx_gen_stats *s, void *file) {
     fprintf(f, "time split: draft %.3f s, trunk (AR steps + verify) %.3f s, sample/accept %.3f s\n",
             s->t_draft, s->t_verify, s->t_sample);
     double c1 = safe_div(s->cost_rows[1], (double)s->cost_rows_n[1]);
-    fprintf(f, "trunk forward cost: C(1) %.3f ms", c1 * 1e3);
+    fprintf(f, "trunk forward cost: C(1) %s", c1 > 0 ? "" : "not measured (no plain steps)");
+    if (c1 > 0) fprintf(f, "%.3f ms", c1 * 1e3);
     for (int r = 2; r <= NX_MAX_DRAFT + 1; r++)
         if (s->cost_rows_n[r] > 0) {
             double cr = s->cost_rows[r] / (double)s->cost_rows_n[r];
@@ -34,14 +35,18 @@ void nx_gen_stats_print(const nx_gen_stats *s, void *file) {
         }
     double cm = safe_div(s->cost_mtp_row, (double)s->cost_mtp_n);
     fprintf(f, "; MTP forward %.3f ms (c = %.3f of C(1))\n", cm * 1e3, c1 > 0 ? cm / c1 : 0.0);
-    if (s->n_ar_steps + s->n_verify_steps > 0 && (s->expert_bytes_ar + s->expert_bytes_verify) > 0) {
-        fprintf(f, "experts per step: AR %.1f distinct, %.2f MB; verify %.1f distinct, %.2f MB (%.2fx AR)\n",
-                safe_div(s->experts_touched_ar, (double)s->n_ar_steps),
-                safe_div(s->expert_bytes_ar, (double)s->n_ar_steps) / 1e6,
-                safe_div(s->experts_touched_verify, (double)s->n_verify_steps),
-                safe_div(s->expert_bytes_verify, (double)s->n_verify_steps) / 1e6,
-                safe_div(safe_div(s->expert_bytes_verify, (double)s->n_verify_steps),
-                         safe_div(s->expert_bytes_ar, (double)s->n_ar_steps)));
+    if (s->expert_bytes_ar + s->expert_bytes_verify > 0) {
+        double ar = safe_div(s->expert_bytes_ar, (double)s->n_ar_steps);
+        double vf = safe_div(s->expert_bytes_verify, (double)s->n_verify_steps);
+        fprintf(f, "experts per step:");
+        if (s->n_ar_steps > 0)
+            fprintf(f, " AR %.1f distinct, %.2f MB;", safe_div(s->experts_touched_ar, (double)s->n_ar_steps), ar / 1e6);
+        if (s->n_verify_steps > 0) {
+            fprintf(f, " verify %.1f distinct, %.2f MB", safe_div(s->experts_touched_verify, (double)s->n_verify_steps),
+                    vf / 1e6);
+            if (ar > 0) fprintf(f, " (%.2fx AR)", vf / ar);
+        }
+        fprintf(f, "\n");
         if (s->n_drafts > 0)
             fprintf(f, "MTP head reads %.2f MB per drafting cycle\n", s->mtp_bytes / (double)s->n_drafts / 1e6);
         fprintf(f, "top-k overlap of consecutive positions: %.3f experts per layer\n",
