@@ -4,7 +4,10 @@
 // latency and generated tokens/s. Starts its own server unless --url names a running one.
 //
 //   node bench/server_load.js [--requests 64] [--concurrency 4] [--max-tokens 32]
-//                             [--draft auto|0..8] [--url http://127.0.0.1:PORT] [-m DIR]
+//                             [--draft auto|0..8] [--threads N] [--url http://127.0.0.1:PORT] [-m DIR]
+//
+// The client runs on the same machine: on a small box give the server fewer compute threads
+// than cores (--threads) so the two do not fight over CPUs.
 'use strict';
 const { spawn } = require('child_process');
 const path = require('path');
@@ -20,6 +23,7 @@ const C = Math.max(1, Math.min(256, Number(opt('--concurrency', 4))));
 const MAX_TOKENS = Math.max(1, Number(opt('--max-tokens', 32)));
 const DRAFT = opt('--draft', 'auto');
 const MODEL_DIR = opt('-m', path.join(ROOT, 'models', 'nextn-hy3-tiny'));
+const THREADS = opt('--threads', null);
 let NEXTN = process.env.NEXTN || path.join(ROOT, 'build', 'nextn');
 if (!path.isAbsolute(NEXTN)) NEXTN = path.join(ROOT, NEXTN);
 
@@ -32,7 +36,8 @@ const PROMPTS = [
 function startServer() {
   return new Promise((resolve, reject) => {
     const proc = spawn(NEXTN, ['serve', '-m', MODEL_DIR, '--host', '127.0.0.1', '--port', '0',
-                               '--queue', String(C + 8)], { stdio: ['ignore', 'pipe', 'pipe'] });
+                               '--queue', String(C + 8), ...(THREADS ? ['--threads', THREADS] : [])],
+                       { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     const on = (d) => {
       out += d;
@@ -107,7 +112,7 @@ async function main() {
   const accepted = results.reduce((s, r) => s + (r.usage ? r.usage.speculative.accepted : 0), 0);
   const f = (x) => x.toFixed(1);
   console.log(`server load: ${R} streaming chat requests, ${C} concurrent clients, max_tokens ${MAX_TOKENS}, ` +
-              `draft ${DRAFT}, model ${model}`);
+              `draft ${DRAFT}, model ${model}` + (THREADS ? `, server threads ${THREADS}` : ''));
   console.log(`  requests/s        ${(R / wall).toFixed(2)}   (${wall.toFixed(2)} s wall)`);
   console.log(`  TTFT p50 / p99    ${f(pct(ttft, 50))} / ${f(pct(ttft, 99))} ms`);
   console.log(`  latency p50 / p99 ${f(pct(lat, 50))} / ${f(pct(lat, 99))} ms`);
