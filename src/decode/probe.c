@@ -16,11 +16,12 @@ static int32_t argmax(const float *x, int64_t n) {
 
 /* Scores the draft logits `q_logits` that predict token index `target` of the window. */
 static void score(nx_probe_result *res, int32_t j, const float *q_logits, const float *t_logits,
-                  int32_t text_tok, nx_sampler *s, float *pbuf, float *qbuf, int32_t V) {
+                  int32_t text_tok, nx_sampler *s, float *pbuf, float *qbuf, int32_t V, uint8_t *hit) {
     int32_t d = argmax(q_logits, V);
     res->n[j]++;
     res->hit_text[j] += d == text_tok;
     res->hit_trunk[j] += d == argmax(t_logits, V);
+    if (hit) *hit = d == argmax(t_logits, V);
     if (s) {
         nx_sampler_probs(s, t_logits, NULL, 0, pbuf);
         nx_sampler_probs(s, q_logits, NULL, 0, qbuf);
@@ -28,8 +29,8 @@ static void score(nx_probe_result *res, int32_t j, const float *q_logits, const 
     }
 }
 
-nx_status nx_probe_tokens(nx_model *m, const int32_t *ids, size_t n, int32_t k, int32_t window,
-                          const nx_sampler_params *sp, nx_probe_result *res, nx_error *err) {
+static nx_status probe(nx_model *m, const int32_t *ids, size_t n, int32_t k, int32_t window,
+                       const nx_sampler_params *sp, nx_probe_result *res, uint8_t *hits, nx_error *err) {
     if (!m->w.has_mtp) return nx_fail(err, NX_E_STATE, "the model has no MTP head to probe");
     if (k < 1 || k > NX_MAX_DRAFT) return nx_fail(err, NX_E_ARG, "probe depth %d: must be 1..%d", k, NX_MAX_DRAFT);
     if (window < k + 2) return nx_fail(err, NX_E_ARG, "probe window %d too small", window);
@@ -66,16 +67,18 @@ nx_status nx_probe_tokens(nx_model *m, const int32_t *ids, size_t n, int32_t k, 
             /* all rows at once: row p predicts t[p+2], which the trunk predicts at row p+1 */
             if ((st = nx_mtp_catch_up(c, t + 1, W - 1, ml, true, err)) != NX_OK) goto done;
             for (int32_t p = 0; p + 2 < W; p++)
-                score(res, 0, ml + (size_t)p * V, tl + (size_t)(p + 1) * V, t[p + 2], s, pbuf, qbuf, V);
+                score(res, 0, ml + (size_t)p * V, tl + (size_t)(p + 1) * V, t[p + 2], s, pbuf, qbuf, V,
+                      hits ? hits + off + (size_t)p : NULL);
             continue;
         }
         for (int32_t p = 0; p + 2 < W; p++) {
             if ((st = nx_mtp_catch_up(c, t + c->mtp_past + 1, p + 1, ml, false, err)) != NX_OK) goto done;
-            score(res, 0, ml, tl + (size_t)(p + 1) * V, t[p + 2], s, pbuf, qbuf, V);
+            score(res, 0, ml, tl + (size_t)(p + 1) * V, t[p + 2], s, pbuf, qbuf, V,
+                  hits ? hits + off + (size_t)p : NULL);
             for (int32_t j = 1; j < k && p + j + 2 < W; j++) {
                 const float *hm = c->mtp_out + (size_t)(c->mtp_rows - 1) * H;
                 if ((st = nx_forward_mtp(c, hm, &t[p + j + 1], 1, c->mtp_past, ml, 0, err)) != NX_OK) goto done;
-                score(res, j, ml, tl + (size_t)(p + j + 1) * V, t[p + j + 2], s, pbuf, qbuf, V);
+                score(res, j, ml, tl + (size_t)(p + j + 1) * V, t[p + j + 2], s, pbuf, qbuf, V, NULL);
             }
             c->mtp_past = p + 1;
         }
@@ -88,4 +91,16 @@ done:
     nx_sampler_free(s);
     nx_ctx_free(c);
     return st;
+}
+
+nx_status nx_probe_tokens(nx_model *m, const int32_t *ids, size_t n, int32_t k, int32_t window,
+                          const nx_sampler_params *sp, nx_probe_result *res, nx_error *err) {
+    return probe(m, ids, n, k, window, sp, res, NULL, err);
+}
+
+nx_status nx_probe_hits(nx_model *m, const int32_t *ids, size_t n, int32_t window, uint8_t *hits,
+                        nx_error *err) {
+    nx_probe_result res = {0};
+    memset(hits, 0, n);
+    return probe(m, ids, n, 1, window, NULL, &res, hits, err);
 }

@@ -23,4 +23,10 @@ typedef struct nx_probe_result {
 nx_status nx_probe_tokens(nx_model *m, const int32_t *ids, size_t n, int32_t k, int32_t window,
                           const nx_sampler_params *sp, nx_probe_result *res, nx_error *err);
 
+/* Per-position greedy outcomes at chain position 1: hits[p] = 1 when the head's argmax at row
+ * p (trunk hidden p, token p+1) equals the trunk's argmax at row p + 1; hits has n entries
+ * (the last two are 0). Same windows as nx_probe_tokens. */
+nx_status nx_probe_hits(nx_model *m, const int32_t *ids, size_t n, int32_t window, uint8_t *hits,
+                        nx_error *err);
+
 #endif

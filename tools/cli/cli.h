@@ -22,6 +22,7 @@ typedef struct cli_opts {
     int threads;
     int32_t n_samples;
     int32_t probe_k;
+    int32_t simulate_from; /* probe */
     bool stats, print_ids, chat, json, quiet;
     bool temp_set;
     nx_gen_params gen;
