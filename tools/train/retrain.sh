@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 rm -f "$OUT/train.log"
 $PY tools/train/train.py --corpus .corpus --tokenizer .corpus/tok --out "$OUT" \
     --steps "$STEPS" --batch 8 --warmup 40 --eval-every 100 --code-frac 0.6 --seed 1234 \
-    --max-minutes 35 --threads "$THREADS" \
+    --max-minutes "${MAX_MINUTES:-35}" --threads "$THREADS" \
     --log "$OUT/train.log" --ckpt .corpus/train-state.pt
 $PY tools/train/evaluate.py --model "$OUT" --corpus .corpus
 $PY tests/ref/make_golden.py --model "$OUT" --out tests/fixtures

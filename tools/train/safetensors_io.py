@@ -167,7 +167,12 @@ def _qparams(module, qcfg, w, scales):
 def read_dir_tensors(model_dir, qcfg=None):
     """All tensors of a checkpoint directory as float32 (quantized modules dequantized).
     Reads every model*.safetensors file (covers shards and a model-mtp.safetensors sidecar)."""
-    files = sorted(glob.glob(os.path.join(model_dir, "model*.safetensors")))
+    files = set(glob.glob(os.path.join(model_dir, "model*.safetensors")))
+    idx = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(idx):   # shards listed in the index, whatever their names
+        with open(idx) as f:
+            files |= {os.path.join(model_dir, v) for v in json.load(f).get("weight_map", {}).values()}
+    files = sorted(files)
     if not files:
         raise FileNotFoundError(f"no model*.safetensors in {model_dir}")
     t = {}
