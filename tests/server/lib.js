@@ -36,8 +36,8 @@ function skipAllUnlessReady() {
   try { fs.accessSync(NEXTN, fs.constants.X_OK); } catch { why = `${NEXTN} is not built`; }
   if (!why && !fs.existsSync(path.join(MODEL, 'config.json'))) why = `no model at ${MODEL}`;
   if (why) {
-    console.log(`1..0 # SKIP ${why}`);
-    process.exit(0);
+    console.log(`not ok 1 - prerequisites: ${why}\n1..1`);
+    process.exit(1);
   }
 }
 
