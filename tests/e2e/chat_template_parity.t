@@ -8,9 +8,9 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 BIN="${BUILD:-build}/tests/test_jinja"
 
-if ! command -v node >/dev/null 2>&1; then echo "1..0 # SKIP node is not installed"; exit 0; fi
-if [ ! -d node_modules/@huggingface/jinja ]; then echo "1..0 # SKIP node_modules/@huggingface/jinja missing"; exit 0; fi
-if [ ! -x "$BIN" ]; then echo "1..0 # SKIP $BIN is not built"; exit 0; fi
+if ! command -v node >/dev/null 2>&1; then echo "not ok 1 - node is not installed"; echo 1..1; exit 1; fi
+if [ ! -d node_modules/@huggingface/jinja ]; then echo "not ok 1 - node_modules/@huggingface/jinja missing (npm ci)"; echo 1..1; exit 1; fi
+if [ ! -x "$BIN" ]; then echo "not ok 1 - $BIN is not built"; echo 1..1; exit 1; fi
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

