@@ -26,9 +26,10 @@ TOL = 2e-3
 for s in g["sequences"]:
     name, toks = s["name"], s["tokens"]
     text_ids = nextn("tokenize", "-m", model, s["text"]).stdout.split()
-    bos = [g["bos_token_id"]] if toks and toks[0] == g["bos_token_id"] else []
+    text_ids = list(map(int, text_ids))
+    bos = [g["bos_token_id"]] if toks[0] == g["bos_token_id"] and text_ids[:1] != toks[:1] else []
     # the fixtures hold the first T tokens of the text (after the BOS, if any)
-    t.ok((bos + list(map(int, text_ids)))[:len(toks)] == toks, f"{name}: tokenization of the fixture text")
+    t.ok((bos + text_ids)[:len(toks)] == toks, f"{name}: tokenization of the fixture text")
     lo, mo = os.path.join(tmp, name + ".npy"), os.path.join(tmp, name + ".mtp.npy")
     nextn("eval", "-m", model, "--tokens", ",".join(map(str, toks)), "--logits", lo, "--mtp-logits", mo)
     eng = {"logits": np.load(lo), "mtp_logits": np.load(mo)}
