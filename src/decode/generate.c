@@ -19,7 +19,7 @@
 #define AUTO_MAX_DRAFT 4
 #define AUTO_PROBE_FIRST 16   /* AR steps before the first probe once drafting is off ... */
 #define AUTO_PROBE_MAX 1024   /* ... doubling after every probe that keeps it off */
-#define AUTO_REFEED_MAX 48    /* a probe re-feeds the head at most this many skipped rows */
+#define AUTO_REFEED_MAX 16    /* a probe re-feeds the head at most this many skipped rows */
 #define AUTO_REMEASURE 64     /* cycles between plain steps that keep C(1) current */
 #define COST_WINDOW 15        /* samples per median */
 
@@ -85,7 +85,8 @@ static double hist_median(const gen *g, int32_t slot) {
 
 static void record_trunk_cost(gen *g, int32_t rows, double dt) {
     nx_gen_stats *st = g->st;
-    if (rows <= NX_MAX_DRAFT + 1) hist_add(g, rows, dt);
+    /* the first forward of each size runs on cold caches: it would skew the medians */
+    if (rows <= NX_MAX_DRAFT + 1 && st->cost_rows_n[rows] > 0) hist_add(g, rows, dt);
     if (rows <= NX_MAX_DRAFT + 1) {
         st->cost_rows[rows] += dt;
         st->cost_rows_n[rows]++;
@@ -137,13 +138,14 @@ static double cost_rows(const gen *g, int32_t r) {
 
 /* --draft auto: the k maximising expected tokens per second, E(k) / cost(k). */
 static int32_t choose_k(gen *g) {
-    const nx_gen_stats *st = g->st;
     /* The cost model compares against a plain step: measure it first, and now and then
      * again so that warm-up or a change in machine load does not skew the choice. */
-    if (st->cost_rows_n[1] < 3 || g->since_ar >= AUTO_REMEASURE) return 0;
+    if (g->hist_n[1] < 3) return 0;
+    if (g->since_ar >= (g->hist_n[1] < COST_WINDOW ? AUTO_REMEASURE / 8 : AUTO_REMEASURE)) return 0;
     double c_mtp = hist_median(g, 0);
     if (c_mtp < 0) c_mtp = 0.1 * cost_rows(g, 1);
-    double best = 1.0 / cost_rows(g, 1);
+    const double ar_speed = 1.0 / cost_rows(g, 1);
+    double best = ar_speed, best_ceiling = 0.0;
     int32_t best_k = 0;
     double e = 1.0, run = 1.0;
     for (int32_t k = 1; k <= AUTO_MAX_DRAFT; k++) {
@@ -151,7 +153,10 @@ static int32_t choose_k(gen *g) {
         double a = (g->acc_n[k - 1] + 1.6) / (g->acc_d[k - 1] + 2.0);
         run *= a;
         e += run;
-        double speed = e / (cost_rows(g, k + 1) + (double)k * c_mtp);
+        double cost = cost_rows(g, k + 1) + (double)k * c_mtp;
+        double speed = e / cost;
+        /* what k drafts would give if every one were accepted */
+        if ((double)(k + 1) / cost > best_ceiling) best_ceiling = (double)(k + 1) / cost;
         if (speed > best * 1.01) {
             best = speed;
             best_k = k;
@@ -162,6 +167,9 @@ static int32_t choose_k(gen *g) {
         g->ar_since_probe = 0;
         return best_k;
     }
+    /* Measured costs say no acceptance could pay for a verify: probing is pure loss, so it
+     * happens only at the longest interval (in case the load on the machine changes). */
+    if (g->hist_n[2] > 0 && best_ceiling < ar_speed) g->probe_every = AUTO_PROBE_MAX;
     if (++g->ar_since_probe >= g->probe_every) {
         /* Probe with one draft to keep the acceptance estimate current; back off while
          * drafting keeps not paying, so probes cost a vanishing share of the time. */
@@ -217,7 +225,9 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     if ((s = nx_mtp_catch_up(c, &g->toks[before + 1], L, g->mlogits, false, err)) != NX_OK) return s;
     st->cost_mtp_row += now_s() - t0;
     st->cost_mtp_n++;
-    hist_add(g, 0, now_s() - t0);
+    /* the steady-state head cost: a catch-up of one or two rows (longer ones follow plain
+     * stretches and would overstate what drafting costs per cycle) */
+    if (L - before <= 2) hist_add(g, 0, now_s() - t0);
     const double mtp_dense = (double)c->m->info.mtp_bytes_dense;
     st->mtp_bytes += mtp_dense + c->traffic.expert_bytes; /* the last catch-up batch */
     int32_t n = 0;
