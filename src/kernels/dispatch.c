@@ -81,31 +81,49 @@ void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, 
  * blocks and no two threads write the same cache line of y. */
 #define MATMUL_CHUNK 16
 
+/* The output rows of all tasks are cut into chunks and split across the threads, so several
+ * small matmuls cost one pool wake-up instead of one each. */
 typedef struct matmul_job {
-    const nx_linear *W;
-    const float *x;
-    int64_t ldx, T;
-    float *y;
-    int64_t ldy;
+    const nx_matmul_task *t;
+    int n;
+    long long chunks;
 } matmul_job;
 
 static void matmul_worker(void *arg, int ith, int nth) {
     const matmul_job *j = arg;
-    long long nchunks = (j->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK, b, e;
-    nx_pool_split(nchunks, ith, nth, &b, &e);
-    nx_matmul_rows(j->W, j->x, j->ldx, j->T, j->y, j->ldy, (int64_t)b * MATMUL_CHUNK,
-                   (int64_t)e * MATMUL_CHUNK);
+    long long b, e, base = 0;
+    nx_pool_split(j->chunks, ith, nth, &b, &e);
+    for (int i = 0; i < j->n && b < e; i++) {
+        const nx_matmul_task *t = &j->t[i];
+        long long nc = (t->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
+        long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
+        if (lo < hi)
+            nx_matmul_rows(t->W, t->x, t->ldx, t->T, t->y, t->ldy, (int64_t)(lo - base) * MATMUL_CHUNK,
+                           (int64_t)(hi - base) * MATMUL_CHUNK);
+        base += nc;
+    }
+}
+
+void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
+    matmul_job j = {t, n, 0};
+    double work = 0;
+    for (int i = 0; i < n; i++) {
+        if (t[i].T <= 0 || t[i].W->out <= 0) continue;
+        j.chunks += (t[i].W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
+        work += (double)t[i].W->out * (double)t[i].W->in * (double)t[i].T;
+    }
+    if (j.chunks == 0) return;
+    /* A pool wake-up costs a few microseconds: not worth it for tiny matrices. */
+    if (nx_pool_size(pool) <= 1 || work < 32768 || j.chunks < 2)
+        matmul_worker(&j, 0, 1);
+    else
+        nx_pool_run(pool, matmul_worker, &j);
 }
 
 void nx_matmul(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                int64_t ldy, nx_pool *pool) {
-    if (T <= 0 || W->out <= 0) return;
-    matmul_job j = {W, x, ldx, T, y, ldy};
-    /* A pool wake-up costs a few microseconds: not worth it for tiny matrices. */
-    if (nx_pool_size(pool) <= 1 || W->out * W->in * T < 16384 || W->out <= MATMUL_CHUNK)
-        matmul_worker(&j, 0, 1);
-    else
-        nx_pool_run(pool, matmul_worker, &j);
+    const nx_matmul_task t = {W, x, ldx, T, y, ldy};
+    nx_matmul_many(&t, 1, pool);
 }
 
 void nx_linear_get_row(const nx_linear *W, int64_t r, float *out) {

@@ -56,6 +56,18 @@ size_t nx_linear_bytes(const nx_linear *W);     /* stored bytes of the whole wei
 void nx_matmul(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                int64_t ldy, nx_pool *pool);
 
+/* Several independent matmuls as one parallel job (one pool wake-up for all): the output
+ * rows of every task are split across the threads. Same results as separate nx_matmul calls. */
+typedef struct nx_matmul_task {
+    const nx_linear *W;
+    const float *x;
+    int64_t ldx, T;
+    float *y;
+    int64_t ldy;
+} nx_matmul_task;
+
+void nx_matmul_many(const nx_matmul_task *tasks, int n, nx_pool *pool);
+
 /* Like nx_matmul on rows [o0, o1) only, on the calling thread (for callers that schedule
  * work themselves, e.g. several experts' matmuls in one parallel region). */
 void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,

@@ -33,54 +33,9 @@ static void rope_neox(float *x, int32_t hd, int32_t pos, double theta) {
 
 static inline float silu(float z) { return z / (1.0f + expf(-z)); }
 
-/* Several independent matmuls run as ONE parallel job: the output rows of all of them are cut
- * into chunks and split across the threads. A decode step issues dozens of small matmuls per
- * layer (q/k/v, each expert's gate/up/down), and one pool wake-up per group instead of one
- * per matmul is most of the difference on small models. Each output element is still one
- * nx_matmul_rows dot product, so results do not depend on the grouping or the threads. */
-typedef struct mm_task {
-    const nx_linear *W;
-    const float *x;
-    int64_t ldx, T;
-    float *y;
-    int64_t ldy;
-} mm_task;
-
-#define MM_CHUNK 16
+/* A decode step issues dozens of small matmuls per layer (q/k/v, each expert's gate/up/down);
+ * they are grouped so that one pool wake-up serves a group (nx_matmul_many). */
 #define MM_MAX_TASKS (3 * (NX_MAX_EXPERTS_TOUCHED + 1))
-
-typedef struct mm_job {
-    const mm_task *t;
-    int n;
-    long long chunks;
-} mm_job;
-
-static void mm_worker(void *arg, int ith, int nth) {
-    const mm_job *j = arg;
-    long long b, e, base = 0;
-    nx_pool_split(j->chunks, ith, nth, &b, &e);
-    for (int i = 0; i < j->n && b < e; i++) {
-        long long nc = (j->t[i].W->out + MM_CHUNK - 1) / MM_CHUNK;
-        long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
-        if (lo < hi)
-            nx_matmul_rows(j->t[i].W, j->t[i].x, j->t[i].ldx, j->t[i].T, j->t[i].y, j->t[i].ldy,
-                           (lo - base) * MM_CHUNK, (hi - base) * MM_CHUNK);
-        base += nc;
-    }
-}
-
-static void matmul_many(const mm_task *t, int n, nx_pool *pool) {
-    mm_job j = {t, n, 0};
-    double work = 0;
-    for (int i = 0; i < n; i++) {
-        j.chunks += (t[i].W->out + MM_CHUNK - 1) / MM_CHUNK;
-        work += (double)t[i].W->out * (double)t[i].W->in * (double)t[i].T;
-    }
-    if (nx_pool_size(pool) <= 1 || work < 32768 || j.chunks < 2)
-        mm_worker(&j, 0, 1);
-    else
-        nx_pool_run(pool, mm_worker, &j);
-}
 
 /* ---------------------------------------------------------------- attention */
 
@@ -133,9 +88,9 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     const int32_t qw = nh * hd, kvw = nkv * hd;
     nx_pool *pool = c->m->pool;
 
-    const mm_task qkv[3] = {{&L->wq, c->xn, H, T, c->q, qw}, {&L->wk, c->xn, H, T, c->k, kvw},
+    const nx_matmul_task qkv[3] = {{&L->wq, c->xn, H, T, c->q, qw}, {&L->wk, c->xn, H, T, c->k, kvw},
                             {&L->wv, c->xn, H, T, c->v, kvw}};
-    matmul_many(qkv, 3, pool);
+    nx_matmul_many(qkv, 3, pool);
     for (int32_t t = 0; t < T; t++) {
         for (int32_t h = 0; h < nh; h++) {
             float *qh = c->q + (size_t)t * qw + (size_t)h * hd;
@@ -163,7 +118,7 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
 static void ffn_many(nx_ctx *c, const nx_ffn *const *f, const float *const *x, const int32_t *n,
                      float *const *out, int items) {
     const int32_t H = c->m->cfg.hidden_size;
-    mm_task t[MM_MAX_TASKS] = {{0}};
+    nx_matmul_task t[MM_MAX_TASKS] = {{0}};
     float *gs[NX_MAX_EXPERTS_TOUCHED + 1], *us[NX_MAX_EXPERTS_TOUCHED + 1];
     size_t off = 0;
     for (int i = 0; i < items; i++) {
@@ -171,13 +126,13 @@ static void ffn_many(nx_ctx *c, const nx_ffn *const *f, const float *const *x, c
         gs[i] = c->g + off;
         us[i] = c->u + off;
         off += (size_t)n[i] * (size_t)F;
-        t[2 * i] = (mm_task){&f[i]->gate, x[i], H, n[i], gs[i], F};
-        t[2 * i + 1] = (mm_task){&f[i]->up, x[i], H, n[i], us[i], F};
+        t[2 * i] = (nx_matmul_task){&f[i]->gate, x[i], H, n[i], gs[i], F};
+        t[2 * i + 1] = (nx_matmul_task){&f[i]->up, x[i], H, n[i], us[i], F};
     }
-    matmul_many(t, 2 * items, c->m->pool);
+    nx_matmul_many(t, 2 * items, c->m->pool);
     for (size_t e = 0; e < off; e++) c->g[e] = silu(c->g[e]) * c->u[e];
-    for (int i = 0; i < items; i++) t[i] = (mm_task){&f[i]->down, gs[i], f[i]->gate.out, n[i], out[i], H};
-    matmul_many(t, items, c->m->pool);
+    for (int i = 0; i < items; i++) t[i] = (nx_matmul_task){&f[i]->down, gs[i], f[i]->gate.out, n[i], out[i], H};
+    nx_matmul_many(t, items, c->m->pool);
 }
 
 static void ffn(nx_ctx *c, const nx_ffn *f, const float *in, int32_t n, float *out) {

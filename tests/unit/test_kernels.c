@@ -460,6 +460,39 @@ static void test_thread_invariance(void **state) {
     nx_kernels_force(default_isa);
 }
 
+/* Several matmuls in one job give exactly what separate calls give, whatever the pool. */
+static void test_matmul_many(void **state) {
+    (void)state;
+    nx_pool *pool = nx_pool_new(2);
+    assert_non_null(pool);
+    tw ws[3];
+    tw_make(&ws[0], NX_DTYPE_BF16, 37, 129, 0, 0, NX_DTYPE_F32, 0);
+    tw_make(&ws[1], NX_DTYPE_U32, 300, 256, 3, 32, NX_DTYPE_BF16, 1);
+    tw_make(&ws[2], NX_DTYPE_F16, 5, 129, 0, 0, NX_DTYPE_F32, 0);
+    const int64_t T = 3;
+    float *x0 = rnd_vec(T * 129), *x1 = rnd_vec(T * 256);
+    const float *xs[3] = {x0, x1, x0};
+    nx_matmul_task t[3];
+    float *sep[3], *many[3];
+    for (int i = 0; i < 3; i++) {
+        const nx_linear *W = &ws[i].L;
+        sep[i] = calloc((size_t)(T * W->out), sizeof(float));
+        many[i] = calloc((size_t)(T * W->out), sizeof(float));
+        nx_matmul(W, xs[i], W->in, T, sep[i], W->out, NULL);
+        t[i] = (nx_matmul_task){W, xs[i], W->in, T, many[i], W->out};
+    }
+    nx_matmul_many(t, 3, pool);
+    for (int i = 0; i < 3; i++) {
+        assert_memory_equal(sep[i], many[i], sizeof(float) * (size_t)(T * ws[i].L.out));
+        free(sep[i]);
+        free(many[i]);
+        tw_free(&ws[i]);
+    }
+    free(x0);
+    free(x1);
+    nx_pool_free(pool);
+}
+
 static void test_unaligned(void **state) {
     (void)state;
     tw base[4];
@@ -525,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_quant_vs_ref),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_thread_invariance),
+        cmocka_unit_test(test_matmul_many),
         cmocka_unit_test(test_unaligned),
         cmocka_unit_test(test_get_row),
         cmocka_unit_test(test_force),
