@@ -37,6 +37,13 @@ typedef struct cli_opts {
  * 0 on success. */
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opts *o);
 
+/* Strict number parsing for option values: the whole string, within [lo, hi]. */
+bool cli_parse_int(const char *s, long long lo, long long hi, long long *out);
+bool cli_parse_double(const char *s, double lo, double hi, double *out);
+
+/* Prints "nextn CMD: <message>" and a pointer to --help; returns 2 (the usage-error exit code). */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The model directory: -m, else $NEXTN_MODEL, else the shipped default model. */
 const char *cli_model_dir(const cli_opts *o);
 

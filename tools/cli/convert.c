@@ -2,6 +2,8 @@
  * notes and the summary line around nx_convert / nx_graft. */
 #include "convert.h"
 
+#include "cli.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
@@ -124,10 +126,8 @@ static void on_note(void *user, const char *msg) {
 /* ================================================================ option values */
 
 static bool parse_int(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
+    long long v;
+    if (!cli_parse_int(s, lo, hi, &v)) return false;
     *out = (int)v;
     return true;
 }
@@ -178,13 +178,7 @@ static int parse(const char *cmd, const char *usage, int argc, char **argv, args
     optind = 1;
     opterr = 0;
     int c;
-#define BAD(...)                                                      \
-    do {                                                              \
-        fprintf(stderr, "nextn %s: ", cmd);                           \
-        fprintf(stderr, __VA_ARGS__);                                 \
-        fprintf(stderr, "\n(see `nextn %s --help`)\n", cmd);          \
-        return 2;                                                     \
-    } while (0)
+#define BAD(...) return cli_usage_error(cmd, __VA_ARGS__)
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         switch (c) {
         case O_BITS:

@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -69,7 +70,7 @@ static const struct option long_opts[] = {
     {0, 0, 0, 0},
 };
 
-static bool parse_long(const char *s, long long lo, long long hi, long long *out) {
+bool cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -78,13 +79,23 @@ static bool parse_long(const char *s, long long lo, long long hi, long long *out
     return true;
 }
 
-static bool parse_double(const char *s, double lo, double hi, double *out) {
+bool cli_parse_double(const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
     *out = v;
     return true;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "nextn %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see `nextn %s --help`)\n", cmd);
+    va_end(ap);
+    return 2;
 }
 
 int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opts *o) {
@@ -100,18 +111,12 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
     int c;
     long long iv;
     double dv;
-#define BAD(...)                                                      \
-    do {                                                              \
-        fprintf(stderr, "nextn %s: ", cmd);                           \
-        fprintf(stderr, __VA_ARGS__);                                 \
-        fprintf(stderr, "\n(see `nextn %s --help`)\n", cmd);          \
-        return 2;                                                     \
-    } while (0)
+#define BAD(...) return cli_usage_error(cmd, __VA_ARGS__)
 #define INT_OPT(name, lo, hi, dst) \
-    if (!parse_long(optarg, lo, hi, &iv)) BAD("%s %s: expected an integer in [%lld, %lld]", name, optarg, (long long)(lo), (long long)(hi)); \
+    if (!cli_parse_int(optarg, lo, hi, &iv)) BAD("%s %s: expected an integer in [%lld, %lld]", name, optarg, (long long)(lo), (long long)(hi)); \
     dst = iv
 #define DBL_OPT(name, lo, hi, dst) \
-    if (!parse_double(optarg, lo, hi, &dv)) BAD("%s %s: expected a number in [%g, %g]", name, optarg, (double)(lo), (double)(hi)); \
+    if (!cli_parse_double(optarg, lo, hi, &dv)) BAD("%s %s: expected a number in [%g, %g]", name, optarg, (double)(lo), (double)(hi)); \
     dst = dv
     while ((c = getopt_long(argc, argv, "m:p:f:n:t:h", long_opts, NULL)) != -1) {
         switch (c) {

@@ -54,15 +54,6 @@ static const struct option opts[] = {
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
 
-static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 /* "4096", "64k", "4m" */
 static bool parse_bytes(const char *s, size_t *out) {
     char *end;
@@ -115,20 +106,14 @@ int nx_cli_serve(int argc, char **argv) {
     int c;
     optind = 1;
     opterr = 0;
-#define BAD(...)                                                      \
-    do {                                                              \
-        fprintf(stderr, "nextn serve: ");                             \
-        fprintf(stderr, __VA_ARGS__);                                 \
-        fprintf(stderr, "\n(see `nextn serve --help`)\n");            \
-        return 2;                                                     \
-    } while (0)
+#define BAD(...) return cli_usage_error("serve", __VA_ARGS__)
     while ((c = getopt_long(argc, argv, "m:t:qh", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_dir = optarg; break;
         case O_ID: model_id = optarg; break;
         case O_HOST: so.host = optarg; break;
         case O_PORT:
-            if (!parse_int(optarg, 0, 65535, &v)) BAD("--port %s: expected 0..65535", optarg);
+            if (!cli_parse_int(optarg, 0, 65535, &v)) BAD("--port %s: expected 0..65535", optarg);
             so.port = (int)v;
             break;
         case O_KEY: so.api_key = optarg; break;
@@ -143,21 +128,21 @@ int nx_cli_serve(int argc, char **argv) {
             break;
         }
         case O_QUEUE:
-            if (!parse_int(optarg, 1, 100000, &v)) BAD("--queue %s: expected 1..100000", optarg);
+            if (!cli_parse_int(optarg, 1, 100000, &v)) BAD("--queue %s: expected 1..100000", optarg);
             so.queue = (int)v;
             break;
         case O_MAXCONN:
-            if (!parse_int(optarg, 1, 100000, &v)) BAD("--max-connections %s: expected 1..100000", optarg);
+            if (!cli_parse_int(optarg, 1, 100000, &v)) BAD("--max-connections %s: expected 1..100000", optarg);
             so.max_connections = (int)v;
             break;
         case O_CTX:
-            if (!parse_int(optarg, 2, INT32_MAX, &v)) BAD("--ctx %s: expected an integer >= 2", optarg);
+            if (!cli_parse_int(optarg, 2, INT32_MAX, &v)) BAD("--ctx %s: expected an integer >= 2", optarg);
             so.n_ctx = (int32_t)v;
             ctx_set = true;
             break;
         case O_DRAFT:
             if (!strcmp(optarg, "auto")) so.draft = NX_DRAFT_AUTO;
-            else if (parse_int(optarg, 0, NX_MAX_DRAFT, &v)) so.draft = (int32_t)v;
+            else if (cli_parse_int(optarg, 0, NX_MAX_DRAFT, &v)) so.draft = (int32_t)v;
             else BAD("--draft %s: expected auto or 0..%d", optarg, NX_MAX_DRAFT);
             break;
         case O_VERIFY:
@@ -166,7 +151,7 @@ int nx_cli_serve(int argc, char **argv) {
             else BAD("--verify %s: expected residual or match", optarg);
             break;
         case 't':
-            if (!parse_int(optarg, 0, 1024, &v)) BAD("--threads %s: expected 0..1024", optarg);
+            if (!cli_parse_int(optarg, 0, 1024, &v)) BAD("--threads %s: expected 0..1024", optarg);
             lp.n_threads = (int)v;
             break;
         case O_NOMTP: lp.no_mtp = true; break;
