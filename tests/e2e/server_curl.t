@@ -11,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from serverlib import Server, curl, metric, skip_all_unless_ready  # noqa: E402
+from serverlib import Server, curl, long_context_model, metric, skip_all_unless_ready  # noqa: E402
 from tap import Tap  # noqa: E402
 
 skip_all_unless_ready()
@@ -260,8 +260,8 @@ t.ok(curl(B + "/health").status == 200, "/health needs no key")
 srv.stop()
 
 # ---------------------------------------------------------------- full queue (503), timeout (504)
-# A short timeout: the long generation below (up to the context size) cannot finish in it.
-srv = Server("--queue", "1", "--timeout", "0.4")
+# A short timeout: the long generation below (up to a 16K context) cannot finish in it.
+srv = Server("--queue", "1", "--timeout", "0.4", "-m", long_context_model(), "--ctx", "16384")
 B = srv.base
 slow = {"prompt": "Long story:", "max_tokens": 100000, "temperature": 0, "ignore_eos": True}
 procs = []

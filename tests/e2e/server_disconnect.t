@@ -10,7 +10,7 @@ const { ok, is, note, done, metric } = lib;
 
 lib.skipAllUnlessReady();
 
-const LONG = { prompt: 'Tell me everything:', max_tokens: 3000, temperature: 0, ignore_eos: true, stream: true };
+const LONG = { prompt: 'Tell me everything:', max_tokens: 16000, temperature: 0, ignore_eos: true, stream: true };
 const post = (base, body, signal) => fetch(base + '/v1/completions', {
   method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body), signal,
 });
@@ -41,7 +41,7 @@ async function waitIdle(base, ms = 10000) {
 }
 
 async function main() {
-  const srv = await lib.startServer([]);
+  const srv = await lib.startServer(['-m', lib.longContextModel(), '--ctx', '16384']);
   const B = srv.base;
   const reference = await (await post(B, { prompt: 'Count: 1, 2, 3,', max_tokens: 16, temperature: 0 })).json();
 

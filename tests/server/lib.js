@@ -48,6 +48,23 @@ for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'])
   process.on(sig, () => { stopAll(); process.exit(128); });
 
 // Starts `nextn serve` and resolves to {port, base, proc, stop(), output()}.
+// A view of the default model (its files linked, not copied) whose config allows `positions`
+// positions, so a generation can run for seconds on any machine: tests of queues and
+// cancellation must not depend on how fast the engine is. Text past the trained length is
+// nonsense, which those tests do not look at.
+function longContextModel(positions = 16384) {
+  const os = require('os');
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'nextn-longctx-'));
+  for (const f of fs.readdirSync(MODEL)) {
+    if (f !== 'config.json') fs.symlinkSync(path.join(MODEL, f), path.join(d, f));
+  }
+  const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
+  cfg.max_position_embeddings = positions;
+  fs.writeFileSync(path.join(d, 'config.json'), JSON.stringify(cfg));
+  process.on('exit', () => fs.rmSync(d, { recursive: true, force: true }));
+  return d;
+}
+
 function startServer(args = [], timeoutMs = 180000) {
   return new Promise((resolve, reject) => {
     const proc = spawn(NEXTN, ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', ...args],
@@ -99,4 +116,5 @@ async function metric(base, name, headers = {}) {
   return null;
 }
 
-module.exports = { ROOT, NEXTN, MODEL, ok, is, note, done, skipAllUnlessReady, startServer, waitExit, metric };
+module.exports = { ROOT, NEXTN, MODEL, ok, is, note, done, skipAllUnlessReady, startServer, waitExit, metric,
+  longContextModel };

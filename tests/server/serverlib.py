@@ -20,6 +20,22 @@ MODEL = os.environ.get("NEXTN_TEST_MODEL", os.path.join(ROOT, "models", "nextn-h
 _servers = []
 
 
+def long_context_model(positions=16384):
+    """A view of the default model (its files linked, not copied) whose config allows `positions`
+    positions, so a generation can run for seconds on any machine: tests of timeouts and queues
+    must not depend on how fast the engine is. The text past the trained length is nonsense,
+    which those tests do not look at."""
+    d = tempfile.mkdtemp(prefix="nextn-longctx-")
+    for f in os.listdir(MODEL):
+        if f != "config.json":
+            os.symlink(os.path.join(MODEL, f), os.path.join(d, f))
+    cfg = json.load(open(os.path.join(MODEL, "config.json")))
+    cfg["max_position_embeddings"] = positions
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    atexit.register(lambda: subprocess.run(["rm", "-rf", d]))
+    return d
+
+
 def skip_all_unless_ready():
     """Fails the script (never skips) when the binary or the model is not there."""
     why = None
