@@ -154,7 +154,10 @@ t.ok(text == base_text and finish == "length", "a stop string that never matches
      f"{text!r}")
 
 # ---------------------------------------------------------------- logprobs, seeds, speculative
-LP = dict(CHAT, temperature=0.8, seed=11, logprobs=True, top_logprobs=3, max_tokens=12)
+# A fixed draft length: with "auto" the number of drafts follows measured timings, and at
+# temperature > 0 a different draft length draws a different (equally distributed) sample.
+LP = dict(CHAT, temperature=0.8, seed=11, logprobs=True, top_logprobs=3, max_tokens=12,
+          speculative={"draft": 2})
 r = curl(B + "/v1/chat/completions", body=LP)
 lpj = r.json()
 content = lpj["choices"][0]["logprobs"]["content"] if r.status == 200 else []
@@ -172,7 +175,7 @@ t.ok(lpj["choices"][0]["finish_reason"] != "length" or
      "logprob token bytes spell the content", f"{joined!r}")
 again = curl(B + "/v1/chat/completions", body=LP).json()
 t.ok(again["choices"][0]["message"]["content"] == lpj["choices"][0]["message"]["content"],
-     "same seed, same sampled text")
+     "same seed and draft length, same sampled text")
 r = curl(B + "/v1/completions", body=dict(COMP, logprobs=2, max_tokens=6))
 lp = r.json()["choices"][0]["logprobs"] if r.status == 200 else {}
 t.ok(len(lp.get("tokens", [])) == len(lp.get("token_logprobs", [])) == len(lp.get("top_logprobs", []))
