@@ -121,10 +121,6 @@ static bool emit(gen *g, int32_t id, const float *probs) {
     return !g->stop;
 }
 
-static int32_t pick(gen *g, const float *probs) {
-    return nx_sampler_draw(g->s, probs);
-}
-
 /* Typical seconds of an r-row trunk forward; unmeasured sizes are extrapolated from the
  * largest measured one below (each extra row costing a quarter of a plain step). */
 static double cost_rows(const gen *g, int32_t r) {
@@ -197,7 +193,7 @@ static nx_status ar_step(gen *g, nx_error *err) {
     g->st->t_verify += t1 - t0;
     g->st->n_steps++;
     nx_sampler_probs(g->s, g->logits, NULL, 0, g->probs);
-    int32_t y = pick(g, g->probs);
+    int32_t y = nx_sampler_draw(g->s, g->probs);
     g->st->t_sample += now_s() - t1;
     emit(g, y, g->probs);
     return NX_OK;
@@ -223,11 +219,12 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     int32_t before = c->mtp_past;
     if (before >= L) return nx_fail(err, NX_E_STATE, "MTP cache (%d rows) ahead of the sequence (%d)", before, L);
     if ((s = nx_mtp_catch_up(c, &g->toks[before + 1], L, g->mlogits, false, err)) != NX_OK) return s;
-    st->cost_mtp_row += now_s() - t0;
+    const double t_catch = now_s() - t0;
+    st->cost_mtp_row += t_catch;
     st->cost_mtp_n++;
     /* the steady-state head cost: a catch-up of one or two rows (longer ones follow plain
      * stretches and would overstate what drafting costs per cycle) */
-    if (L - before <= 2) hist_add(g, 0, now_s() - t0);
+    if (L - before <= 2) hist_add(g, 0, t_catch);
     const double mtp_dense = (double)c->m->info.mtp_bytes_dense;
     st->mtp_bytes += mtp_dense + c->traffic.expert_bytes; /* the last catch-up batch */
     int32_t n = 0;
@@ -239,15 +236,16 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
         float qmax = 0.0f;
         for (size_t i = 0; i < V; i++) qmax = q[i] > qmax ? q[i] : qmax;
         if (qmax < g->p->draft_p_min) break;
-        drafts[n++] = pick(g, q);
+        drafts[n++] = nx_sampler_draw(g->s, q);
         if (n == k) break;
         double tm = now_s();
         const float *hm = c->mtp_out + (size_t)(c->mtp_rows - 1) * (size_t)c->m->cfg.hidden_size;
         if ((s = nx_forward_mtp(c, hm, &drafts[n - 1], 1, c->mtp_past, g->mlogits, 0, err)) != NX_OK)
             return s;
-        st->cost_mtp_row += now_s() - tm;
+        const double t_row = now_s() - tm;
+        st->cost_mtp_row += t_row;
         st->cost_mtp_n++;
-        hist_add(g, 0, now_s() - tm);
+        hist_add(g, 0, t_row);
         st->mtp_bytes += mtp_dense + c->traffic.expert_bytes;
     }
     double t1 = now_s();
@@ -277,7 +275,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
         int32_t y;
         if (g->p->synthetic_accept >= 0.0) {
             ok = nx_sampler_uniform(g->s) < g->p->synthetic_accept;
-            y = ok ? drafts[i] : pick(g, p);
+            y = ok ? drafts[i] : nx_sampler_draw(g->s, p);
         } else if (g->p->verify == NX_VERIFY_MATCH) {
             y = nx_spec_match(p, drafts[i], g->s, &ok);
         } else {
@@ -293,7 +291,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
             emit(g, y, p);
         }
     }
-    if (cont && acc == n) emit(g, pick(g, g->probs + (size_t)n * V), g->probs + (size_t)n * V);
+    if (cont && acc == n) emit(g, nx_sampler_draw(g->s, g->probs + (size_t)n * V), g->probs + (size_t)n * V);
     st->n_accepted += acc;
     note_acceptance(g, n, acc);
     /* Commit: the trunk keeps t_L and the accepted drafts. */
@@ -372,7 +370,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     st->t_prefill = t1 - t0;
     if (p->max_tokens == 0) goto done;
     nx_sampler_probs(g.s, g.logits, NULL, 0, g.probs);
-    emit(&g, pick(&g, g.probs), g.probs);
+    emit(&g, nx_sampler_draw(g.s, g.probs), g.probs);
 
     while (!g.stop) {
         int32_t room = c->n_ctx - g.L - 1; /* trunk rows still free after t_L */
