@@ -10,10 +10,12 @@ BIG=${NEXTN_BIG_MODEL:-/tmp/nextn-bench-big}
 N=${NEXTN_BENCH_TOKENS:-96}
 
 echo "== memory read bandwidth"
-bw_line=$($B/bench/membw | tee /dev/stderr | grep -o "membw_gbs=[0-9.]*" | tail -1 || true)
+bw_out=$($B/bench/membw)
+echo "$bw_out"
+bw_line=$(echo "$bw_out" | grep -o "membw_gbs=[0-9.]*" | tail -1 || true)
 BW=${bw_line#membw_gbs=}
 echo "== kernels"
-$B/bench/kernels || true
+$B/bench/kernels --membw "${BW:-0}" || true
 
 echo "== default model: AR vs MTP, greedy"
 $NEXTN bench -n "$N" --modes ar,1,2,3,auto
@@ -26,7 +28,8 @@ if [ ! -f "$BIG/config.json" ]; then
 fi
 $NEXTN inspect -m "$BIG"
 echo "== memory-bound model: AR vs MTP with synthetic acceptance 0.8"
-out=$($NEXTN bench -m "$BIG" -n 48 --modes ar,1,2 --synthetic-accept 0.8 | tee /dev/stderr)
+out=$($NEXTN bench -m "$BIG" -n 48 --modes ar,1,2 --synthetic-accept 0.8)
+echo "$out"
 if [ -n "${BW:-}" ]; then
     ar_gbs=$(echo "$out" | grep '^mode=ar ' | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2)
     awk -v a="$ar_gbs" -v b="$BW" 'BEGIN { printf "AR decode reads weights at %.1f GB/s = %.0f%% of the measured %.1f GB/s\n", a, 100*a/b, b }'

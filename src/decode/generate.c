@@ -121,13 +121,18 @@ static bool emit(gen *g, int32_t id, const float *probs) {
     return !g->stop;
 }
 
-/* Typical seconds of an r-row trunk forward; unmeasured sizes are extrapolated from the
- * largest measured one below (each extra row costing a quarter of a plain step). */
+/* Typical seconds of an r-row trunk forward. An unmeasured size is extrapolated linearly from
+ * the largest measured one below it, at the measured cost per extra row (a quarter of a plain
+ * step until a multi-row forward has been timed). */
 static double cost_rows(const gen *g, int32_t r) {
     double c1 = hist_median(g, 1);
     for (int32_t q = r; q >= 1; q--) {
         double cq = hist_median(g, q);
-        if (cq > 0) return cq + (double)(r - q) * 0.25 * (c1 > 0 ? c1 : cq);
+        if (cq <= 0) continue;
+        if (q == r) return cq;
+        double per_row = q >= 2 && c1 > 0 ? (cq - c1) / (double)(q - 1) : 0.25 * (c1 > 0 ? c1 : cq);
+        if (per_row < 0) per_row = 0;
+        return cq + (double)(r - q) * per_row;
     }
     return 1.0 + 0.25 * (r - 1); /* nothing measured: relative units */
 }
