@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 B=build
 NEXTN=$B/nextn
 BIG=${NEXTN_BIG_MODEL:-/tmp/nextn-bench-big}
+BIGQ4=${NEXTN_BIG_Q4_MODEL:-/tmp/nextn-bench-big36-q4}
 N=${NEXTN_BENCH_TOKENS:-96}
 
 echo "== memory read bandwidth"
@@ -33,4 +34,23 @@ echo "$out"
 if [ -n "${BW:-}" ]; then
     ar_gbs=$(echo "$out" | grep '^mode=ar ' | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2)
     awk -v a="$ar_gbs" -v b="$BW" 'BEGIN { printf "AR decode reads weights at %.1f GB/s = %.0f%% of the measured %.1f GB/s\n", a, 100*a/b, b }'
+fi
+
+# A memory-bound 4-bit model (>= 2 GB packed): a 36-layer variant of the same shapes, generated in
+# bf16 once, converted with `nextn convert` (trunk 4-bit g64, head 8-bit), the bf16 copy removed.
+if [ ! -f "$BIGQ4/config.json" ]; then
+    echo "== generating the memory-bound 4-bit model in $BIGQ4"
+    tmpbf=$(mktemp -d)
+    /usr/bin/python3 tests/ref/make_random_ckpt.py --preset big --layers 36 --layout tencent --mtp inline \
+        --seed 12 --out "$tmpbf/m"
+    $NEXTN convert "$tmpbf/m" "$BIGQ4" --bits 4 --group-size 64 --quiet
+    rm -rf "$tmpbf"
+fi
+$NEXTN inspect -m "$BIGQ4" | grep -E "weights|parameters"
+echo "== memory-bound 4-bit model: AR vs MTP with synthetic acceptance 0.8"
+outq=$($NEXTN bench -m "$BIGQ4" -n 48 --modes ar,1 --synthetic-accept 0.8)
+echo "$outq"
+if [ -n "${BW:-}" ]; then
+    q_gbs=$(echo "$outq" | grep '^mode=ar ' | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2)
+    awk -v a="$q_gbs" -v b="$BW" 'BEGIN { printf "4-bit AR decode reads weights at %.1f GB/s = %.0f%% of the measured %.1f GB/s\n", a, 100*a/b, b }'
 fi
