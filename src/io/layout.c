@@ -454,10 +454,6 @@ static nx_status load_mtp(loader *L, nx_weights *w) {
 
 /* ================================================================ entry points */
 
-/* nx_weights carries no layer count, so the layer array ends with a sentinel whose attn_norm
- * points here; nx_weights_free walks up to it. */
-static float layers_end_marker;
-
 static void free_layer(nx_layer *ly) {
     free(ly->attn_norm);
     free(ly->ffn_norm);
@@ -470,7 +466,7 @@ static void free_layer(nx_layer *ly) {
 void nx_weights_free(nx_weights *w) {
     if (!w) return;
     /* untouched entries of the calloc'd array hold NULLs */
-    for (nx_layer *ly = w->layers; ly && ly->attn_norm != &layers_end_marker; ly++) free_layer(ly);
+    for (int32_t l = 0; w->layers && l < w->n_layers; l++) free_layer(&w->layers[l]);
     free(w->layers);
     free(w->final_norm);
     free(w->mtp.enorm);
@@ -496,12 +492,12 @@ nx_status nx_weights_load(const nx_store *st, const nx_config *cfg, bool want_mt
         goto fail;
     }
     if ((s = load_vec(&L, "model.norm.weight", hidden, false, &w->final_norm))) goto fail;
-    w->layers = calloc((size_t)cfg->n_layers + 1, sizeof *w->layers);
+    w->layers = calloc((size_t)cfg->n_layers, sizeof *w->layers);
     if (!w->layers) {
         s = nx_fail(err, NX_E_NOMEM, "out of memory for %d layers", cfg->n_layers);
         goto fail;
     }
-    w->layers[cfg->n_layers].attn_norm = &layers_end_marker;
+    w->n_layers = cfg->n_layers;
     for (int32_t l = 0; l < cfg->n_layers; l++) {
         char pre[64];
         snprintf(pre, sizeof pre, "model.layers.%d.", l);

@@ -81,6 +81,7 @@ typedef struct nx_weights {
     nx_linear lm_head;   /* [vocab, hidden]; = embed when tied */
     float *final_norm;   /* [hidden] owned */
     nx_layer *layers;    /* [n_layers] owned */
+    int32_t n_layers;
     bool has_mtp;
     nx_mtp_weights mtp;
     /* provenance, for `nextn inspect` */
