@@ -11,7 +11,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import PY, ROOT, Tap, nextn, run  # noqa: E402
+from tap import NEXTN, PY, ROOT, Tap, nextn, run  # noqa: E402
 
 t = Tap()
 TOL = 2e-3  # of the logit range; both sides compute in f32 from the same bf16 weights
@@ -101,6 +101,22 @@ for wiring in ("pre", "post"):
     out[wiring] = np.load(eng_m)
     compare(f"--mtp-hidden {wiring}: MTP logits", out[wiring], np.load(ref_m))
 t.ok(float(np.abs(out["pre"] - out["post"]).max()) > 1e-3, "--mtp-hidden pre changes the head's input")
+
+# every kernel ISA the CPU has (the scalar reference, AVX2, AVX-512) gives the reference's logits,
+# plain and 4-bit quantized
+for name in ("tencent-odd", "mlx-q4-g64-head8"):
+    d = os.path.join(tmp, name)
+    ref_l = os.path.join(tmp, name + "-ref.npy")
+    for isa in ("ref", "avx2", "avx512"):
+        out = os.path.join(tmp, f"{name}-{isa}.npy")
+        r = run([NEXTN, "eval", "-m", d, "--tokens", ",".join(map(str, range(3, 20))), "--logits", out],
+                check=False, env=dict(os.environ, NX_ISA=isa))
+        if r.returncode != 0:
+            t.ok(False, f"{name}: eval with NX_ISA={isa}", r.stderr)
+            continue
+        run([PY, "tools/train/reference.py", "--model", d, "--tokens", ",".join(map(str, range(3, 20))),
+             "--logits", ref_l])
+        compare(f"{name} with NX_ISA={isa}", np.load(out), np.load(ref_l))
 
 run(["rm", "-rf", tmp])
 t.done()
