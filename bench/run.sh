@@ -18,6 +18,9 @@ BW=${bw_line#membw_gbs=}
 echo "== kernels"
 $B/bench/kernels --membw "${BW:-0}" || true
 
+echo "== prefill (plain trunk over a long prompt)"
+ids=$($NEXTN tokenize "$(head -c 3000 bench/texts/code.c)" | tr ' ' ',')
+echo "default model: $($NEXTN run --prompt-tokens "$ids" -n 1 --draft 0 2>&1 >/dev/null | grep -o 'prefill: [^|]*')"
 echo "== default model: AR vs MTP, greedy"
 $NEXTN bench -n "$N" --modes ar,1,2,3,auto
 echo "== default model: AR vs MTP auto, temperature 0.9"
@@ -28,6 +31,7 @@ if [ ! -f "$BIG/config.json" ]; then
     /usr/bin/python3 tests/ref/make_random_ckpt.py --preset big --layout tencent --mtp inline --seed 11 --out "$BIG"
 fi
 $NEXTN inspect -m "$BIG"
+echo "memory-bound model: $($NEXTN run -m "$BIG" --prompt-tokens "$(seq 1 512 | paste -sd,)" -n 1 --draft 0 2>&1 >/dev/null | grep -o 'prefill: [^|]*')"
 echo "== memory-bound model: AR vs MTP with synthetic acceptance 0.8"
 out=$($NEXTN bench -m "$BIG" -n 48 --modes ar,1,2 --synthetic-accept 0.8)
 echo "$out"

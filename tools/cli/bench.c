@@ -26,6 +26,7 @@ static const char *builtin_prompts[] = {
 typedef struct mode_result {
     char name[16];
     double tokens, seconds;
+    double prefill_tokens, prefill_seconds;
     nx_gen_stats agg;
 } mode_result;
 
@@ -128,6 +129,8 @@ int cli_bench(int argc, char **argv) {
                 }
                 cur.tokens += (double)(st.n_generated - 1);
                 cur.seconds += st.t_decode;
+                cur.prefill_tokens += (double)st.n_prompt;
+                cur.prefill_seconds += st.t_prefill;
                 add_stats(&cur.agg, &st);
             }
             if (best < 0 || cur.tokens / cur.seconds > best) {
@@ -138,7 +141,8 @@ int cli_bench(int argc, char **argv) {
         double tps = r->tokens / r->seconds;
         const nx_gen_stats *a = &r->agg;
         double ar_tps = nres > 1 && !strcmp(res[0].name, "ar") ? res[0].tokens / res[0].seconds : 0.0;
-        printf("mode=%s tok_s=%.2f", r->name, tps);
+        printf("mode=%s tok_s=%.2f prefill_tok_s=%.1f", r->name, tps,
+               r->prefill_seconds > 0 ? r->prefill_tokens / r->prefill_seconds : 0.0);
         {
             /* weight bytes streamed per second: dense part per trunk forward + experts touched */
             double steps = (double)(a->n_ar_steps + a->n_verify_steps);
