@@ -222,8 +222,64 @@ typedef struct qargs {
  * (xsum): one FMA per 16 weights and input row, plus one per group, on the packed data.
  * Lanes accumulate Σ q·x within a group, then are scaled into acc; the bias terms go to a
  * scalar sum added after the horizontal reduction. */
+/* 4-bit rows: the 16 possible weights of a group (s·q + b, q = 0..15) form a table in one
+ * register, and each packed nibble indexes it (vpermps looks at the low 4 bits of a lane), so a
+ * weight costs no int→float conversion and no per-group scale/bias arithmetic on the sums. */
+AI void mk_quant4_lut(const int R, const int TT, const qargs *a, const float *x, int64_t ldx,
+                      float *y, int64_t ldy) {
+    const int64_t ngroups = a->in / a->group, nblk = a->group / 32;
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ngroups; g++) {
+        __m512 lut[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            float sc = load_sc(a->sdt, a->sc + r * a->sstride, g);
+            float bi = a->bi ? load_sc(a->sdt, a->bi + r * a->sstride, g) : 0.0f;
+            /* multiply then add, two roundings: the same value as the dequantization formula */
+            lut[r] = _mm512_add_ps(_mm512_mul_ps(iota, _mm512_set1_ps(sc)), _mm512_set1_ps(bi));
+        }
+        for (int64_t k = 0; k < nblk; k++) {
+            int64_t e0 = g * a->group + k * 32;
+            const uint8_t *p = a->w + (size_t)e0 / 2;
+            __m512 x0[4], x1[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++) {
+                __m512 lo = _mm512_loadu_ps(x + t * ldx + e0), hi = _mm512_loadu_ps(x + t * ldx + e0 + 16);
+                x0[t] = _mm512_permutex2var_ps(lo, a->lut->even, hi);
+                x1[t] = _mm512_permutex2var_ps(lo, a->lut->odd, hi);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                _mm_prefetch((const char *)(p + r * a->wstride + QPREFETCH), _MM_HINT_T0);
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + r * a->wstride)));
+                __m512 f0 = _mm512_permutexvar_ps(v, lut[r]);
+                __m512 f1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut[r]);
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) {
+                    acc[r][t] = _mm512_fmadd_ps(f0, x0[t], acc[r][t]);
+                    acc[r][t] = _mm512_fmadd_ps(f1, x1[t], acc[r][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum16(acc[r][t]);
+}
+
 AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, const float *x,
                  int64_t ldx, const float *X, float *y, int64_t ldy) {
+    if (BITS == 4) {
+        (void)X;
+        mk_quant4_lut(R, TT, a, x, ldx, y, ldy);
+        return;
+    }
     const int64_t ngroups = a->in / a->group, nblk = a->group / 32;
     __m512 acc[4][4];
     float bsum[4][4];
