@@ -1433,9 +1433,7 @@ static int p_body(parser *P, nlist *out, const char *const *ends, int *which, si
 
 typedef struct frame {
     struct frame *parent;
-    size_t n, cap;
-    jstr *k;
-    jv *v;
+    jdict vars; /* the names this scope assigned */
 } frame;
 
 typedef struct jbuf {
@@ -1633,37 +1631,11 @@ static frame *frame_new(rt *R, frame *parent) {
     return f;
 }
 
-static int frame_set(rt *R, frame *F, jstr k, jv v) {
-    for (size_t i = 0; i < F->n; i++)
-        if (jstr_eq(F->k[i], k)) {
-            F->v[i] = v;
-            return 0;
-        }
-    if (F->n == F->cap) {
-        size_t cap = F->cap ? F->cap * 2 : 8;
-        jstr *nk = ralloc(R, cap * sizeof *nk);
-        jv *nv = nk ? ralloc(R, cap * sizeof *nv) : NULL;
-        if (!nv) return -1;
-        if (F->n) {
-            memcpy(nk, F->k, F->n * sizeof *nk);
-            memcpy(nv, F->v, F->n * sizeof *nv);
-        }
-        F->k = nk;
-        F->v = nv;
-        F->cap = cap;
-    }
-    F->k[F->n] = k;
-    F->v[F->n++] = v;
-    return 0;
-}
+static int frame_set(rt *R, frame *F, jstr k, jv v) { return dict_set(R, &F->vars, k, v); }
 
 static bool frame_get(const frame *F, jstr k, jv *out) {
     for (; F; F = F->parent)
-        for (size_t i = F->n; i-- > 0;)
-            if (jstr_eq(F->k[i], k)) {
-                *out = F->v[i];
-                return true;
-            }
+        if (dict_get(&F->vars, k, out)) return true;
     return false;
 }
 
@@ -4412,7 +4384,7 @@ static int exec_for(rt *R, frame *F, const node *s) {
         if (!kept || !tf) return -1;
         for (size_t i = 0; i < items->n; i++) {
             jv c;
-            tf->n = 0;
+            tf->vars.n = 0;
             if (step(R, s, 1) || assign(R, tf, s->a, items->v[i]) || eval(R, tf, s->c, &c)) return -1;
             if (truthy(c) && list_push(R, kept, items->v[i])) return -1;
         }
@@ -4426,7 +4398,7 @@ static int exec_for(rt *R, frame *F, const node *s) {
     lp->length = (int64_t)items->n;
     for (size_t i = 0; i < items->n; i++) {
         if (step(R, s, 1)) return -1;
-        IF->n = 0; /* Jinja2 scopes assignments to one iteration */
+        IF->vars.n = 0; /* Jinja2 scopes assignments to one iteration */
         lp->index0 = (int64_t)i;
         if (frame_set(R, IF, JSTR("loop"), (jv){.t = JT_LOOP, .u.lp = lp}) || assign(R, IF, s->a, items->v[i]))
             return -1;
