@@ -17,8 +17,7 @@ int cli_eval(int argc, char **argv) {
     int rc = cli_parse("eval", usage_eval, argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if (!o.tokens || (!o.logits_out && !o.mtp_logits_out)) {
-        fprintf(stderr, "nextn eval: needs --tokens and --logits and/or --mtp-logits\n");
-        return 2;
+        return cli_usage_error("eval", "needs --tokens and --logits and/or --mtp-logits");
     }
     int32_t *ids = NULL;
     size_t n = 0;
@@ -82,8 +81,7 @@ int cli_tokenize(int argc, char **argv) {
     int rc = cli_parse("tokenize", usage_tokenize, argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if (o.n_args != 1) {
-        fprintf(stderr, "nextn tokenize: expected one TEXT argument\n");
-        return 2;
+        return cli_usage_error("tokenize", "expected one TEXT argument");
     }
     o.load.no_mtp = true;
     o.quiet = true;
@@ -117,8 +115,7 @@ int cli_detokenize(int argc, char **argv) {
     int rc = cli_parse("detokenize", usage_detokenize, argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if (o.n_args < 1) {
-        fprintf(stderr, "nextn detokenize: expected token ids\n");
-        return 2;
+        return cli_usage_error("detokenize", "expected token ids");
     }
     /* ids may come as several arguments */
     size_t total = 1;

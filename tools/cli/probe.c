@@ -37,8 +37,7 @@ static void print_result(const char *name, const nx_probe_result *r) {
  * a miss; the last token is always a plain step (nx_generate never drafts past max_tokens). */
 static int simulate(nx_model *m, const int32_t *ids, size_t n, int32_t window, int32_t n_prompt) {
     if ((size_t)n_prompt >= n) {
-        fprintf(stderr, "nextn probe: --simulate-from %d: no generated tokens after the prompt\n", n_prompt);
-        return 2;
+        return cli_usage_error("probe", "--simulate-from %d: no generated tokens after the prompt", n_prompt);
     }
     uint8_t *hits = malloc(n);
     nx_error err = {0};
@@ -75,8 +74,7 @@ int cli_probe(int argc, char **argv) {
     int rc = cli_parse("probe", usage, argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if (o.n_args < 1 && !o.tokens) {
-        fprintf(stderr, "nextn probe: expected at least one FILE (or --tokens IDS)\n");
-        return 2;
+        return cli_usage_error("probe", "expected at least one FILE (or --tokens IDS)");
     }
     nx_model *m = cli_load_model(&o);
     if (!m) return 1;

@@ -63,8 +63,7 @@ int cli_run(int argc, char **argv) {
     int rc = cli_parse("run", usage, argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if (o.n_args) {
-        fprintf(stderr, "nextn run: unexpected argument '%s'\n", o.args[0]);
-        return 2;
+        return cli_usage_error("run", "unexpected argument '%s'", o.args[0]);
     }
     nx_model *m = cli_load_model(&o);
     if (!m) return 1;

@@ -164,8 +164,7 @@ int nx_cli_serve(int argc, char **argv) {
     }
 #undef BAD
     if (optind < argc) {
-        fprintf(stderr, "nextn serve: unexpected argument '%s'\n", argv[optind]);
-        return 2;
+        return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
     }
     if (!so.api_key) {
         const char *env = getenv("NEXTN_API_KEY");
