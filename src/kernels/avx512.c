@@ -3,25 +3,13 @@
  * group, lane sums of q·x scaled into the lanes), then a fixed horizontal tree. Register
  * blocks of R weight rows × TT input rows only hold more such accumulators, so a row's result
  * is the same whatever T and the row split are. */
-#include <immintrin.h>
-
-#include "kernels/kernels_internal.h"
-
-#define AI static inline __attribute__((always_inline))
+#include "kernels/avx512_common.h"
 
 /* Bytes of weight rows kept hot in L2 while all T input rows pass over them. */
 #define L2_BLOCK_BYTES (256 * 1024)
 
 /* Stack floats for the per-group sums of x (16 KB). */
 #define XSUM_FLOATS 4096
-
-AI float hsum16(__m512 v) {
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
 
 AI __m512 bf16x16_to_f32(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
@@ -116,19 +104,6 @@ FLOAT_KERNEL(kern_f16, NX_DTYPE_F16)
 FLOAT_KERNEL(kern_bf16, NX_DTYPE_BF16)
 
 /* ------------------------------------------------------------------ quantized weights */
-
-AI float load_sc(nx_dtype dt, const uint8_t *p, int64_t i) {
-    uint16_t h;
-    switch (dt) {
-    case NX_DTYPE_F16: memcpy(&h, p + 2 * i, 2); return _cvtsh_ss(h);
-    case NX_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return nx_bf16_to_f32(h);
-    default: {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    }
-}
 
 /* Per-lane word index and bit offset of elements 16h+l in a 32-element block, for the
  * widths whose elements straddle words (3, 5, 6). */

@@ -36,11 +36,17 @@ static int cpu_has_avx512(void) {
            __builtin_cpu_supports("avx512dq");
 }
 
+static int cpu_has_avx512vnni(void) {
+    __builtin_cpu_init();
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+}
+
 /* The table for `isa`, or NULL if unknown or not runnable here. */
 static const nx_kernel_table *table_by_name(const char *isa) {
     if (strcmp(isa, "ref") == 0) return &nx_kernels_ref;
     if (strcmp(isa, "avx2") == 0) return cpu_has_avx2() ? &nx_kernels_avx2 : NULL;
     if (strcmp(isa, "avx512") == 0) return cpu_has_avx512() ? &nx_kernels_avx512 : NULL;
+    if (strcmp(isa, "avx512vnni") == 0) return cpu_has_avx512vnni() ? &nx_kernels_avx512vnni : NULL;
     return NULL;
 }
 
@@ -50,7 +56,8 @@ static const nx_kernel_table *table_get(void) {
     /* Racing first calls all compute the same answer, so a plain store is enough. */
     const char *env = getenv("NX_ISA");
     if (env && *env) t = table_by_name(env);
-    if (!t) t = cpu_has_avx512() ? &nx_kernels_avx512
+    if (!t) t = cpu_has_avx512vnni() ? &nx_kernels_avx512vnni
+                : cpu_has_avx512() ? &nx_kernels_avx512
                 : cpu_has_avx2() ? &nx_kernels_avx2
                                  : &nx_kernels_ref;
     atomic_store_explicit(&g_table, t, memory_order_release);

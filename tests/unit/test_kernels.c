@@ -147,16 +147,16 @@ static float *rnd_vec(int64_t n) {
 }
 
 /* ISAs this CPU can run, ref first. */
-static const char *isas[3];
+static const char *isas[4];
 static int n_isas;
 static const char *default_isa;
 
 static int setup(void **state) {
     (void)state;
     default_isa = nx_kernels_isa();
-    const char *all[3] = {"ref", "avx2", "avx512"};
+    const char *all[4] = {"ref", "avx2", "avx512", "avx512vnni"};
     n_isas = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (nx_kernels_force(all[i]) == 0) isas[n_isas++] = all[i];
     nx_kernels_force(default_isa);
     return 0;
@@ -285,20 +285,32 @@ static float *run_matmul(const char *isa, const nx_linear *W, const float *x, in
     return y;
 }
 
+/* Whether `isa` quantizes the activations of W's matmul (int16 per weight group). */
+static int quantizes_x(const char *isa, const nx_linear *W) {
+    return strcmp(isa, "avx512vnni") == 0 && W->dtype == NX_DTYPE_U32 &&
+           (W->bits == 4 || W->bits == 8) && W->group % 64 == 0;
+}
+
 /* Compares every ISA against the reference within a bound scaled by Σ|w·x|, and checks the
- * reference itself against the dequantization formula on raw q (quantized weights). */
-static void check_against_ref(const tw *tw0, int64_t T) {
+ * reference itself against the dequantization formula on raw q (quantized weights). Kernels
+ * that round x to int16 per group may add up to half a step per element, a step being below
+ * max_g|x|/2^14: Σ_g (max_g|x|/32768) · Σ_{j∈g}|w_j|. `x` may be given (NULL: random in [-1, 1)). */
+static void check_against_ref_x(const tw *tw0, int64_t T, const float *xin) {
     const nx_linear *W = &tw0->L;
     int64_t ldx = W->in + 3, ldy = W->out + 2;
     float *x = rnd_vec(T * ldx);
+    if (xin)
+        for (int64_t t = 0; t < T; t++) memcpy(x + t * ldx, xin + t * W->in, (size_t)W->in * 4);
     float *wrow = malloc((size_t)W->in * sizeof *wrow);
     float *yr = run_matmul("ref", W, x, ldx, T, ldy, NULL);
     double *mag = calloc((size_t)(T * W->out), sizeof *mag);
+    double *xq = calloc((size_t)(T * W->out), sizeof *xq);
     for (int64_t o = 0; o < W->out; o++) {
         nx_linear_get_row(W, o, wrow);
         if (tw0->q) { /* the stored format means what the spec says */
             int64_t ng = W->in / W->group;
-            float s[64], b[64];
+            float s[512], b[512];
+            assert_true(ng <= 512);
             nx_to_f32(W->sdtype, (const uint8_t *)W->scales + (size_t)(o * ng) * es(W->sdtype), s, ng);
             nx_to_f32(W->sdtype, (const uint8_t *)W->biases + (size_t)(o * ng) * es(W->sdtype), b, ng);
             for (int64_t i = 0; i < W->in; i++)
@@ -308,6 +320,17 @@ static void check_against_ref(const tw *tw0, int64_t T) {
             double m = 0;
             for (int64_t i = 0; i < W->in; i++) m += fabs((double)wrow[i] * x[t * ldx + i]);
             mag[t * W->out + o] = m;
+            if (W->dtype != NX_DTYPE_U32) continue;
+            double e = 0;
+            for (int64_t g0 = 0; g0 < W->in; g0 += W->group) {
+                double amax = 0, wsum = 0;
+                for (int64_t i = g0; i < g0 + W->group; i++) {
+                    amax = fmax(amax, fabs((double)x[t * ldx + i]));
+                    wsum += fabs((double)wrow[i]);
+                }
+                e += amax / 32768.0 * wsum;
+            }
+            xq[t * W->out + o] = e * 1.001;
         }
     }
     for (int k = 1; k < n_isas; k++) {
@@ -316,6 +339,7 @@ static void check_against_ref(const tw *tw0, int64_t T) {
             for (int64_t o = 0; o < W->out; o++) {
                 double a = yr[t * ldy + o], b = ys[t * ldy + o];
                 double tol = 2.5e-7 * (double)(W->in + 16) * mag[t * W->out + o] + 1e-30;
+                if (quantizes_x(isas[k], W)) tol += xq[t * W->out + o];
                 if (!(fabs(a - b) <= tol))
                     fail_msg("%s dtype %d bits %d group %d sdt %d out %lld in %lld T %lld: "
                              "y[%lld,%lld] ref %.9g simd %.9g", isas[k], W->dtype, W->bits,
@@ -326,9 +350,12 @@ static void check_against_ref(const tw *tw0, int64_t T) {
     }
     free(yr);
     free(mag);
+    free(xq);
     free(wrow);
     free(x);
 }
+
+static void check_against_ref(const tw *tw0, int64_t T) { check_against_ref_x(tw0, T, NULL); }
 
 static const int64_t odd_sizes[] = {1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 127, 129};
 #define N_ODD (int)(sizeof odd_sizes / sizeof odd_sizes[0])
@@ -365,6 +392,65 @@ static void test_matmul_quant_vs_ref(void **state) {
                     check_against_ref(&t, 1 + c % 5);
                     tw_free(&t);
                 }
+    nx_kernels_force(default_isa);
+}
+
+/* Activations with a massive outlier channel (as LLM hidden states have): groups without the
+ * outlier keep their own precision, groups with it stay within half an int16 step of its size;
+ * and rows long enough that the int16 image is staged in several chunks, or not at all. */
+static void test_matmul_quant_activations(void **state) {
+    (void)state;
+    const int bits[] = {4, 8};
+    for (int b = 0; b < 2; b++) {
+        tw t;
+        tw_make(&t, NX_DTYPE_U32, 19, 64 * 6, bits[b], 64, NX_DTYPE_BF16, 1);
+        const int64_t T = 3, in = t.L.in;
+        float *x = rnd_vec(T * in);
+        x[5] = 3.0e4f;           /* row 0, group 0 */
+        x[in + 130] = -7.5e3f;   /* row 1, group 2 */
+        for (int64_t i = 2 * in; i < 3 * in; i++) x[i] *= 1e-30f; /* row 2: tiny values */
+        check_against_ref_x(&t, T, x);
+        free(x);
+        tw_free(&t);
+    }
+    /* 300 groups of 64: 19200 int16 per row, so a T=3 call is staged one row at a time */
+    tw big;
+    tw_make(&big, NX_DTYPE_U32, 5, 64 * 300, 4, 64, NX_DTYPE_F16, 0);
+    check_against_ref(&big, 3);
+    tw_free(&big);
+    /* a row too long to stage at all goes to the float kernel */
+    tw huge;
+    tw_make(&huge, NX_DTYPE_U32, 2, 128 * 260, 8, 128, NX_DTYPE_BF16, 2);
+    check_against_ref(&huge, 2);
+    tw_free(&huge);
+    nx_kernels_force(default_isa);
+}
+
+/* A NaN or an infinity in the input makes every output it meets non-finite, on every ISA (an
+ * int16 image of such a group must not silently read as zeros). */
+static void test_matmul_quant_nonfinite(void **state) {
+    (void)state;
+    const int bits[] = {4, 8};
+    for (int b = 0; b < 2; b++) {
+        tw t;
+        tw_make(&t, NX_DTYPE_U32, 9, 64 * 4, bits[b], 64, NX_DTYPE_BF16, 0);
+        const int64_t T = 3, in = t.L.in;
+        float *x = rnd_vec(T * in);
+        x[70] = NAN;
+        x[in + 200] = INFINITY;
+        for (int k = 0; k < n_isas; k++) {
+            float *y = run_matmul(isas[k], &t.L, x, in, T, t.L.out, NULL);
+            for (int64_t o = 0; o < t.L.out; o++) {
+                if (!isnan(y[o])) fail_msg("%s bits %d: NaN input, y[0,%lld] = %g", isas[k], bits[b], (long long)o, y[o]);
+                if (isfinite(y[t.L.out + o]))
+                    fail_msg("%s bits %d: inf input, y[1,%lld] = %g", isas[k], bits[b], (long long)o, y[t.L.out + o]);
+                if (!isfinite(y[2 * t.L.out + o])) fail_msg("%s: finite row 2 became %g", isas[k], y[2 * t.L.out + o]);
+            }
+            free(y);
+        }
+        free(x);
+        tw_free(&t);
+    }
     nx_kernels_force(default_isa);
 }
 
@@ -556,6 +642,8 @@ int main(void) {
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_matmul_float_vs_ref),
         cmocka_unit_test(test_matmul_quant_vs_ref),
+        cmocka_unit_test(test_matmul_quant_activations),
+        cmocka_unit_test(test_matmul_quant_nonfinite),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_matmul_many),

@@ -1,0 +1,35 @@
+/* Small AVX-512 helpers shared by the AVX-512 kernel files (each compiled with AVX-512 flags;
+ * never include this from a baseline file). */
+#ifndef NX_KERNELS_AVX512_COMMON_H
+#define NX_KERNELS_AVX512_COMMON_H
+
+#include <immintrin.h>
+
+#include "kernels/kernels_internal.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* Horizontal sum of 16 lanes in a fixed tree (the same order on every call). */
+AI float hsum16(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* Element i of a scale/bias vector stored as F16, BF16 or F32. */
+AI float load_sc(nx_dtype dt, const uint8_t *p, int64_t i) {
+    uint16_t h;
+    switch (dt) {
+    case NX_DTYPE_F16: memcpy(&h, p + 2 * i, 2); return _cvtsh_ss(h);
+    case NX_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return nx_bf16_to_f32(h);
+    default: {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    }
+}
+
+#endif

@@ -1,0 +1,296 @@
+/* AVX-512 VNNI kernels for 4- and 8-bit affine weights (the common MLX recipes), on CPUs with
+ * vpdpwssd (Cascade Lake, Ice Lake, Zen 4 and later); everything else goes to the AVX-512 table.
+ *
+ * Float kernels spend one FMA per 16 weights and input row, which caps a multi-row verify on
+ * a core with one 512-bit FMA per cycle well below memory speed. Here each input row is first
+ * rounded to int16 per weight group (scale d a power of two with max|x|/d in [2^14, 2^15), so
+ * each element is off by at most d/2 < 2^-15 of the group's largest element: finer than the
+ * bf16 activations MLX itself computes with, 2^-9 of each element), and the packed weights are
+ * widened to int16 without any float conversion. vpdpwssd then does 32 multiply-adds per instruction in exact int32; per
+ * group and input row the sum becomes s·d·Σq·x̂, and the bias term b·Σx uses the float sums.
+ *
+ * Numerics contract: the int16 image of an input row depends on that row alone, integer sums
+ * are exact, and the float epilogue runs in a fixed order, so a row's result is the same
+ * whatever T, the row split or the thread count. */
+#include <math.h>
+
+#include "kernels/avx512_common.h"
+
+/* int16 activations staged per call on the stack (64 KB); T is taken in chunks that fit. */
+#define XQ_MAX 32768
+#define XG_MAX 1024 /* per-group scales and sums for the same chunk */
+
+#ifndef QPREFETCH
+#define QPREFETCH 1024
+#endif
+
+typedef struct vargs {
+    const uint8_t *w;       /* first row of the register block */
+    size_t wstride;         /* packed bytes per row */
+    const uint8_t *sc, *bi; /* scales/biases of the first row (bi may be NULL) */
+    size_t sstride;
+    nx_dtype sdt;
+    int64_t in, group;
+} vargs;
+
+/* The int16 image of one input row, per 64-element block in the order the kernel pairs with
+ * the weights: 4-bit blocks as elements 0,2,…,62 then 1,3,…,63 (low and high nibbles of the
+ * 32 packed bytes), 8-bit blocks in natural order. d[g] = the group's scale, X[g] = Σ x over
+ * the group in f32 (for the bias term); a group with a NaN or infinity gets d = NaN so the
+ * outputs it touches are NaN, as a float dot product would be. */
+static void quantize_row(const float *x, int64_t in, int64_t group, int deinterleave, int16_t *xq,
+                         float *d, float *X) {
+    static const int32_t ev[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    static const int32_t od[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    const __m512i even = _mm512_loadu_si512(ev), odd = _mm512_loadu_si512(od);
+    for (int64_t g = 0; g < in / group; g++) {
+        const float *xg = x + g * group;
+        __m512 mx = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+        for (int64_t j = 0; j < group; j += 16) {
+            __m512 v = _mm512_loadu_ps(xg + j);
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+            sum = _mm512_add_ps(sum, v);
+        }
+        float amax = _mm512_reduce_max_ps(mx);
+        X[g] = hsum16(sum);
+        /* d = 2^-k with max|x|/d in [2^14, 2^15): scaling by it is exact, so only the rounding
+         * to an integer loses anything (an x with 15 significant bits relative to the group's
+         * largest is kept exactly), and s·d is exact too */
+        float inv = 0.0f;
+        d[g] = 0.0f;
+        if (!isfinite(X[g]) || !isfinite(amax)) {
+            d[g] = NAN;
+        } else if (amax > 0.0f) {
+            int e;
+            frexpf(amax, &e); /* amax < 2^e */
+            int k = 15 - e < 126 ? 15 - e : 126;
+            inv = ldexpf(1.0f, k);
+            d[g] = ldexpf(1.0f, -k);
+        }
+        const __m512 iv = _mm512_set1_ps(inv);
+        int16_t *q = xq + g * group;
+        for (int64_t j = 0; j < group; j += 32) {
+            __m512 lo = _mm512_loadu_ps(xg + j), hi = _mm512_loadu_ps(xg + j + 16);
+            __m512 a = lo, b = hi;
+            if (deinterleave) {
+                a = _mm512_permutex2var_ps(lo, even, hi);
+                b = _mm512_permutex2var_ps(lo, odd, hi);
+            }
+            __m256i qa = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, iv)));
+            __m256i qb = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(b, iv)));
+            if (deinterleave) { /* block of 64: evens of both halves first, then odds */
+                int64_t blk = j & ~(int64_t)63, half = (j & 63) / 2;
+                _mm256_storeu_si256((__m256i *)(q + blk + half), qa);
+                _mm256_storeu_si256((__m256i *)(q + blk + 32 + half), qb);
+            } else {
+                _mm256_storeu_si256((__m256i *)(q + j), qa);
+                _mm256_storeu_si256((__m256i *)(q + j + 16), qb);
+            }
+        }
+    }
+}
+
+/* 16 scales or biases (elements i..i+15 of a stored vector) as f32; lanes past n are 0. */
+AI __m512 load_sc16(nx_dtype dt, const uint8_t *p, int64_t i, int64_t n) {
+    const __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+    if (dt == NX_DTYPE_F32) return _mm512_maskz_loadu_ps(m, p + 4 * i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * i);
+    if (dt == NX_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Groups whose combined scales s·d are staged together (one vector multiply per 16 groups). */
+#define SG 16
+
+/* R weight rows × TT input rows. Per group and input row: exact int32 lane sums of q·x̂, then
+ * acc += float(sum)·(s·d); the bias terms Σ_g b_g·X_g are one vector dot product per row at
+ * the end. */
+AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const int16_t *xq,
+                int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
+    const int64_t ngroups = a->in / a->group, nblk = a->group / 64;
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    /* float accumulators live in memory: they change once per group, and the registers are
+     * better spent on the R×TT int32 sums */
+    float acc[4][4][16] __attribute__((aligned(64)));
+    float sd[4][4][SG] __attribute__((aligned(64)));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) _mm512_store_ps(acc[r][t], _mm512_setzero_ps());
+    for (int64_t g0 = 0; g0 < ngroups; g0 += SG) {
+        const int64_t gn = ngroups - g0 < SG ? ngroups - g0 : SG;
+        const __mmask16 gm = gn == SG ? (__mmask16)0xffff : (__mmask16)((1u << gn) - 1u);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 s = load_sc16(a->sdt, a->sc + r * a->sstride, g0, gn);
+#pragma GCC unroll 4
+            for (int t = 0; t < TT; t++)
+                _mm512_store_ps(sd[r][t], _mm512_mul_ps(s, _mm512_maskz_loadu_ps(gm, d + t * ldg + g0)));
+        }
+        for (int64_t gi = 0; gi < gn; gi++) {
+            const int64_t g = g0 + gi;
+            __m512i is[4][4];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512();
+            for (int64_t k = 0; k < nblk; k++) {
+                const int64_t e0 = g * a->group + k * 64;
+                const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
+                __m512i x0[4], x1[4];
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) {
+                    x0[t] = _mm512_loadu_si512(xq + t * ldq + e0);
+                    x1[t] = _mm512_loadu_si512(xq + t * ldq + e0 + 32);
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *pr = p + r * a->wstride;
+                    _mm_prefetch((const char *)(pr + QPREFETCH), _MM_HINT_T0);
+                    __m512i w0, w1;
+                    if (BITS == 4) {
+                        __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
+                        w0 = _mm512_and_si512(v, m4);
+                        w1 = _mm512_srli_epi16(v, 4);
+                    } else {
+                        w0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
+                        w1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(pr + 32)));
+                    }
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++) {
+                        is[r][t] = _mm512_dpwssd_epi32(is[r][t], w0, x0[t]);
+                        is[r][t] = _mm512_dpwssd_epi32(is[r][t], w1, x1[t]);
+                    }
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++)
+                    _mm512_store_ps(acc[r][t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]),
+                                                               _mm512_set1_ps(sd[r][t][gi]),
+                                                               _mm512_load_ps(acc[r][t])));
+        }
+    }
+    /* Σ_g b_g·X_g per row: 16 groups per step, lanes then the fixed tree */
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        __m512 bs[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) bs[t] = _mm512_setzero_ps();
+        if (a->bi)
+            for (int64_t g0 = 0; g0 < ngroups; g0 += 16) {
+                const int64_t gn = ngroups - g0 < 16 ? ngroups - g0 : 16;
+                const __mmask16 gm = gn == 16 ? (__mmask16)0xffff : (__mmask16)((1u << gn) - 1u);
+                const __m512 b = load_sc16(a->sdt, a->bi + r * a->sstride, g0, gn);
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++)
+                    bs[t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(gm, X + t * ldg + g0), bs[t]);
+            }
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum16(_mm512_load_ps(acc[r][t])) + hsum16(bs[t]);
+    }
+}
+
+/* Weight rows per register block for TT input rows (measured best on Zen 4: the R×TT int32
+ * sums, the weights and the activations must share 32 registers). */
+#define VRFULL(TT) ((TT) <= 2 ? 4 : (TT) == 3 ? 3 : 2)
+
+#define VNNI_KERNEL(NAME, BITS)                                                                \
+    static void NAME(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq,            \
+                     const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
+        if (R > 1) {                                                                           \
+            switch (TT) {                                                                      \
+            case 1: mk_vnni(BITS, 4, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
+            case 2: mk_vnni(BITS, 4, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
+            case 3: mk_vnni(BITS, 3, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
+            default: mk_vnni(BITS, 2, 4, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            }                                                                                  \
+        } else {                                                                               \
+            switch (TT) {                                                                      \
+            case 1: mk_vnni(BITS, 1, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
+            case 2: mk_vnni(BITS, 1, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
+            case 3: mk_vnni(BITS, 1, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
+            default: mk_vnni(BITS, 1, 4, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+VNNI_KERNEL(kern_v4, 4)
+VNNI_KERNEL(kern_v8, 8)
+
+/* Bytes of weight rows kept hot in L2 while all T input rows pass over them. */
+#define L2_BLOCK_BYTES (256 * 1024)
+
+static int64_t rows_per_block(size_t row_bytes) {
+    int64_t n = (int64_t)(L2_BLOCK_BYTES / (row_bytes ? row_bytes : 1));
+    n &= ~(int64_t)3;
+    return n < 4 ? 4 : n;
+}
+
+/* Whether this file runs W: 4- or 8-bit, whole 64-element blocks per group, and at least one
+ * input row's int16 image fits the stack buffer. */
+static int vnni_takes(const nx_linear *W) {
+    return W->dtype == NX_DTYPE_U32 && (W->bits == 4 || W->bits == 8) && W->group % 64 == 0 &&
+           W->in <= XQ_MAX && W->in / W->group <= XG_MAX;
+}
+
+static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+                            int64_t ldy, int64_t o0, int64_t o1) {
+    if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1);
+    const int64_t in = W->in, ngroups = in / W->group;
+    void (*kern)(int, int, const vargs *, const int16_t *, int64_t, const float *, const float *,
+                 int64_t, float *, int64_t) = W->bits == 4 ? kern_v4 : kern_v8;
+    vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
+               .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
+               .sdt = W->sdtype,
+               .in = in,
+               .group = W->group};
+    int16_t xq[XQ_MAX] __attribute__((aligned(64)));
+    float dg[XG_MAX], Xg[XG_MAX];
+    int64_t tc = XQ_MAX / in;
+    if (tc > XG_MAX / ngroups) tc = XG_MAX / ngroups;
+    const int64_t ob = rows_per_block(a.wstride);
+    for (int64_t c0 = 0; c0 < T; c0 += tc) {
+        const int64_t c1 = c0 + tc < T ? c0 + tc : T;
+        for (int64_t t = c0; t < c1; t++)
+            quantize_row(x + t * ldx, in, W->group, W->bits == 4, xq + (t - c0) * in,
+                         dg + (t - c0) * ngroups, Xg + (t - c0) * ngroups);
+        for (int64_t b0 = o0; b0 < o1; b0 += ob) {
+            const int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
+            for (int64_t t = c0; t < c1; t += 4) {
+                const int tt = c1 - t < 4 ? (int)(c1 - t) : 4;
+                const int64_t q0 = (t - c0) * in, g0 = (t - c0) * ngroups;
+                for (int64_t o = b0; o < b1;) {
+                    const int R = o + VRFULL(tt) <= b1 ? VRFULL(tt) : 1;
+                    a.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
+                    a.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
+                    a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
+                    kern(R, tt, &a, xq + q0, in, dg + g0, Xg + g0, ngroups, y + t * ldy + o, ldy);
+                    o += R;
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+static void vnni_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
+    nx_kernels_avx512.to_f32(t, src, dst, n);
+}
+
+static float vnni_dot_f32(const float *a, const float *b, int64_t n) {
+    return nx_kernels_avx512.dot_f32(a, b, n);
+}
+
+static void vnni_axpy_f32(float a, const float *x, float *y, int64_t n) {
+    nx_kernels_avx512.axpy_f32(a, x, y, n);
+}
+
+const nx_kernel_table nx_kernels_avx512vnni = {
+    .name = "avx512vnni",
+    .matmul_rows = vnni_matmul_rows,
+    .to_f32 = vnni_to_f32,
+    .dot_f32 = vnni_dot_f32,
+    .axpy_f32 = vnni_axpy_f32,
+};
