@@ -160,7 +160,6 @@ int main(int argc, char **argv) {
         size_t total = nx_linear_bytes(&W);
         /* enough copies that a pass over all of them is >= 256 MB: no call is served by L3 */
         int ncopies = (int)((256u << 20) / total) + 1;
-        if (ncopies > 64) ncopies = 64;
         if (hot) ncopies = 1;
         nx_linear *Ws = calloc((size_t)ncopies, sizeof *Ws);
         uint8_t **bufs = calloc((size_t)ncopies, sizeof *bufs);

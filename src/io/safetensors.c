@@ -396,7 +396,9 @@ static nx_status map_file(const char *path, st_file *f, nx_error *err) {
         return nx_fail(err, NX_E_FORMAT, "%s: %lld bytes, too short for a safetensors header", path,
                        (long long)sb.st_size);
     }
-    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    /* MAP_POPULATE: page tables for the whole file are set up (and the file read, if it is not
+     * cached) now, not one fault per page while decoding touches experts for the first time */
+    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) return nx_fail(err, NX_E_IO, "%s: mmap failed: %s", path, strerror(errno));
     f->map = m;

@@ -73,6 +73,7 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     c->hpre = zalloc(B * H, sizeof(float), &ok);
     c->hpost = zalloc(B * H, sizeof(float), &ok);
     c->scores = zalloc((size_t)nx_pool_size(m->pool) * N, sizeof(float), &ok);
+    c->rope = zalloc(B * (size_t)cfg->head_dim, sizeof(float), &ok);
     c->router = zalloc(B * (size_t)E, sizeof(float), &ok);
     c->sel = zalloc(B * K, sizeof(int32_t), &ok);
     c->selw = zalloc(B * K, sizeof(float), &ok);
@@ -102,7 +103,7 @@ void nx_ctx_free(nx_ctx *c) {
     free(c->mtp_kv.v);
     float *bufs[] = {c->mtp_in, c->mtp_out, c->hidden, c->x,  c->xn,    c->q,      c->k,
                      c->v,      c->att,     c->y,      c->g,  c->u,     c->hpre,   c->hpost,
-                     c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye};
+                     c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye, c->rope};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->sel);
     free(c->prev_sel);

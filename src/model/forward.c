@@ -18,16 +18,36 @@ void nx_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *out
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
 }
 
-/* Neox ("rotate-half") RoPE on one head vector at absolute position pos. */
-static void rope_neox(float *x, int32_t hd, int32_t pos, double theta) {
-    int32_t half = hd / 2;
+/* cos and sin of the neox RoPE angles at positions pos0..pos0+T-1 into c->rope (per row: half
+ * cosines, then half sines); kept while the key matches, so the layers of one forward call
+ * compute them once. */
+static const float *rope_table(nx_ctx *c, int32_t T, int32_t pos0, int32_t hd, double theta) {
+    const int32_t half = hd / 2;
+    if (c->rope_T == T && c->rope_pos0 == pos0 && c->rope_hd == hd && c->rope_theta == theta)
+        return c->rope;
     for (int32_t i = 0; i < half; i++) {
         double inv = pow(theta, -2.0 * i / hd);
-        double a = (double)pos * inv;
-        float cs = (float)cos(a), sn = (float)sin(a);
+        for (int32_t t = 0; t < T; t++) {
+            double a = (double)(pos0 + t) * inv;
+            c->rope[(size_t)t * hd + i] = (float)cos(a);
+            c->rope[(size_t)t * hd + half + i] = (float)sin(a);
+        }
+    }
+    c->rope_T = T;
+    c->rope_pos0 = pos0;
+    c->rope_hd = hd;
+    c->rope_theta = theta;
+    return c->rope;
+}
+
+/* Neox ("rotate-half") RoPE on one head vector, with the row's cos/sin from rope_table. */
+static void rope_neox(float *x, int32_t hd, const float *cs_sn) {
+    const int32_t half = hd / 2;
+    const float *cs = cs_sn, *sn = cs_sn + half;
+    for (int32_t i = 0; i < half; i++) {
         float x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * cs - x1 * sn;
-        x[i + half] = x1 * cs + x0 * sn;
+        x[i] = x0 * cs[i] - x1 * sn[i];
+        x[i + half] = x1 * cs[i] + x0 * sn[i];
     }
 }
 
@@ -91,16 +111,18 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     const nx_matmul_task qkv[3] = {{&L->wq, c->xn, H, T, c->q, qw}, {&L->wk, c->xn, H, T, c->k, kvw},
                             {&L->wv, c->xn, H, T, c->v, kvw}};
     nx_matmul_many(qkv, 3, pool);
+    const float *rope = rope_table(c, T, pos0, hd, theta);
     for (int32_t t = 0; t < T; t++) {
+        const float *cs_sn = rope + (size_t)t * hd;
         for (int32_t h = 0; h < nh; h++) {
             float *qh = c->q + (size_t)t * qw + (size_t)h * hd;
             if (L->q_norm) nx_rmsnorm(qh, L->q_norm, cfg->rms_eps, hd, qh);
-            rope_neox(qh, hd, pos0 + t, theta);
+            rope_neox(qh, hd, cs_sn);
         }
         for (int32_t h = 0; h < nkv; h++) {
             float *kh = c->k + (size_t)t * kvw + (size_t)h * hd;
             if (L->k_norm) nx_rmsnorm(kh, L->k_norm, cfg->rms_eps, hd, kh);
-            rope_neox(kh, hd, pos0 + t, theta);
+            rope_neox(kh, hd, cs_sn);
         }
         memcpy(kv->k + (size_t)(pos0 + t) * kvw, c->k + (size_t)t * kvw, sizeof(float) * (size_t)kvw);
         memcpy(kv->v + (size_t)(pos0 + t) * kvw, c->v + (size_t)t * kvw, sizeof(float) * (size_t)kvw);
@@ -151,16 +173,15 @@ void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, 
     for (int32_t e = 0; e < E; e++) {
         float ce = 1.0f / (1.0f + expf(-logits[e])) + (bias ? bias[e] : 0.0f);
         /* insertion into a descending top-k list */
-        int32_t pos = k;
-        while (pos > 0) {
-            int32_t o = idx[pos - 1];
-            float co = o < 0 ? -INFINITY : 1.0f / (1.0f + expf(-logits[o])) + (bias ? bias[o] : 0.0f);
-            if (o >= 0 && co >= ce) break;
-            pos--;
-        }
+        int32_t pos = k; /* w[i] holds the choice score of idx[i] while choosing */
+        while (pos > 0 && !(idx[pos - 1] >= 0 && w[pos - 1] >= ce)) pos--;
         if (pos >= k) continue;
-        for (int32_t i = k - 1; i > pos; i--) idx[i] = idx[i - 1];
+        for (int32_t i = k - 1; i > pos; i--) {
+            idx[i] = idx[i - 1];
+            w[i] = w[i - 1];
+        }
         idx[pos] = e;
+        w[pos] = ce;
     }
     double sum = 0.0;
     for (int32_t i = 0; i < k; i++) {
