@@ -18,6 +18,19 @@ AI float hsum16(__m512 v) {
     return _mm_cvtss_f32(b);
 }
 
+/* hsum16 of four vectors at once, each summed in exactly hsum16's order (lane i + lane i+8,
+ * then + i+4, then + i+2, then + i+1; lanes of different vectors never mix), so a row reduced
+ * here or alone gets the same bits. Returns [Σa, Σb, Σc, Σd]. */
+AI __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
+    __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4e));      /* lanes 0,1: + lanes 2,3 */
+    s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));      /* lane 0: + lane 1 */
+    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(first, s));
+}
+
 /* Element i of a scale/bias vector stored as F16, BF16 or F32. */
 AI float load_sc(nx_dtype dt, const uint8_t *p, int64_t i) {
     uint16_t h;

@@ -186,12 +186,13 @@ AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const
                                                                _mm512_load_ps(acc[r][t])));
         }
     }
-    /* Σ_g b_g·X_g per row: 16 groups per step, lanes then the fixed tree */
+    /* + Σ_g b_g·X_g, 16 groups per step into the same lanes, then one fixed tree per output
+     * (four rows' trees at once: the same order as one alone) */
+    __m512 tot[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        __m512 bs[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) bs[t] = _mm512_setzero_ps();
+        for (int t = 0; t < TT; t++) tot[r][t] = _mm512_load_ps(acc[r][t]);
         if (a->bi)
             for (int64_t g0 = 0; g0 < ngroups; g0 += 16) {
                 const int64_t gn = ngroups - g0 < 16 ? ngroups - g0 : 16;
@@ -199,10 +200,17 @@ AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const
                 const __m512 b = load_sc16(a->sdt, a->bi + r * a->sstride, g0, gn);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++)
-                    bs[t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(gm, X + t * ldg + g0), bs[t]);
+                    tot[r][t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(gm, X + t * ldg + g0), tot[r][t]);
             }
+    }
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum16(_mm512_load_ps(acc[r][t])) + hsum16(bs[t]);
+    for (int t = 0; t < TT; t++) {
+        if (R == 4) {
+            _mm_storeu_ps(y + t * ldy, hsum16x4(tot[0][t], tot[1][t], tot[2][t], tot[3][t]));
+        } else {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) y[t * ldy + r] = hsum16(tot[r][t]);
+        }
     }
 }
 
