@@ -16,7 +16,20 @@ echo "$bw_out"
 bw_line=$(echo "$bw_out" | grep -o "membw_gbs=[0-9.]*" | tail -1 || true)
 BW=${bw_line#membw_gbs=}
 echo "== kernels"
-$B/bench/kernels --membw "${BW:-0}" || true
+kout=$($B/bench/kernels --membw "${BW:-0}" || true)
+echo "$kout"
+# the quantized-decode figures: 4-bit (the common recipe) and 8-bit (heads, attention overrides)
+for q in q4 q8; do
+    echo "$kout" | awk -v q="$q" '$1 == "bench=matmul" {
+        for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+        if (f["dtype"] != q) next
+        ms[f["T"]] = f["ms"]; frac[f["T"]] = f["membw_frac"]; gf[f["T"]] = f["gflops"]; isa = f["isa"]
+    } END {
+        if (ms[1] > 0 && ms[2] > 0)
+            printf "%s (%s): 1-row decode reads weights at %.0f%% of membw; a 2-row verify call costs %.2fx a 1-row call; T=64 (prefill) %.0f GFLOP/s\n",
+                q, isa, 100 * frac[1], ms[2] / ms[1], gf[64]
+    }'
+done
 
 echo "== prefill (plain trunk over a long prompt)"
 ids=$($NEXTN tokenize "$(head -c 3000 bench/texts/code.c)" | tr ' ' ',')

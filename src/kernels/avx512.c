@@ -177,12 +177,6 @@ AI void unpack32(const int BITS, const uint8_t *p, const qlut *L, __m512 *f0, __
     }
 }
 
-/* Bytes ahead of the current block to prefetch on each weight row: several short rows are
- * streamed at once, more than the hardware prefetchers follow well. */
-#ifndef QPREFETCH
-#define QPREFETCH 1024
-#endif
-
 typedef struct qargs {
     const uint8_t *w;      /* first row of the block */
     size_t wstride;        /* packed bytes per row */
@@ -230,7 +224,7 @@ AI void mk_quant4_lut(const int R, const int TT, const qargs *a, const float *x,
             }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                _mm_prefetch((const char *)(p + r * a->wstride + QPREFETCH), _MM_HINT_T0);
+                _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 / 2, 16), _MM_HINT_T0);
                 __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + r * a->wstride)));
                 __m512 f0 = _mm512_permutexvar_ps(v, lut[r]);
                 __m512 f1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut[r]);
@@ -288,7 +282,8 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m512 f0, f1;
-                _mm_prefetch((const char *)(p + r * a->wstride + QPREFETCH), _MM_HINT_T0);
+                _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, (size_t)BITS * 4),
+                             _MM_HINT_T0);
                 unpack32(BITS, p + r * a->wstride, a->lut, &f0, &f1);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) {

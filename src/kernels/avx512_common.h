@@ -9,6 +9,29 @@
 
 #define AI static inline __attribute__((always_inline))
 
+/* Software prefetch for the quantized kernels, which stream a register block of R consecutive
+ * weight rows at once (decode reads more streams than the hardware prefetchers follow well).
+ * A block of at most QPF_LINEAR bytes is swept linearly QPF_LINEAR bytes ahead, at the rate
+ * the block consumes its rows: a sequential pattern the hardware prefetcher then extends. A
+ * larger block prefetches the same columns of the rows whole blocks (>= QPF_AHEAD bytes)
+ * further on. Measured on 4-bit decode: 8192x1024 65% -> 105% of the probe's bandwidth with
+ * the sweep (1 KB ahead along each row before), 4096x14336 85% -> 95% with whole blocks. */
+#ifndef QPF_LINEAR
+#define QPF_LINEAR 8192
+#endif
+#ifndef QPF_AHEAD
+#define QPF_AHEAD 8192
+#endif
+
+/* The address to prefetch for row r of a block of R rows starting at w0 (row stride
+ * wstride), when each row has consumed `done` bytes and reads `step` more this iteration. */
+AI const char *qprefetch_addr(const uint8_t *w0, size_t wstride, int R, int r, size_t done, size_t step) {
+    const size_t blk = (size_t)R * wstride;
+    if (blk <= QPF_LINEAR) return (const char *)(w0 + QPF_LINEAR + done * (size_t)R + (size_t)r * step);
+    const size_t nb = (QPF_AHEAD + blk - 1) / blk;
+    return (const char *)(w0 + nb * blk + (size_t)r * wstride + done);
+}
+
 /* Horizontal sum of 16 lanes in a fixed tree (the same order on every call). */
 AI float hsum16(__m512 v) {
     __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

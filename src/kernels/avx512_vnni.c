@@ -20,23 +20,6 @@
 #define XQ_MAX 32768
 #define XG_MAX 1024 /* per-group scales and sums for the same chunk */
 
-/* How far ahead of the block being read to prefetch: decode streams many rows at once, more
- * than the hardware prefetchers follow well. Long rows: this many bytes further along each
- * row; short rows (one row shorter than this): the same columns of the rows at least this
- * many bytes further on, in whole register blocks. */
-#ifndef QPREFETCH
-#define QPREFETCH 1024
-#endif
-#ifndef QPREFETCH_SHORT
-#define QPREFETCH_SHORT 4096
-#endif
-
-static size_t prefetch_distance(size_t wstride) {
-    if (wstride >= QPREFETCH) return QPREFETCH;
-    size_t rows = (QPREFETCH_SHORT + wstride - 1) / wstride;
-    return ((rows + 3) & ~(size_t)3) * wstride;
-}
-
 typedef struct vargs {
     const uint8_t *w;       /* first row of the register block */
     size_t wstride;         /* packed bytes per row */
@@ -44,7 +27,6 @@ typedef struct vargs {
     size_t sstride;
     nx_dtype sdt;
     int64_t in, group;
-    size_t pf;              /* prefetch distance in bytes from the current weight block */
 } vargs;
 
 /* The int16 image of one input row, per 64-element block in the order the kernel pairs with
@@ -160,7 +142,8 @@ AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++) {
                     const uint8_t *pr = p + r * a->wstride;
-                    _mm_prefetch((const char *)(pr + a->pf), _MM_HINT_T0);
+                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, (size_t)BITS * 8),
+                                 _MM_HINT_T0);
                     __m512i w0, w1;
                     if (BITS == 4) {
                         __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
@@ -268,7 +251,6 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                .sdt = W->sdtype,
                .in = in,
                .group = W->group};
-    a.pf = prefetch_distance(a.wstride);
     int16_t xq[XQ_MAX] __attribute__((aligned(64)));
     float dg[XG_MAX], Xg[XG_MAX];
     int64_t tc = XQ_MAX / in;

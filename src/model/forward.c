@@ -134,31 +134,102 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
 
 /* ---------------------------------------------------------------- feed-forward */
 
+/* How ffn_many folds its outputs into y (MoE): routed rows r < n_routed add w[r]·out[r] to
+ * y[row[r]] in ascending r, then, if shared is set, y[t] += shared[t] for t < T. */
+typedef struct ffn_combine {
+    float *y;
+    const int32_t *row;
+    const float *w;
+    int32_t n_routed;
+    const float *shared;
+    int32_t T;
+} ffn_combine;
+
+typedef struct ffn_job {
+    nx_ctx *c;
+    const nx_ffn *const *f;
+    const float *const *x;
+    const int32_t *n;
+    float *const *out;
+    float *gs[NX_MAX_EXPERTS_TOUCHED + 1];
+    int items;
+    long long units; /* gate/up: 16-row chunks of every item's F, concatenated */
+    const ffn_combine *comb;
+} ffn_job;
+
+#define FFN_CHUNK 16
+
+/* Gate and up rows of the same chunks on the same thread, so SwiGLU follows at once. */
+static void ffn_gate_up_worker(void *arg, int ith, int nth) {
+    ffn_job *j = arg;
+    const int32_t H = j->c->m->cfg.hidden_size;
+    long long b, e, base = 0;
+    nx_pool_split(j->units, ith, nth, &b, &e);
+    for (int i = 0; i < j->items && b < e; i++) {
+        const int64_t F = j->f[i]->gate.out;
+        const long long nc = (F + FFN_CHUNK - 1) / FFN_CHUNK;
+        const long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
+        base += nc;
+        if (lo >= hi) continue;
+        const int64_t r0 = (lo - (base - nc)) * FFN_CHUNK, r1 = (hi - (base - nc)) * FFN_CHUNK < F ? (hi - (base - nc)) * FFN_CHUNK : F;
+        float *g = j->gs[i], *u = j->c->u + (g - j->c->g);
+        nx_matmul_rows(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1);
+        nx_matmul_rows(&j->f[i]->up, j->x[i], H, j->n[i], u, F, r0, r1);
+        for (int32_t t = 0; t < j->n[i]; t++)
+            for (int64_t r = r0; r < r1; r++) g[t * F + r] = silu(g[t * F + r]) * u[t * F + r];
+    }
+}
+
+/* Down rows [a, b) of every item, then the combine of those columns: each thread owns a slice
+ * of the hidden dimension across all items. */
+static void ffn_down_worker(void *arg, int ith, int nth) {
+    ffn_job *j = arg;
+    const int32_t H = j->c->m->cfg.hidden_size;
+    long long cb, ce;
+    nx_pool_split((H + FFN_CHUNK - 1) / FFN_CHUNK, ith, nth, &cb, &ce);
+    const int64_t a = cb * FFN_CHUNK, b = ce * FFN_CHUNK < H ? ce * FFN_CHUNK : H;
+    if (a >= b) return;
+    for (int i = 0; i < j->items; i++)
+        nx_matmul_rows(&j->f[i]->down, j->gs[i], j->f[i]->gate.out, j->n[i], j->out[i], H, a, b);
+    const ffn_combine *cb_ = j->comb;
+    if (!cb_) return;
+    for (int32_t r = 0; r < cb_->n_routed; r++)
+        nx_axpy_f32(cb_->w[r], j->out[0] + (size_t)r * H + a, cb_->y + (size_t)cb_->row[r] * H + a, b - a);
+    if (cb_->shared)
+        for (int32_t t = 0; t < cb_->T; t++)
+            for (int64_t k = a; k < b; k++) cb_->y[(size_t)t * H + k] += cb_->shared[(size_t)t * H + k];
+}
+
 /* SwiGLU over groups of rows: item i applies ffn f[i] to n[i] rows of x[i] (row stride H),
- * writing out[i] (n[i], H). Gate and up of every item run as one parallel job, down as another.
- * Scratch: c->g / c->u hold (Σ n[i], F). */
+ * writing out[i] (n[i], H); with comb, the outputs are also folded into comb->y (the routed
+ * items' outputs must then be consecutive rows from out[0]). Gate, up and SwiGLU of every item
+ * run as one parallel job, down and the combine as another. Scratch: c->g / c->u hold
+ * (Σ n[i], F). */
 static void ffn_many(nx_ctx *c, const nx_ffn *const *f, const float *const *x, const int32_t *n,
-                     float *const *out, int items) {
-    const int32_t H = c->m->cfg.hidden_size;
-    nx_matmul_task t[MM_MAX_TASKS] = {{0}};
-    float *gs[NX_MAX_EXPERTS_TOUCHED + 1], *us[NX_MAX_EXPERTS_TOUCHED + 1];
+                     float *const *out, int items, const ffn_combine *comb) {
+    ffn_job j = {.c = c, .f = f, .x = x, .n = n, .out = out, .items = items, .comb = comb};
     size_t off = 0;
+    double work = 0;
     for (int i = 0; i < items; i++) {
         const int64_t F = f[i]->gate.out;
-        gs[i] = c->g + off;
-        us[i] = c->u + off;
+        j.gs[i] = c->g + off;
         off += (size_t)n[i] * (size_t)F;
-        t[2 * i] = (nx_matmul_task){&f[i]->gate, x[i], H, n[i], gs[i], F};
-        t[2 * i + 1] = (nx_matmul_task){&f[i]->up, x[i], H, n[i], us[i], F};
+        j.units += (F + FFN_CHUNK - 1) / FFN_CHUNK;
+        work += 3.0 * (double)F * (double)f[i]->gate.in * (double)n[i];
     }
-    nx_matmul_many(t, 2 * items, c->m->pool);
-    for (size_t e = 0; e < off; e++) c->g[e] = silu(c->g[e]) * c->u[e];
-    for (int i = 0; i < items; i++) t[i] = (nx_matmul_task){&f[i]->down, gs[i], f[i]->gate.out, n[i], out[i], H};
-    nx_matmul_many(t, items, c->m->pool);
+    nx_pool *pool = c->m->pool;
+    /* a pool wake-up costs a few microseconds: not worth it for tiny experts */
+    if (nx_pool_size(pool) <= 1 || work < 98304) {
+        ffn_gate_up_worker(&j, 0, 1);
+        ffn_down_worker(&j, 0, 1);
+    } else {
+        nx_pool_run(pool, ffn_gate_up_worker, &j);
+        nx_pool_run(pool, ffn_down_worker, &j);
+    }
 }
 
 static void ffn(nx_ctx *c, const nx_ffn *f, const float *in, int32_t n, float *out) {
-    ffn_many(c, &f, &in, &n, &out, 1);
+    ffn_many(c, &f, &in, &n, &out, 1, NULL);
 }
 
 static double ffn_bytes(const nx_ffn *f) {
@@ -248,9 +319,8 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
         ns[items++] = n;
         total += n;
         if (items == NX_MAX_EXPERTS_TOUCHED) { /* more experts than one job holds: flush */
-            ffn_many(c, f, xs, ns, outs, items);
-            for (int32_t r = 0; r < total; r++)
-                nx_axpy_f32(c->rows_w[r], c->ye + (size_t)r * H, c->y + (size_t)c->rows[r] * H, H);
+            const ffn_combine cb = {c->y, c->rows, c->rows_w, total, NULL, T};
+            ffn_many(c, f, xs, ns, outs, items, &cb);
             items = total = 0;
         }
     }
@@ -262,13 +332,9 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
         outs[items] = c->ye + (size_t)total * H;
         ns[items++] = T;
     }
-    if (items) ffn_many(c, f, xs, ns, outs, items);
-    for (int32_t r = 0; r < routed; r++)
-        nx_axpy_f32(c->rows_w[r], c->ye + (size_t)r * H, c->y + (size_t)c->rows[r] * H, H);
-    if (M->has_shared) {
-        const float *ys = c->ye + (size_t)routed * H;
-        for (int64_t i = 0; i < (int64_t)T * H; i++) c->y[i] += ys[i];
-    }
+    const ffn_combine cb = {c->y, c->rows, c->rows_w, routed,
+                            M->has_shared ? c->ye + (size_t)routed * H : NULL, T};
+    if (items) ffn_many(c, f, xs, ns, outs, items, &cb);
 }
 
 /* ---------------------------------------------------------------- decoder layer */
