@@ -41,19 +41,17 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     int64_t i = 0;
     const size_t esz = dt == NX_DTYPE_F32 ? 4 : 2;
-    /* prefetch distance: whole row blocks, at least ~8 KB ahead */
-    const size_t ahead = (size_t)R * ((8192 + (size_t)R * stride - 1) / ((size_t)R * stride));
     for (; i + 16 <= in; i += 16) {
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + i);
-        /* Decode streams many short rows, more than the hardware prefetchers follow: fetch
-         * the same columns of rows a block or more ahead while this block computes (one hint
-         * per line; a hint past the end of the matrix is harmless). */
+        /* Decode streams many rows, more than the hardware prefetchers follow: one hint per
+         * line consumed, ahead of the block (avx512_common.h; a hint past the end of the
+         * matrix is harmless). */
         if (((size_t)i * esz) % 64 == 0)
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)(w + ((size_t)r + ahead) * stride + (size_t)i * esz), _MM_HINT_T0);
+                _mm_prefetch(qprefetch_addr(w, stride, R, r, (size_t)i * esz, 64), _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m512 wv = load_w16(dt, w + r * stride, i);

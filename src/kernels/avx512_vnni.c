@@ -101,18 +101,16 @@ AI __m512 load_sc16(nx_dtype dt, const uint8_t *p, int64_t i, int64_t n) {
 /* R weight rows × TT input rows. Per group and input row: exact int32 lane sums of q·x̂, then
  * acc += float(sum)·(s·d); the bias terms Σ_g b_g·X_g are one vector dot product per row at
  * the end. */
-AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const int16_t *xq,
+AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const vargs *a, const int16_t *xq,
                 int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
     const int64_t ngroups = a->in / a->group, nblk = a->group / 64;
     const __m512i m4 = _mm512_set1_epi16(0x0f);
-    /* float accumulators live in memory: they change once per group, and the registers are
-     * better spent on the R×TT int32 sums */
-    float acc[4][4][16] __attribute__((aligned(64)));
+    __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) _mm512_store_ps(acc[r][t], _mm512_setzero_ps());
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < ngroups; g0 += SG) {
         const int64_t gn = ngroups - g0 < SG ? ngroups - g0 : SG;
         const __mmask16 gm = gn == SG ? (__mmask16)0xffff : (__mmask16)((1u << gn) - 1u);
@@ -129,8 +127,10 @@ AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-                for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512();
-            for (int64_t k = 0; k < nblk; k++) {
+                for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512(); /* dead: k = 0 sets */
+            /* NB = 1 (64-element groups, the common case): one block, no loop */
+            const int64_t nb = NB ? NB : nblk;
+            for (int64_t k = 0; k < nb; k++) {
                 const int64_t e0 = g * a->group + k * 64;
                 const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
                 __m512i x0[4], x1[4];
@@ -155,8 +155,9 @@ AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const
                     }
 #pragma GCC unroll 4
                     for (int t = 0; t < TT; t++) {
-                        is[r][t] = _mm512_dpwssd_epi32(is[r][t], w0, x0[t]);
-                        is[r][t] = _mm512_dpwssd_epi32(is[r][t], w1, x1[t]);
+                        /* the group's first block starts its sums with vpmaddwd (same integers) */
+                        __m512i first = _mm512_madd_epi16(w0, x0[t]);
+                        is[r][t] = _mm512_dpwssd_epi32(k == 0 ? first : _mm512_add_epi32(is[r][t], first), w1, x1[t]);
                     }
                 }
             }
@@ -164,9 +165,8 @@ AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const
             for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++)
-                    _mm512_store_ps(acc[r][t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]),
-                                                               _mm512_set1_ps(sd[r][t][gi]),
-                                                               _mm512_load_ps(acc[r][t])));
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), _mm512_set1_ps(sd[r][t][gi]),
+                                                acc[r][t]);
         }
     }
     /* + Σ_g b_g·X_g, 16 groups per step into the same lanes, then one fixed tree per output
@@ -175,7 +175,7 @@ AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) tot[r][t] = _mm512_load_ps(acc[r][t]);
+        for (int t = 0; t < TT; t++) tot[r][t] = acc[r][t];
         if (a->bi)
             for (int64_t g0 = 0; g0 < ngroups; g0 += 16) {
                 const int64_t gn = ngroups - g0 < 16 ? ngroups - g0 : 16;
@@ -201,24 +201,31 @@ AI void mk_vnni(const int BITS, const int R, const int TT, const vargs *a, const
  * sums, the weights and the activations must share 32 registers). */
 #define VRFULL(TT) ((TT) <= 2 ? 4 : (TT) == 3 ? 3 : 2)
 
-#define VNNI_KERNEL(NAME, BITS)                                                                \
-    static void NAME(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq,            \
-                     const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
+#define VNNI_SHAPES(BITS, NB)                                                                  \
+    do {                                                                                       \
         if (R > 1) {                                                                           \
             switch (TT) {                                                                      \
-            case 1: mk_vnni(BITS, 4, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
-            case 2: mk_vnni(BITS, 4, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
-            case 3: mk_vnni(BITS, 3, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
-            default: mk_vnni(BITS, 2, 4, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 1: mk_vnni(BITS, NB, 4, 1, a, xq, ldq, d, X, ldg, y, ldy); break;             \
+            case 2: mk_vnni(BITS, NB, 4, 2, a, xq, ldq, d, X, ldg, y, ldy); break;             \
+            case 3: mk_vnni(BITS, NB, 3, 3, a, xq, ldq, d, X, ldg, y, ldy); break;             \
+            default: mk_vnni(BITS, NB, 2, 4, a, xq, ldq, d, X, ldg, y, ldy); break;            \
             }                                                                                  \
         } else {                                                                               \
             switch (TT) {                                                                      \
-            case 1: mk_vnni(BITS, 1, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
-            case 2: mk_vnni(BITS, 1, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
-            case 3: mk_vnni(BITS, 1, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                 \
-            default: mk_vnni(BITS, 1, 4, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 1: mk_vnni(BITS, NB, 1, 1, a, xq, ldq, d, X, ldg, y, ldy); break;             \
+            case 2: mk_vnni(BITS, NB, 1, 2, a, xq, ldq, d, X, ldg, y, ldy); break;             \
+            case 3: mk_vnni(BITS, NB, 1, 3, a, xq, ldq, d, X, ldg, y, ldy); break;             \
+            default: mk_vnni(BITS, NB, 1, 4, a, xq, ldq, d, X, ldg, y, ldy); break;            \
             }                                                                                  \
         }                                                                                      \
+    } while (0)
+
+/* 64-element groups get a block loop unrolled away; other sizes loop over their blocks. */
+#define VNNI_KERNEL(NAME, BITS)                                                                \
+    static void NAME(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq,            \
+                     const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
+        if (a->group == 64) VNNI_SHAPES(BITS, 1);                                              \
+        else VNNI_SHAPES(BITS, 0);                                                             \
     }
 
 VNNI_KERNEL(kern_v4, 4)
