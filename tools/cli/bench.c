@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "kernels/kernels.h"
+#include "model/dense_timing.h"
 
 static const char *usage =
     "usage: nextn bench [-m DIR] [-p TEXT | -f FILE | --prompt-tokens IDS] [-n N] [--modes LIST]\n"
@@ -16,7 +17,9 @@ static const char *usage =
     "Without a prompt, a built-in code prompt and prose prompt are used (token ids 1..16 for\n"
     "models without a tokenizer). --synthetic-accept A accepts each draft with probability A,\n"
     "whatever the head says: the loop's speed ceiling on models whose head is meaningless.\n"
-    "--repeat R runs each mode R times and keeps the fastest.\n";
+    "--repeat R runs each mode R times and keeps the fastest.\n"
+    "The last line times the step's routing-independent matmuls (attention, router, shared\n"
+    "expert or dense FFN, lm_head) alone at 1 row and at 2 rows (a k = 1 verify).\n";
 
 static const char *builtin_prompts[] = {
     "#include <stdio.h>\n#include <stdlib.h>\n\nstatic int compare(const void *a, const void *b)\n{\n",
@@ -188,6 +191,18 @@ int cli_bench(int argc, char **argv) {
                    avg(a->experts_touched_verify, a->n_verify_steps));
         printf("\n");
         fflush(stdout);
+    }
+    {
+        /* the routing-independent matmuls of a step (attention, router, shared expert or dense
+         * FFN, lm_head) at 1 row and at the 2 rows of a k = 1 verify */
+        double s1 = 0, s2 = 0, b1 = 0, b2 = 0;
+        if (nx_model_time_dense(m, 1, 5, &s1, &b1, &err) != NX_OK || nx_model_time_dense(m, 2, 5, &s2, &b2, &err) != NX_OK) {
+            fprintf(stderr, "nextn bench: %s\n", err.msg);
+            nx_ctx_free(ctx);
+            goto done;
+        }
+        printf("dense_step_ms=%.3f dense_GB_s=%.2f dense_verify2_ms=%.3f dense_verify2/step=%.3f dense_MB=%.1f\n",
+               s1 * 1e3, b1 / s1 / 1e9, s2 * 1e3, s2 / s1, b1 / 1e6);
     }
     nx_ctx_free(ctx);
     rc = 0;

@@ -1,0 +1,94 @@
+/* nx_model_time_dense: the routing-independent matmuls of one trunk step, timed alone, so the
+ * cost of verifying k+1 rows of them can be compared with one row without the expert traffic
+ * that routing adds. */
+#include "model/dense_timing.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "model/model_internal.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static void ffn_pass(const nx_ffn *f, const float *x, int64_t H, int32_t T, float *g, float *y, nx_pool *pool) {
+    const int64_t F = f->gate.out;
+    const nx_matmul_task gu[2] = {{&f->gate, x, H, T, g, F}, {&f->up, x, H, T, g + (size_t)T * F, F}};
+    nx_matmul_many(gu, 2, pool);
+    nx_matmul(&f->down, g, F, T, y, H, pool);
+}
+
+static double ffn_bytes(const nx_ffn *f) {
+    return (double)(nx_linear_bytes(&f->gate) + nx_linear_bytes(&f->up) + nx_linear_bytes(&f->down));
+}
+
+nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds, double *bytes,
+                              nx_error *err) {
+    if (T < 1 || T > 64 || reps < 1)
+        return nx_fail(err, NX_E_ARG, "dense timing: T must be 1..64 and reps >= 1 (got %d, %d)", T, reps);
+    const nx_weights *w = &m->w;
+    const int64_t H = m->cfg.hidden_size;
+    int64_t width = max64(H, w->lm_head.out);
+    for (int32_t l = 0; l < w->n_layers; l++) {
+        const nx_layer *L = &w->layers[l];
+        width = max64(width, max64(L->wq.out, L->wo.in));
+        if (L->is_moe) width = max64(width, 2 * max64(L->moe.shared.gate.out, L->moe.router.out));
+        else width = max64(width, 2 * L->dense.gate.out);
+    }
+    float *x = malloc((size_t)T * (size_t)width * sizeof *x);
+    float *y = malloc((size_t)T * (size_t)width * sizeof *y);
+    float *z = malloc((size_t)T * (size_t)width * sizeof *z);
+    if (!x || !y || !z) {
+        free(x);
+        free(y);
+        free(z);
+        return nx_fail(err, NX_E_NOMEM, "dense timing: out of memory");
+    }
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < (size_t)T * (size_t)width; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / (double)(1ull << 24) - 0.5);
+    }
+    double best = 0, nbytes = 0;
+    for (int rep = -1; rep < reps; rep++) {
+        nbytes = 0;
+        const double t0 = now_s();
+        for (int32_t l = 0; l < w->n_layers; l++) {
+            const nx_layer *L = &w->layers[l];
+            const nx_matmul_task qkv[3] = {{&L->wq, x, H, T, y, L->wq.out},
+                                           {&L->wk, x, H, T, z, L->wk.out},
+                                           {&L->wv, x, H, T, z + (size_t)T * L->wk.out, L->wv.out}};
+            nx_matmul_many(qkv, 3, m->pool);
+            nx_matmul(&L->wo, x, L->wo.in, T, y, H, m->pool);
+            nbytes += (double)(nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) + nx_linear_bytes(&L->wv) +
+                               nx_linear_bytes(&L->wo));
+            if (L->is_moe) {
+                nx_matmul(&L->moe.router, x, H, T, y, L->moe.router.out, m->pool);
+                nbytes += (double)nx_linear_bytes(&L->moe.router);
+                if (L->moe.has_shared) {
+                    ffn_pass(&L->moe.shared, x, H, T, z, y, m->pool);
+                    nbytes += ffn_bytes(&L->moe.shared);
+                }
+            } else {
+                ffn_pass(&L->dense, x, H, T, z, y, m->pool);
+                nbytes += ffn_bytes(&L->dense);
+            }
+        }
+        nx_matmul(&w->lm_head, x, H, T, y, w->lm_head.out, m->pool);
+        nbytes += (double)nx_linear_bytes(&w->lm_head);
+        const double dt = now_s() - t0;
+        if (rep >= 0 && (best == 0 || dt < best)) best = dt;
+    }
+    free(x);
+    free(y);
+    free(z);
+    *seconds = best;
+    *bytes = nbytes;
+    return NX_OK;
+}
