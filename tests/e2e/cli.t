@@ -101,5 +101,26 @@ expect_error("unknown command", ["frobnicate"], "frobnicate")
 r = nextn("run", "-m", good, "--prompt-tokens", "1,2,3", "-n", "5", "--print-ids", "--ignore-eos", "--quiet")
 t.ok(len(r.stdout.split()) == 5, "a good checkpoint still runs", r.stdout)
 
+# bench prints one line per mode and the dense-part timing, with figures that parse
+r = nextn("bench", "-m", good, "-n", "6", "--modes", "ar,1", "--synthetic-accept", "0.8", check=False)
+lines = r.stdout.splitlines()
+fields = {}
+for ln in lines:
+    for kv in ln.split():
+        if "=" in kv:
+            k, v = kv.split("=", 1)
+            fields.setdefault(k, []).append(v)
+modes = [ln.split()[0] for ln in lines if ln.startswith("mode=")]
+t.ok(r.returncode == 0 and modes == ["mode=ar", "mode=1"], "bench: a line per mode", r.stdout + r.stderr)
+try:
+    dense = {k: float(fields[k][0]) for k in ("dense_step_ms", "dense_verify2_ms", "dense_verify2/step", "dense_MB")}
+    ratio = dense["dense_verify2_ms"] / dense["dense_step_ms"]  # printed to 4 decimals: allow their rounding
+    tol = 1e-4 / dense["dense_step_ms"] * (1 + ratio) + 1e-3
+    ok = all(v > 0 for v in dense.values()) and abs(dense["dense_verify2/step"] - ratio) < tol
+    ok = ok and dense["dense_MB"] * 1e6 < sum(os.path.getsize(os.path.join(good, f)) for f in os.listdir(good))
+except (KeyError, ValueError):
+    dense, ok = None, False
+t.ok(ok, f"bench: dense-part timing line {dense}", r.stdout)
+
 shutil.rmtree(tmp)
 t.done()

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "model/dense_timing.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
 
@@ -330,6 +331,12 @@ static void test_bad_requests(void **state) {
     gp.sampling.top_p = 1.5f;
     assert_int_equal(nx_generate(c, seq, 3, &gp, NULL, NULL, NULL, &err), NX_E_ARG);
     assert_non_null(strstr(err.msg, "top_p"));
+    /* the dense-part timer of `nextn bench` */
+    double sec = -1, bytes = -1;
+    assert_int_equal(nx_model_time_dense(m, 0, 1, &sec, &bytes, &err), NX_E_ARG);
+    assert_non_null(strstr(err.msg, "T must be"));
+    assert_int_equal(nx_model_time_dense(m, 2, 1, &sec, &bytes, &err), NX_OK);
+    assert_true(sec > 0 && bytes > 0);
     nx_ctx_free(c);
     nx_model_free(m);
 }

@@ -201,7 +201,7 @@ int cli_bench(int argc, char **argv) {
             nx_ctx_free(ctx);
             goto done;
         }
-        printf("dense_step_ms=%.3f dense_GB_s=%.2f dense_verify2_ms=%.3f dense_verify2/step=%.3f dense_MB=%.1f\n",
+        printf("dense_step_ms=%.4f dense_GB_s=%.2f dense_verify2_ms=%.4f dense_verify2/step=%.3f dense_MB=%.1f\n",
                s1 * 1e3, b1 / s1 / 1e9, s2 * 1e3, s2 / s1, b1 / 1e6);
     }
     nx_ctx_free(ctx);
