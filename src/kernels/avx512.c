@@ -3,6 +3,8 @@
  * group, lane sums of q·x scaled into the lanes), then a fixed horizontal tree. Register
  * blocks of R weight rows × TT input rows only hold more such accumulators, so a row's result
  * is the same whatever T and the row split are. */
+#include <math.h>
+
 #include "kernels/avx512_common.h"
 
 /* Bytes of weight rows kept hot in L2 while all T input rows pass over them. */
@@ -473,10 +475,151 @@ static void avx512_axpy_f32(float a, const float *x, float *y, int64_t n) {
     }
 }
 
+/* Scores of up to 4 heads (q, q + hd, ...) against row k: each accumulated exactly as
+ * avx512_dot_f32 does it, then reduced in hsum16's order (four at once). */
+AI __m128 dots4(const float *q, int G, const float *k, int64_t hd, int64_t full, __mmask16 m) {
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t i = 0;
+    for (; i < full; i += 16) {
+        const __m512 kv = _mm512_loadu_ps(k + i);
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) a[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * hd + i), kv, a[h]);
+    }
+    if (i < hd) {
+        const __m512 kv = _mm512_maskz_loadu_ps(m, k + i);
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) a[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * hd + i), kv, a[h]);
+    }
+    return hsum16x4(a[0], a[1], a[2], a[3]);
+}
+
+/* Each cached row is loaded once for up to 4 heads at a time. */
+static void avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
+                               float scale, float *out, int64_t ldo) {
+    const int64_t full = hd & ~(int64_t)15;
+    const __mmask16 m = (__mmask16)((1u << (hd - full)) - 1u);
+    for (int64_t h0 = 0; h0 < g; h0 += 4) {
+        const int G = g - h0 < 4 ? (int)(g - h0) : 4;
+        const float *qh = q + h0 * hd;
+        float *oh = out + h0 * ldo;
+        for (int64_t p = 0; p < n; p++) {
+            __m128 s;
+            switch (G) {
+            case 1: s = dots4(qh, 1, K + p * stride, hd, full, m); break;
+            case 2: s = dots4(qh, 2, K + p * stride, hd, full, m); break;
+            case 3: s = dots4(qh, 3, K + p * stride, hd, full, m); break;
+            default: s = dots4(qh, 4, K + p * stride, hd, full, m); break;
+            }
+            float v[4];
+            _mm_storeu_ps(v, _mm_mul_ps(s, _mm_set1_ps(scale)));
+            for (int h = 0; h < G; h++) oh[h * ldo + p] = v[h];
+        }
+    }
+}
+
+/* o_h += Σ_p w_h[p]·V_p for up to 4 heads and 64 floats of o at a time, kept in registers while
+ * all rows pass: each row's slice is loaded once for the heads, and each element takes the same
+ * fused multiply-adds in the same order as avx512_axpy_f32 calls would. */
+AI void accum4(const float *w, int64_t ldw, const int G, const float *V, int64_t stride, int64_t n, int64_t hd,
+               int64_t c0, float *o) {
+    const int64_t len = hd - c0 < 64 ? hd - c0 : 64;
+    const int nv = (int)((len + 15) / 16);
+    __mmask16 mk[4];
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const int64_t left = len - 16 * v;
+        mk[v] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) acc[h][v] = _mm512_maskz_loadu_ps(mk[v], o + h * hd + c0 + 16 * v);
+    }
+    for (int64_t p = 0; p < n; p++) {
+        const float *vp = V + p * stride + c0;
+        __m512 x[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) x[v] = _mm512_maskz_loadu_ps(mk[v], vp + 16 * v);
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) {
+            const __m512 wv = _mm512_set1_ps(w[h * ldw + p]);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++)
+                if (v < nv) acc[h][v] = _mm512_fmadd_ps(wv, x[v], acc[h][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++)
+        for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(o + h * hd + c0 + 16 * v, mk[v], acc[h][v]);
+}
+
+static void avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
+                              int64_t hd, float *o) {
+    for (int64_t h0 = 0; h0 < g; h0 += 4) {
+        const int G = g - h0 < 4 ? (int)(g - h0) : 4;
+        for (int64_t c0 = 0; c0 < hd; c0 += 64) {
+            const float *wh = w + h0 * ldw;
+            float *oh = o + h0 * hd;
+            switch (G) {
+            case 1: accum4(wh, ldw, 1, V, stride, n, hd, c0, oh); break;
+            case 2: accum4(wh, ldw, 2, V, stride, n, hd, c0, oh); break;
+            case 3: accum4(wh, ldw, 3, V, stride, n, hd, c0, oh); break;
+            default: accum4(wh, ldw, 4, V, stride, n, hd, c0, oh); break;
+            }
+        }
+    }
+}
+
+/* e^x for 16 lanes: x = k·ln2 + r with |r| <= ln2/2 (ln2 split in two for an exact k·ln2),
+ * a degree-6 polynomial for e^r (Cephes expf's coefficients), then ·2^k. Within 2 ulp of expf;
+ * below about -103 the result is 0, NaN stays NaN. */
+AI __m512 exp16(__m512 x) {
+    /* clamp; a NaN passes (max/min return their second operand when either is NaN) */
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
+    x = _mm512_min_ps(_mm512_set1_ps(88.7f), x);
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, k);
+}
+
+static void avx512_softmax_f32(float *x, int64_t n) {
+    const int64_t full = n & ~(int64_t)15;
+    const __mmask16 m = (__mmask16)((1u << (n - full)) - 1u);
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i < full; i += 16) mx = _mm512_max_ps(_mm512_loadu_ps(x + i), mx);
+    if (i < n) mx = _mm512_mask_max_ps(mx, m, _mm512_maskz_loadu_ps(m, x + i), mx);
+    const __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (i = 0; i < full; i += 16) {
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
+        _mm512_storeu_ps(x + i, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (i < n) {
+        const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mv)));
+        _mm512_mask_storeu_ps(x + i, m, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / hsum16(sum));
+    for (i = 0; i < full; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+    if (i < n) _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+}
+
 const nx_kernel_table nx_kernels_avx512 = {
     .name = "avx512",
     .matmul_rows = avx512_matmul_rows,
     .to_f32 = avx512_to_f32,
     .dot_f32 = avx512_dot_f32,
     .axpy_f32 = avx512_axpy_f32,
+    .attn_scores = avx512_attn_scores,
+    .attn_accum = avx512_attn_accum,
+    .softmax_f32 = avx512_softmax_f32,
 };

@@ -299,10 +299,25 @@ static void vnni_axpy_f32(float a, const float *x, float *y, int64_t n) {
     nx_kernels_avx512.axpy_f32(a, x, y, n);
 }
 
+static void vnni_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
+                             float scale, float *out, int64_t ldo) {
+    nx_kernels_avx512.attn_scores(q, g, K, stride, n, hd, scale, out, ldo);
+}
+
+static void vnni_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
+                            int64_t hd, float *o) {
+    nx_kernels_avx512.attn_accum(w, ldw, g, V, stride, n, hd, o);
+}
+
+static void vnni_softmax_f32(float *x, int64_t n) { nx_kernels_avx512.softmax_f32(x, n); }
+
 const nx_kernel_table nx_kernels_avx512vnni = {
     .name = "avx512vnni",
     .matmul_rows = vnni_matmul_rows,
     .to_f32 = vnni_to_f32,
     .dot_f32 = vnni_dot_f32,
     .axpy_f32 = vnni_axpy_f32,
+    .attn_scores = vnni_attn_scores,
+    .attn_accum = vnni_attn_accum,
+    .softmax_f32 = vnni_softmax_f32,
 };

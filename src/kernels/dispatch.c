@@ -1,6 +1,7 @@
 /* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx512) and fronts it with the
  * public kernel API. nx_matmul splits output rows over the pool in 16-row chunks; since every
  * kernel computes each output element in a fixed order, the split never changes a result. */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,4 +156,47 @@ float nx_dot_f32(const float *a, const float *b, int64_t n) {
 
 void nx_axpy_f32(float a, const float *x, float *y, int64_t n) {
     table_get()->axpy_f32(a, x, y, n);
+}
+
+void nx_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
+                    float scale, float *out, int64_t ldo) {
+    const nx_kernel_table *t = table_get();
+    if (t->attn_scores) {
+        t->attn_scores(q, g, K, stride, n, hd, scale, out, ldo);
+        return;
+    }
+    for (int64_t h = 0; h < g; h++)
+        for (int64_t p = 0; p < n; p++) out[h * ldo + p] = t->dot_f32(q + h * hd, K + p * stride, hd) * scale;
+}
+
+void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
+                   int64_t hd, float *o) {
+    const nx_kernel_table *t = table_get();
+    if (t->attn_accum) {
+        t->attn_accum(w, ldw, g, V, stride, n, hd, o);
+        return;
+    }
+    for (int64_t h = 0; h < g; h++)
+        for (int64_t p = 0; p < n; p++) t->axpy_f32(w[h * ldw + p], V + p * stride, o + h * hd, hd);
+}
+
+/* The scalar softmax: the reference, and the path of ISAs without their own. */
+static void softmax_scalar(float *x, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void nx_softmax_f32(float *x, int64_t n) {
+    if (n <= 0) return;
+    const nx_kernel_table *t = table_get();
+    if (t->softmax_f32) t->softmax_f32(x, n);
+    else softmax_scalar(x, n);
 }

@@ -20,6 +20,12 @@ typedef struct nx_kernel_table {
     void (*to_f32)(nx_dtype t, const void *src, float *dst, int64_t n);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
+    /* optional (NULL: composed from dot_f32 / axpy_f32) */
+    void (*attn_scores)(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
+                        float scale, float *out, int64_t ldo);
+    void (*attn_accum)(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
+                       int64_t hd, float *o);
+    void (*softmax_f32)(float *x, int64_t n);
 } nx_kernel_table;
 
 extern const nx_kernel_table nx_kernels_ref;

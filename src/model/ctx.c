@@ -72,7 +72,8 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     c->u = zalloc(B * (K + 1) * (size_t)F, sizeof(float), &ok);
     c->hpre = zalloc(B * H, sizeof(float), &ok);
     c->hpost = zalloc(B * H, sizeof(float), &ok);
-    c->scores = zalloc((size_t)nx_pool_size(m->pool) * N, sizeof(float), &ok);
+    const size_t group = cfg->n_kv_heads > 0 ? (size_t)(cfg->n_heads / cfg->n_kv_heads) : 1;
+    c->scores = zalloc((size_t)nx_pool_size(m->pool) * group * N, sizeof(float), &ok);
     c->rope = zalloc(B * (size_t)cfg->head_dim, sizeof(float), &ok);
     c->router = zalloc(B * (size_t)E, sizeof(float), &ok);
     c->sel = zalloc(B * K, sizeof(int32_t), &ok);

@@ -67,36 +67,29 @@ typedef struct attn_job {
     int32_t lo_min; /* positions below this are not attended (an MTP cache fed from here on) */
 } attn_job;
 
+/* Work items are (row, kv head): the query heads sharing a kv head are computed together, so
+ * each cached key and value is read once per row for all of them. */
 static void attn_worker(void *arg, int ith, int nth) {
     attn_job *j = arg;
     nx_ctx *c = j->c;
     const int32_t kvw = j->n_kv * j->hd, qw = j->n_heads * j->hd, group = j->n_heads / j->n_kv;
     const float scale = 1.0f / sqrtf((float)j->hd);
-    float *sc = c->scores + (size_t)ith * c->n_ctx;
+    float *sc = c->scores + (size_t)ith * (size_t)group * c->n_ctx; /* (group, n_ctx) per thread */
     long long b, e;
-    nx_pool_split((long long)j->T * j->n_heads, ith, nth, &b, &e);
+    nx_pool_split((long long)j->T * j->n_kv, ith, nth, &b, &e);
     for (long long it = b; it < e; it++) {
-        int32_t t = (int32_t)(it / j->n_heads), h = (int32_t)(it % j->n_heads);
-        int32_t pos = j->pos0 + t, kvh = h / group;
+        const int32_t t = (int32_t)(it / j->n_kv), kvh = (int32_t)(it % j->n_kv);
+        const int32_t pos = j->pos0 + t;
         int32_t lo = j->window > 0 && pos + 1 > j->window ? pos + 1 - j->window : 0;
         if (lo < j->lo_min) lo = j->lo_min;
-        const float *qv = c->q + (size_t)t * qw + (size_t)h * j->hd;
-        float mx = -INFINITY;
-        for (int32_t p = lo; p <= pos; p++) {
-            float s = nx_dot_f32(qv, j->kv->k + (size_t)p * kvw + (size_t)kvh * j->hd, j->hd) * scale;
-            sc[p] = s;
-            if (s > mx) mx = s;
-        }
-        float sum = 0.0f;
-        for (int32_t p = lo; p <= pos; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float inv = 1.0f / sum;
-        float *o = c->att + (size_t)t * qw + (size_t)h * j->hd;
-        memset(o, 0, sizeof(float) * (size_t)j->hd);
-        for (int32_t p = lo; p <= pos; p++)
-            nx_axpy_f32(sc[p] * inv, j->kv->v + (size_t)p * kvw + (size_t)kvh * j->hd, o, j->hd);
+        const int32_t n = pos + 1 - lo;
+        const size_t off = (size_t)kvh * j->hd;
+        const float *qv = c->q + (size_t)t * qw + (size_t)kvh * group * j->hd;
+        nx_attn_scores(qv, group, j->kv->k + (size_t)lo * kvw + off, kvw, n, j->hd, scale, sc, c->n_ctx);
+        for (int32_t h = 0; h < group; h++) nx_softmax_f32(sc + (size_t)h * c->n_ctx, n);
+        float *o = c->att + (size_t)t * qw + (size_t)kvh * group * j->hd;
+        memset(o, 0, sizeof(float) * (size_t)group * (size_t)j->hd);
+        nx_attn_accum(sc, c->n_ctx, group, j->kv->v + (size_t)lo * kvw + off, kvw, n, j->hd, o);
     }
 }
 

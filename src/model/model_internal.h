@@ -66,7 +66,7 @@ struct nx_ctx {
     float *u;     /* (n_batch * (top_k + 1), F) FFN up */
     float *hpre;  /* (n_batch, H) pre-final-norm hidden of the last forward */
     float *hpost; /* (n_batch, H) post-final-norm hidden of the last forward */
-    float *scores; /* (n_threads, n_ctx) attention scores */
+    float *scores; /* (n_threads, heads per kv head, n_ctx) attention scores */
     float *rope;   /* (n_batch, head_dim) RoPE cos/sin of the rows of the current call, for */
     int32_t rope_T, rope_pos0, rope_hd; /* this key (rope_T = 0: none) */
     double rope_theta;

@@ -269,6 +269,88 @@ static void test_dot_axpy(void **state) {
     nx_kernels_force(default_isa);
 }
 
+/* The attention helpers give the bits of the dot/axpy loops they replace, on every ISA, for
+ * any number of heads sharing the rows. */
+static void test_attn_helpers(void **state) {
+    (void)state;
+    const int64_t hds[] = {1, 15, 16, 17, 64, 100, 128, 130, 200, 256};
+    const int64_t gs[] = {1, 3, 4, 6};
+    for (int k = 0; k < n_isas; k++) {
+        assert_int_equal(nx_kernels_force(isas[k]), 0);
+        for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+            for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
+                for (int64_t n = 1; n <= 11; n += 5) {
+                    const int64_t hd = hds[h], g = gs[gi], stride = hd + 7, ld = n + 2;
+                    float *q = rnd_vec(g * hd), *K = rnd_vec(n * stride), *w = rnd_vec(g * ld);
+                    float *got = malloc((size_t)(g * ld) * sizeof *got), *want = malloc((size_t)(g * ld) * sizeof *want);
+                    for (int64_t i = 0; i < g * ld; i++) got[i] = want[i] = 12345.0f; /* canaries past n */
+                    nx_attn_scores(q, g, K, stride, n, hd, 0.125f, got, ld);
+                    for (int64_t hh = 0; hh < g; hh++)
+                        for (int64_t p = 0; p < n; p++) want[hh * ld + p] = nx_dot_f32(q + hh * hd, K + p * stride, hd) * 0.125f;
+                    if (memcmp(got, want, (size_t)(g * ld) * 4) != 0)
+                        fail_msg("%s: attn_scores hd %lld g %lld n %lld differs from dot", isas[k], (long long)hd,
+                                 (long long)g, (long long)n);
+                    float *o1 = rnd_vec(g * hd + 1), *o2 = malloc((size_t)(g * hd + 1) * sizeof *o2);
+                    memcpy(o2, o1, (size_t)(g * hd + 1) * 4);
+                    nx_attn_accum(w, ld, g, K, stride, n, hd, o1);
+                    for (int64_t hh = 0; hh < g; hh++)
+                        for (int64_t p = 0; p < n; p++) nx_axpy_f32(w[hh * ld + p], K + p * stride, o2 + hh * hd, hd);
+                    if (memcmp(o1, o2, (size_t)(g * hd + 1) * 4) != 0)
+                        fail_msg("%s: attn_accum hd %lld g %lld n %lld differs from axpy", isas[k], (long long)hd,
+                                 (long long)g, (long long)n);
+                    free(q);
+                    free(K);
+                    free(w);
+                    free(got);
+                    free(want);
+                    free(o1);
+                    free(o2);
+                }
+    }
+    nx_kernels_force(default_isa);
+}
+
+/* Softmax on every ISA against a double-precision one: each probability within a few ulp
+ * (plus what rounding x - max to float costs, and 1e-37 absolute for those that underflow),
+ * whatever the length; a NaN input makes the row NaN. */
+static void test_softmax(void **state) {
+    (void)state;
+    for (int k = 0; k < n_isas; k++) {
+        assert_int_equal(nx_kernels_force(isas[k]), 0);
+        for (int64_t n = 1; n <= 70; n++) {
+            float *x = rnd_vec(n + 1);
+            for (int64_t i = 0; i < n; i++) x[i] *= 40.0f; /* scores in [-40, 40] */
+            if (n > 3) x[2] = -300.0f;                        /* underflows */
+            x[n] = 777.0f;                                    /* canary */
+            double mx = -INFINITY, sum = 0, *e = malloc((size_t)n * sizeof *e);
+            double *d = malloc((size_t)n * sizeof *d);
+            for (int64_t i = 0; i < n; i++) mx = fmax(mx, x[i]);
+            for (int64_t i = 0; i < n; i++) {
+                d[i] = fabs((double)x[i] - mx);
+                sum += e[i] = exp((double)x[i] - mx);
+            }
+            nx_softmax_f32(x, n);
+            for (int64_t i = 0; i < n; i++) {
+                double want = e[i] / sum;
+                /* x - max is rounded to float first: a relative error up to |x - max|·2^-24 */
+                if (!(fabs(x[i] - want) <= (2e-6 + 1.2e-7 * d[i]) * want + 1e-37))
+                    fail_msg("%s n %lld: p[%lld] = %.9g, want %.9g", isas[k], (long long)n, (long long)i, x[i], want);
+            }
+            assert_true(x[n] == 777.0f);
+            free(d);
+            free(e);
+            free(x);
+        }
+        float y[20];
+        for (int i = 0; i < 20; i++) y[i] = (float)i;
+        y[7] = NAN;
+        nx_softmax_f32(y, 20);
+        for (int i = 0; i < 20; i++)
+            if (!isnan(y[i])) fail_msg("%s: NaN input, p[%d] = %g", isas[k], i, y[i]);
+    }
+    nx_kernels_force(default_isa);
+}
+
 /* ------------------------------------------------------------------ matmul vs reference */
 
 /* Runs W·x on `isa` with padded leading dimensions; checks y's padding is untouched. */
@@ -640,6 +722,8 @@ int main(void) {
         cmocka_unit_test(test_pack_reference_words),
         cmocka_unit_test(test_to_f32),
         cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_attn_helpers),
+        cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_matmul_float_vs_ref),
         cmocka_unit_test(test_matmul_quant_vs_ref),
         cmocka_unit_test(test_matmul_quant_activations),
