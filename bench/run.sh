@@ -47,7 +47,7 @@ $NEXTN inspect -m "$BIG"
 echo "memory-bound model: $($NEXTN run -m "$BIG" --prompt-tokens "$(seq 1 512 | paste -sd,)" -n 1 --draft 0 2>&1 >/dev/null | grep -o 'prefill: [^|]*')"
 echo "== memory-bound model: AR vs MTP with synthetic acceptance 0.8"
 # this machine's bandwidth drifts from minute to minute: measure it right before and after each
-# model run and hold the decode to the higher reading
+# model run and hold the decode (fastest of 3 runs) to the higher reading
 around() { # NAME GBS PRE POST DENSE_VERIFY
     awk -v n="$1" -v a="$2" -v p="$3" -v q="$4" -v dv="$5" 'BEGIN {
         b = p > q ? p : q
@@ -56,7 +56,7 @@ around() { # NAME GBS PRE POST DENSE_VERIFY
 }
 membw_now() { $B/bench/membw | grep -o "membw_gbs=[0-9.]*" | cut -d= -f2; }
 bw_pre=$(membw_now)
-out=$($NEXTN bench -m "$BIG" -n 48 --modes ar,1,2 --synthetic-accept 0.8)
+out=$($NEXTN bench -m "$BIG" -n 48 --modes ar,1,2 --synthetic-accept 0.8 --repeat 3)
 bw_post=$(membw_now)
 echo "$out"
 around "bf16" "$(echo "$out" | grep '^mode=ar ' | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2)" "$bw_pre" "$bw_post" \
@@ -75,7 +75,7 @@ fi
 $NEXTN inspect -m "$BIGQ4" | grep -E "weights|parameters"
 echo "== memory-bound 4-bit model: AR vs MTP with synthetic acceptance 0.8"
 bw_pre=$(membw_now)
-outq=$($NEXTN bench -m "$BIGQ4" -n 48 --modes ar,1 --synthetic-accept 0.8)
+outq=$($NEXTN bench -m "$BIGQ4" -n 48 --modes ar,1 --synthetic-accept 0.8 --repeat 3)
 bw_post=$(membw_now)
 echo "$outq"
 around "4-bit" "$(echo "$outq" | grep '^mode=ar ' | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2)" "$bw_pre" "$bw_post" \
