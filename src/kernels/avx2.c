@@ -9,8 +9,6 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* Bytes of weight rows kept hot in L2 while all T input rows pass over them. */
-#define L2_BLOCK_BYTES (256 * 1024)
 
 AI float hsum8(__m256 v) {
     __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -268,13 +266,6 @@ QUANT_KERNEL(kern_q8, 8)
 
 /* ------------------------------------------------------------------ blocking driver */
 
-/* Rows per L2 block: a multiple of 4, at least 4. */
-static int64_t rows_per_block(size_t row_bytes) {
-    int64_t n = (int64_t)(L2_BLOCK_BYTES / (row_bytes ? row_bytes : 1));
-    n &= ~(int64_t)3;
-    return n < 4 ? 4 : n;
-}
-
 static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T,
                             float *y, int64_t ldy, int64_t o0, int64_t o1) {
     const int64_t in = W->in;
@@ -298,7 +289,7 @@ static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                    .in = in,
                    .group = W->group,
                    .lut = &lut};
-        int64_t ob = rows_per_block(a.wstride);
+        int64_t ob = nx_rows_per_block(a.wstride);
         for (int64_t b0 = o0; b0 < o1; b0 += ob) {
             int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
             for (int64_t t = 0; t < T; t += 4) {
@@ -324,7 +315,7 @@ static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     default: return 0;
     }
     size_t stride = (size_t)in * nx_dtype_size(W->dtype);
-    int64_t ob = rows_per_block(stride);
+    int64_t ob = nx_rows_per_block(stride);
     for (int64_t b0 = o0; b0 < o1; b0 += ob) {
         int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
         for (int64_t t = 0; t < T; t += 4) {

@@ -7,8 +7,6 @@
 
 #include "kernels/avx512_common.h"
 
-/* Bytes of weight rows kept hot in L2 while all T input rows pass over them. */
-#define L2_BLOCK_BYTES (256 * 1024)
 
 /* Stack floats for the per-group sums of x (16 KB). */
 #define XSUM_FLOATS 4096
@@ -351,13 +349,6 @@ QUANT_KERNEL(kern_q8, 8)
 
 /* ------------------------------------------------------------------ blocking driver */
 
-/* Rows per L2 block: a multiple of 4, at least 4. */
-static int64_t rows_per_block(size_t row_bytes) {
-    int64_t n = (int64_t)(L2_BLOCK_BYTES / (row_bytes ? row_bytes : 1));
-    n &= ~(int64_t)3;
-    return n < 4 ? 4 : n;
-}
-
 static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T,
                               float *y, int64_t ldy, int64_t o0, int64_t o1) {
     const int64_t in = W->in;
@@ -388,7 +379,7 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
         float X[XSUM_FLOATS];
         int64_t tc = XSUM_FLOATS / ngroups;
         if (tc < 1) return 0; /* > 64K groups per row: leave it to the reference */
-        int64_t ob = rows_per_block(a.wstride);
+        int64_t ob = nx_rows_per_block(a.wstride);
         for (int64_t c0 = 0; c0 < T; c0 += tc) {
             int64_t c1 = c0 + tc < T ? c0 + tc : T;
             for (int64_t t = c0; t < c1; t++) xsum_row(x + t * ldx, in, W->group, X + (t - c0) * ngroups);
@@ -418,7 +409,7 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
     default: return 0;
     }
     size_t stride = (size_t)in * nx_dtype_size(W->dtype);
-    int64_t ob = rows_per_block(stride);
+    int64_t ob = nx_rows_per_block(stride);
     for (int64_t b0 = o0; b0 < o1; b0 += ob) {
         int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
         for (int64_t t = 0; t < T; t += 4) {
@@ -436,7 +427,7 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
 
 /* ------------------------------------------------------------------ vector helpers */
 
-static void avx512_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
+void nx_avx512_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
     const uint8_t *s = src;
     if (t == NX_DTYPE_F32) {
         memcpy(dst, src, (size_t)n * 4);
@@ -450,7 +441,7 @@ static void avx512_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
     }
 }
 
-static float avx512_dot_f32(const float *a, const float *b, int64_t n) {
+float nx_avx512_dot_f32(const float *a, const float *b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -463,7 +454,7 @@ static float avx512_dot_f32(const float *a, const float *b, int64_t n) {
     return hsum16(acc);
 }
 
-static void avx512_axpy_f32(float a, const float *x, float *y, int64_t n) {
+void nx_avx512_axpy_f32(float a, const float *x, float *y, int64_t n) {
     __m512 av = _mm512_set1_ps(a);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -476,7 +467,7 @@ static void avx512_axpy_f32(float a, const float *x, float *y, int64_t n) {
 }
 
 /* Scores of up to 4 heads (q, q + hd, ...) against row k: each accumulated exactly as
- * avx512_dot_f32 does it, then reduced in hsum16's order (four at once). */
+ * nx_avx512_dot_f32 does it, then reduced in hsum16's order (four at once). */
 AI __m128 dots4(const float *q, int G, const float *k, int64_t hd, int64_t full, __mmask16 m) {
     __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     int64_t i = 0;
@@ -494,7 +485,7 @@ AI __m128 dots4(const float *q, int G, const float *k, int64_t hd, int64_t full,
 }
 
 /* Each cached row is loaded once for up to 4 heads at a time. */
-static void avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
+void nx_avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
                                float scale, float *out, int64_t ldo) {
     const int64_t full = hd & ~(int64_t)15;
     const __mmask16 m = (__mmask16)((1u << (hd - full)) - 1u);
@@ -519,7 +510,7 @@ static void avx512_attn_scores(const float *q, int64_t g, const float *K, int64_
 
 /* o_h += Σ_p w_h[p]·V_p for up to 4 heads and 64 floats of o at a time, kept in registers while
  * all rows pass: each row's slice is loaded once for the heads, and each element takes the same
- * fused multiply-adds in the same order as avx512_axpy_f32 calls would. */
+ * fused multiply-adds in the same order as nx_avx512_axpy_f32 calls would. */
 AI void accum4(const float *w, int64_t ldw, const int G, const float *V, int64_t stride, int64_t n, int64_t hd,
                int64_t c0, float *o) {
     const int64_t len = hd - c0 < 64 ? hd - c0 : 64;
@@ -551,7 +542,7 @@ AI void accum4(const float *w, int64_t ldw, const int G, const float *V, int64_t
         for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(o + h * hd + c0 + 16 * v, mk[v], acc[h][v]);
 }
 
-static void avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
+void nx_avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
                               int64_t hd, float *o) {
     for (int64_t h0 = 0; h0 < g; h0 += 4) {
         const int G = g - h0 < 4 ? (int)(g - h0) : 4;
@@ -589,7 +580,7 @@ AI __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(p, k);
 }
 
-static void avx512_softmax_f32(float *x, int64_t n) {
+void nx_avx512_softmax_f32(float *x, int64_t n) {
     const int64_t full = n & ~(int64_t)15;
     const __mmask16 m = (__mmask16)((1u << (n - full)) - 1u);
     __m512 mx = _mm512_set1_ps(-INFINITY);
@@ -616,10 +607,10 @@ static void avx512_softmax_f32(float *x, int64_t n) {
 const nx_kernel_table nx_kernels_avx512 = {
     .name = "avx512",
     .matmul_rows = avx512_matmul_rows,
-    .to_f32 = avx512_to_f32,
-    .dot_f32 = avx512_dot_f32,
-    .axpy_f32 = avx512_axpy_f32,
-    .attn_scores = avx512_attn_scores,
-    .attn_accum = avx512_attn_accum,
-    .softmax_f32 = avx512_softmax_f32,
+    .to_f32 = nx_avx512_to_f32,
+    .dot_f32 = nx_avx512_dot_f32,
+    .axpy_f32 = nx_avx512_axpy_f32,
+    .attn_scores = nx_avx512_attn_scores,
+    .attn_accum = nx_avx512_attn_accum,
+    .softmax_f32 = nx_avx512_softmax_f32,
 };

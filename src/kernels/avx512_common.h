@@ -32,6 +32,16 @@ AI const char *qprefetch_addr(const uint8_t *w0, size_t wstride, int R, int r, s
     return (const char *)(w0 + nb * blk + (size_t)r * wstride + done);
 }
 
+/* The AVX-512 vector helpers (avx512.c), shared by the VNNI table. */
+void nx_avx512_to_f32(nx_dtype t, const void *src, float *dst, int64_t n);
+float nx_avx512_dot_f32(const float *a, const float *b, int64_t n);
+void nx_avx512_axpy_f32(float a, const float *x, float *y, int64_t n);
+void nx_avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
+                           float scale, float *out, int64_t ldo);
+void nx_avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
+                          int64_t hd, float *o);
+void nx_avx512_softmax_f32(float *x, int64_t n);
+
 /* Horizontal sum of 16 lanes in a fixed tree (the same order on every call). */
 AI float hsum16(__m512 v) {
     __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

@@ -231,14 +231,6 @@ AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const v
 VNNI_KERNEL(kern_v4, 4)
 VNNI_KERNEL(kern_v8, 8)
 
-/* Bytes of weight rows kept hot in L2 while all T input rows pass over them. */
-#define L2_BLOCK_BYTES (256 * 1024)
-
-static int64_t rows_per_block(size_t row_bytes) {
-    int64_t n = (int64_t)(L2_BLOCK_BYTES / (row_bytes ? row_bytes : 1));
-    n &= ~(int64_t)3;
-    return n < 4 ? 4 : n;
-}
 
 /* Whether this file runs W: 4- or 8-bit, whole 64-element blocks per group, and at least one
  * input row's int16 image fits the stack buffer. */
@@ -262,7 +254,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     float dg[XG_MAX], Xg[XG_MAX];
     int64_t tc = XQ_MAX / in;
     if (tc > XG_MAX / ngroups) tc = XG_MAX / ngroups;
-    const int64_t ob = rows_per_block(a.wstride);
+    const int64_t ob = nx_rows_per_block(a.wstride);
     for (int64_t c0 = 0; c0 < T; c0 += tc) {
         const int64_t c1 = c0 + tc < T ? c0 + tc : T;
         for (int64_t t = c0; t < c1; t++)
@@ -287,37 +279,13 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     return 1;
 }
 
-static void vnni_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
-    nx_kernels_avx512.to_f32(t, src, dst, n);
-}
-
-static float vnni_dot_f32(const float *a, const float *b, int64_t n) {
-    return nx_kernels_avx512.dot_f32(a, b, n);
-}
-
-static void vnni_axpy_f32(float a, const float *x, float *y, int64_t n) {
-    nx_kernels_avx512.axpy_f32(a, x, y, n);
-}
-
-static void vnni_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
-                             float scale, float *out, int64_t ldo) {
-    nx_kernels_avx512.attn_scores(q, g, K, stride, n, hd, scale, out, ldo);
-}
-
-static void vnni_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
-                            int64_t hd, float *o) {
-    nx_kernels_avx512.attn_accum(w, ldw, g, V, stride, n, hd, o);
-}
-
-static void vnni_softmax_f32(float *x, int64_t n) { nx_kernels_avx512.softmax_f32(x, n); }
-
 const nx_kernel_table nx_kernels_avx512vnni = {
     .name = "avx512vnni",
     .matmul_rows = vnni_matmul_rows,
-    .to_f32 = vnni_to_f32,
-    .dot_f32 = vnni_dot_f32,
-    .axpy_f32 = vnni_axpy_f32,
-    .attn_scores = vnni_attn_scores,
-    .attn_accum = vnni_attn_accum,
-    .softmax_f32 = vnni_softmax_f32,
+    .to_f32 = nx_avx512_to_f32,
+    .dot_f32 = nx_avx512_dot_f32,
+    .axpy_f32 = nx_avx512_axpy_f32,
+    .attn_scores = nx_avx512_attn_scores,
+    .attn_accum = nx_avx512_attn_accum,
+    .softmax_f32 = nx_avx512_softmax_f32,
 };

@@ -37,6 +37,14 @@ extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + int16 VNNI for 4
  * nx_linear_get_row on every ISA: embedding lookups are not hot). */
 void nx_ref_quant_row(const nx_linear *W, int64_t r, float *out);
 
+/* Weight rows per cache block for the SIMD matmul drivers: as many whole register blocks of 4
+ * rows as fit in 256 KB (kept hot in L2 while all T input rows pass over them), at least 4. */
+static inline int64_t nx_rows_per_block(size_t row_bytes) {
+    int64_t n = (int64_t)((256u * 1024u) / (row_bytes ? row_bytes : 1));
+    n &= ~(int64_t)3;
+    return n < 4 ? 4 : n;
+}
+
 /* ------------------------------------------------------------------ scalar conversions */
 
 static inline float nx_bf16_to_f32(uint16_t h) {

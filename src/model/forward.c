@@ -53,10 +53,6 @@ static void rope_neox(float *x, int32_t hd, const float *cs_sn) {
 
 static inline float silu(float z) { return z / (1.0f + expf(-z)); }
 
-/* A decode step issues dozens of small matmuls per layer (q/k/v, each expert's gate/up/down);
- * they are grouped so that one pool wake-up serves a group (nx_matmul_many). */
-#define MM_MAX_TASKS (3 * (NX_MAX_EXPERTS_TOUCHED + 1))
-
 /* ---------------------------------------------------------------- attention */
 
 typedef struct attn_job {
