@@ -154,18 +154,19 @@ static void ffn_gate_up_worker(void *arg, int ith, int nth) {
     const int32_t H = j->c->m->cfg.hidden_size;
     long long b, e, base = 0;
     nx_pool_split(j->units, ith, nth, &b, &e);
-    for (int i = 0; i < j->items && b < e; i++) {
+    for (int i = 0; i < j->items && base < e; i++) {
         const int64_t F = j->f[i]->gate.out;
         const long long nc = (F + FFN_CHUNK - 1) / FFN_CHUNK;
         const long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
+        if (lo < hi) { /* rows [r0, r1) of this item */
+            const int64_t r0 = (lo - base) * FFN_CHUNK, r1 = (hi - base) * FFN_CHUNK < F ? (hi - base) * FFN_CHUNK : F;
+            float *g = j->gs[i], *u = j->c->u + (g - j->c->g);
+            nx_matmul_rows(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1);
+            nx_matmul_rows(&j->f[i]->up, j->x[i], H, j->n[i], u, F, r0, r1);
+            for (int32_t t = 0; t < j->n[i]; t++)
+                for (int64_t r = r0; r < r1; r++) g[t * F + r] = silu(g[t * F + r]) * u[t * F + r];
+        }
         base += nc;
-        if (lo >= hi) continue;
-        const int64_t r0 = (lo - (base - nc)) * FFN_CHUNK, r1 = (hi - (base - nc)) * FFN_CHUNK < F ? (hi - (base - nc)) * FFN_CHUNK : F;
-        float *g = j->gs[i], *u = j->c->u + (g - j->c->g);
-        nx_matmul_rows(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1);
-        nx_matmul_rows(&j->f[i]->up, j->x[i], H, j->n[i], u, F, r0, r1);
-        for (int32_t t = 0; t < j->n[i]; t++)
-            for (int64_t r = r0; r < r1; r++) g[t * F + r] = silu(g[t * F + r]) * u[t * F + r];
     }
 }
 
