@@ -29,16 +29,21 @@ typedef struct vargs {
     int64_t in, group;
 } vargs;
 
-/* The int16 image of one input row, per 64-element block in the order the kernel pairs with
- * the weights: 4-bit blocks as elements 0,2,…,62 then 1,3,…,63 (low and high nibbles of the
- * 32 packed bytes), 8-bit blocks in natural order. d[g] = the group's scale, X[g] = Σ x over
- * the group in f32 (for the bias term); a group with a NaN or infinity gets d = NaN so the
- * outputs it touches are NaN, as a float dot product would be. */
-static void quantize_row(const float *x, int64_t in, int64_t group, int deinterleave, int16_t *xq,
-                         float *d, float *X) {
-    static const int32_t ev[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-    static const int32_t od[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
-    const __m512i even = _mm512_loadu_si512(ev), odd = _mm512_loadu_si512(od);
+/* 32 elements (within one group) rounded to int16 at scale 1/inv, in natural order. */
+AI __m512i q32(const float *x, __m512 iv) {
+    const __m256i lo = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), iv)));
+    const __m256i hi = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16), iv)));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* The int16 image of one input row, per block in the order the kernel pairs with the widened
+ * weights: 8-bit blocks of 64 in natural order; 4-bit blocks of 64 as elements 0,2,…,62 then
+ * 1,3,…,63 (low and high nibbles of 32 packed bytes); 2-bit blocks of 128 as elements 4k+j for
+ * j = 0..3 in turn, k = 0..31 (the four 2-bit fields of 32 packed bytes). d[g] = the group's
+ * scale, X[g] = Σ x over the group in f32 (for the bias term); a group with a NaN or infinity
+ * gets d = NaN so the outputs it touches are NaN, as a float dot product would be. */
+static void quantize_row(const float *x, int64_t in, int64_t group, int bits, int16_t *xq, float *d, float *X) {
+    float inv[XG_MAX];
     for (int64_t g = 0; g < in / group; g++) {
         const float *xg = x + g * group;
         __m512 mx = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
@@ -52,7 +57,7 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int deinterl
         /* d = 2^-k with max|x|/d in [2^14, 2^15): scaling by it is exact, so only the rounding
          * to an integer loses anything (an x with 15 significant bits relative to the group's
          * largest is kept exactly), and s·d is exact too */
-        float inv = 0.0f;
+        inv[g] = 0.0f;
         d[g] = 0.0f;
         if (!isfinite(X[g]) || !isfinite(amax)) {
             d[g] = NAN;
@@ -60,27 +65,35 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int deinterl
             int e;
             frexpf(amax, &e); /* amax < 2^e */
             int k = 15 - e < 126 ? 15 - e : 126;
-            inv = ldexpf(1.0f, k);
+            inv[g] = ldexpf(1.0f, k);
             d[g] = ldexpf(1.0f, -k);
         }
-        const __m512 iv = _mm512_set1_ps(inv);
-        int16_t *q = xq + g * group;
-        for (int64_t j = 0; j < group; j += 32) {
-            __m512 lo = _mm512_loadu_ps(xg + j), hi = _mm512_loadu_ps(xg + j + 16);
-            __m512 a = lo, b = hi;
-            if (deinterleave) {
-                a = _mm512_permutex2var_ps(lo, even, hi);
-                b = _mm512_permutex2var_ps(lo, odd, hi);
-            }
-            __m256i qa = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, iv)));
-            __m256i qb = _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(b, iv)));
-            if (deinterleave) { /* block of 64: evens of both halves first, then odds */
-                int64_t blk = j & ~(int64_t)63, half = (j & 63) / 2;
-                _mm256_storeu_si256((__m256i *)(q + blk + half), qa);
-                _mm256_storeu_si256((__m256i *)(q + blk + 32 + half), qb);
-            } else {
-                _mm256_storeu_si256((__m256i *)(q + j), qa);
-                _mm256_storeu_si256((__m256i *)(q + j + 16), qb);
+    }
+    /* word indices into a 64-word pair of registers */
+    int16_t ev[32], od[32], q4[4][32];
+    for (int k = 0; k < 32; k++) {
+        ev[k] = (int16_t)(2 * k);
+        od[k] = (int16_t)(2 * k + 1);
+        for (int j = 0; j < 4; j++) q4[j][k] = (int16_t)(k < 16 ? 4 * k + j : 0);
+    }
+    const int64_t blk = bits == 2 ? 128 : 64;
+    for (int64_t b0 = 0; b0 < in; b0 += blk) {
+        __m512i n[4];
+        for (int c = 0; c < (int)(blk / 32); c++)
+            n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
+        int16_t *q = xq + b0;
+        if (bits == 8) {
+            _mm512_storeu_si512(q, n[0]);
+            _mm512_storeu_si512(q + 32, n[1]);
+        } else if (bits == 4) {
+            _mm512_storeu_si512(q, _mm512_permutex2var_epi16(n[0], _mm512_loadu_si512(ev), n[1]));
+            _mm512_storeu_si512(q + 32, _mm512_permutex2var_epi16(n[0], _mm512_loadu_si512(od), n[1]));
+        } else {
+            for (int j = 0; j < 4; j++) {
+                const __m512i idx = _mm512_loadu_si512(q4[j]);
+                const __m512i lo = _mm512_permutex2var_epi16(n[0], idx, n[1]);
+                const __m512i hi = _mm512_permutex2var_epi16(n[2], idx, n[3]);
+                _mm512_storeu_si512(q + 32 * j, _mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1));
             }
         }
     }
@@ -93,6 +106,51 @@ AI __m512 load_sc16(nx_dtype dt, const uint8_t *p, int64_t i, int64_t n) {
     __m256i h = _mm256_maskz_loadu_epi16(m, p + 2 * i);
     if (dt == NX_DTYPE_F16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The end of a register block: + Σ_g b_g·X_g (16 groups per step, into the same lanes as
+ * the main sums), then one fixed tree per output (four rows' trees at once: the same order as
+ * one alone). */
+AI void finish(const int R, const int TT, const vargs *a, __m512 acc[4][4], const float *X, int64_t ldg, float *y,
+               int64_t ldy) {
+    const int64_t ngroups = a->in / a->group;
+    __m512 tot[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) tot[r][t] = acc[r][t];
+        if (a->bi)
+            for (int64_t g0 = 0; g0 < ngroups; g0 += 16) {
+                const int64_t gn = ngroups - g0 < 16 ? ngroups - g0 : 16;
+                const __mmask16 gm = gn == 16 ? (__mmask16)0xffff : (__mmask16)((1u << gn) - 1u);
+                const __m512 b = load_sc16(a->sdt, a->bi + r * a->sstride, g0, gn);
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++)
+                    tot[r][t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(gm, X + t * ldg + g0), tot[r][t]);
+            }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) {
+        if (R == 4) {
+            _mm_storeu_ps(y + t * ldy, hsum16x4(tot[0][t], tot[1][t], tot[2][t], tot[3][t]));
+        } else {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) y[t * ldy + r] = hsum16(tot[r][t]);
+        }
+    }
+}
+
+/* s·d of groups g0..g0+gn-1 for each row and input row of the block, into sd (one vector
+ * multiply per 16 groups). */
+AI void stage_sd(const int R, const int TT, const vargs *a, const float *d, int64_t ldg, int64_t g0, int64_t gn,
+                 float sd[4][4][16]) {
+    const __mmask16 gm = gn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << gn) - 1u);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const __m512 s = load_sc16(a->sdt, a->sc + r * a->sstride, g0, gn);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) _mm512_store_ps(sd[r][t], _mm512_mul_ps(s, _mm512_maskz_loadu_ps(gm, d + t * ldg + g0)));
+    }
 }
 
 /* Groups whose combined scales s·d are staged together (one vector multiply per 16 groups). */
@@ -113,14 +171,7 @@ AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const v
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < ngroups; g0 += SG) {
         const int64_t gn = ngroups - g0 < SG ? ngroups - g0 : SG;
-        const __mmask16 gm = gn == SG ? (__mmask16)0xffff : (__mmask16)((1u << gn) - 1u);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m512 s = load_sc16(a->sdt, a->sc + r * a->sstride, g0, gn);
-#pragma GCC unroll 4
-            for (int t = 0; t < TT; t++)
-                _mm512_store_ps(sd[r][t], _mm512_mul_ps(s, _mm512_maskz_loadu_ps(gm, d + t * ldg + g0)));
-        }
+        stage_sd(R, TT, a, d, ldg, g0, gn, sd);
         for (int64_t gi = 0; gi < gn; gi++) {
             const int64_t g = g0 + gi;
             __m512i is[4][4];
@@ -169,32 +220,78 @@ AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const v
                                                 acc[r][t]);
         }
     }
-    /* + Σ_g b_g·X_g, 16 groups per step into the same lanes, then one fixed tree per output
-     * (four rows' trees at once: the same order as one alone) */
-    __m512 tot[4][4];
+    finish(R, TT, a, acc, X, ldg, y, ldy);
+}
+
+/* 2-bit weights: blocks of 128 elements (32 packed bytes, widened to words; the four 2-bit
+ * fields of each byte are four weight vectors). With 64-element groups a block holds two
+ * groups, which land in lanes 0-7 and 8-15 of the int32 sums (PAIR): one conversion and one
+ * multiply-add per two groups, with the pair's two scales spread over the halves. */
+AI void mk_vnni2(const int PAIR, const int R, const int TT, const vargs *a, const int16_t *xq, int64_t ldq,
+                 const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
+    const int64_t ngroups = a->in / a->group, nblk = PAIR ? 1 : a->group / 128;
+    const __m512i m2 = _mm512_set1_epi16(3);
+    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512 acc[4][4];
+    float sd[4][4][SG] __attribute__((aligned(64)));
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) tot[r][t] = acc[r][t];
-        if (a->bi)
-            for (int64_t g0 = 0; g0 < ngroups; g0 += 16) {
-                const int64_t gn = ngroups - g0 < 16 ? ngroups - g0 : 16;
-                const __mmask16 gm = gn == 16 ? (__mmask16)0xffff : (__mmask16)((1u << gn) - 1u);
-                const __m512 b = load_sc16(a->sdt, a->bi + r * a->sstride, g0, gn);
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < ngroups; g0 += SG) {
+        const int64_t gn = ngroups - g0 < SG ? ngroups - g0 : SG;
+        stage_sd(R, TT, a, d, ldg, g0, gn, sd);
+        /* units: a pair of groups (PAIR) or one group of nblk blocks */
+        for (int64_t gi = 0; gi < gn; gi += PAIR ? 2 : 1) {
+            __m512i is[4][4];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512(); /* dead: k = 0 sets */
+            for (int64_t k = 0; k < nblk; k++) {
+                const int64_t e0 = (g0 + gi) * a->group + k * 128;
+                const uint8_t *p = a->w + (size_t)e0 / 4;
+                __m512i xv[4][4];
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++)
-                    tot[r][t] = _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(gm, X + t * ldg + g0), tot[r][t]);
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++) xv[t][j] = _mm512_loadu_si512(xq + t * ldq + e0 + 32 * j);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *pr = p + r * a->wstride;
+                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 / 4, 32), _MM_HINT_T0);
+                    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
+                    const __m512i w0 = _mm512_and_si512(v, m2), w1 = _mm512_and_si512(_mm512_srli_epi16(v, 2), m2),
+                                  w2 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m2), w3 = _mm512_srli_epi16(v, 6);
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++) {
+                        __m512i first = _mm512_madd_epi16(w0, xv[t][0]);
+                        __m512i acc_i = k == 0 ? first : _mm512_add_epi32(is[r][t], first);
+                        acc_i = _mm512_dpwssd_epi32(acc_i, w1, xv[t][1]);
+                        acc_i = _mm512_dpwssd_epi32(acc_i, w2, xv[t][2]);
+                        is[r][t] = _mm512_dpwssd_epi32(acc_i, w3, xv[t][3]);
+                    }
+                }
             }
-    }
+            if (PAIR) {
+                const __m512i idx = _mm512_add_epi32(halves, _mm512_set1_epi32((int)gi));
 #pragma GCC unroll 4
-    for (int t = 0; t < TT; t++) {
-        if (R == 4) {
-            _mm_storeu_ps(y + t * ldy, hsum16x4(tot[0][t], tot[1][t], tot[2][t], tot[3][t]));
-        } else {
+                for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) y[t * ldy + r] = hsum16(tot[r][t]);
+                    for (int t = 0; t < TT; t++)
+                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]),
+                                                    _mm512_permutexvar_ps(idx, _mm512_load_ps(sd[r][t])), acc[r][t]);
+            } else {
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++)
+                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), _mm512_set1_ps(sd[r][t][gi]),
+                                                    acc[r][t]);
+            }
         }
     }
+    finish(R, TT, a, acc, X, ldg, y, ldy);
 }
 
 /* Weight rows per register block for TT input rows (measured best on Zen 4: the R×TT int32
@@ -231,12 +328,40 @@ AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const v
 VNNI_KERNEL(kern_v4, 4)
 VNNI_KERNEL(kern_v8, 8)
 
+#define VNNI2_SHAPES(PAIR)                                                                     \
+    do {                                                                                       \
+        if (R > 1) {                                                                           \
+            switch (TT) {                                                                      \
+            case 1: mk_vnni2(PAIR, 4, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 2: mk_vnni2(PAIR, 4, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 3: mk_vnni2(PAIR, 3, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            default: mk_vnni2(PAIR, 2, 4, a, xq, ldq, d, X, ldg, y, ldy); break;               \
+            }                                                                                  \
+        } else {                                                                               \
+            switch (TT) {                                                                      \
+            case 1: mk_vnni2(PAIR, 1, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 2: mk_vnni2(PAIR, 1, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 3: mk_vnni2(PAIR, 1, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            default: mk_vnni2(PAIR, 1, 4, a, xq, ldq, d, X, ldg, y, ldy); break;               \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
 
-/* Whether this file runs W: 4- or 8-bit, whole 64-element blocks per group, and at least one
- * input row's int16 image fits the stack buffer. */
+static void kern_v2(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq, const float *d, const float *X,
+                    int64_t ldg, float *y, int64_t ldy) {
+    if (a->group == 64) VNNI2_SHAPES(1);
+    else VNNI2_SHAPES(0);
+}
+
+
+/* Whether this file runs W: 4- or 8-bit with whole 64-element blocks per group, or 2-bit with
+ * whole 128-element blocks per group or per pair of 64-element groups; and at least one input
+ * row's int16 image fits the stack buffer. */
 static int vnni_takes(const nx_linear *W) {
-    return W->dtype == NX_DTYPE_U32 && (W->bits == 4 || W->bits == 8) && W->group % 64 == 0 &&
-           W->in <= XQ_MAX && W->in / W->group <= XG_MAX;
+    if (W->dtype != NX_DTYPE_U32 || W->in > XQ_MAX || W->in / W->group > XG_MAX) return 0;
+    if (W->bits == 4 || W->bits == 8) return W->group % 64 == 0;
+    if (W->bits == 2) return W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0);
+    return 0;
 }
 
 static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
@@ -244,7 +369,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1);
     const int64_t in = W->in, ngroups = in / W->group;
     void (*kern)(int, int, const vargs *, const int16_t *, int64_t, const float *, const float *,
-                 int64_t, float *, int64_t) = W->bits == 4 ? kern_v4 : kern_v8;
+                 int64_t, float *, int64_t) = W->bits == 4 ? kern_v4 : W->bits == 8 ? kern_v8 : kern_v2;
     vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,
@@ -258,7 +383,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     for (int64_t c0 = 0; c0 < T; c0 += tc) {
         const int64_t c1 = c0 + tc < T ? c0 + tc : T;
         for (int64_t t = c0; t < c1; t++)
-            quantize_row(x + t * ldx, in, W->group, W->bits == 4, xq + (t - c0) * in,
+            quantize_row(x + t * ldx, in, W->group, W->bits, xq + (t - c0) * in,
                          dg + (t - c0) * ngroups, Xg + (t - c0) * ngroups);
         for (int64_t b0 = o0; b0 < o1; b0 += ob) {
             const int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;

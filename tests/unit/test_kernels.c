@@ -369,8 +369,9 @@ static float *run_matmul(const char *isa, const nx_linear *W, const float *x, in
 
 /* Whether `isa` quantizes the activations of W's matmul (int16 per weight group). */
 static int quantizes_x(const char *isa, const nx_linear *W) {
-    return strcmp(isa, "avx512vnni") == 0 && W->dtype == NX_DTYPE_U32 &&
-           (W->bits == 4 || W->bits == 8) && W->group % 64 == 0;
+    if (strcmp(isa, "avx512vnni") != 0 || W->dtype != NX_DTYPE_U32) return 0;
+    if (W->bits == 4 || W->bits == 8) return W->group % 64 == 0;
+    return W->bits == 2 && (W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0));
 }
 
 /* Compares every ISA against the reference within a bound scaled by Σ|w·x|, and checks the
@@ -482,8 +483,8 @@ static void test_matmul_quant_vs_ref(void **state) {
  * and rows long enough that the int16 image is staged in several chunks, or not at all. */
 static void test_matmul_quant_activations(void **state) {
     (void)state;
-    const int bits[] = {4, 8};
-    for (int b = 0; b < 2; b++) {
+    const int bits[] = {2, 4, 8};
+    for (int b = 0; b < 3; b++) {
         tw t;
         tw_make(&t, NX_DTYPE_U32, 19, 64 * 6, bits[b], 64, NX_DTYPE_BF16, 1);
         const int64_t T = 3, in = t.L.in;
@@ -500,6 +501,11 @@ static void test_matmul_quant_activations(void **state) {
     tw_make(&big, NX_DTYPE_U32, 5, 64 * 300, 4, 64, NX_DTYPE_F16, 0);
     check_against_ref(&big, 3);
     tw_free(&big);
+    /* 2-bit groups of 256: two 128-element blocks per group */
+    tw g256;
+    tw_make(&g256, NX_DTYPE_U32, 7, 256 * 3, 2, 256, NX_DTYPE_BF16, 1);
+    check_against_ref(&g256, 3);
+    tw_free(&g256);
     /* a row too long to stage at all goes to the float kernel */
     tw huge;
     tw_make(&huge, NX_DTYPE_U32, 2, 128 * 260, 8, 128, NX_DTYPE_BF16, 2);
@@ -512,8 +518,8 @@ static void test_matmul_quant_activations(void **state) {
  * int16 image of such a group must not silently read as zeros). */
 static void test_matmul_quant_nonfinite(void **state) {
     (void)state;
-    const int bits[] = {4, 8};
-    for (int b = 0; b < 2; b++) {
+    const int bits[] = {2, 4, 8};
+    for (int b = 0; b < 3; b++) {
         tw t;
         tw_make(&t, NX_DTYPE_U32, 9, 64 * 4, bits[b], 64, NX_DTYPE_BF16, 0);
         const int64_t T = 3, in = t.L.in;
