@@ -23,6 +23,7 @@ for src in src/*/*.c; do
         src/kernels/avx2.c | src/kernels/*_avx2.c) isa=$avx2 ;;
         src/kernels/avx512.c | src/kernels/*_avx512.c) isa=$avx512 ;;
         src/kernels/avx512_vnni.c) isa="$avx512 -mavx512vnni" ;;
+        src/kernels/avx512_vbmi.c) isa="$avx512 -mavx512vnni -mavx512vbmi" ;;
     esac
     if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
         clang $cflags $san -fsanitize=fuzzer-no-link $isa -c "$src" -o "$obj"

@@ -16,6 +16,13 @@
 
 #include "kernels/avx512_common.h"
 
+/* Built twice: as the "avx512vnni" table, and (avx512_vbmi.c, with NX_VNNI_VBMI 1 and VBMI
+ * enabled) as "avx512vbmi", which also runs 3-, 5- and 6-bit weights: their fields straddle
+ * bytes, and vpermb + vpsrlvw pull each into its own word. */
+#ifndef NX_VNNI_VBMI
+#define NX_VNNI_VBMI 0
+#endif
+
 /* int16 activations staged per call on the stack (64 KB); T is taken in chunks that fit. */
 #define XQ_MAX 32768
 #define XG_MAX 1024 /* per-group scales and sums for the same chunk */
@@ -27,6 +34,9 @@ typedef struct vargs {
     size_t sstride;
     nx_dtype sdt;
     int64_t in, group;
+    /* 3/5/6-bit (VBMI build): per word lane of each 32-element half of a 64-element block, the
+     * byte pair holding the element and the shift that brings it to bit 0 */
+    __m512i pick[2], shift[2];
 } vargs;
 
 /* 32 elements (within one group) rounded to int16 at scale 1/inv, in natural order. */
@@ -40,7 +50,7 @@ AI __m512i q32(const float *x, __m512 iv) {
  * weights: 8-bit blocks of 64 in natural order; 4-bit blocks of 64 as elements 0,2,…,62 then
  * 1,3,…,63 (low and high nibbles of 32 packed bytes); 2-bit blocks of 128 as elements 4k+j for
  * j = 0..3 in turn, k = 0..31 (the four 2-bit fields of 32 packed bytes). d[g] = the group's
- * scale, X[g] = Σ x over the group in f32 (for the bias term); a group with a NaN or infinity
+ * scale (3, 5 and 6 bits: natural order, as 8), X[g] = Σ x over the group in f32 (for the bias term); a group with a NaN or infinity
  * gets d = NaN so the outputs it touches are NaN, as a float dot product would be. */
 static void quantize_row(const float *x, int64_t in, int64_t group, int bits, int16_t *xq, float *d, float *X) {
     float inv[XG_MAX];
@@ -82,7 +92,7 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int bits, in
         for (int c = 0; c < (int)(blk / 32); c++)
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
         int16_t *q = xq + b0;
-        if (bits == 8) {
+        if (bits != 2 && bits != 4) { /* natural order */
             _mm512_storeu_si512(q, n[0]);
             _mm512_storeu_si512(q + 32, n[1]);
         } else if (bits == 4) {
@@ -200,6 +210,15 @@ AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const v
                         __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
                         w0 = _mm512_and_si512(v, m4);
                         w1 = _mm512_srli_epi16(v, 4);
+                    } else if (BITS != 8) {
+#if NX_VNNI_VBMI
+                        const __m512i v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (8 * BITS)) - 1u), pr);
+                        const __m512i mb = _mm512_set1_epi16((1 << BITS) - 1);
+                        w0 = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(a->pick[0], v), a->shift[0]), mb);
+                        w1 = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(a->pick[1], v), a->shift[1]), mb);
+#else
+                        w0 = w1 = _mm512_setzero_si512(); /* not taken: vnni_takes declines these widths */
+#endif
                     } else {
                         w0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
                         w1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(pr + 32)));
@@ -327,6 +346,11 @@ AI void mk_vnni2(const int PAIR, const int R, const int TT, const vargs *a, cons
 
 VNNI_KERNEL(kern_v4, 4)
 VNNI_KERNEL(kern_v8, 8)
+#if NX_VNNI_VBMI
+VNNI_KERNEL(kern_v3, 3)
+VNNI_KERNEL(kern_v5, 5)
+VNNI_KERNEL(kern_v6, 6)
+#endif
 
 #define VNNI2_SHAPES(PAIR)                                                                     \
     do {                                                                                       \
@@ -361,6 +385,7 @@ static int vnni_takes(const nx_linear *W) {
     if (W->dtype != NX_DTYPE_U32 || W->in > XQ_MAX || W->in / W->group > XG_MAX) return 0;
     if (W->bits == 4 || W->bits == 8) return W->group % 64 == 0;
     if (W->bits == 2) return W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0);
+    if (W->bits == 3 || W->bits == 5 || W->bits == 6) return NX_VNNI_VBMI && W->group % 64 == 0;
     return 0;
 }
 
@@ -370,11 +395,31 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     const int64_t in = W->in, ngroups = in / W->group;
     void (*kern)(int, int, const vargs *, const int16_t *, int64_t, const float *, const float *,
                  int64_t, float *, int64_t) = W->bits == 4 ? kern_v4 : W->bits == 8 ? kern_v8 : kern_v2;
+#if NX_VNNI_VBMI
+    if (W->bits == 3) kern = kern_v3;
+    if (W->bits == 5) kern = kern_v5;
+    if (W->bits == 6) kern = kern_v6;
+#endif
     vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,
                .in = in,
                .group = W->group};
+    if (W->bits != 2 && W->bits != 4 && W->bits != 8) {
+        int8_t pick[2][64];
+        int16_t shift[2][32];
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                const int bit = (32 * h + l) * W->bits;
+                pick[h][2 * l] = (int8_t)(bit >> 3);
+                pick[h][2 * l + 1] = (int8_t)((bit >> 3) + 1);
+                shift[h][l] = (int16_t)(bit & 7);
+            }
+        for (int h = 0; h < 2; h++) {
+            a.pick[h] = _mm512_loadu_si512(pick[h]);
+            a.shift[h] = _mm512_loadu_si512(shift[h]);
+        }
+    }
     int16_t xq[XQ_MAX] __attribute__((aligned(64)));
     float dg[XG_MAX], Xg[XG_MAX];
     int64_t tc = XQ_MAX / in;
@@ -404,8 +449,13 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     return 1;
 }
 
+#if NX_VNNI_VBMI
+const nx_kernel_table nx_kernels_avx512vbmi = {
+    .name = "avx512vbmi",
+#else
 const nx_kernel_table nx_kernels_avx512vnni = {
     .name = "avx512vnni",
+#endif
     .matmul_rows = vnni_matmul_rows,
     .to_f32 = nx_avx512_to_f32,
     .dot_f32 = nx_avx512_dot_f32,

@@ -1,4 +1,4 @@
-/* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx512) and fronts it with the
+/* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx512|avx512vnni|avx512vbmi) and fronts it with the
  * public kernel API. nx_matmul splits output rows over the pool in 16-row chunks; since every
  * kernel computes each output element in a fixed order, the split never changes a result. */
 #include <math.h>
@@ -42,12 +42,18 @@ static int cpu_has_avx512vnni(void) {
     return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
 }
 
+static int cpu_has_avx512vbmi(void) {
+    __builtin_cpu_init();
+    return cpu_has_avx512vnni() && __builtin_cpu_supports("avx512vbmi");
+}
+
 /* The table for `isa`, or NULL if unknown or not runnable here. */
 static const nx_kernel_table *table_by_name(const char *isa) {
     if (strcmp(isa, "ref") == 0) return &nx_kernels_ref;
     if (strcmp(isa, "avx2") == 0) return cpu_has_avx2() ? &nx_kernels_avx2 : NULL;
     if (strcmp(isa, "avx512") == 0) return cpu_has_avx512() ? &nx_kernels_avx512 : NULL;
     if (strcmp(isa, "avx512vnni") == 0) return cpu_has_avx512vnni() ? &nx_kernels_avx512vnni : NULL;
+    if (strcmp(isa, "avx512vbmi") == 0) return cpu_has_avx512vbmi() ? &nx_kernels_avx512vbmi : NULL;
     return NULL;
 }
 
@@ -57,7 +63,8 @@ static const nx_kernel_table *table_get(void) {
     /* Racing first calls all compute the same answer, so a plain store is enough. */
     const char *env = getenv("NX_ISA");
     if (env && *env) t = table_by_name(env);
-    if (!t) t = cpu_has_avx512vnni() ? &nx_kernels_avx512vnni
+    if (!t) t = cpu_has_avx512vbmi()   ? &nx_kernels_avx512vbmi
+                : cpu_has_avx512vnni() ? &nx_kernels_avx512vnni
                 : cpu_has_avx512() ? &nx_kernels_avx512
                 : cpu_has_avx2() ? &nx_kernels_avx2
                                  : &nx_kernels_ref;

@@ -1,6 +1,7 @@
 /* Compute kernels on weights in their stored format (f32, f16, bf16, MLX affine 2-8 bit).
  * Every kernel has a scalar reference (ref.c, the test oracle) and SIMD twins (avx2.c,
- * avx512.c) picked once by CPUID in dispatch.c; NX_ISA=ref|avx2|avx512 forces a choice.
+ * avx512.c, avx512_vnni.c / avx512_vbmi.c for quantized weights on int16 activations) picked once
+ * by CPUID in dispatch.c; NX_ISA=ref|avx2|avx512|avx512vnni|avx512vbmi forces a choice.
  *
  * Numerics contract (greedy MTP == greedy AR depends on it): the result for one row never
  * depends on how many rows are computed together, on the thread count, or on which rows

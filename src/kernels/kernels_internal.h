@@ -31,7 +31,8 @@ typedef struct nx_kernel_table {
 extern const nx_kernel_table nx_kernels_ref;
 extern const nx_kernel_table nx_kernels_avx2;
 extern const nx_kernel_table nx_kernels_avx512;
-extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + int16 VNNI for 4/8-bit weights */
+extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + int16 VNNI for 2/4/8-bit weights */
+extern const nx_kernel_table nx_kernels_avx512vbmi; /* the same + 3/5/6-bit weights (needs VBMI) */
 
 /* The reference dequantization of row r of a quantized W into out[in] (also used by
  * nx_linear_get_row on every ISA: embedding lookups are not hot). */

@@ -147,16 +147,16 @@ static float *rnd_vec(int64_t n) {
 }
 
 /* ISAs this CPU can run, ref first. */
-static const char *isas[4];
+static const char *isas[5];
 static int n_isas;
 static const char *default_isa;
 
 static int setup(void **state) {
     (void)state;
     default_isa = nx_kernels_isa();
-    const char *all[4] = {"ref", "avx2", "avx512", "avx512vnni"};
+    const char *all[5] = {"ref", "avx2", "avx512", "avx512vnni", "avx512vbmi"};
     n_isas = 0;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (nx_kernels_force(all[i]) == 0) isas[n_isas++] = all[i];
     nx_kernels_force(default_isa);
     return 0;
@@ -369,8 +369,9 @@ static float *run_matmul(const char *isa, const nx_linear *W, const float *x, in
 
 /* Whether `isa` quantizes the activations of W's matmul (int16 per weight group). */
 static int quantizes_x(const char *isa, const nx_linear *W) {
-    if (strcmp(isa, "avx512vnni") != 0 || W->dtype != NX_DTYPE_U32) return 0;
-    if (W->bits == 4 || W->bits == 8) return W->group % 64 == 0;
+    const int vbmi = strcmp(isa, "avx512vbmi") == 0;
+    if ((strcmp(isa, "avx512vnni") != 0 && !vbmi) || W->dtype != NX_DTYPE_U32) return 0;
+    if (W->bits == 4 || W->bits == 8 || (vbmi && W->bits != 2)) return W->group % 64 == 0;
     return W->bits == 2 && (W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0));
 }
 
@@ -483,8 +484,8 @@ static void test_matmul_quant_vs_ref(void **state) {
  * and rows long enough that the int16 image is staged in several chunks, or not at all. */
 static void test_matmul_quant_activations(void **state) {
     (void)state;
-    const int bits[] = {2, 4, 8};
-    for (int b = 0; b < 3; b++) {
+    const int bits[] = {2, 3, 4, 5, 6, 8};
+    for (int b = 0; b < 6; b++) {
         tw t;
         tw_make(&t, NX_DTYPE_U32, 19, 64 * 6, bits[b], 64, NX_DTYPE_BF16, 1);
         const int64_t T = 3, in = t.L.in;
@@ -518,8 +519,8 @@ static void test_matmul_quant_activations(void **state) {
  * int16 image of such a group must not silently read as zeros). */
 static void test_matmul_quant_nonfinite(void **state) {
     (void)state;
-    const int bits[] = {2, 4, 8};
-    for (int b = 0; b < 3; b++) {
+    const int bits[] = {2, 3, 4, 5, 6, 8};
+    for (int b = 0; b < 6; b++) {
         tw t;
         tw_make(&t, NX_DTYPE_U32, 9, 64 * 4, bits[b], 64, NX_DTYPE_BF16, 0);
         const int64_t T = 3, in = t.L.in;

@@ -1,0 +1,4 @@
+/* The "avx512vbmi" kernel table: avx512_vnni.c built again with AVX-512 VBMI enabled, which
+ * adds 3-, 5- and 6-bit weights to the int16-activation path (Ice Lake, Zen 4 and later). */
+#define NX_VNNI_VBMI 1
+#include "avx512_vnni.c"
