@@ -24,12 +24,17 @@ RANDOM = [
     ("tencent-headless", ["--layout", "tencent", "--mtp", "none", "--seed", "3"]),
     ("mlx-inline", ["--layout", "mlx", "--mtp", "inline", "--seed", "4"]),
     # MLX affine quantized, mixed precision: 4-bit trunk with an 8-bit head in a sidecar,
-    # 3-bit g32 everything, 2-bit g128 trunk with a 6-bit head
+    # 3-bit g32 everything, 2-bit g128 trunk with a 6-bit head,
     ("mlx-q4-g64-head8", ["--layout", "mlx", "--mtp", "sidecar", "--quant", "4:64", "--mtp-quant", "8:64",
                           "--seed", "5"]),
     ("mlx-q3-g32", ["--layout", "mlx", "--mtp", "inline", "--quant", "3:32", "--seed", "6"]),
     ("mlx-q2-g128-head6", ["--layout", "mlx", "--mtp", "sidecar", "--hidden", "256", "--expert-dim", "128",
                            "--inter", "256", "--quant", "2:128", "--mtp-quant", "6:64", "--seed", "7"]),
+    # 3-bit g64 trunk with a 5-bit head (the VBMI kernels' widths), 2-bit g64 (paired groups)
+    ("mlx-q3-g64-head5", ["--layout", "mlx", "--mtp", "sidecar", "--hidden", "256", "--expert-dim", "128",
+                          "--inter", "256", "--quant", "3:64", "--mtp-quant", "5:64", "--seed", "8"]),
+    ("mlx-q2-g64", ["--layout", "mlx", "--mtp", "inline", "--hidden", "256", "--expert-dim", "128",
+                    "--inter", "256", "--quant", "2:64", "--seed", "9"]),
 ]
 
 
