@@ -317,21 +317,23 @@ AI void mk_vnni2(const int PAIR, const int R, const int TT, const vargs *a, cons
  * sums, the weights and the activations must share 32 registers). */
 #define VRFULL(TT) ((TT) <= 2 ? 4 : (TT) == 3 ? 3 : 2)
 
-#define VNNI_SHAPES(BITS, NB)                                                                  \
+/* Calls K(params..., R, TT, ...) with R and TT as compile-time constants: the register-block
+ * shapes (VRFULL rows for 1–4 input rows, and single rows). */
+#define VNNI_SHAPES(K, ...)                                                                    \
     do {                                                                                       \
         if (R > 1) {                                                                           \
             switch (TT) {                                                                      \
-            case 1: mk_vnni(BITS, NB, 4, 1, a, xq, ldq, d, X, ldg, y, ldy); break;             \
-            case 2: mk_vnni(BITS, NB, 4, 2, a, xq, ldq, d, X, ldg, y, ldy); break;             \
-            case 3: mk_vnni(BITS, NB, 3, 3, a, xq, ldq, d, X, ldg, y, ldy); break;             \
-            default: mk_vnni(BITS, NB, 2, 4, a, xq, ldq, d, X, ldg, y, ldy); break;            \
+            case 1: K(__VA_ARGS__, 4, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 2: K(__VA_ARGS__, 4, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 3: K(__VA_ARGS__, 3, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            default: K(__VA_ARGS__, 2, 4, a, xq, ldq, d, X, ldg, y, ldy); break;               \
             }                                                                                  \
         } else {                                                                               \
             switch (TT) {                                                                      \
-            case 1: mk_vnni(BITS, NB, 1, 1, a, xq, ldq, d, X, ldg, y, ldy); break;             \
-            case 2: mk_vnni(BITS, NB, 1, 2, a, xq, ldq, d, X, ldg, y, ldy); break;             \
-            case 3: mk_vnni(BITS, NB, 1, 3, a, xq, ldq, d, X, ldg, y, ldy); break;             \
-            default: mk_vnni(BITS, NB, 1, 4, a, xq, ldq, d, X, ldg, y, ldy); break;            \
+            case 1: K(__VA_ARGS__, 1, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 2: K(__VA_ARGS__, 1, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            case 3: K(__VA_ARGS__, 1, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                \
+            default: K(__VA_ARGS__, 1, 4, a, xq, ldq, d, X, ldg, y, ldy); break;               \
             }                                                                                  \
         }                                                                                      \
     } while (0)
@@ -340,8 +342,8 @@ AI void mk_vnni2(const int PAIR, const int R, const int TT, const vargs *a, cons
 #define VNNI_KERNEL(NAME, BITS)                                                                \
     static void NAME(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq,            \
                      const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
-        if (a->group == 64) VNNI_SHAPES(BITS, 1);                                              \
-        else VNNI_SHAPES(BITS, 0);                                                             \
+        if (a->group == 64) VNNI_SHAPES(mk_vnni, BITS, 1);                                     \
+        else VNNI_SHAPES(mk_vnni, BITS, 0);                                                    \
     }
 
 VNNI_KERNEL(kern_v4, 4)
@@ -352,29 +354,10 @@ VNNI_KERNEL(kern_v5, 5)
 VNNI_KERNEL(kern_v6, 6)
 #endif
 
-#define VNNI2_SHAPES(PAIR)                                                                     \
-    do {                                                                                       \
-        if (R > 1) {                                                                           \
-            switch (TT) {                                                                      \
-            case 1: mk_vnni2(PAIR, 4, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                \
-            case 2: mk_vnni2(PAIR, 4, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                \
-            case 3: mk_vnni2(PAIR, 3, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                \
-            default: mk_vnni2(PAIR, 2, 4, a, xq, ldq, d, X, ldg, y, ldy); break;               \
-            }                                                                                  \
-        } else {                                                                               \
-            switch (TT) {                                                                      \
-            case 1: mk_vnni2(PAIR, 1, 1, a, xq, ldq, d, X, ldg, y, ldy); break;                \
-            case 2: mk_vnni2(PAIR, 1, 2, a, xq, ldq, d, X, ldg, y, ldy); break;                \
-            case 3: mk_vnni2(PAIR, 1, 3, a, xq, ldq, d, X, ldg, y, ldy); break;                \
-            default: mk_vnni2(PAIR, 1, 4, a, xq, ldq, d, X, ldg, y, ldy); break;               \
-            }                                                                                  \
-        }                                                                                      \
-    } while (0)
-
 static void kern_v2(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq, const float *d, const float *X,
                     int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI2_SHAPES(1);
-    else VNNI2_SHAPES(0);
+    if (a->group == 64) VNNI_SHAPES(mk_vnni2, 1);
+    else VNNI_SHAPES(mk_vnni2, 0);
 }
 
 

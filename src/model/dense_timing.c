@@ -24,9 +24,6 @@ static void ffn_pass(const nx_ffn *f, const float *x, int64_t H, int32_t T, floa
     nx_matmul(&f->down, g, F, T, y, H, pool);
 }
 
-static double ffn_bytes(const nx_ffn *f) {
-    return (double)(nx_linear_bytes(&f->gate) + nx_linear_bytes(&f->up) + nx_linear_bytes(&f->down));
-}
 
 nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds, double *bytes,
                               nx_error *err) {
@@ -73,11 +70,11 @@ nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds,
                 nbytes += (double)nx_linear_bytes(&L->moe.router);
                 if (L->moe.has_shared) {
                     ffn_pass(&L->moe.shared, x, H, T, z, y, m->pool);
-                    nbytes += ffn_bytes(&L->moe.shared);
+                    nbytes += (double)nx_ffn_bytes(&L->moe.shared);
                 }
             } else {
                 ffn_pass(&L->dense, x, H, T, z, y, m->pool);
-                nbytes += ffn_bytes(&L->dense);
+                nbytes += (double)nx_ffn_bytes(&L->dense);
             }
         }
         nx_matmul(&w->lm_head, x, H, T, y, w->lm_head.out, m->pool);

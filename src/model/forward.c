@@ -222,9 +222,6 @@ static void ffn(nx_ctx *c, const nx_ffn *f, const float *in, int32_t n, float *o
     ffn_many(c, &f, &in, &n, &out, 1, NULL);
 }
 
-static double ffn_bytes(const nx_ffn *f) {
-    return (double)(nx_linear_bytes(&f->gate) + nx_linear_bytes(&f->up) + nx_linear_bytes(&f->down));
-}
 
 /* Routing for one row (hy_v3.md §2.4): sigmoid scores in f32, expert_bias only to choose,
  * weights from the unbiased scores, renormalised, scaled. Ties go to the lower expert id. */
@@ -302,7 +299,7 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
                 }
         if (n == 0) continue;
         c->traffic.experts_touched++;
-        c->traffic.expert_bytes += ffn_bytes(&M->experts[e]);
+        c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->experts[e]);
         f[items] = &M->experts[e];
         xs[items] = c->xe + (size_t)total * H;
         outs[items] = c->ye + (size_t)total * H;
@@ -316,7 +313,7 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
     }
     const int32_t routed = total;
     if (M->has_shared) {
-        c->traffic.expert_bytes += ffn_bytes(&M->shared);
+        c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->shared);
         f[items] = &M->shared;
         xs[items] = c->xn;
         outs[items] = c->ye + (size_t)total * H;

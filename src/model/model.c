@@ -115,7 +115,7 @@ static void fill_info(nx_model *m) {
         if (L->is_moe)
             step += nx_linear_bytes(&L->moe.router);
         else
-            step += nx_linear_bytes(&L->dense.gate) + nx_linear_bytes(&L->dense.up) + nx_linear_bytes(&L->dense.down);
+            step += nx_ffn_bytes(&L->dense);
     }
     in->step_bytes_dense = step;
     if (w->has_mtp) {
@@ -123,7 +123,7 @@ static void fill_info(nx_model *m) {
         uint64_t mb = nx_linear_bytes(&w->mtp.eh_proj) + nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) +
                       nx_linear_bytes(&L->wv) + nx_linear_bytes(&L->wo);
         mb += L->is_moe ? nx_linear_bytes(&L->moe.router)
-                        : nx_linear_bytes(&L->dense.gate) + nx_linear_bytes(&L->dense.up) + nx_linear_bytes(&L->dense.down);
+                        : nx_ffn_bytes(&L->dense);
         mb += (uint64_t)((double)nx_linear_bytes(&w->lm_head) * m->draft_vocab / (double)cfg->vocab_size);
         in->mtp_bytes_dense = mb;
     }

@@ -51,6 +51,11 @@ typedef struct nx_ffn {
     nx_linear gate, up, down;
 } nx_ffn;
 
+/* Stored bytes of an FFN's three projections (what one pass over it reads). */
+static inline uint64_t nx_ffn_bytes(const nx_ffn *f) {
+    return (uint64_t)(nx_linear_bytes(&f->gate) + nx_linear_bytes(&f->up) + nx_linear_bytes(&f->down));
+}
+
 typedef struct nx_moe {
     int32_t n_experts;   /* may differ from the config for the MTP layer (read from tensors) */
     nx_linear router;    /* [n_experts, hidden]; computed in f32 */
