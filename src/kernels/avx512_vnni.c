@@ -46,12 +46,28 @@ AI __m512i q32(const float *x, __m512 iv) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* The int16 image of one input row, per block in the order the kernel pairs with the widened
- * weights: 8-bit blocks of 64 in natural order; 4-bit blocks of 64 as elements 0,2,…,62 then
- * 1,3,…,63 (low and high nibbles of 32 packed bytes); 2-bit blocks of 128 as elements 4k+j for
- * j = 0..3 in turn, k = 0..31 (the four 2-bit fields of 32 packed bytes). d[g] = the group's
- * scale (3, 5 and 6 bits: natural order, as 8), X[g] = Σ x over the group in f32 (for the bias term); a group with a NaN or infinity
- * gets d = NaN so the outputs it touches are NaN, as a float dot product would be. */
+/* The order of an input row's int16 image: per block, the order in which the kernel's weight
+ * vectors hold the elements, so that no shuffle is needed per weight block.
+ * - XL_STRIDE4, blocks of 128 as elements 4k+j for j = 0..3 in turn, k = 0..31: 2-bit (the four
+ *   2-bit fields of each of 32 packed bytes, widened to words) and 4-bit (the four nibbles of
+ *   each of 32 packed 16-bit words) wherever groups tile 128-element blocks;
+ * - XL_EVENODD, blocks of 64 as elements 0,2,…,62 then 1,3,…,63: 8-bit (low and high byte of
+ *   32 words) and the remaining 4-bit cases (low and high nibble of 32 bytes widened to words);
+ * - XL_NATURAL: 3, 5 and 6 bits (each field pulled into its word by vpermb). */
+enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4 };
+
+/* 4-bit weights go by 128-element blocks when a block never straddles a group boundary
+ * except at its middle (64-element groups, paired) and the row is whole blocks. */
+static int q4_by128(int64_t in, int64_t group) { return in % 128 == 0 && (group == 64 || group % 128 == 0); }
+
+static int x_layout(int bits, int64_t in, int64_t group) {
+    if (bits == 2 || (bits == 4 && q4_by128(in, group))) return XL_STRIDE4;
+    return bits == 4 || bits == 8 ? XL_EVENODD : XL_NATURAL;
+}
+
+/* The int16 image of one input row, in x_layout's order. d[g] = the group's scale, X[g] = Σ x
+ * over the group in f32 (for the bias term); a group with a NaN or infinity gets d = NaN so the
+ * outputs it touches are NaN, as a float dot product would be. */
 static void quantize_row(const float *x, int64_t in, int64_t group, int bits, int16_t *xq, float *d, float *X) {
     float inv[XG_MAX];
     for (int64_t g = 0; g < in / group; g++) {
@@ -86,16 +102,17 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int bits, in
         od[k] = (int16_t)(2 * k + 1);
         for (int j = 0; j < 4; j++) q4[j][k] = (int16_t)(k < 16 ? 4 * k + j : 0);
     }
-    const int64_t blk = bits == 2 ? 128 : 64;
+    const int lay = x_layout(bits, in, group);
+    const int64_t blk = lay == XL_STRIDE4 ? 128 : 64;
     for (int64_t b0 = 0; b0 < in; b0 += blk) {
         __m512i n[4];
         for (int c = 0; c < (int)(blk / 32); c++)
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
         int16_t *q = xq + b0;
-        if (bits != 2 && bits != 4) { /* natural order */
+        if (lay == XL_NATURAL) {
             _mm512_storeu_si512(q, n[0]);
             _mm512_storeu_si512(q + 32, n[1]);
-        } else if (bits == 4) {
+        } else if (lay == XL_EVENODD) {
             _mm512_storeu_si512(q, _mm512_permutex2var_epi16(n[0], _mm512_loadu_si512(ev), n[1]));
             _mm512_storeu_si512(q + 32, _mm512_permutex2var_epi16(n[0], _mm512_loadu_si512(od), n[1]));
         } else {
@@ -172,7 +189,7 @@ AI void stage_sd(const int R, const int TT, const vargs *a, const float *d, int6
 AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const vargs *a, const int16_t *xq,
                 int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
     const int64_t ngroups = a->in / a->group, nblk = a->group / 64;
-    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    const __m512i m4 = _mm512_set1_epi16(0x0f), m8 = _mm512_set1_epi16(0xff);
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
 #pragma GCC unroll 4
@@ -219,9 +236,10 @@ AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const v
 #else
                         w0 = w1 = _mm512_setzero_si512(); /* not taken: vnni_takes declines these widths */
 #endif
-                    } else {
-                        w0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
-                        w1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(pr + 32)));
+                    } else { /* low and high byte of each word: even and odd elements */
+                        const __m512i v = _mm512_loadu_si512(pr);
+                        w0 = _mm512_and_si512(v, m8);
+                        w1 = _mm512_srli_epi16(v, 8);
                     }
 #pragma GCC unroll 4
                     for (int t = 0; t < TT; t++) {
@@ -242,14 +260,15 @@ AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const v
     finish(R, TT, a, acc, X, ldg, y, ldy);
 }
 
-/* 2-bit weights: blocks of 128 elements (32 packed bytes, widened to words; the four 2-bit
- * fields of each byte are four weight vectors). With 64-element groups a block holds two
- * groups, which land in lanes 0-7 and 8-15 of the int32 sums (PAIR): one conversion and one
- * multiply-add per two groups, with the pair's two scales spread over the halves. */
-AI void mk_vnni2(const int PAIR, const int R, const int TT, const vargs *a, const int16_t *xq, int64_t ldq,
-                 const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
+/* 2- and 4-bit weights by blocks of 128 elements: 32 packed bytes widened to words (2-bit) or
+ * 32 packed words (4-bit); the four fields of each word are four weight vectors, with no
+ * shuffle. With 64-element groups a block holds two groups, which land in lanes 0-7 and 8-15
+ * of the int32 sums (PAIR): one conversion and one multiply-add per two groups, with the pair's
+ * two scales spread over the halves. */
+AI void mk_vnni_s4(const int BITS, const int PAIR, const int R, const int TT, const vargs *a, const int16_t *xq,
+                   int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
     const int64_t ngroups = a->in / a->group, nblk = PAIR ? 1 : a->group / 128;
-    const __m512i m2 = _mm512_set1_epi16(3);
+    const __m512i mb = _mm512_set1_epi16((1 << BITS) - 1);
     const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
@@ -269,7 +288,7 @@ AI void mk_vnni2(const int PAIR, const int R, const int TT, const vargs *a, cons
                 for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512(); /* dead: k = 0 sets */
             for (int64_t k = 0; k < nblk; k++) {
                 const int64_t e0 = (g0 + gi) * a->group + k * 128;
-                const uint8_t *p = a->w + (size_t)e0 / 4;
+                const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
                 __m512i xv[4][4];
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++)
@@ -278,10 +297,14 @@ AI void mk_vnni2(const int PAIR, const int R, const int TT, const vargs *a, cons
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++) {
                     const uint8_t *pr = p + r * a->wstride;
-                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 / 4, 32), _MM_HINT_T0);
-                    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
-                    const __m512i w0 = _mm512_and_si512(v, m2), w1 = _mm512_and_si512(_mm512_srli_epi16(v, 2), m2),
-                                  w2 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m2), w3 = _mm512_srli_epi16(v, 6);
+                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, 16 * BITS),
+                                 _MM_HINT_T0);
+                    const __m512i v = BITS == 2 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr))
+                                                : _mm512_loadu_si512(pr);
+                    const __m512i w0 = _mm512_and_si512(v, mb),
+                                  w1 = _mm512_and_si512(_mm512_srli_epi16(v, BITS), mb),
+                                  w2 = _mm512_and_si512(_mm512_srli_epi16(v, 2 * BITS), mb),
+                                  w3 = _mm512_srli_epi16(v, 3 * BITS);
 #pragma GCC unroll 4
                     for (int t = 0; t < TT; t++) {
                         __m512i first = _mm512_madd_epi16(w0, xv[t][0]);
@@ -346,7 +369,6 @@ AI void mk_vnni2(const int PAIR, const int R, const int TT, const vargs *a, cons
         else VNNI_SHAPES(mk_vnni, BITS, 0);                                                    \
     }
 
-VNNI_KERNEL(kern_v4, 4)
 VNNI_KERNEL(kern_v8, 8)
 #if NX_VNNI_VBMI
 VNNI_KERNEL(kern_v3, 3)
@@ -356,8 +378,15 @@ VNNI_KERNEL(kern_v6, 6)
 
 static void kern_v2(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq, const float *d, const float *X,
                     int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI_SHAPES(mk_vnni2, 1);
-    else VNNI_SHAPES(mk_vnni2, 0);
+    if (a->group == 64) VNNI_SHAPES(mk_vnni_s4, 2, 1);
+    else VNNI_SHAPES(mk_vnni_s4, 2, 0);
+}
+
+static void kern_v4(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq, const float *d, const float *X,
+                    int64_t ldg, float *y, int64_t ldy) {
+    if (!q4_by128(a->in, a->group)) VNNI_SHAPES(mk_vnni, 4, 0);
+    else if (a->group == 64) VNNI_SHAPES(mk_vnni_s4, 4, 1);
+    else VNNI_SHAPES(mk_vnni_s4, 4, 0);
 }
 
 
