@@ -18,16 +18,21 @@ BW=${bw_line#membw_gbs=}
 echo "== kernels"
 kout=$($B/bench/kernels --membw "${BW:-0}" || true)
 echo "$kout"
-# the quantized-decode figures: 4-bit (the common recipe) and 8-bit (heads, attention overrides)
-for q in q4 q8; do
-    echo "$kout" | awk -v q="$q" '$1 == "bench=matmul" {
+echo "== kernels, int8 activations (--act-bits 8): 4- and 8-bit"
+kout8=$(NX_ACT_BITS=8 $B/bench/kernels --membw "${BW:-0}" --dtypes q4,q8 || true)
+echo "$kout8"
+# the quantized-decode figures: 4-bit (the common recipe) and 8-bit (heads, attention overrides),
+# on int16 and on int8 activations
+for q in q4 q8 q4-act8 q8-act8; do
+    case $q in *-act8) ko=$kout8 ;; *) ko=$kout ;; esac
+    echo "$ko" | awk -v lab="$q" 'BEGIN { q = lab; sub(/-act8$/, "", q) } $1 == "bench=matmul" {
         for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
         if (f["dtype"] != q) next
         ms[f["T"]] = f["ms"]; frac[f["T"]] = f["membw_frac"]; gf[f["T"]] = f["gflops"]; isa = f["isa"]
     } END {
         if (ms[1] > 0 && ms[2] > 0)
             printf "%s (%s): 1-row decode reads weights at %.0f%% of membw; a 2-row verify call costs %.2fx a 1-row call; T=64 (prefill) %.0f GFLOP/s\n",
-                q, isa, 100 * frac[1], ms[2] / ms[1], gf[64]
+                lab, isa, 100 * frac[1], ms[2] / ms[1], gf[64]
     }'
 done
 
@@ -80,3 +85,9 @@ bw_post=$(membw_now)
 echo "$outq"
 around "4-bit" "$(echo "$outq" | grep '^mode=ar ' | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2)" "$bw_pre" "$bw_post" \
     "$(echo "$outq" | grep -o 'dense_verify2/step=[0-9.]*' | cut -d= -f2)"
+bw_pre=$(membw_now)
+outq8=$($NEXTN bench -m "$BIGQ4" -n 48 --modes ar,1 --synthetic-accept 0.8 --repeat 3 --act-bits 8)
+bw_post=$(membw_now)
+echo "$outq8"
+around "4-bit (--act-bits 8)" "$(echo "$outq8" | grep '^mode=ar ' | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2)" "$bw_pre" "$bw_post" \
+    "$(echo "$outq8" | grep -o 'dense_verify2/step=[0-9.]*' | cut -d= -f2)"

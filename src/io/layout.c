@@ -320,6 +320,7 @@ static nx_status load_moe(loader *L, const char *pre, bool is_mtp, nx_moe *m) {
                        rw->name, nx_store_file_of(L->st, rw), m->n_experts, cfg->top_k);
     snprintf(p, sizeof p, "%s%s", pre, rname);
     if ((st = load_linear(L, p, 0, m->n_experts, hidden, &m->router))) return st;
+    m->router.x16 = true; /* expert choice is discontinuous in the logits */
 
     static const char *const biases[] = {"mlp.expert_bias", "mlp.router.expert_bias",
                                          "mlp.gate.e_score_correction_bias",

@@ -54,21 +54,31 @@ AI __m512i q32(const float *x, __m512 iv) {
  * - XL_EVENODD, blocks of 64 as elements 0,2,…,62 then 1,3,…,63: 8-bit (low and high byte of
  *   32 words) and the remaining 4-bit cases (low and high nibble of 32 bytes widened to words);
  * - XL_NATURAL: 3, 5 and 6 bits (each field pulled into its word by vpermb). */
-enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4 };
+enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_NATURAL, XL8_EVENODD };
 
 /* 4-bit weights go by 128-element blocks when a block never straddles a group boundary
  * except at its middle (64-element groups, paired) and the row is whole blocks. */
 static int q4_by128(int64_t in, int64_t group) { return in % 128 == 0 && (group == 64 || group % 128 == 0); }
 
-static int x_layout(int bits, int64_t in, int64_t group) {
+/* With 8-bit activations (int8 bytes, vpdpbusd: 64 multiply-adds per instruction):
+ * - XL8_NATURAL: 8-bit weights, blocks of 64 bytes in natural order;
+ * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128), elements 0,2,…,126 then
+ *   1,3,…,127 (low and high nibbles of 64 packed bytes). Other widths and shapes keep int16. */
+static int act8_takes(int bits, int64_t in, int64_t group) {
+    return bits == 8 || (bits == 4 && q4_by128(in, group));
+}
+
+static int x_layout(int act, int bits, int64_t in, int64_t group) {
+    if (act == 8) return bits == 8 ? XL8_NATURAL : XL8_EVENODD;
     if (bits == 2 || (bits == 4 && q4_by128(in, group))) return XL_STRIDE4;
     return bits == 4 || bits == 8 ? XL_EVENODD : XL_NATURAL;
 }
 
-/* The int16 image of one input row, in x_layout's order. d[g] = the group's scale, X[g] = Σ x
- * over the group in f32 (for the bias term); a group with a NaN or infinity gets d = NaN so the
- * outputs it touches are NaN, as a float dot product would be. */
-static void quantize_row(const float *x, int64_t in, int64_t group, int bits, int16_t *xq, float *d, float *X) {
+/* The int16 (act 16) or int8 (act 8) image of one input row, in x_layout's order. d[g] = the
+ * group's scale, X[g] = Σ x over the group in f32 (for the bias term); a group with a NaN or
+ * infinity gets d = NaN so the outputs it touches are NaN, as a float dot product would be. */
+static void quantize_row(const float *x, int64_t in, int64_t group, int act, int bits, void *xqv, float *d,
+                         float *X) {
     float inv[XG_MAX];
     for (int64_t g = 0; g < in / group; g++) {
         const float *xg = x + g * group;
@@ -87,6 +97,10 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int bits, in
         d[g] = 0.0f;
         if (!isfinite(X[g]) || !isfinite(amax)) {
             d[g] = NAN;
+        } else if (amax > 0.0f && act == 8) {
+            /* d = max|x|/127: each element within d/2 = max|x|/254 (llama.cpp's q8 activations) */
+            inv[g] = 127.0f / amax;
+            d[g] = amax / 127.0f;
         } else if (amax > 0.0f) {
             int e;
             frexpf(amax, &e); /* amax < 2^e */
@@ -102,14 +116,24 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int bits, in
         od[k] = (int16_t)(2 * k + 1);
         for (int j = 0; j < 4; j++) q4[j][k] = (int16_t)(k < 16 ? 4 * k + j : 0);
     }
-    const int lay = x_layout(bits, in, group);
-    const int64_t blk = lay == XL_STRIDE4 ? 128 : 64;
+    const int lay = x_layout(act, bits, in, group);
+    const int64_t blk = lay == XL_STRIDE4 || lay == XL8_EVENODD ? 128 : 64;
     for (int64_t b0 = 0; b0 < in; b0 += blk) {
         __m512i n[4];
         for (int c = 0; c < (int)(blk / 32); c++)
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
-        int16_t *q = xq + b0;
-        if (lay == XL_NATURAL) {
+        int16_t *q = (int16_t *)xqv + b0;
+        int8_t *q8 = (int8_t *)xqv + b0;
+        if (lay == XL8_NATURAL) { /* |x̂| <= 127: narrowing is exact */
+            _mm256_storeu_si256((__m256i *)q8, _mm512_cvtepi16_epi8(n[0]));
+            _mm256_storeu_si256((__m256i *)(q8 + 32), _mm512_cvtepi16_epi8(n[1]));
+        } else if (lay == XL8_EVENODD) {
+            const __m512i e = _mm512_loadu_si512(ev), o = _mm512_loadu_si512(od);
+            _mm256_storeu_si256((__m256i *)q8, _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[0], e, n[1])));
+            _mm256_storeu_si256((__m256i *)(q8 + 32), _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2], e, n[3])));
+            _mm256_storeu_si256((__m256i *)(q8 + 64), _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[0], o, n[1])));
+            _mm256_storeu_si256((__m256i *)(q8 + 96), _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2], o, n[3])));
+        } else if (lay == XL_NATURAL) {
             _mm512_storeu_si512(q, n[0]);
             _mm512_storeu_si512(q + 32, n[1]);
         } else if (lay == XL_EVENODD) {
@@ -183,11 +207,28 @@ AI void stage_sd(const int R, const int TT, const vargs *a, const float *d, int6
 /* Groups whose combined scales s·d are staged together (one vector multiply per 16 groups). */
 #define SG 16
 
+/* acc += float(is)·(s·d) for one unit of integer sums: one group (gi), or with PAIR the groups
+ * gi and gi+1 in lanes 0-7 and 8-15, their two staged scales spread over the halves. */
+AI void scale_in(const int PAIR, const int R, const int TT, __m512i is[4][4], float sd[4][4][SG], int64_t gi,
+                 __m512 acc[4][4]) {
+    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) {
+            const __m512 s = PAIR ? _mm512_permutexvar_ps(_mm512_add_epi32(halves, _mm512_set1_epi32((int)gi)),
+                                                          _mm512_load_ps(sd[r][t]))
+                                  : _mm512_set1_ps(sd[r][t][gi]);
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), s, acc[r][t]);
+        }
+}
+
 /* R weight rows × TT input rows. Per group and input row: exact int32 lane sums of q·x̂, then
  * acc += float(sum)·(s·d); the bias terms Σ_g b_g·X_g are one vector dot product per row at
  * the end. */
-AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const vargs *a, const int16_t *xq,
+AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const vargs *a, const void *xqv,
                 int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
+    const int16_t *xq = (const int16_t *)xqv;
     const int64_t ngroups = a->in / a->group, nblk = a->group / 64;
     const __m512i m4 = _mm512_set1_epi16(0x0f), m8 = _mm512_set1_epi16(0xff);
     __m512 acc[4][4];
@@ -249,12 +290,7 @@ AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const v
                     }
                 }
             }
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-                for (int t = 0; t < TT; t++)
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), _mm512_set1_ps(sd[r][t][gi]),
-                                                acc[r][t]);
+            scale_in(0, R, TT, is, sd, gi, acc);
         }
     }
     finish(R, TT, a, acc, X, ldg, y, ldy);
@@ -265,11 +301,11 @@ AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const v
  * shuffle. With 64-element groups a block holds two groups, which land in lanes 0-7 and 8-15
  * of the int32 sums (PAIR): one conversion and one multiply-add per two groups, with the pair's
  * two scales spread over the halves. */
-AI void mk_vnni_s4(const int BITS, const int PAIR, const int R, const int TT, const vargs *a, const int16_t *xq,
+AI void mk_vnni_s4(const int BITS, const int PAIR, const int R, const int TT, const vargs *a, const void *xqv,
                    int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
+    const int16_t *xq = (const int16_t *)xqv;
     const int64_t ngroups = a->in / a->group, nblk = PAIR ? 1 : a->group / 128;
     const __m512i mb = _mm512_set1_epi16((1 << BITS) - 1);
-    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
 #pragma GCC unroll 4
@@ -315,22 +351,61 @@ AI void mk_vnni_s4(const int BITS, const int PAIR, const int R, const int TT, co
                     }
                 }
             }
-            if (PAIR) {
-                const __m512i idx = _mm512_add_epi32(halves, _mm512_set1_epi32((int)gi));
+            scale_in(PAIR, R, TT, is, sd, gi, acc);
+        }
+    }
+    finish(R, TT, a, acc, X, ldg, y, ldy);
+}
+
+/* 4- and 8-bit weights on int8 activations (vpdpbusd: unsigned weight bytes times signed
+ * activation bytes, 64 multiply-adds per instruction, exact in int32). 4-bit by 128-element
+ * blocks of 64 packed bytes, low and high nibbles as two byte vectors (XL8_EVENODD; 64-element
+ * groups paired in the lanes as above); 8-bit by 64-byte blocks in natural order. */
+AI void mk_a8(const int BITS, const int PAIR, const int R, const int TT, const vargs *a, const void *xqv,
+              int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
+    const int8_t *xq = (const int8_t *)xqv;
+    const int64_t blk = BITS == 4 ? 128 : 64, ngroups = a->in / a->group, nblk = PAIR ? 1 : a->group / blk;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[4][4];
+    float sd[4][4][SG] __attribute__((aligned(64)));
 #pragma GCC unroll 4
-                for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-                    for (int t = 0; t < TT; t++)
-                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]),
-                                                    _mm512_permutexvar_ps(idx, _mm512_load_ps(sd[r][t])), acc[r][t]);
-            } else {
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < ngroups; g0 += SG) {
+        const int64_t gn = ngroups - g0 < SG ? ngroups - g0 : SG;
+        stage_sd(R, TT, a, d, ldg, g0, gn, sd);
+        for (int64_t gi = 0; gi < gn; gi += PAIR ? 2 : 1) {
+            __m512i is[4][4];
 #pragma GCC unroll 4
-                for (int r = 0; r < R; r++)
+            for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-                    for (int t = 0; t < TT; t++)
-                        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), _mm512_set1_ps(sd[r][t][gi]),
-                                                    acc[r][t]);
+                for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512();
+            for (int64_t k = 0; k < nblk; k++) {
+                const int64_t e0 = (g0 + gi) * a->group + k * blk;
+                const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
+                __m512i x0[4], x1[4];
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++) {
+                    x0[t] = _mm512_loadu_si512(xq + t * ldq + e0);
+                    x1[t] = BITS == 4 ? _mm512_loadu_si512(xq + t * ldq + e0 + 64) : x0[t];
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, 64), _MM_HINT_T0);
+                    const __m512i v = _mm512_loadu_si512(p + r * a->wstride);
+                    if (BITS == 4) {
+                        const __m512i w0 = _mm512_and_si512(v, m4), w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
+                        for (int t = 0; t < TT; t++)
+                            is[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(is[r][t], w0, x0[t]), w1, x1[t]);
+                    } else {
+#pragma GCC unroll 4
+                        for (int t = 0; t < TT; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], v, x0[t]);
+                    }
+                }
             }
+            scale_in(PAIR, R, TT, is, sd, gi, acc);
         }
     }
     finish(R, TT, a, acc, X, ldg, y, ldy);
@@ -363,7 +438,7 @@ AI void mk_vnni_s4(const int BITS, const int PAIR, const int R, const int TT, co
 
 /* 64-element groups get a block loop unrolled away; other sizes loop over their blocks. */
 #define VNNI_KERNEL(NAME, BITS)                                                                \
-    static void NAME(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq,            \
+    static void NAME(int R, int TT, const vargs *a, const void *xq, int64_t ldq,            \
                      const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
         if (a->group == 64) VNNI_SHAPES(mk_vnni, BITS, 1);                                     \
         else VNNI_SHAPES(mk_vnni, BITS, 0);                                                    \
@@ -376,17 +451,28 @@ VNNI_KERNEL(kern_v5, 5)
 VNNI_KERNEL(kern_v6, 6)
 #endif
 
-static void kern_v2(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq, const float *d, const float *X,
+static void kern_v2(int R, int TT, const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X,
                     int64_t ldg, float *y, int64_t ldy) {
     if (a->group == 64) VNNI_SHAPES(mk_vnni_s4, 2, 1);
     else VNNI_SHAPES(mk_vnni_s4, 2, 0);
 }
 
-static void kern_v4(int R, int TT, const vargs *a, const int16_t *xq, int64_t ldq, const float *d, const float *X,
+static void kern_v4(int R, int TT, const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X,
                     int64_t ldg, float *y, int64_t ldy) {
     if (!q4_by128(a->in, a->group)) VNNI_SHAPES(mk_vnni, 4, 0);
     else if (a->group == 64) VNNI_SHAPES(mk_vnni_s4, 4, 1);
     else VNNI_SHAPES(mk_vnni_s4, 4, 0);
+}
+
+static void kern_v4a8(int R, int TT, const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X,
+                      int64_t ldg, float *y, int64_t ldy) {
+    if (a->group == 64) VNNI_SHAPES(mk_a8, 4, 1);
+    else VNNI_SHAPES(mk_a8, 4, 0);
+}
+
+static void kern_v8a8(int R, int TT, const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X,
+                      int64_t ldg, float *y, int64_t ldy) {
+    VNNI_SHAPES(mk_a8, 8, 0);
 }
 
 
@@ -405,13 +491,15 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                             int64_t ldy, int64_t o0, int64_t o1) {
     if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1);
     const int64_t in = W->in, ngroups = in / W->group;
-    void (*kern)(int, int, const vargs *, const int16_t *, int64_t, const float *, const float *,
+    const int act = !W->x16 && nx_kernels_act_bits() == 8 && act8_takes(W->bits, in, W->group) ? 8 : 16;
+    void (*kern)(int, int, const vargs *, const void *, int64_t, const float *, const float *,
                  int64_t, float *, int64_t) = W->bits == 4 ? kern_v4 : W->bits == 8 ? kern_v8 : kern_v2;
 #if NX_VNNI_VBMI
     if (W->bits == 3) kern = kern_v3;
     if (W->bits == 5) kern = kern_v5;
     if (W->bits == 6) kern = kern_v6;
 #endif
+    if (act == 8) kern = W->bits == 8 ? kern_v8a8 : kern_v4a8;
     vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,
@@ -440,7 +528,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     for (int64_t c0 = 0; c0 < T; c0 += tc) {
         const int64_t c1 = c0 + tc < T ? c0 + tc : T;
         for (int64_t t = c0; t < c1; t++)
-            quantize_row(x + t * ldx, in, W->group, W->bits, xq + (t - c0) * in,
+            quantize_row(x + t * ldx, in, W->group, act, W->bits, (char *)xq + (t - c0) * in * act / 8,
                          dg + (t - c0) * ngroups, Xg + (t - c0) * ngroups);
         for (int64_t b0 = o0; b0 < o1; b0 += ob) {
             const int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
@@ -452,7 +540,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                     a.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
                     a.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
                     a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
-                    kern(R, tt, &a, xq + q0, in, dg + g0, Xg + g0, ngroups, y + t * ldy + o, ldy);
+                    kern(R, tt, &a, (const char *)xq + q0 * act / 8, in, dg + g0, Xg + g0, ngroups, y + t * ldy + o, ldy);
                     o += R;
                 }
             }

@@ -72,6 +72,24 @@ static const nx_kernel_table *table_get(void) {
     return t;
 }
 
+/* 0 until first asked: then NX_ACT_BITS, else 16 */
+static _Atomic int g_act_bits;
+
+int nx_kernels_set_act_bits(int bits) {
+    if (bits != 8 && bits != 16) return -1;
+    atomic_store_explicit(&g_act_bits, bits, memory_order_relaxed);
+    return 0;
+}
+
+int nx_kernels_act_bits(void) {
+    int b = atomic_load_explicit(&g_act_bits, memory_order_relaxed);
+    if (b) return b;
+    const char *env = getenv("NX_ACT_BITS");
+    b = env && strcmp(env, "8") == 0 ? 8 : 16;
+    atomic_store_explicit(&g_act_bits, b, memory_order_relaxed);
+    return b;
+}
+
 const char *nx_kernels_isa(void) { return table_get()->name; }
 
 int nx_kernels_force(const char *isa) {

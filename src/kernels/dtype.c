@@ -57,3 +57,4 @@ size_t nx_linear_bytes(const nx_linear *W) {
     if (!W || W->out <= 0) return 0;
     return (size_t)W->out * nx_linear_row_bytes(W);
 }
+

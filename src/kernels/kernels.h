@@ -9,6 +9,7 @@
 #ifndef NX_KERNELS_H
 #define NX_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,7 @@ typedef struct nx_linear {
     int bits, group;   /* quantized only */
     nx_dtype sdtype;   /* dtype of scales and biases (F32/F16/BF16) */
     const void *scales, *biases;
+    bool x16;          /* activations never rounded below int16 (routers: a choice must not flip) */
 } nx_linear;
 
 size_t nx_linear_row_bytes(const nx_linear *W); /* stored bytes of one output row (+ its scales) */
@@ -97,6 +99,17 @@ void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64
 /* x[0..n) ← softmax(x): max, exp(x - max), normalised by the sum. Deterministic per ISA
  * (the SIMD exp is a fixed polynomial within 2 ulp of expf). */
 void nx_softmax_f32(float *x, int64_t n);
+
+/* Precision of the activations the integer kernels (avx512vnni/avx512vbmi) multiply quantized
+ * weights with. 16 (the default): each input row is rounded to int16 per weight group, every
+ * element within 2^-15 of its group's largest. 8: 4- and 8-bit weights (4-bit with whole
+ * 128-element blocks) take int8 activations instead, each element within 1/254 of its group's
+ * largest, as llama.cpp's q8 activations: twice the multiply-adds per instruction, so decode
+ * and verify run nearer memory speed where int16 is compute-bound. Other widths keep int16.
+ * Weights marked x16 (routers) keep int16. Either way the numerics contract above holds. Set once before computing (NX_ACT_BITS=8 in
+ * the environment, or the CLI's --act-bits); returns 0, or -1 for any other value. */
+int nx_kernels_set_act_bits(int bits);
+int nx_kernels_act_bits(void);
 
 /* Which ISA the dispatcher chose: "ref", "avx2", "avx512". */
 const char *nx_kernels_isa(void);

@@ -92,6 +92,9 @@ expect_error("config: unsupported family", ["inspect", "-m", variant("cfgfam", e
 expect_error("top-p out of range", ["run", "-m", good, "--prompt-tokens", "1,2", "--top-p", "1.5"], "--top-p")
 expect_error("temperature not a number", ["run", "-m", good, "--prompt-tokens", "1,2", "--temp", "hot"], "--temp")
 expect_error("draft out of range", ["run", "-m", good, "--prompt-tokens", "1,2", "--draft", "99"], "--draft")
+expect_error("activation precision not 8 or 16", ["run", "-m", good, "--prompt-tokens", "1,2", "--act-bits", "4"],
+             "--act-bits")
+expect_error("serve: activation precision not a number", ["serve", "-m", good, "--act-bits", "int8"], "--act-bits")
 expect_error("malformed token list", ["run", "-m", good, "--prompt-tokens", "1,x,3"], "token")
 expect_error("token id beyond the vocabulary", ["run", "-m", good, "--prompt-tokens", "1,999999"], "out of range")
 expect_error("no tokenizer for text", ["run", "-m", good, "-p", "hello"], "tokenizer")

@@ -124,5 +124,30 @@ for name in ("tencent-odd", "mlx-q4-g64-head8"):
              "--logits", ref_l])
         compare(f"{name} with NX_ISA={isa}", np.load(out), np.load(ref_l))
 
+# 4-bit g64 on rows of whole 128-element blocks (the paired-group int16 kernel, and the shapes int8
+# activations apply to): logits parity at the default int16. Then --act-bits 8: the flag reaches
+# the kernels (the logits move), and greedy MTP still equals greedy AR (the numerics contract holds
+# at either precision). Not compared token by token with the reference: int8 rounding moves logits
+# by ~1e-2, enough to flip a near-tied expert choice of a random router (accuracy is bounded
+# per matmul in test_kernels, and measured as acceptance in the model card).
+d = os.path.join(tmp, "mlx-q4-g64-w256")
+run([PY, "tests/ref/make_random_ckpt.py", "--layout", "mlx", "--mtp", "sidecar", "--hidden", "256", "--expert-dim",
+     "128", "--inter", "256", "--quant", "4:64", "--mtp-quant", "8:64", "--seed", "10", "--out", d])
+ids = ",".join(map(str, range(3, 20)))
+a8, a16 = os.path.join(tmp, "a8.npy"), os.path.join(tmp, "a16.npy")
+m16, ref_l, ref_m = os.path.join(tmp, "m16.npy"), os.path.join(tmp, "a-ref.npy"), os.path.join(tmp, "a-refm.npy")
+nextn("eval", "-m", d, "--tokens", ids, "--logits", a16, "--mtp-logits", m16)
+run([PY, "tools/train/reference.py", "--model", d, "--tokens", ids, "--logits", ref_l, "--mtp-logits", ref_m])
+compare("mlx-q4-g64-w256 trunk logits", np.load(a16), np.load(ref_l))
+compare("mlx-q4-g64-w256 MTP logits", np.load(m16), np.load(ref_m))
+nextn("eval", "-m", d, "--tokens", ids, "--logits", a8, "--act-bits", 8)
+t.ok(float(np.abs(np.load(a8) - np.load(a16)).max()) > 0, "--act-bits 8 changes the quantized matmuls")
+ar = nextn("run", "-m", d, "--prompt-tokens", ids, "-n", 24, "--print-ids", "--ignore-eos", "--draft", 0,
+           "--quiet", "--act-bits", 8).stdout.split()
+for k in ("1", "3", "auto"):
+    out = nextn("run", "-m", d, "--prompt-tokens", ids, "-n", 24, "--print-ids", "--ignore-eos", "--draft", k,
+                "--quiet", "--act-bits", 8).stdout.split()
+    t.ok(out == ar and len(ar) == 24, f"--act-bits 8: greedy MTP (draft {k}) equals greedy AR", f"mtp {out}\nar {ar}")
+
 run(["rm", "-rf", tmp])
 t.done()

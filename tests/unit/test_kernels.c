@@ -146,19 +146,28 @@ static float *rnd_vec(int64_t n) {
     return v;
 }
 
-/* ISAs this CPU can run, ref first. */
-static const char *isas[5];
+/* Kernel variants this CPU can run, ref first: an ISA name, or "ISA+act8" for that ISA's
+ * integer kernels on int8 activations (nx_kernels_set_act_bits(8)). */
+static const char *isas[7];
 static int n_isas;
 static const char *default_isa;
+
+static int use_isa(const char *name) {
+    const char *plus = strchr(name, '+');
+    char base[32];
+    snprintf(base, sizeof base, "%.*s", plus ? (int)(plus - name) : (int)strlen(name), name);
+    if (nx_kernels_set_act_bits(plus && strcmp(plus, "+act8") == 0 ? 8 : 16) != 0) return -1;
+    return nx_kernels_force(base);
+}
 
 static int setup(void **state) {
     (void)state;
     default_isa = nx_kernels_isa();
-    const char *all[5] = {"ref", "avx2", "avx512", "avx512vnni", "avx512vbmi"};
+    const char *all[7] = {"ref", "avx2", "avx512", "avx512vnni", "avx512vbmi", "avx512vnni+act8", "avx512vbmi+act8"};
     n_isas = 0;
-    for (int i = 0; i < 5; i++)
-        if (nx_kernels_force(all[i]) == 0) isas[n_isas++] = all[i];
-    nx_kernels_force(default_isa);
+    for (int i = 0; i < 7; i++)
+        if (use_isa(all[i]) == 0) isas[n_isas++] = all[i];
+    use_isa(default_isa);
     return 0;
 }
 
@@ -210,7 +219,7 @@ static void test_to_f32(void **state) {
                {0x03ff, 6.0975552e-5f}, {0x0400, 6.1035156e-5f}, {0x7bff, 65504.0f},
                {0xfbff, -65504.0f}, {0x3555, 0.33325195f}};
     for (int k = 0; k < n_isas; k++) {
-        assert_int_equal(nx_kernels_force(isas[k]), 0);
+        assert_int_equal(use_isa(isas[k]), 0);
         for (size_t i = 0; i < sizeof f16 / sizeof f16[0]; i++) {
             float out;
             nx_to_f32(NX_DTYPE_F16, &f16[i].h, &out, 1);
@@ -234,12 +243,12 @@ static void test_to_f32(void **state) {
             nx_to_f32(NX_DTYPE_F16, h, want, n);
             assert_memory_equal(got, want, (size_t)(n + 1) * 4);
             nx_to_f32(NX_DTYPE_BF16, b, want, n);
-            assert_int_equal(nx_kernels_force(isas[k]), 0);
+            assert_int_equal(use_isa(isas[k]), 0);
             nx_to_f32(NX_DTYPE_BF16, b, got, n);
             assert_memory_equal(got, want, (size_t)(n + 1) * 4);
         }
     }
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 static void test_dot_axpy(void **state) {
@@ -253,7 +262,7 @@ static void test_dot_axpy(void **state) {
                 exact += (double)a[i] * b[i];
                 mag += fabs((double)a[i] * b[i]);
             }
-            assert_int_equal(nx_kernels_force(isas[k]), 0);
+            assert_int_equal(use_isa(isas[k]), 0);
             float d = nx_dot_f32(a, b, n);
             nx_axpy_f32(0.75f, a, y1, n);
             assert_true(fabs(d - exact) <= 1e-6 * (mag + 1) * (double)(n + 1));
@@ -266,7 +275,7 @@ static void test_dot_axpy(void **state) {
             free(y2);
         }
     }
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 /* The attention helpers give the bits of the dot/axpy loops they replace, on every ISA, for
@@ -276,7 +285,7 @@ static void test_attn_helpers(void **state) {
     const int64_t hds[] = {1, 15, 16, 17, 64, 100, 128, 130, 200, 256};
     const int64_t gs[] = {1, 3, 4, 6};
     for (int k = 0; k < n_isas; k++) {
-        assert_int_equal(nx_kernels_force(isas[k]), 0);
+        assert_int_equal(use_isa(isas[k]), 0);
         for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
             for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
                 for (int64_t n = 1; n <= 11; n += 5) {
@@ -307,7 +316,7 @@ static void test_attn_helpers(void **state) {
                     free(o2);
                 }
     }
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 /* Softmax on every ISA against a double-precision one: each probability within a few ulp
@@ -316,7 +325,7 @@ static void test_attn_helpers(void **state) {
 static void test_softmax(void **state) {
     (void)state;
     for (int k = 0; k < n_isas; k++) {
-        assert_int_equal(nx_kernels_force(isas[k]), 0);
+        assert_int_equal(use_isa(isas[k]), 0);
         for (int64_t n = 1; n <= 70; n++) {
             float *x = rnd_vec(n + 1);
             for (int64_t i = 0; i < n; i++) x[i] *= 40.0f; /* scores in [-40, 40] */
@@ -348,7 +357,7 @@ static void test_softmax(void **state) {
         for (int i = 0; i < 20; i++)
             if (!isnan(y[i])) fail_msg("%s: NaN input, p[%d] = %g", isas[k], i, y[i]);
     }
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 /* ------------------------------------------------------------------ matmul vs reference */
@@ -356,7 +365,7 @@ static void test_softmax(void **state) {
 /* Runs W·x on `isa` with padded leading dimensions; checks y's padding is untouched. */
 static float *run_matmul(const char *isa, const nx_linear *W, const float *x, int64_t ldx,
                          int64_t T, int64_t ldy, nx_pool *pool) {
-    assert_int_equal(nx_kernels_force(isa), 0);
+    assert_int_equal(use_isa(isa), 0);
     size_t n = (size_t)(T * ldy);
     float *y = malloc(n * sizeof *y);
     assert_non_null(y);
@@ -367,18 +376,25 @@ static float *run_matmul(const char *isa, const nx_linear *W, const float *x, in
     return y;
 }
 
-/* Whether `isa` quantizes the activations of W's matmul (int16 per weight group). */
-static int quantizes_x(const char *isa, const nx_linear *W) {
-    const int vbmi = strcmp(isa, "avx512vbmi") == 0;
-    if ((strcmp(isa, "avx512vnni") != 0 && !vbmi) || W->dtype != NX_DTYPE_U32) return 0;
-    if (W->bits == 4 || W->bits == 8 || (vbmi && W->bits != 2)) return W->group % 64 == 0;
-    return W->bits == 2 && (W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0));
+/* How far the variant `isa` may move each input element of W's matmul, relative to the
+ * largest |x| of its weight group: 0 (float kernels), 1/32768 (half an int16 step: max/2^14 at
+ * most) or 1/254 (half an int8 step, max/127). */
+static double x_half_step(const char *isa, const nx_linear *W) {
+    const int vbmi = strncmp(isa, "avx512vbmi", 10) == 0, act8 = strstr(isa, "+act8") != NULL;
+    if ((strncmp(isa, "avx512vnni", 10) != 0 && !vbmi) || W->dtype != NX_DTYPE_U32) return 0;
+    int q = 0;
+    if (W->bits == 4 || W->bits == 8 || (vbmi && W->bits != 2)) q = W->group % 64 == 0;
+    else q = W->bits == 2 && (W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0));
+    if (!q) return 0;
+    /* int8 for 8-bit, and 4-bit in whole 128-element blocks without a group straddling one */
+    const int by8 = W->bits == 8 || (W->bits == 4 && W->in % 128 == 0 && (W->group == 64 || W->group % 128 == 0));
+    return act8 && by8 ? 1.0 / 254.0 : 1.0 / 32768.0;
 }
 
 /* Compares every ISA against the reference within a bound scaled by Σ|w·x|, and checks the
  * reference itself against the dequantization formula on raw q (quantized weights). Kernels
- * that round x to int16 per group may add up to half a step per element, a step being below
- * max_g|x|/2^14: Σ_g (max_g|x|/32768) · Σ_{j∈g}|w_j|. `x` may be given (NULL: random in [-1, 1)). */
+ * that round x per group may add up to half a step per element (x_half_step of max_g|x|):
+ * Σ_g h·max_g|x| · Σ_{j∈g}|w_j|. `x` may be given (NULL: random in [-1, 1)). */
 static void check_against_ref_x(const tw *tw0, int64_t T, const float *xin) {
     const nx_linear *W = &tw0->L;
     int64_t ldx = W->in + 3, ldy = W->out + 2;
@@ -412,7 +428,7 @@ static void check_against_ref_x(const tw *tw0, int64_t T, const float *xin) {
                     amax = fmax(amax, fabs((double)x[t * ldx + i]));
                     wsum += fabs((double)wrow[i]);
                 }
-                e += amax / 32768.0 * wsum;
+                e += amax * wsum;
             }
             xq[t * W->out + o] = e * 1.001;
         }
@@ -423,7 +439,7 @@ static void check_against_ref_x(const tw *tw0, int64_t T, const float *xin) {
             for (int64_t o = 0; o < W->out; o++) {
                 double a = yr[t * ldy + o], b = ys[t * ldy + o];
                 double tol = 2.5e-7 * (double)(W->in + 16) * mag[t * W->out + o] + 1e-30;
-                if (quantizes_x(isas[k], W)) tol += xq[t * W->out + o];
+                tol += x_half_step(isas[k], W) * xq[t * W->out + o];
                 if (!(fabs(a - b) <= tol))
                     fail_msg("%s dtype %d bits %d group %d sdt %d out %lld in %lld T %lld: "
                              "y[%lld,%lld] ref %.9g simd %.9g", isas[k], W->dtype, W->bits,
@@ -457,7 +473,7 @@ static void test_matmul_float_vs_ref(void **state) {
                 if (i % 5 == 0) check_against_ref(&t, 9);
                 tw_free(&t);
             }
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 static void test_matmul_quant_vs_ref(void **state) {
@@ -476,7 +492,7 @@ static void test_matmul_quant_vs_ref(void **state) {
                     check_against_ref(&t, 1 + c % 5);
                     tw_free(&t);
                 }
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 /* Activations with a massive outlier channel (as LLM hidden states have): groups without the
@@ -502,17 +518,19 @@ static void test_matmul_quant_activations(void **state) {
     tw_make(&big, NX_DTYPE_U32, 5, 64 * 300, 4, 64, NX_DTYPE_F16, 0);
     check_against_ref(&big, 3);
     tw_free(&big);
-    /* 2-bit groups of 256: two 128-element blocks per group */
-    tw g256;
-    tw_make(&g256, NX_DTYPE_U32, 7, 256 * 3, 2, 256, NX_DTYPE_BF16, 1);
-    check_against_ref(&g256, 3);
-    tw_free(&g256);
+    /* 2- and 4-bit groups of 256: two 128-element blocks per group */
+    for (int b = 2; b <= 4; b += 2) {
+        tw g256;
+        tw_make(&g256, NX_DTYPE_U32, 7, 256 * 3, b, 256, NX_DTYPE_BF16, 1);
+        check_against_ref(&g256, 3);
+        tw_free(&g256);
+    }
     /* a row too long to stage at all goes to the float kernel */
     tw huge;
     tw_make(&huge, NX_DTYPE_U32, 2, 128 * 260, 8, 128, NX_DTYPE_BF16, 2);
     check_against_ref(&huge, 2);
     tw_free(&huge);
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 /* A NaN or an infinity in the input makes every output it meets non-finite, on every ISA (an
@@ -540,7 +558,7 @@ static void test_matmul_quant_nonfinite(void **state) {
         free(x);
         tw_free(&t);
     }
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 /* ------------------------------------------------------------------ numerics contract */
@@ -585,7 +603,7 @@ static void check_batch_invariance(const nx_linear *W) {
         free(yfull);
     }
     free(x);
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 static void test_batch_invariance(void **state) {
@@ -632,7 +650,7 @@ static void test_thread_invariance(void **state) {
         tw_free(&ws[w]);
     }
     for (int i = 0; i < 3; i++) nx_pool_free(pools[i]);
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 /* Several matmuls in one job give exactly what separate calls give, whatever the pool. */
@@ -693,7 +711,7 @@ static void test_unaligned(void **state) {
         free(x);
         tw_free(&base[w]);
     }
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 static void test_get_row(void **state) {
@@ -703,7 +721,7 @@ static void test_get_row(void **state) {
         tw t;
         tw_make(&t, dts[d], 4, 37, 0, 0, NX_DTYPE_F32, 1);
         for (int k = 0; k < n_isas; k++) {
-            assert_int_equal(nx_kernels_force(isas[k]), 0);
+            assert_int_equal(use_isa(isas[k]), 0);
             float row[37], want[37];
             nx_linear_get_row(&t.L, 2, row);
             nx_to_f32(dts[d], (const uint8_t *)t.L.w + 2 * 37 * es(dts[d]), want, 37);
@@ -711,7 +729,7 @@ static void test_get_row(void **state) {
         }
         tw_free(&t);
     }
-    nx_kernels_force(default_isa);
+    use_isa(default_isa);
 }
 
 static void test_force(void **state) {
@@ -722,6 +740,41 @@ static void test_force(void **state) {
     assert_int_equal(nx_kernels_force(NULL), -1);
     assert_string_equal(nx_kernels_isa(), "ref");
     nx_kernels_force(default_isa);
+}
+
+/* The activation precision is a setting that takes effect: int8 activations give other
+ * (coarser) results than int16 on the 4- and 8-bit shapes they cover, and bad values are
+ * refused without changing it. */
+static void test_act_bits(void **state) {
+    (void)state;
+    assert_int_equal(nx_kernels_set_act_bits(8), 0);
+    assert_int_equal(nx_kernels_act_bits(), 8);
+    assert_int_equal(nx_kernels_set_act_bits(12), -1);
+    assert_int_equal(nx_kernels_set_act_bits(0), -1);
+    assert_int_equal(nx_kernels_act_bits(), 8);
+    assert_int_equal(nx_kernels_set_act_bits(16), 0);
+    assert_int_equal(nx_kernels_act_bits(), 16);
+    for (int k = 0; k < n_isas; k++) {
+        if (!strstr(isas[k], "+act8")) continue;
+        const int bits[] = {4, 8};
+        for (int b = 0; b < 2; b++) {
+            tw t;
+            tw_make(&t, NX_DTYPE_U32, 16, 256, bits[b], 64, NX_DTYPE_BF16, 0);
+            float *x = rnd_vec(2 * 256);
+            float *y8 = run_matmul(isas[k], &t.L, x, 256, 2, 16, NULL);
+            char base[32];
+            snprintf(base, sizeof base, "%.*s", (int)(strchr(isas[k], '+') - isas[k]), isas[k]);
+            float *y16 = run_matmul(base, &t.L, x, 256, 2, 16, NULL);
+            int differ = 0;
+            for (int i = 0; i < 32; i++) differ += y8[i] != y16[i];
+            if (differ < 8) fail_msg("%s bits %d: int8 activations changed only %d of 32 outputs", isas[k], bits[b], differ);
+            free(y8);
+            free(y16);
+            free(x);
+            tw_free(&t);
+        }
+    }
+    use_isa(default_isa);
 }
 
 int main(void) {
@@ -741,6 +794,7 @@ int main(void) {
         cmocka_unit_test(test_unaligned),
         cmocka_unit_test(test_get_row),
         cmocka_unit_test(test_force),
+        cmocka_unit_test(test_act_bits),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

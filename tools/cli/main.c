@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "convert.h"
+#include "kernels/kernels.h"
 #include "serve.h"
 #include "text/chat.h"
 
@@ -21,7 +22,7 @@ enum {
     OPT_DRAFT, OPT_VERIFY, OPT_PMIN, OPT_SYNTH, OPT_STATS, OPT_IDS, OPT_NSAMPLES, OPT_CTX,
     OPT_NOMTP, OPT_MTP_HIDDEN, OPT_MTP_CONCAT, OPT_MTP_RECYCLE, OPT_MTP_HNORM, OPT_MTP_WINDOW,
     OPT_MTP_THETA, OPT_IGNORE_EOS, OPT_CHAT, OPT_TOKENS, OPT_LOGITS, OPT_MTP_LOGITS, OPT_JSON,
-    OPT_PTOKENS, OPT_K, OPT_MODES, OPT_REPEAT, OPT_QUIET, OPT_DRAFT_VOCAB, OPT_SIMULATE,
+    OPT_PTOKENS, OPT_K, OPT_MODES, OPT_REPEAT, OPT_QUIET, OPT_DRAFT_VOCAB, OPT_SIMULATE, OPT_ACT_BITS,
 };
 
 static const struct option long_opts[] = {
@@ -67,6 +68,7 @@ static const struct option long_opts[] = {
     {"quiet", no_argument, 0, OPT_QUIET},
     {"draft-vocab", required_argument, 0, OPT_DRAFT_VOCAB},
     {"simulate-from", required_argument, 0, OPT_SIMULATE},
+    {"act-bits", required_argument, 0, OPT_ACT_BITS},
     {0, 0, 0, 0},
 };
 
@@ -185,6 +187,10 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
         case OPT_QUIET: o->quiet = true; break;
         case OPT_SIMULATE: INT_OPT("--simulate-from", 1, INT32_MAX, o->simulate_from); break;
         case OPT_DRAFT_VOCAB: INT_OPT("--draft-vocab", 0, INT32_MAX, o->load.draft_vocab); break;
+        case OPT_ACT_BITS:
+            if (!cli_parse_int(optarg, 8, 16, &iv) || nx_kernels_set_act_bits((int)iv) != 0)
+                BAD("--act-bits %s: expected 8 or 16", optarg);
+            break;
         case '?':
         default:
             if (optopt) BAD("option -%c needs a value or is unknown", optopt);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "kernels/kernels.h"
 #include "serve/server.h"
 
 static const char *usage =
@@ -36,11 +37,12 @@ static const char *usage =
     "      --draft auto|N      default draft length, 0 = plain decoding (default auto)\n"
     "      --verify RULE       residual (lossless sampling) or match (default residual)\n"
     "  -t, --threads N         compute threads (default: all cores)\n"
+    "      --act-bits 16|8     activations of quantized matmuls: int16 (default) or int8 (faster)\n"
     "      --no-mtp            load the trunk only (no speculation)\n"
     "  -q, --quiet             no start-up banner\n";
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
-       O_NOMTP, O_ID, O_MAXCONN };
+       O_NOMTP, O_ID, O_MAXCONN, O_ACT };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -50,7 +52,7 @@ static const struct option opts[] = {
     {"max-connections", required_argument, 0, O_MAXCONN},
     {"ctx", required_argument, 0, O_CTX},     {"draft", required_argument, 0, O_DRAFT},
     {"verify", required_argument, 0, O_VERIFY}, {"threads", required_argument, 0, 't'},
-    {"no-mtp", no_argument, 0, O_NOMTP},      {"quiet", no_argument, 0, 'q'},
+    {"no-mtp", no_argument, 0, O_NOMTP},      {"act-bits", required_argument, 0, O_ACT},      {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
 
@@ -155,6 +157,10 @@ int nx_cli_serve(int argc, char **argv) {
             lp.n_threads = (int)v;
             break;
         case O_NOMTP: lp.no_mtp = true; break;
+        case O_ACT:
+            if (!cli_parse_int(optarg, 8, 16, &v) || nx_kernels_set_act_bits((int)v) != 0)
+                BAD("--act-bits %s: expected 8 or 16", optarg);
+            break;
         case 'q': quiet = true; break;
         case 'h': fputs(usage, stdout); return 0;
         default:
