@@ -54,22 +54,21 @@ AI __m512i q32(const float *x, __m512 iv) {
  * - XL_EVENODD, blocks of 64 as elements 0,2,…,62 then 1,3,…,63: 8-bit (low and high byte of
  *   32 words) and the remaining 4-bit cases (low and high nibble of 32 bytes widened to words);
  * - XL_NATURAL: 3, 5 and 6 bits (each field pulled into its word by vpermb). */
-enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_NATURAL, XL8_EVENODD };
+enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_EVENODD };
 
 /* 4-bit weights go by 128-element blocks when a block never straddles a group boundary
  * except at its middle (64-element groups, paired) and the row is whole blocks. */
 static int q4_by128(int64_t in, int64_t group) { return in % 128 == 0 && (group == 64 || group % 128 == 0); }
 
-/* With 8-bit activations (int8 bytes, vpdpbusd: 64 multiply-adds per instruction):
- * - XL8_NATURAL: 8-bit weights, blocks of 64 bytes in natural order;
- * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128), elements 0,2,…,126 then
- *   1,3,…,127 (low and high nibbles of 64 packed bytes). Other widths and shapes keep int16. */
-static int act8_takes(int bits, int64_t in, int64_t group) {
-    return bits == 8 || (bits == 4 && q4_by128(in, group));
-}
+/* With 8-bit activations (int8 bytes, vpdpbusd: 64 multiply-adds per instruction), XL8_EVENODD:
+ * 4-bit weights by 128-element blocks (q4_by128), elements 0,2,…,126 then 1,3,…,127 (low and
+ * high nibbles of 64 packed bytes). Other widths and shapes keep int16: 8-bit weights measured
+ * no faster on int8 (their per-group float epilogue, not the multiplies, bounds them), so they
+ * keep the finer activations (8-bit is what heads and attention overrides use). */
+static int act8_takes(int bits, int64_t in, int64_t group) { return bits == 4 && q4_by128(in, group); }
 
 static int x_layout(int act, int bits, int64_t in, int64_t group) {
-    if (act == 8) return bits == 8 ? XL8_NATURAL : XL8_EVENODD;
+    if (act == 8) return XL8_EVENODD;
     if (bits == 2 || (bits == 4 && q4_by128(in, group))) return XL_STRIDE4;
     return bits == 4 || bits == 8 ? XL_EVENODD : XL_NATURAL;
 }
@@ -124,10 +123,7 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
         int16_t *q = (int16_t *)xqv + b0;
         int8_t *q8 = (int8_t *)xqv + b0;
-        if (lay == XL8_NATURAL) { /* |x̂| <= 127: narrowing is exact */
-            _mm256_storeu_si256((__m256i *)q8, _mm512_cvtepi16_epi8(n[0]));
-            _mm256_storeu_si256((__m256i *)(q8 + 32), _mm512_cvtepi16_epi8(n[1]));
-        } else if (lay == XL8_EVENODD) {
+        if (lay == XL8_EVENODD) { /* |x̂| <= 127: narrowing is exact */
             const __m512i e = _mm512_loadu_si512(ev), o = _mm512_loadu_si512(od);
             _mm256_storeu_si256((__m256i *)q8, _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[0], e, n[1])));
             _mm256_storeu_si256((__m256i *)(q8 + 32), _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2], e, n[3])));
@@ -357,14 +353,14 @@ AI void mk_vnni_s4(const int BITS, const int PAIR, const int R, const int TT, co
     finish(R, TT, a, acc, X, ldg, y, ldy);
 }
 
-/* 4- and 8-bit weights on int8 activations (vpdpbusd: unsigned weight bytes times signed
- * activation bytes, 64 multiply-adds per instruction, exact in int32). 4-bit by 128-element
- * blocks of 64 packed bytes, low and high nibbles as two byte vectors (XL8_EVENODD; 64-element
- * groups paired in the lanes as above); 8-bit by 64-byte blocks in natural order. */
-AI void mk_a8(const int BITS, const int PAIR, const int R, const int TT, const vargs *a, const void *xqv,
+/* 4-bit weights on int8 activations (vpdpbusd: unsigned weight bytes times signed activation
+ * bytes, 64 multiply-adds per instruction, exact in int32), by 128-element blocks of 64 packed
+ * bytes, low and high nibbles as two byte vectors (XL8_EVENODD; 64-element groups paired in the
+ * lanes as above). */
+AI void mk_a8(const int PAIR, const int R, const int TT, const vargs *a, const void *xqv,
               int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
     const int8_t *xq = (const int8_t *)xqv;
-    const int64_t blk = BITS == 4 ? 128 : 64, ngroups = a->in / a->group, nblk = PAIR ? 1 : a->group / blk;
+    const int64_t ngroups = a->in / a->group, nblk = PAIR ? 1 : a->group / 128;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
@@ -382,27 +378,22 @@ AI void mk_a8(const int BITS, const int PAIR, const int R, const int TT, const v
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512();
             for (int64_t k = 0; k < nblk; k++) {
-                const int64_t e0 = (g0 + gi) * a->group + k * blk;
-                const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
+                const int64_t e0 = (g0 + gi) * a->group + k * 128;
+                const uint8_t *p = a->w + (size_t)e0 / 2;
                 __m512i x0[4], x1[4];
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) {
                     x0[t] = _mm512_loadu_si512(xq + t * ldq + e0);
-                    x1[t] = BITS == 4 ? _mm512_loadu_si512(xq + t * ldq + e0 + 64) : x0[t];
+                    x1[t] = _mm512_loadu_si512(xq + t * ldq + e0 + 64);
                 }
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++) {
-                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, 64), _MM_HINT_T0);
+                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 / 2, 64), _MM_HINT_T0);
                     const __m512i v = _mm512_loadu_si512(p + r * a->wstride);
-                    if (BITS == 4) {
-                        const __m512i w0 = _mm512_and_si512(v, m4), w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    const __m512i w0 = _mm512_and_si512(v, m4), w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
 #pragma GCC unroll 4
-                        for (int t = 0; t < TT; t++)
-                            is[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(is[r][t], w0, x0[t]), w1, x1[t]);
-                    } else {
-#pragma GCC unroll 4
-                        for (int t = 0; t < TT; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], v, x0[t]);
-                    }
+                    for (int t = 0; t < TT; t++)
+                        is[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(is[r][t], w0, x0[t]), w1, x1[t]);
                 }
             }
             scale_in(PAIR, R, TT, is, sd, gi, acc);
@@ -466,15 +457,9 @@ static void kern_v4(int R, int TT, const vargs *a, const void *xq, int64_t ldq, 
 
 static void kern_v4a8(int R, int TT, const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X,
                       int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI_SHAPES(mk_a8, 4, 1);
-    else VNNI_SHAPES(mk_a8, 4, 0);
+    if (a->group == 64) VNNI_SHAPES(mk_a8, 1);
+    else VNNI_SHAPES(mk_a8, 0);
 }
-
-static void kern_v8a8(int R, int TT, const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X,
-                      int64_t ldg, float *y, int64_t ldy) {
-    VNNI_SHAPES(mk_a8, 8, 0);
-}
-
 
 /* Whether this file runs W: 4- or 8-bit with whole 64-element blocks per group, or 2-bit with
  * whole 128-element blocks per group or per pair of 64-element groups; and at least one input
@@ -499,7 +484,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     if (W->bits == 5) kern = kern_v5;
     if (W->bits == 6) kern = kern_v6;
 #endif
-    if (act == 8) kern = W->bits == 8 ? kern_v8a8 : kern_v4a8;
+    if (act == 8) kern = kern_v4a8;
     vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,
