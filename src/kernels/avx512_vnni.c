@@ -73,6 +73,26 @@ static int x_layout(int act, int bits, int64_t in, int64_t group) {
     return bits == 4 || bits == 8 ? XL_EVENODD : XL_NATURAL;
 }
 
+/* 2^k for -126 <= k <= 127, exactly (the group scales; no libm call per group). */
+static inline float pow2f(int k) {
+    const uint32_t u = (uint32_t)(k + 127) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The e with x < 2^e <= 2x, for finite x > 0 (frexpf's exponent). */
+static inline int exp_above(float x) {
+    if (x < 0x1p-126f) { /* subnormal */
+        int e;
+        frexpf(x, &e);
+        return e;
+    }
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (int)((u >> 23) & 0xffu) - 126;
+}
+
 /* The int16 (act 16) or int8 (act 8) image of one input row, in x_layout's order. d[g] = the
  * group's scale, X[g] = Σ x over the group in f32 (for the bias term); a group with a NaN or
  * infinity gets d = NaN so the outputs it touches are NaN, as a float dot product would be. */
@@ -96,16 +116,18 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
         d[g] = 0.0f;
         if (!isfinite(X[g]) || !isfinite(amax)) {
             d[g] = NAN;
-        } else if (amax > 0.0f && act == 8) {
+        } else if (amax >= 0x1p-100f && act == 8) {
             /* d = max|x|/127: each element within d/2 = max|x|/254 (llama.cpp's q8 activations) */
             inv[g] = 127.0f / amax;
             d[g] = amax / 127.0f;
         } else if (amax > 0.0f) {
-            int e;
-            frexpf(amax, &e); /* amax < 2^e */
-            int k = 15 - e < 126 ? 15 - e : 126;
-            inv[g] = ldexpf(1.0f, k);
-            d[g] = ldexpf(1.0f, -k);
+            /* int16 (and int8 for groups so small that 127/max|x| could overflow): a power of two
+             * putting max|x| in [2^14, 2^15) (int8: [64, 128)); below 2^-111 (2^-119) the
+             * exponent stops at 126 and precision degrades gracefully */
+            int k = (act == 8 ? 7 : 15) - exp_above(amax);
+            if (k > 126) k = 126;
+            inv[g] = pow2f(k);
+            d[g] = pow2f(-k);
         }
     }
     /* word indices into a 64-word pair of registers */
