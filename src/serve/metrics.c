@@ -3,11 +3,12 @@
  * gauges computed over the server's lifetime so a single scrape is meaningful. */
 #include "serve/metrics.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/strbuf.h"
+#include "base/strbuf.h"
 
 void nx_metrics_init(nx_metrics *m) {
     memset(m, 0, sizeof *m);
@@ -86,6 +87,21 @@ static void metric(nx_strbuf *b, const char *name, const char *type, const char 
     nx_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A metric with a single unlabelled sample: the header, then "name value" with the value
+ * formatted by fmt, so the name is spelled once. */
+static void metric_value(nx_strbuf *b, const char *name, const char *type, const char *help,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void metric_value(nx_strbuf *b, const char *name, const char *type, const char *help,
+                         const char *fmt, ...) {
+    metric(b, name, type, help);
+    nx_strbuf_printf(b, "%s ", name);
+    va_list ap;
+    va_start(ap, fmt);
+    nx_strbuf_vprintf(b, fmt, ap);
+    va_end(ap);
+    nx_strbuf_puts(b, "\n");
+}
+
 char *nx_metrics_render(nx_metrics *m, const nx_metrics_gauges *g) {
     nx_strbuf b = {0};
     pthread_mutex_lock(&m->mu);
@@ -99,8 +115,8 @@ char *nx_metrics_render(nx_metrics *m, const nx_metrics_gauges *g) {
     put_label(&b, g->mtp);
     if (g->draft == NX_DRAFT_AUTO) nx_strbuf_puts(&b, "\",draft=\"auto\"} 1\n");
     else nx_strbuf_printf(&b, "\",draft=\"%d\"} 1\n", g->draft);
-    metric(&b, "nextn_uptime_seconds", "gauge", "Seconds since the server started.");
-    nx_strbuf_printf(&b, "nextn_uptime_seconds %.3f\n", g->uptime);
+    metric_value(&b, "nextn_uptime_seconds", "gauge", "Seconds since the server started.",
+                 "%.3f", g->uptime);
 
     metric(&b, "nextn_requests_total", "counter", "HTTP requests by route and status code.");
     for (int i = 0; i < c.n_req; i++) {
@@ -109,59 +125,54 @@ char *nx_metrics_render(nx_metrics *m, const nx_metrics_gauges *g) {
         nx_strbuf_printf(&b, "\",status=\"%d\"} %lld\n", c.req[i].status,
                          (long long)c.req[i].count);
     }
-    metric(&b, "nextn_queue_depth", "gauge", "Generation requests waiting for the worker.");
-    nx_strbuf_printf(&b, "nextn_queue_depth %d\n", g->queue_depth);
-    metric(&b, "nextn_queue_capacity", "gauge", "Requests the queue admits before answering 503.");
-    nx_strbuf_printf(&b, "nextn_queue_capacity %d\n", g->queue_capacity);
-    metric(&b, "nextn_requests_active", "gauge", "Generations running now.");
-    nx_strbuf_printf(&b, "nextn_requests_active %d\n", g->active);
-    metric(&b, "nextn_generations_total", "counter", "Finished generations (one per prompt).");
-    nx_strbuf_printf(&b, "nextn_generations_total %lld\n", (long long)c.n_generations);
-    metric(&b, "nextn_cancelled_total", "counter", "Generations cancelled by a client disconnect.");
-    nx_strbuf_printf(&b, "nextn_cancelled_total %lld\n", (long long)c.n_cancelled);
-    metric(&b, "nextn_timeouts_total", "counter", "Requests that ran past --timeout.");
-    nx_strbuf_printf(&b, "nextn_timeouts_total %lld\n", (long long)c.n_timeouts);
+    metric_value(&b, "nextn_queue_depth", "gauge", "Generation requests waiting for the worker.",
+                 "%d", g->queue_depth);
+    metric_value(&b, "nextn_queue_capacity", "gauge",
+                 "Requests the queue admits before answering 503.", "%d", g->queue_capacity);
+    metric_value(&b, "nextn_requests_active", "gauge", "Generations running now.", "%d", g->active);
+    metric_value(&b, "nextn_generations_total", "counter", "Finished generations (one per prompt).",
+                 "%lld", (long long)c.n_generations);
+    metric_value(&b, "nextn_cancelled_total", "counter",
+                 "Generations cancelled by a client disconnect.", "%lld", (long long)c.n_cancelled);
+    metric_value(&b, "nextn_timeouts_total", "counter", "Requests that ran past --timeout.",
+                 "%lld", (long long)c.n_timeouts);
 
-    metric(&b, "nextn_prompt_tokens_total", "counter", "Prompt tokens prefilled.");
-    nx_strbuf_printf(&b, "nextn_prompt_tokens_total %lld\n", (long long)c.prompt_tokens);
-    metric(&b, "nextn_completion_tokens_total", "counter", "Tokens generated.");
-    nx_strbuf_printf(&b, "nextn_completion_tokens_total %lld\n", (long long)c.completion_tokens);
-    metric(&b, "nextn_prefill_seconds_total", "counter", "Seconds spent in prefill.");
-    nx_strbuf_printf(&b, "nextn_prefill_seconds_total %.6f\n", c.t_prefill);
-    metric(&b, "nextn_decode_seconds_total", "counter", "Seconds spent decoding after prefill.");
-    nx_strbuf_printf(&b, "nextn_decode_seconds_total %.6f\n", c.t_decode);
-    metric(&b, "nextn_draft_seconds_total", "counter", "Decode seconds spent in MTP drafting.");
-    nx_strbuf_printf(&b, "nextn_draft_seconds_total %.6f\n", c.t_draft);
-    metric(&b, "nextn_verify_seconds_total", "counter", "Decode seconds spent verifying drafts.");
-    nx_strbuf_printf(&b, "nextn_verify_seconds_total %.6f\n", c.t_verify);
-    metric(&b, "nextn_decode_tokens_per_second", "gauge",
-           "Decode speed over the server's lifetime (tokens after the first / decode seconds).");
-    nx_strbuf_printf(&b, "nextn_decode_tokens_per_second %.3f\n",
-                     ratio((double)(c.completion_tokens - c.n_generations), c.t_decode));
-    metric(&b, "nextn_last_decode_tokens_per_second", "gauge",
-           "Decode speed of the most recent generation.");
-    nx_strbuf_printf(&b, "nextn_last_decode_tokens_per_second %.3f\n", c.last_decode_tps);
+    metric_value(&b, "nextn_prompt_tokens_total", "counter", "Prompt tokens prefilled.",
+                 "%lld", (long long)c.prompt_tokens);
+    metric_value(&b, "nextn_completion_tokens_total", "counter", "Tokens generated.",
+                 "%lld", (long long)c.completion_tokens);
+    metric_value(&b, "nextn_prefill_seconds_total", "counter", "Seconds spent in prefill.",
+                 "%.6f", c.t_prefill);
+    metric_value(&b, "nextn_decode_seconds_total", "counter",
+                 "Seconds spent decoding after prefill.", "%.6f", c.t_decode);
+    metric_value(&b, "nextn_draft_seconds_total", "counter",
+                 "Decode seconds spent in MTP drafting.", "%.6f", c.t_draft);
+    metric_value(&b, "nextn_verify_seconds_total", "counter",
+                 "Decode seconds spent verifying drafts.", "%.6f", c.t_verify);
+    metric_value(&b, "nextn_decode_tokens_per_second", "gauge",
+                 "Decode speed over the server's lifetime (tokens after the first / decode seconds).",
+                 "%.3f", ratio((double)(c.completion_tokens - c.n_generations), c.t_decode));
+    metric_value(&b, "nextn_last_decode_tokens_per_second", "gauge",
+                 "Decode speed of the most recent generation.", "%.3f", c.last_decode_tps);
     metric(&b, "nextn_time_to_first_token_seconds", "summary",
            "Seconds from a request's arrival to its first token.");
     nx_strbuf_printf(&b, "nextn_time_to_first_token_seconds_sum %.6f\n", c.ttft_sum);
     nx_strbuf_printf(&b, "nextn_time_to_first_token_seconds_count %lld\n", (long long)c.ttft_n);
-    metric(&b, "nextn_queue_wait_seconds_total", "counter", "Seconds requests waited in the queue.");
-    nx_strbuf_printf(&b, "nextn_queue_wait_seconds_total %.6f\n", c.queue_wait_sum);
+    metric_value(&b, "nextn_queue_wait_seconds_total", "counter",
+                 "Seconds requests waited in the queue.", "%.6f", c.queue_wait_sum);
 
-    metric(&b, "nextn_spec_steps_total", "counter", "Trunk forwards during decode (AR + verify).");
-    nx_strbuf_printf(&b, "nextn_spec_steps_total %lld\n", (long long)c.n_steps);
-    metric(&b, "nextn_spec_drafts_total", "counter", "Decode cycles that drafted with the MTP head.");
-    nx_strbuf_printf(&b, "nextn_spec_drafts_total %lld\n", (long long)c.n_drafts);
-    metric(&b, "nextn_spec_drafted_tokens_total", "counter", "Draft tokens proposed.");
-    nx_strbuf_printf(&b, "nextn_spec_drafted_tokens_total %lld\n", (long long)c.n_drafted);
-    metric(&b, "nextn_spec_accepted_tokens_total", "counter", "Draft tokens accepted.");
-    nx_strbuf_printf(&b, "nextn_spec_accepted_tokens_total %lld\n", (long long)c.n_accepted);
-    metric(&b, "nextn_spec_acceptance_rate", "gauge", "Accepted / drafted over the lifetime.");
-    nx_strbuf_printf(&b, "nextn_spec_acceptance_rate %.6f\n",
-                     ratio((double)c.n_accepted, (double)c.n_drafted));
-    metric(&b, "nextn_spec_tokens_per_step", "gauge", "Generated tokens per trunk forward.");
-    nx_strbuf_printf(&b, "nextn_spec_tokens_per_step %.6f\n",
-                     ratio((double)c.completion_tokens, (double)c.n_steps));
+    metric_value(&b, "nextn_spec_steps_total", "counter",
+                 "Trunk forwards during decode (AR + verify).", "%lld", (long long)c.n_steps);
+    metric_value(&b, "nextn_spec_drafts_total", "counter",
+                 "Decode cycles that drafted with the MTP head.", "%lld", (long long)c.n_drafts);
+    metric_value(&b, "nextn_spec_drafted_tokens_total", "counter", "Draft tokens proposed.",
+                 "%lld", (long long)c.n_drafted);
+    metric_value(&b, "nextn_spec_accepted_tokens_total", "counter", "Draft tokens accepted.",
+                 "%lld", (long long)c.n_accepted);
+    metric_value(&b, "nextn_spec_acceptance_rate", "gauge", "Accepted / drafted over the lifetime.",
+                 "%.6f", ratio((double)c.n_accepted, (double)c.n_drafted));
+    metric_value(&b, "nextn_spec_tokens_per_step", "gauge", "Generated tokens per trunk forward.",
+                 "%.6f", ratio((double)c.completion_tokens, (double)c.n_steps));
     metric(&b, "nextn_spec_drafted_at_total", "counter", "Drafts proposed at each chain position.");
     for (int i = 0; i < NX_MAX_DRAFT; i++)
         nx_strbuf_printf(&b, "nextn_spec_drafted_at_total{position=\"%d\"} %lld\n", i + 1,

@@ -19,10 +19,10 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/strbuf.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/stop.h"
-#include "serve/strbuf.h"
 #include "text/chat.h"
 
 /* ================================================================ jobs */

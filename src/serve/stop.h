@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "serve/strbuf.h"
+#include "base/strbuf.h"
 
 typedef struct nx_stop_matcher {
     char *const *stops; /* borrowed; non-empty strings */

@@ -17,6 +17,7 @@
 #include <utf8proc.h>
 
 #include "base/error.h"
+#include "base/strbuf.h"
 #include "text/tokenizer_internal.h"
 #include "text/unicode.h"
 
@@ -30,32 +31,6 @@
 #define TOK_HEAP_LIMIT_KB 65536u
 
 /* ================================================================ small containers */
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static bool sbuf_reserve(sbuf *b, size_t extra) {
-    if (extra > SIZE_MAX - b->n - 1) return false;
-    size_t need = b->n + extra + 1; /* room for a NUL */
-    if (need <= b->cap) return true;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return false;
-    b->p = p;
-    b->cap = cap;
-    return true;
-}
-
-static bool sbuf_put(sbuf *b, const void *s, size_t n) {
-    if (!sbuf_reserve(b, n)) return false;
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return true;
-}
 
 /* Grows a malloc'd array of elem-sized items so that it holds at least need items. */
 static bool array_grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -248,7 +223,7 @@ typedef struct tok_pattern {
 /* Rewrites the constructs whose meaning differs between Oniguruma and PCRE2: \s is exactly
  * White_Space in Oniguruma (PCRE2 adds U+180E), \h is a hex digit, \w follows Oniguruma's word
  * set. Nested character classes have no PCRE2 form and are refused. */
-static nx_status regex_translate(const char *src, size_t n, sbuf *out, const char *where,
+static nx_status regex_translate(const char *src, size_t n, nx_strbuf *out, const char *where,
                                  nx_error *err) {
     bool in_class = false;
     size_t class_start = 0;
@@ -267,20 +242,21 @@ static nx_status regex_translate(const char *src, size_t n, sbuf *out, const cha
             case 'W': rep = in_class ? NULL : "[^" ONIG_WORD "]"; break;
             default: break;
             }
-            if (rep) ok = sbuf_put(out, rep, strlen(rep));
-            else ok = sbuf_put(out, "\\", 1) && sbuf_put(out, &e, 1);
+            if (rep) ok = nx_strbuf_append(out, rep, strlen(rep)) == NX_OK;
+            else ok = nx_strbuf_append(out, "\\", 1) == NX_OK &&
+                      nx_strbuf_append(out, &e, 1) == NX_OK;
         } else if (c == '[' && !in_class) {
             in_class = true;
-            ok = sbuf_put(out, &c, 1);
+            ok = nx_strbuf_append(out, &c, 1) == NX_OK;
             class_start = i + 1;
             if (class_start < n && src[class_start] == '^') {
-                ok = ok && sbuf_put(out, "^", 1);
+                ok = ok && nx_strbuf_append(out, "^", 1) == NX_OK;
                 i++;
                 class_start++;
             }
             /* A ']' right after '[' or '[^' is a literal. */
             if (class_start < n && src[class_start] == ']') {
-                ok = ok && sbuf_put(out, "\\]", 2);
+                ok = ok && nx_strbuf_append(out, "\\]", 2) == NX_OK;
                 i++;
             }
         } else if (c == '[' && in_class) {
@@ -295,7 +271,7 @@ static nx_status regex_translate(const char *src, size_t n, sbuf *out, const cha
                     return nx_fail(err, NX_E_FORMAT, "%s: unterminated POSIX class in regex",
                                    where);
                 size_t len = (size_t)(end - (src + i));
-                ok = sbuf_put(out, src + i, len);
+                ok = nx_strbuf_append(out, src + i, len) == NX_OK;
                 i += len - 1;
             } else {
                 return nx_fail(err, NX_E_UNSUPPORTED,
@@ -307,25 +283,26 @@ static nx_status regex_translate(const char *src, size_t n, sbuf *out, const cha
                            where);
         } else {
             if (c == ']' && in_class) in_class = false;
-            ok = sbuf_put(out, &c, 1);
+            ok = nx_strbuf_append(out, &c, 1) == NX_OK;
         }
         if (!ok) return nx_fail(err, NX_E_NOMEM, "%s: out of memory", where);
     }
-    if (!out->p && !sbuf_put(out, "", 0)) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    if (!out->data && nx_strbuf_append(out, "", 0) != NX_OK)
+        return nx_fail(err, NX_E_NOMEM, "out of memory");
     return NX_OK;
 }
 
 static nx_status pattern_compile_regex(tok_pattern *p, const char *src, size_t n,
                                        const char *where, nx_error *err) {
-    sbuf tr = {0};
+    nx_strbuf tr = {0};
     nx_status st = regex_translate(src, n, &tr, where, err);
     if (st != NX_OK) {
-        free(tr.p);
+        nx_strbuf_free(&tr);
         return st;
     }
     pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
     if (!cc) {
-        free(tr.p);
+        nx_strbuf_free(&tr);
         return nx_fail(err, NX_E_NOMEM, "%s: out of memory", where);
     }
     /* Oniguruma's Ruby syntax: ^ and $ are line anchors, and only "\n" ends a line. */
@@ -333,11 +310,11 @@ static nx_status pattern_compile_regex(tok_pattern *p, const char *src, size_t n
     pcre2_set_parens_nest_limit(cc, 250);
     int code = 0;
     PCRE2_SIZE off = 0;
-    p->re = pcre2_compile((PCRE2_SPTR)tr.p, tr.n,
+    p->re = pcre2_compile((PCRE2_SPTR)tr.data, tr.len,
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE | PCRE2_NEVER_BACKSLASH_C, &code,
                           &off, cc);
     pcre2_compile_context_free(cc);
-    free(tr.p);
+    nx_strbuf_free(&tr);
     if (!p->re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
@@ -750,7 +727,7 @@ static bool trie_add(trie *tr, const char *s, size_t n, int32_t added) {
 
 /* Applies the normalizer chain; the result is always well-formed UTF-8. */
 static nx_status normalize_text(const nx_tokenizer *t, match_state *ms, const char *s, size_t n,
-                                sbuf *out, nx_error *err);
+                                nx_strbuf *out, nx_error *err);
 
 static nx_status parse_model(nx_tokenizer *t, const json_t *model, nx_error *err) {
     if (!json_is_object(model)) return nx_fail(err, NX_E_FORMAT, "model: missing or not an object");
@@ -819,7 +796,7 @@ static nx_status parse_merges(nx_tokenizer *t, const json_t *merges, nx_error *e
     size_t nm = json_array_size(merges);
     if (nm >= INT32_MAX) return nx_fail(err, NX_E_FORMAT, "model.merges: too many merges");
     if (!mmap_init(&t->merges, nm)) return nx_fail(err, NX_E_NOMEM, "model.merges: out of memory");
-    sbuf cat = {0};
+    nx_strbuf cat = {0};
     nx_status st = NX_OK;
     size_t i;
     const json_t *m;
@@ -849,21 +826,21 @@ static nx_status parse_merges(nx_tokenizer *t, const json_t *merges, nx_error *e
             goto done;
         }
         int32_t ia = smap_get(&t->vocab, a, na), ib = smap_get(&t->vocab, b, nb);
-        cat.n = 0;
-        if (!sbuf_put(&cat, a, na) || !sbuf_put(&cat, b, nb)) {
+        cat.len = 0;
+        if (nx_strbuf_append(&cat, a, na) != NX_OK || nx_strbuf_append(&cat, b, nb) != NX_OK) {
             st = nx_fail(err, NX_E_NOMEM, "model.merges: out of memory");
             goto done;
         }
-        int32_t ic = smap_get(&t->vocab, cat.p, cat.n);
+        int32_t ic = smap_get(&t->vocab, cat.data, cat.len);
         if (ia < 0 || ib < 0 || ic < 0) {
             st = nx_fail(err, NX_E_FORMAT, "model.merges[%zu]: token \"%.64s\" not in model.vocab",
-                         i, ia < 0 ? a : ib < 0 ? b : cat.p);
+                         i, ia < 0 ? a : ib < 0 ? b : cat.data);
             goto done;
         }
         mmap_set(&t->merges, ia, ib, (int32_t)i, ic);
     }
 done:
-    free(cat.p);
+    nx_strbuf_free(&cat);
     return st;
 }
 
@@ -916,28 +893,28 @@ static nx_status build_tries(nx_tokenizer *t, nx_error *err) {
     match_state ms = {pcre2_match_data_create(1, NULL), t->mctx};
     if (!ms.md) return nx_fail(err, NX_E_NOMEM, "out of memory");
     nx_status st = NX_OK;
-    sbuf nb = {0};
+    nx_strbuf nb = {0};
     for (size_t i = 0; i < t->n_added; i++) {
         added_token *tk = &t->added[i];
         if (tk->normalized && t->has_normalizer) {
-            nb.n = 0;
+            nb.len = 0;
             st = normalize_text(t, &ms, tk->content, tk->len, &nb, err);
             if (st != NX_OK) goto done;
-            if (nb.n == 0) continue; /* normalizes to nothing: can never match */
-            const char *s = arena_copy(&t->arena, nb.p, nb.n);
-            if (!s || !trie_add(&t->trie_norm, s, nb.n, (int32_t)i)) {
+            if (nb.len == 0) continue; /* normalizes to nothing: can never match */
+            const char *s = arena_copy(&t->arena, nb.data, nb.len);
+            if (!s || !trie_add(&t->trie_norm, s, nb.len, (int32_t)i)) {
                 st = nx_fail(err, NX_E_NOMEM, "added_tokens: out of memory");
                 goto done;
             }
             tk->content = s;
-            tk->len = nb.n;
+            tk->len = nb.len;
         } else if (!trie_add(&t->trie_raw, tk->content, tk->len, (int32_t)i)) {
             st = nx_fail(err, NX_E_NOMEM, "added_tokens: out of memory");
             goto done;
         }
     }
 done:
-    free(nb.p);
+    nx_strbuf_free(&nb);
     pcre2_match_data_free(ms.md);
     return st;
 }
@@ -1089,7 +1066,7 @@ bool nx_tokenizer_is_special(const nx_tokenizer *t, int32_t id) {
 
 /* ================================================================ normalization */
 
-static nx_status utf8proc_form(const char *s, size_t n, int options, sbuf *out, nx_error *err) {
+static nx_status utf8proc_form(const char *s, size_t n, int options, nx_strbuf *out, nx_error *err) {
     if (n > (size_t)PTRDIFF_MAX / 8) return nx_fail(err, NX_E_ARG, "text too long");
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
@@ -1100,15 +1077,15 @@ static nx_status utf8proc_form(const char *s, size_t n, int options, sbuf *out, 
                                          : nx_fail(err, NX_E_ARG, "normalizer: %s",
                                                    utf8proc_errmsg(r));
     }
-    out->n = 0;
-    bool ok = sbuf_put(out, dst, (size_t)r);
+    out->len = 0;
+    bool ok = nx_strbuf_append(out, (const char *)dst, (size_t)r) == NX_OK;
     free(dst);
     return ok ? NX_OK : nx_fail(err, NX_E_NOMEM, "normalizer: out of memory");
 }
 
 static nx_status normalize_step(const norm_step *s, match_state *ms, const char *in, size_t n,
-                                sbuf *out, nx_error *err) {
-    out->n = 0;
+                                nx_strbuf *out, nx_error *err) {
+    out->len = 0;
     switch (s->kind) {
     case NORM_NFC: return utf8proc_form(in, n, UTF8PROC_COMPOSE, out, err);
     case NORM_NFD: return utf8proc_form(in, n, UTF8PROC_DECOMPOSE, out, err);
@@ -1128,13 +1105,13 @@ static nx_status normalize_step(const norm_step *s, match_state *ms, const char 
             } else {
                 m = nx_utf8_put((uint32_t)utf8proc_tolower((utf8proc_int32_t)cp), u);
             }
-            if (!sbuf_put(out, u, m)) return nx_fail(err, NX_E_NOMEM, "out of memory");
+            if (nx_strbuf_append(out, u, m) != NX_OK) return nx_fail(err, NX_E_NOMEM, "out of memory");
         }
         break;
     case NORM_PREPEND:
-        if (n && !sbuf_put(out, s->str, s->str_len))
+        if (n && nx_strbuf_append(out, s->str, s->str_len) != NX_OK)
             return nx_fail(err, NX_E_NOMEM, "out of memory");
-        if (!sbuf_put(out, in, n)) return nx_fail(err, NX_E_NOMEM, "out of memory");
+        if (nx_strbuf_append(out, in, n) != NX_OK) return nx_fail(err, NX_E_NOMEM, "out of memory");
         break;
     case NORM_STRIP: {
         size_t a = 0, b = n;
@@ -1148,7 +1125,8 @@ static nx_status normalize_step(const norm_step *s, match_state *ms, const char 
             if (!nx_utf8_next(in + j, b - j, &cp) || !nx_unicode_is_space(cp)) break;
             b = j;
         }
-        if (!sbuf_put(out, in + a, b - a)) return nx_fail(err, NX_E_NOMEM, "out of memory");
+        if (nx_strbuf_append(out, in + a, b - a) != NX_OK)
+            return nx_fail(err, NX_E_NOMEM, "out of memory");
         break;
     }
     case NORM_REPLACE: {
@@ -1157,11 +1135,13 @@ static nx_status normalize_step(const norm_step *s, match_state *ms, const char 
             int r = pattern_find(&s->pat, ms, in, n, pos, &ms_, &me_);
             if (r < 0) return nx_fail(err, NX_E_UNSUPPORTED, "normalizer: regex match failed");
             if (r == 0) break;
-            if (!sbuf_put(out, in + pos, ms_ - pos) || !sbuf_put(out, s->str, s->str_len))
+            if (nx_strbuf_append(out, in + pos, ms_ - pos) != NX_OK ||
+                nx_strbuf_append(out, s->str, s->str_len) != NX_OK)
                 return nx_fail(err, NX_E_NOMEM, "out of memory");
             pos = me_;
         }
-        if (!sbuf_put(out, in + pos, n - pos)) return nx_fail(err, NX_E_NOMEM, "out of memory");
+        if (nx_strbuf_append(out, in + pos, n - pos) != NX_OK)
+            return nx_fail(err, NX_E_NOMEM, "out of memory");
         break;
     }
     }
@@ -1169,24 +1149,24 @@ static nx_status normalize_step(const norm_step *s, match_state *ms, const char 
 }
 
 static nx_status normalize_text(const nx_tokenizer *t, match_state *ms, const char *s, size_t n,
-                                sbuf *out, nx_error *err) {
-    out->n = 0;
-    if (!sbuf_put(out, s, n)) return nx_fail(err, NX_E_NOMEM, "out of memory");
-    sbuf tmp = {0};
+                                nx_strbuf *out, nx_error *err) {
+    out->len = 0;
+    if (nx_strbuf_append(out, s, n) != NX_OK) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    nx_strbuf tmp = {0};
     for (size_t i = 0; i < t->n_norm; i++) {
-        nx_status st = normalize_step(&t->norm[i], ms, out->p, out->n, &tmp, err);
+        nx_status st = normalize_step(&t->norm[i], ms, out->data, out->len, &tmp, err);
         if (st != NX_OK) {
-            free(tmp.p);
+            nx_strbuf_free(&tmp);
             return st;
         }
-        sbuf sw = *out;
+        nx_strbuf sw = *out;
         *out = tmp;
         tmp = sw;
     }
-    free(tmp.p);
+    nx_strbuf_free(&tmp);
     /* Replace/Prepend contents come from the file and may be anything; keep the invariant that
      * the pre-tokenizer only ever sees well-formed UTF-8. */
-    if (!nx_utf8_valid(out->p, out->n, NULL))
+    if (!nx_utf8_valid(out->data, out->len, NULL))
         return nx_fail(err, NX_E_FORMAT, "normalizer produced invalid UTF-8");
     return NX_OK;
 }
@@ -1301,7 +1281,7 @@ typedef struct span {
 } span;
 
 typedef struct pieces {
-    sbuf text;
+    nx_strbuf text;
     span *sp;
     size_t n, cap;
 } pieces;
@@ -1323,7 +1303,7 @@ typedef struct encode_scratch {
     pieces cur, next;
     mark *marks;
     size_t marks_cap;
-    sbuf tmp;
+    nx_strbuf tmp;
     /* BPE */
     struct bsym *syms;
     size_t syms_cap;
@@ -1399,52 +1379,54 @@ static nx_status pre_tokenize(const nx_tokenizer *t, encode_scratch *sc, const c
                               nx_error *err) {
     pieces *cur = &sc->cur, *nxt = &sc->next;
     cur->n = 0;
-    cur->text.n = 0;
-    if (!sbuf_put(&cur->text, s, n) || !pieces_push(cur, 0, n))
+    cur->text.len = 0;
+    if (nx_strbuf_append(&cur->text, s, n) != NX_OK || !pieces_push(cur, 0, n))
         return nx_fail(err, NX_E_NOMEM, "out of memory");
     for (size_t si = 0; si < t->n_pre; si++) {
         const pre_step *st = &t->pre[si];
         nxt->n = 0;
-        nxt->text.n = 0;
+        nxt->text.len = 0;
         int r = 0;
         if (st->kind == PRE_SPLIT) {
             /* Same text, finer spans: swap the text buffers so nxt owns it. */
-            sbuf sw = nxt->text;
+            nx_strbuf sw = nxt->text;
             nxt->text = cur->text;
             cur->text = sw;
             for (size_t i = 0; i < cur->n && r == 0; i++)
                 r = split_piece(sc, &st->pat, st->behavior, st->invert,
-                                nxt->text.p + cur->sp[i].off, cur->sp[i].len, cur->sp[i].off, nxt);
+                                nxt->text.data + cur->sp[i].off, cur->sp[i].len, cur->sp[i].off, nxt);
         } else { /* ByteLevel: optional prefix space, optional GPT-2 split, byte -> alphabet */
             for (size_t i = 0; i < cur->n && r == 0; i++) {
-                const char *p = cur->text.p + cur->sp[i].off;
+                const char *p = cur->text.data + cur->sp[i].off;
                 size_t len = cur->sp[i].len;
-                sc->tmp.n = 0;
-                if (st->add_prefix_space && p[0] != ' ' && !sbuf_put(&sc->tmp, " ", 1)) r = -2;
-                if (r == 0 && !sbuf_put(&sc->tmp, p, len)) r = -2;
+                sc->tmp.len = 0;
+                if (st->add_prefix_space && p[0] != ' ' && nx_strbuf_append(&sc->tmp, " ", 1) != NX_OK)
+                    r = -2;
+                if (r == 0 && nx_strbuf_append(&sc->tmp, p, len) != NX_OK) r = -2;
                 if (r) break;
                 /* Spans of the GPT-2 split, collected at the end of nxt, then mapped in place. */
                 size_t first = nxt->n;
                 if (st->use_regex) {
                     pieces local = {0};
-                    r = split_piece(sc, &st->pat, SPLIT_ISOLATED, false, sc->tmp.p, sc->tmp.n, 0,
+                    r = split_piece(sc, &st->pat, SPLIT_ISOLATED, false, sc->tmp.data, sc->tmp.len, 0,
                                     &local);
                     for (size_t k = 0; r == 0 && k < local.n; k++)
                         if (!pieces_push(nxt, local.sp[k].off, local.sp[k].len)) r = -2;
                     free(local.sp);
-                } else if (!pieces_push(nxt, 0, sc->tmp.n)) {
+                } else if (!pieces_push(nxt, 0, sc->tmp.len)) {
                     r = -2;
                 }
                 for (size_t k = first; r == 0 && k < nxt->n; k++) {
-                    size_t off = nxt->text.n;
+                    size_t off = nxt->text.len;
                     for (size_t q = 0; q < nxt->sp[k].len; q++) {
-                        unsigned char b = (unsigned char)sc->tmp.p[nxt->sp[k].off + q];
-                        if (!sbuf_put(&nxt->text, t->cp_utf8[b], t->cp_utf8_len[b])) {
+                        unsigned char b = (unsigned char)sc->tmp.data[nxt->sp[k].off + q];
+                        const char *u = (const char *)t->cp_utf8[b];
+                        if (nx_strbuf_append(&nxt->text, u, t->cp_utf8_len[b]) != NX_OK) {
                             r = -2;
                             break;
                         }
                     }
-                    nxt->sp[k] = (span){off, nxt->text.n - off};
+                    nxt->sp[k] = (span){off, nxt->text.len - off};
                 }
             }
         }
@@ -1581,7 +1563,7 @@ static nx_status encode_text(const nx_tokenizer *t, encode_scratch *sc, const ch
                              ivec *out, nx_error *err) {
     nx_status st = pre_tokenize(t, sc, s, n, err);
     for (size_t i = 0; st == NX_OK && i < sc->cur.n; i++)
-        st = bpe_word(t, sc, sc->cur.text.p + sc->cur.sp[i].off, sc->cur.sp[i].len, out, err);
+        st = bpe_word(t, sc, sc->cur.text.data + sc->cur.sp[i].off, sc->cur.sp[i].len, out, err);
     return st;
 }
 
@@ -1597,7 +1579,7 @@ nx_status nx_tokenizer_encode(const nx_tokenizer *t, const char *text, size_t le
     nx_status st = NX_OK;
     ivec out = {0};
     segvec outer = {0}, inner = {0};
-    sbuf norm = {0};
+    nx_strbuf norm = {0};
     encode_scratch sc = {0};
     sc.ms.mc = t->mctx;
     sc.ms.md = pcre2_match_data_create(1, NULL);
@@ -1620,8 +1602,8 @@ nx_status nx_tokenizer_encode(const nx_tokenizer *t, const char *text, size_t le
         size_t n = g->len;
         if (t->n_norm) {
             if ((st = normalize_text(t, &sc.ms, p, n, &norm, err)) != NX_OK) break;
-            p = norm.p;
-            n = norm.n;
+            p = norm.data;
+            n = norm.len;
         }
         if (!split_added(t, &t->trie_norm, p, n, parse_special, &inner)) {
             st = nx_fail(err, NX_E_NOMEM, "out of memory");
@@ -1639,17 +1621,17 @@ nx_status nx_tokenizer_encode(const nx_tokenizer *t, const char *text, size_t le
     }
 done:
     pcre2_match_data_free(sc.ms.md);
-    free(sc.cur.text.p);
+    nx_strbuf_free(&sc.cur.text);
     free(sc.cur.sp);
-    free(sc.next.text.p);
+    nx_strbuf_free(&sc.next.text);
     free(sc.next.sp);
     free(sc.marks);
-    free(sc.tmp.p);
+    nx_strbuf_free(&sc.tmp);
     free(sc.syms);
     free(sc.heap);
     free(outer.p);
     free(inner.p);
-    free(norm.p);
+    nx_strbuf_free(&norm);
     if (st != NX_OK) {
         free(out.p);
         return st;
@@ -1665,7 +1647,7 @@ done:
 /* Appends the raw bytes of one token (before UTF-8 repair). Added tokens read as written; the
  * byte-level decoder maps the alphabet back to bytes (a token with characters outside it is
  * taken as is, as HF does); with no decoder tokens are joined by spaces. */
-static bool token_bytes(const nx_tokenizer *t, int32_t id, bool *first, sbuf *out) {
+static bool token_bytes(const nx_tokenizer *t, int32_t id, bool *first, nx_strbuf *out) {
     const tok_entry *e = &t->tokens[id];
     if (!(e->flags & TOKF_PRESENT)) return true;
     bool raw = (e->flags & TOKF_ADDED) || t->decoder == DEC_NONE;
@@ -1680,16 +1662,16 @@ static bool token_bytes(const nx_tokenizer *t, int32_t id, bool *first, sbuf *ou
             i += k;
         }
     }
-    if (t->decoder == DEC_NONE && !*first && !sbuf_put(out, " ", 1)) return false;
+    if (t->decoder == DEC_NONE && !*first && nx_strbuf_append(out, " ", 1) != NX_OK) return false;
     *first = false;
-    if (raw) return sbuf_put(out, e->str, e->len);
-    if (!sbuf_reserve(out, e->len)) return false;
+    if (raw) return nx_strbuf_append(out, e->str, e->len) == NX_OK;
+    if (nx_strbuf_reserve(out, e->len) != NX_OK) return false;
     for (size_t i = 0; i < e->len;) {
         uint32_t cp = 0;
         i += nx_utf8_next(e->str + i, e->len - i, &cp);
-        out->p[out->n++] = (char)t->byte_of_cp[cp];
+        out->data[out->len++] = (char)t->byte_of_cp[cp];
     }
-    out->p[out->n] = '\0';
+    out->data[out->len] = '\0';
     return true;
 }
 
@@ -1713,23 +1695,23 @@ nx_status nx_tokenizer_decode(const nx_tokenizer *t, const int32_t *ids, size_t 
     if (!t || (!ids && n_ids) || !text)
         return nx_fail(err, NX_E_ARG, "nx_tokenizer_decode: NULL argument");
     *text = NULL;
-    sbuf raw = {0};
+    nx_strbuf raw = {0};
     bool first = true;
     for (size_t i = 0; i < n_ids; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->n_tokens) {
-            free(raw.p);
+            nx_strbuf_free(&raw);
             return nx_fail(err, NX_E_ARG, "decode: token id %" PRId32 " at position %zu is out of range [0, %" PRId32 ")",
                            id, i, t->n_tokens);
         }
         if (skip_special && (t->tokens[id].flags & TOKF_SPECIAL)) continue;
         if (!token_bytes(t, id, &first, &raw)) {
-            free(raw.p);
+            nx_strbuf_free(&raw);
             return nx_fail(err, NX_E_NOMEM, "decode: out of memory");
         }
     }
-    nx_status st = repair_alloc(raw.p ? raw.p : "", raw.n, true, NULL, text, NULL, err);
-    free(raw.p);
+    nx_status st = repair_alloc(raw.data ? raw.data : "", raw.len, true, NULL, text, NULL, err);
+    nx_strbuf_free(&raw);
     return st;
 }
 
@@ -1738,7 +1720,7 @@ nx_status nx_tokenizer_decode(const nx_tokenizer *t, const int32_t *ids, size_t 
 struct nx_detok {
     const nx_tokenizer *tok;
     bool skip_special, first;
-    sbuf pend; /* raw bytes not yet handed out: at most an incomplete character */
+    nx_strbuf pend; /* raw bytes not yet handed out: at most an incomplete character */
 };
 
 nx_status nx_detok_new(const nx_tokenizer *tok, bool skip_special, nx_detok **out, nx_error *err) {
@@ -1754,17 +1736,16 @@ nx_status nx_detok_new(const nx_tokenizer *tok, bool skip_special, nx_detok **ou
 
 void nx_detok_free(nx_detok *d) {
     if (!d) return;
-    free(d->pend.p);
+    nx_strbuf_free(&d->pend);
     free(d);
 }
 
 static nx_status detok_emit(nx_detok *d, bool final, char **out, size_t *out_len, nx_error *err) {
     size_t used = 0;
-    nx_status st = repair_alloc(d->pend.p ? d->pend.p : "", d->pend.n, final, &used, out,
+    nx_status st = repair_alloc(d->pend.data ? d->pend.data : "", d->pend.len, final, &used, out,
                                 out_len, err);
     if (st != NX_OK) return st;
-    memmove(d->pend.p, d->pend.p + used, d->pend.n - used);
-    d->pend.n -= used;
+    nx_strbuf_consume(&d->pend, used);
     return NX_OK;
 }
 
@@ -1779,12 +1760,14 @@ nx_status nx_detok_push(nx_detok *d, int32_t id, char **out, size_t *out_len, nx
     if (!(d->skip_special && (t->tokens[id].flags & TOKF_SPECIAL)) &&
         !token_bytes(t, id, &d->first, &d->pend))
         return nx_fail(err, NX_E_NOMEM, "detok: out of memory");
-    if (!d->pend.p && !sbuf_reserve(&d->pend, 0)) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    if (!d->pend.data && nx_strbuf_reserve(&d->pend, 0) != NX_OK)
+        return nx_fail(err, NX_E_NOMEM, "out of memory");
     return detok_emit(d, false, out, out_len, err);
 }
 
 nx_status nx_detok_flush(nx_detok *d, char **out, size_t *out_len, nx_error *err) {
     if (!d || !out || !out_len) return nx_fail(err, NX_E_ARG, "nx_detok_flush: NULL argument");
-    if (!d->pend.p && !sbuf_reserve(&d->pend, 0)) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    if (!d->pend.data && nx_strbuf_reserve(&d->pend, 0) != NX_OK)
+        return nx_fail(err, NX_E_NOMEM, "out of memory");
     return detok_emit(d, true, out, out_len, err);
 }

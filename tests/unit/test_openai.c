@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/strbuf.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/stop.h"
-#include "serve/strbuf.h"
 
 static const nx_oai_limits LIM = {.model_id = "tiny", .vocab_size = 1000};
 
@@ -653,6 +653,27 @@ static void test_strbuf(void **state) {
     free(s);
     nx_strbuf_free(&b);
     nx_strbuf_free(NULL);
+
+    /* reserve alone (as the tokenizer's detokenizer does) still leaves a C string */
+    assert_int_equal(nx_strbuf_reserve(&b, 0), NX_OK);
+    assert_non_null(b.data);
+    assert_int_equal(b.len, 0);
+    assert_string_equal(b.data, "");
+    assert_int_equal(nx_strbuf_reserve(&b, 100), NX_OK);
+    assert_true(b.cap >= 101);
+    memcpy(b.data, "abc", 3); /* the caller writes into the reserved room itself */
+    b.len = 3;
+    assert_int_equal(nx_strbuf_printf(&b, "%s", "d"), NX_OK);
+    assert_string_equal(b.data, "abcd");
+    assert_int_equal(nx_strbuf_reserve(&b, SIZE_MAX), NX_E_NOMEM);
+    assert_string_equal(b.data, "abcd"); /* unchanged on failure */
+    s = nx_strbuf_take(&b);
+    assert_string_equal(s, "abcd");
+    free(s);
+    assert_int_equal(nx_strbuf_reserve(&b, 0), NX_OK);
+    s = nx_strbuf_take(&b);
+    assert_string_equal(s, "");
+    free(s);
 }
 
 int main(void) {

@@ -1,5 +1,5 @@
 /* nx_strbuf: append-only byte buffer with geometric growth and overflow-checked sizes. */
-#include "serve/strbuf.h"
+#include "base/strbuf.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -7,21 +7,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static nx_status reserve(nx_strbuf *b, size_t extra) {
+nx_status nx_strbuf_reserve(nx_strbuf *b, size_t extra) {
     if (extra > SIZE_MAX - b->len - 1) return NX_E_NOMEM;
     size_t need = b->len + extra + 1;
-    if (need <= b->cap) return NX_OK;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    char *d = realloc(b->data, cap);
-    if (!d) return NX_E_NOMEM;
-    b->data = d;
-    b->cap = cap;
+    if (need > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+        char *d = realloc(b->data, cap);
+        if (!d) return NX_E_NOMEM;
+        b->data = d;
+        b->cap = cap;
+    }
+    /* Even a reservation alone leaves a C string ("" at first), so take() and readers of data
+     * never see an unterminated buffer. */
+    b->data[b->len] = '\0';
     return NX_OK;
 }
 
 nx_status nx_strbuf_append(nx_strbuf *b, const char *s, size_t n) {
-    nx_status st = reserve(b, n);
+    nx_status st = nx_strbuf_reserve(b, n);
     if (st != NX_OK) return st;
     if (n) memcpy(b->data + b->len, s, n);
     b->len += n;
@@ -31,19 +35,25 @@ nx_status nx_strbuf_append(nx_strbuf *b, const char *s, size_t n) {
 
 nx_status nx_strbuf_puts(nx_strbuf *b, const char *s) { return nx_strbuf_append(b, s, strlen(s)); }
 
+nx_status nx_strbuf_vprintf(nx_strbuf *b, const char *fmt, va_list ap) {
+    va_list ap2; /* formatted twice: once to measure, once into the buffer */
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    nx_status st = n < 0 ? NX_E_ARG : nx_strbuf_reserve(b, (size_t)n);
+    if (st == NX_OK) {
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
+        b->len += (size_t)n;
+    }
+    va_end(ap2);
+    return st;
+}
+
 nx_status nx_strbuf_printf(nx_strbuf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    nx_status st = nx_strbuf_vprintf(b, fmt, ap);
     va_end(ap);
-    if (n < 0) return NX_E_ARG;
-    nx_status st = reserve(b, (size_t)n);
-    if (st != NX_OK) return st;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-    return NX_OK;
+    return st;
 }
 
 void nx_strbuf_consume(nx_strbuf *b, size_t n) {
