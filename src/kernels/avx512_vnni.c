@@ -241,149 +241,83 @@ AI void scale_in(const int PAIR, const int R, const int TT, __m512i is[4][4], fl
         }
 }
 
-/* R weight rows × TT input rows. Per group and input row: exact int32 lane sums of q·x̂, then
- * acc += float(sum)·(s·d); the bias terms Σ_g b_g·X_g are one vector dot product per row at
- * the end. */
-AI void mk_vnni(const int BITS, const int NB, const int R, const int TT, const vargs *a, const void *xqv,
-                int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
-    const int16_t *xq = (const int16_t *)xqv;
-    const int64_t ngroups = a->in / a->group, nblk = a->group / 64;
-    const __m512i m4 = _mm512_set1_epi16(0x0f), m8 = _mm512_set1_epi16(0xff);
-    __m512 acc[4][4];
-    float sd[4][4][SG] __attribute__((aligned(64)));
+/* How a kernel reads a block of weights against its activation image:
+ * - K_W16: 64-element blocks on int16 inputs, two weight vectors of 32 words: 8-bit (low and
+ *   high byte of each packed word), 4-bit rows that are not whole 128-element blocks (nibbles of
+ *   32 bytes widened to words), 3/5/6-bit (each field pulled into its word by vpermb, VBMI);
+ * - K_S4: 128-element blocks on int16 inputs in stride-4 order, four vectors of 2-bit fields
+ *   (32 bytes widened to words) or 4-bit nibbles (32 packed words), no shuffle;
+ * - K_A8: 128-element blocks of 4-bit weights on int8 inputs (vpdpbusd: unsigned weight bytes
+ *   times signed inputs, 64 multiply-adds per instruction), low and high nibbles of 64 bytes. */
+enum { K_W16, K_S4, K_A8 };
+
+/* Adds one block's products (elements e0.. of R weight rows, TT input rows) into the exact
+ * int32 lane sums is[r][t]. */
+AI void block_products(const int KIND, const int BITS, const int R, const int TT, const vargs *a, const void *xq,
+                       int64_t ldq, int64_t e0, __m512i is[4][4]) {
+    const int NX = KIND == K_S4 ? 4 : 2; /* weight (and input) vectors per block */
+    const size_t step = (size_t)(KIND == K_W16 ? 64 : 128) * BITS / 8; /* packed bytes per row */
+    const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
+    __m512i xv[4][4];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
+    for (int t = 0; t < TT; t++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int64_t g0 = 0; g0 < ngroups; g0 += SG) {
-        const int64_t gn = ngroups - g0 < SG ? ngroups - g0 : SG;
-        stage_sd(R, TT, a, d, ldg, g0, gn, sd);
-        for (int64_t gi = 0; gi < gn; gi++) {
-            const int64_t g = g0 + gi;
-            __m512i is[4][4];
+        for (int j = 0; j < NX; j++)
+            xv[t][j] = KIND == K_A8 ? _mm512_loadu_si512((const int8_t *)xq + t * ldq + e0 + 64 * j)
+                                    : _mm512_loadu_si512((const int16_t *)xq + t * ldq + e0 + 32 * j);
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-                for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512(); /* dead: k = 0 sets */
-            /* NB = 1 (64-element groups, the common case): one block, no loop */
-            const int64_t nb = NB ? NB : nblk;
-            for (int64_t k = 0; k < nb; k++) {
-                const int64_t e0 = g * a->group + k * 64;
-                const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
-                __m512i x0[4], x1[4];
-#pragma GCC unroll 4
-                for (int t = 0; t < TT; t++) {
-                    x0[t] = _mm512_loadu_si512(xq + t * ldq + e0);
-                    x1[t] = _mm512_loadu_si512(xq + t * ldq + e0 + 32);
-                }
-#pragma GCC unroll 4
-                for (int r = 0; r < R; r++) {
-                    const uint8_t *pr = p + r * a->wstride;
-                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, (size_t)BITS * 8),
-                                 _MM_HINT_T0);
-                    __m512i w0, w1;
-                    if (BITS == 4) {
-                        __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
-                        w0 = _mm512_and_si512(v, m4);
-                        w1 = _mm512_srli_epi16(v, 4);
-                    } else if (BITS != 8) {
+    for (int r = 0; r < R; r++) {
+        const uint8_t *pr = p + r * a->wstride;
+        _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, step), _MM_HINT_T0);
+        __m512i w[4];
+        if (KIND == K_A8) {
+            const __m512i v = _mm512_loadu_si512(pr), m4 = _mm512_set1_epi8(0x0f);
+            w[0] = _mm512_and_si512(v, m4);
+            w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        } else if (KIND == K_S4) {
+            const __m512i v = BITS == 2 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr))
+                                        : _mm512_loadu_si512(pr);
+            const __m512i mb = _mm512_set1_epi16((1 << BITS) - 1);
+            w[0] = _mm512_and_si512(v, mb);
+            w[1] = _mm512_and_si512(_mm512_srli_epi16(v, BITS), mb);
+            w[2] = _mm512_and_si512(_mm512_srli_epi16(v, 2 * BITS), mb);
+            w[3] = _mm512_srli_epi16(v, 3 * BITS);
+        } else if (BITS == 4) {
+            const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr));
+            w[0] = _mm512_and_si512(v, _mm512_set1_epi16(0x0f));
+            w[1] = _mm512_srli_epi16(v, 4);
+        } else if (BITS == 8) { /* low and high byte of each word: even and odd elements */
+            const __m512i v = _mm512_loadu_si512(pr);
+            w[0] = _mm512_and_si512(v, _mm512_set1_epi16(0xff));
+            w[1] = _mm512_srli_epi16(v, 8);
+        } else {
 #if NX_VNNI_VBMI
-                        const __m512i v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (8 * BITS)) - 1u), pr);
-                        const __m512i mb = _mm512_set1_epi16((1 << BITS) - 1);
-                        w0 = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(a->pick[0], v), a->shift[0]), mb);
-                        w1 = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(a->pick[1], v), a->shift[1]), mb);
+            const __m512i v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (8 * BITS)) - 1u), pr);
+            const __m512i mb = _mm512_set1_epi16((1 << BITS) - 1);
+            w[0] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(a->pick[0], v), a->shift[0]), mb);
+            w[1] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(a->pick[1], v), a->shift[1]), mb);
 #else
-                        w0 = w1 = _mm512_setzero_si512(); /* not taken: vnni_takes declines these widths */
+            w[0] = w[1] = _mm512_setzero_si512(); /* not taken: vnni_takes declines these widths */
 #endif
-                    } else { /* low and high byte of each word: even and odd elements */
-                        const __m512i v = _mm512_loadu_si512(pr);
-                        w0 = _mm512_and_si512(v, m8);
-                        w1 = _mm512_srli_epi16(v, 8);
-                    }
-#pragma GCC unroll 4
-                    for (int t = 0; t < TT; t++) {
-                        /* the group's first block starts its sums with vpmaddwd (same integers) */
-                        __m512i first = _mm512_madd_epi16(w0, x0[t]);
-                        is[r][t] = _mm512_dpwssd_epi32(k == 0 ? first : _mm512_add_epi32(is[r][t], first), w1, x1[t]);
-                    }
-                }
-            }
-            scale_in(0, R, TT, is, sd, gi, acc);
         }
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+#pragma GCC unroll 4
+            for (int j = 0; j < NX; j++)
+                is[r][t] = KIND == K_A8 ? _mm512_dpbusd_epi32(is[r][t], w[j], xv[t][j])
+                                        : _mm512_dpwssd_epi32(is[r][t], w[j], xv[t][j]);
     }
-    finish(R, TT, a, acc, X, ldg, y, ldy);
 }
 
-/* 2- and 4-bit weights by blocks of 128 elements: 32 packed bytes widened to words (2-bit) or
- * 32 packed words (4-bit); the four fields of each word are four weight vectors, with no
- * shuffle. With 64-element groups a block holds two groups, which land in lanes 0-7 and 8-15
- * of the int32 sums (PAIR): one conversion and one multiply-add per two groups, with the pair's
- * two scales spread over the halves. */
-AI void mk_vnni_s4(const int BITS, const int PAIR, const int R, const int TT, const vargs *a, const void *xqv,
-                   int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
-    const int16_t *xq = (const int16_t *)xqv;
-    const int64_t ngroups = a->in / a->group, nblk = PAIR ? 1 : a->group / 128;
-    const __m512i mb = _mm512_set1_epi16((1 << BITS) - 1);
-    __m512 acc[4][4];
-    float sd[4][4][SG] __attribute__((aligned(64)));
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int64_t g0 = 0; g0 < ngroups; g0 += SG) {
-        const int64_t gn = ngroups - g0 < SG ? ngroups - g0 : SG;
-        stage_sd(R, TT, a, d, ldg, g0, gn, sd);
-        /* units: a pair of groups (PAIR) or one group of nblk blocks */
-        for (int64_t gi = 0; gi < gn; gi += PAIR ? 2 : 1) {
-            __m512i is[4][4];
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-                for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512(); /* dead: k = 0 sets */
-            for (int64_t k = 0; k < nblk; k++) {
-                const int64_t e0 = (g0 + gi) * a->group + k * 128;
-                const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
-                __m512i xv[4][4];
-#pragma GCC unroll 4
-                for (int t = 0; t < TT; t++)
-#pragma GCC unroll 4
-                    for (int j = 0; j < 4; j++) xv[t][j] = _mm512_loadu_si512(xq + t * ldq + e0 + 32 * j);
-#pragma GCC unroll 4
-                for (int r = 0; r < R; r++) {
-                    const uint8_t *pr = p + r * a->wstride;
-                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, 16 * BITS),
-                                 _MM_HINT_T0);
-                    const __m512i v = BITS == 2 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr))
-                                                : _mm512_loadu_si512(pr);
-                    const __m512i w0 = _mm512_and_si512(v, mb),
-                                  w1 = _mm512_and_si512(_mm512_srli_epi16(v, BITS), mb),
-                                  w2 = _mm512_and_si512(_mm512_srli_epi16(v, 2 * BITS), mb),
-                                  w3 = _mm512_srli_epi16(v, 3 * BITS);
-#pragma GCC unroll 4
-                    for (int t = 0; t < TT; t++) {
-                        __m512i first = _mm512_madd_epi16(w0, xv[t][0]);
-                        __m512i acc_i = k == 0 ? first : _mm512_add_epi32(is[r][t], first);
-                        acc_i = _mm512_dpwssd_epi32(acc_i, w1, xv[t][1]);
-                        acc_i = _mm512_dpwssd_epi32(acc_i, w2, xv[t][2]);
-                        is[r][t] = _mm512_dpwssd_epi32(acc_i, w3, xv[t][3]);
-                    }
-                }
-            }
-            scale_in(PAIR, R, TT, is, sd, gi, acc);
-        }
-    }
-    finish(R, TT, a, acc, X, ldg, y, ldy);
-}
-
-/* 4-bit weights on int8 activations (vpdpbusd: unsigned weight bytes times signed activation
- * bytes, 64 multiply-adds per instruction, exact in int32), by 128-element blocks of 64 packed
- * bytes, low and high nibbles as two byte vectors (XL8_EVENODD; 64-element groups paired in the
- * lanes as above). */
-AI void mk_a8(const int PAIR, const int R, const int TT, const vargs *a, const void *xqv,
-              int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {
-    const int8_t *xq = (const int8_t *)xqv;
-    const int64_t ngroups = a->in / a->group, nblk = PAIR ? 1 : a->group / 128;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+/* R weight rows × TT input rows. Per unit (one group of nblk blocks, or with PAIR two 64-element
+ * groups sharing one 128-element block) and input row: exact int32 lane sums of q·x̂, then
+ * acc += float(sum)·(s·d); the bias terms Σ_g b_g·X_g are one vector dot product per row at the
+ * end. NB fixes the blocks per group at compile time (0: from the group size). */
+AI void mk_int(const int KIND, const int BITS, const int PAIR, const int NB, const int R, const int TT,
+               const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X, int64_t ldg, float *y,
+               int64_t ldy) {
+    const int64_t blk = KIND == K_W16 ? 64 : 128, ngroups = a->in / a->group;
+    const int64_t nblk = PAIR ? 1 : NB ? NB : a->group / blk;
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
 #pragma GCC unroll 4
@@ -399,25 +333,8 @@ AI void mk_a8(const int PAIR, const int R, const int TT, const vargs *a, const v
             for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512();
-            for (int64_t k = 0; k < nblk; k++) {
-                const int64_t e0 = (g0 + gi) * a->group + k * 128;
-                const uint8_t *p = a->w + (size_t)e0 / 2;
-                __m512i x0[4], x1[4];
-#pragma GCC unroll 4
-                for (int t = 0; t < TT; t++) {
-                    x0[t] = _mm512_loadu_si512(xq + t * ldq + e0);
-                    x1[t] = _mm512_loadu_si512(xq + t * ldq + e0 + 64);
-                }
-#pragma GCC unroll 4
-                for (int r = 0; r < R; r++) {
-                    _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 / 2, 64), _MM_HINT_T0);
-                    const __m512i v = _mm512_loadu_si512(p + r * a->wstride);
-                    const __m512i w0 = _mm512_and_si512(v, m4), w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-#pragma GCC unroll 4
-                    for (int t = 0; t < TT; t++)
-                        is[r][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(is[r][t], w0, x0[t]), w1, x1[t]);
-                }
-            }
+            for (int64_t k = 0; k < nblk; k++)
+                block_products(KIND, BITS, R, TT, a, xq, ldq, (g0 + gi) * a->group + k * blk, is);
             scale_in(PAIR, R, TT, is, sd, gi, acc);
         }
     }
@@ -451,10 +368,10 @@ AI void mk_a8(const int PAIR, const int R, const int TT, const vargs *a, const v
 
 /* 64-element groups get a block loop unrolled away; other sizes loop over their blocks. */
 #define VNNI_KERNEL(NAME, BITS)                                                                \
-    static void NAME(int R, int TT, const vargs *a, const void *xq, int64_t ldq,            \
+    static void NAME(int R, int TT, const vargs *a, const void *xq, int64_t ldq,               \
                      const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
-        if (a->group == 64) VNNI_SHAPES(mk_vnni, BITS, 1);                                     \
-        else VNNI_SHAPES(mk_vnni, BITS, 0);                                                    \
+        if (a->group == 64) VNNI_SHAPES(mk_int, K_W16, BITS, 0, 1);                            \
+        else VNNI_SHAPES(mk_int, K_W16, BITS, 0, 0);                                           \
     }
 
 VNNI_KERNEL(kern_v8, 8)
@@ -466,22 +383,23 @@ VNNI_KERNEL(kern_v6, 6)
 
 static void kern_v2(int R, int TT, const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X,
                     int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI_SHAPES(mk_vnni_s4, 2, 1);
-    else VNNI_SHAPES(mk_vnni_s4, 2, 0);
+    if (a->group == 64) VNNI_SHAPES(mk_int, K_S4, 2, 1, 0);
+    else VNNI_SHAPES(mk_int, K_S4, 2, 0, 0);
 }
 
 static void kern_v4(int R, int TT, const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X,
                     int64_t ldg, float *y, int64_t ldy) {
-    if (!q4_by128(a->in, a->group)) VNNI_SHAPES(mk_vnni, 4, 0);
-    else if (a->group == 64) VNNI_SHAPES(mk_vnni_s4, 4, 1);
-    else VNNI_SHAPES(mk_vnni_s4, 4, 0);
+    if (!q4_by128(a->in, a->group)) VNNI_SHAPES(mk_int, K_W16, 4, 0, 0);
+    else if (a->group == 64) VNNI_SHAPES(mk_int, K_S4, 4, 1, 0);
+    else VNNI_SHAPES(mk_int, K_S4, 4, 0, 0);
 }
 
 static void kern_v4a8(int R, int TT, const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X,
                       int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI_SHAPES(mk_a8, 1);
-    else VNNI_SHAPES(mk_a8, 0);
+    if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 1, 0);
+    else VNNI_SHAPES(mk_int, K_A8, 4, 0, 0);
 }
+
 
 /* Whether this file runs W: 4- or 8-bit with whole 64-element blocks per group, or 2-bit with
  * whole 128-element blocks per group or per pair of 64-element groups; and at least one input
