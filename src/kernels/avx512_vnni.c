@@ -342,7 +342,7 @@ AI void mk_block(const int KIND, const int BITS, const int PAIR, const int NB, c
 }
 
 /* Rows [r0, r1) of the call (a multiple of R) as consecutive register blocks of R rows, in one
- * function: a call per block cost a quarter of the time of a block of short rows. */
+ * function (an indirect call and shape switch per block cost 7-15% on 512-wide rows). */
 AI void mk_int(const int KIND, const int BITS, const int PAIR, const int NB, const int R, const int TT,
                const vargs *a, int64_t r0, int64_t r1, const void *xq, int64_t ldq, const float *d, const float *X,
                int64_t ldg, float *y, int64_t ldy) {
@@ -355,12 +355,10 @@ AI void mk_int(const int KIND, const int BITS, const int PAIR, const int NB, con
     }
 }
 
-/* Weight rows per register block for TT input rows (measured best on Zen 4: the R×TT int32
- * sums, the weights and the activations must share 32 registers). */
-#define VRFULL(TT) ((TT) <= 2 ? 4 : (TT) == 3 ? 3 : 2)
-
 /* Calls K(params..., R, TT, ...) with R and TT as compile-time constants: the n rows of the call
- * as register blocks of VRFULL(TT) rows, then the remaining rows one at a time. */
+ * as register blocks of R rows, then the remaining rows one at a time. R for TT input rows is
+ * 4, 4, 3, 2 (measured best on Zen 4: the R×TT int32 sums, the weights and the activations
+ * must share 32 registers). */
 #define VNNI_SHAPE(K, RR, T_, ...)                                                             \
     do {                                                                                       \
         const int64_t nf_ = n - n % (RR);                                                      \
