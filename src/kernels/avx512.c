@@ -77,23 +77,26 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
         for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum16(acc[r][t]);
 }
 
+/* Rows [r0, r1) of a call as register blocks of R rows, in one function (no call per block). */
+AI void mk_float_rows(const nx_dtype dt, const int R, const int TT, const uint8_t *w, size_t stride,
+                      const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in, int64_t r0, int64_t r1) {
+    for (int64_t o = r0; o < r1; o += R) mk_float(dt, R, TT, w + (size_t)o * stride, stride, x, ldx, y + o, ldy, in);
+}
+
+/* n rows for TT input rows: blocks of 4 rows, then the remaining rows one at a time. */
+#define FLOAT_SHAPE(DT, T_)                                                                    \
+    do {                                                                                       \
+        mk_float_rows(DT, 4, T_, w, stride, x, ldx, y, ldy, in, 0, n - n % 4);                 \
+        mk_float_rows(DT, 1, T_, w, stride, x, ldx, y, ldy, in, n - n % 4, n);                 \
+    } while (0)
 #define FLOAT_KERNEL(NAME, DT)                                                                 \
-    static void NAME(int R, int TT, const uint8_t *w, size_t stride, const float *x,          \
-                     int64_t ldx, float *y, int64_t ldy, int64_t in) {                         \
-        if (R == 4) {                                                                          \
-            switch (TT) {                                                                      \
-            case 1: mk_float(DT, 4, 1, w, stride, x, ldx, y, ldy, in); break;                  \
-            case 2: mk_float(DT, 4, 2, w, stride, x, ldx, y, ldy, in); break;                  \
-            case 3: mk_float(DT, 4, 3, w, stride, x, ldx, y, ldy, in); break;                  \
-            default: mk_float(DT, 4, 4, w, stride, x, ldx, y, ldy, in); break;                 \
-            }                                                                                  \
-        } else {                                                                               \
-            switch (TT) {                                                                      \
-            case 1: mk_float(DT, 1, 1, w, stride, x, ldx, y, ldy, in); break;                  \
-            case 2: mk_float(DT, 1, 2, w, stride, x, ldx, y, ldy, in); break;                  \
-            case 3: mk_float(DT, 1, 3, w, stride, x, ldx, y, ldy, in); break;                  \
-            default: mk_float(DT, 1, 4, w, stride, x, ldx, y, ldy, in); break;                 \
-            }                                                                                  \
+    static void NAME(int TT, const uint8_t *w, size_t stride, const float *x, int64_t ldx,     \
+                     float *y, int64_t ldy, int64_t in, int64_t n) {                           \
+        switch (TT) {                                                                          \
+        case 1: FLOAT_SHAPE(DT, 1); break;                                                     \
+        case 2: FLOAT_SHAPE(DT, 2); break;                                                     \
+        case 3: FLOAT_SHAPE(DT, 3); break;                                                     \
+        default: FLOAT_SHAPE(DT, 4); break;                                                    \
         }                                                                                      \
     }
 
@@ -317,26 +320,33 @@ static void xsum_row(const float *x, int64_t in, int64_t group, float *X) {
     }
 }
 
-/* 32 zmm registers hold acc and gacc: 4 rows for 1–2 input rows, 2 rows for 3–4. */
-#define QRFULL(TT) ((TT) <= 2 ? 4 : 2)
+/* Rows [r0, r1) of a call as register blocks of R rows, in one function (no call per block). */
+AI void mk_quant_rows(const int BITS, const int R, const int TT, const qargs *a, const float *x, int64_t ldx,
+                      const float *X, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    qargs b = *a;
+    for (int64_t o = r0; o < r1; o += R) {
+        b.w = a->w + (size_t)o * a->wstride;
+        b.sc = a->sc + (size_t)o * a->sstride;
+        b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
+        mk_quant(BITS, R, TT, &b, x, ldx, X, y + o, ldy);
+    }
+}
 
+/* n rows for TT input rows: blocks of 4 rows for 1–2 input rows, 2 for 3–4 (32 zmm registers
+ * hold acc and gacc), then the remaining rows one at a time. */
+#define QUANT_SHAPE(BITS, RR, T_)                                                              \
+    do {                                                                                       \
+        mk_quant_rows(BITS, RR, T_, a, x, ldx, X, y, ldy, 0, n - n % (RR));                    \
+        mk_quant_rows(BITS, 1, T_, a, x, ldx, X, y, ldy, n - n % (RR), n);                     \
+    } while (0)
 #define QUANT_KERNEL(NAME, BITS)                                                               \
-    static void NAME(int R, int TT, const qargs *a, const float *x, int64_t ldx,              \
+    static void NAME(int TT, const qargs *a, int64_t n, const float *x, int64_t ldx,          \
                      const float *X, float *y, int64_t ldy) {                                  \
-        if (R > 1) {                                                                           \
-            switch (TT) {                                                                      \
-            case 1: mk_quant(BITS, 4, 1, a, x, ldx, X, y, ldy); break;                         \
-            case 2: mk_quant(BITS, 4, 2, a, x, ldx, X, y, ldy); break;                         \
-            case 3: mk_quant(BITS, 2, 3, a, x, ldx, X, y, ldy); break;                         \
-            default: mk_quant(BITS, 2, 4, a, x, ldx, X, y, ldy); break;                        \
-            }                                                                                  \
-        } else {                                                                               \
-            switch (TT) {                                                                      \
-            case 1: mk_quant(BITS, 1, 1, a, x, ldx, X, y, ldy); break;                         \
-            case 2: mk_quant(BITS, 1, 2, a, x, ldx, X, y, ldy); break;                         \
-            case 3: mk_quant(BITS, 1, 3, a, x, ldx, X, y, ldy); break;                         \
-            default: mk_quant(BITS, 1, 4, a, x, ldx, X, y, ldy); break;                        \
-            }                                                                                  \
+        switch (TT) {                                                                          \
+        case 1: QUANT_SHAPE(BITS, 4, 1); break;                                                \
+        case 2: QUANT_SHAPE(BITS, 4, 2); break;                                                \
+        case 3: QUANT_SHAPE(BITS, 2, 3); break;                                                \
+        default: QUANT_SHAPE(BITS, 2, 4); break;                                               \
         }                                                                                      \
     }
 
@@ -353,8 +363,7 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
                               float *y, int64_t ldy, int64_t o0, int64_t o1) {
     const int64_t in = W->in;
     if (W->dtype == NX_DTYPE_U32) {
-        void (*kern)(int, int, const qargs *, const float *, int64_t, const float *, float *,
-                     int64_t);
+        void (*kern)(int, const qargs *, int64_t, const float *, int64_t, const float *, float *, int64_t);
         switch (W->bits) {
         case 2: kern = kern_q2; break;
         case 3: kern = kern_q3; break;
@@ -387,21 +396,16 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
                 int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
                 for (int64_t t = c0; t < c1; t += 4) {
                     int tt = c1 - t < 4 ? (int)(c1 - t) : 4;
-                    for (int64_t o = b0; o < b1;) {
-                        int R = o + QRFULL(tt) <= b1 ? QRFULL(tt) : 1;
-                        a.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
-                        a.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
-                        a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
-                        kern(R, tt, &a, x + t * ldx, ldx, X + (t - c0) * ngroups, y + t * ldy + o, ldy);
-                        o += R;
-                    }
+                    a.w = (const uint8_t *)W->w + (size_t)b0 * a.wstride;
+                    a.sc = (const uint8_t *)W->scales + (size_t)b0 * a.sstride;
+                    a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)b0 * a.sstride : NULL;
+                    kern(tt, &a, b1 - b0, x + t * ldx, ldx, X + (t - c0) * ngroups, y + t * ldy + b0, ldy);
                 }
             }
         }
         return 1;
     }
-    void (*kern)(int, int, const uint8_t *, size_t, const float *, int64_t, float *, int64_t,
-                 int64_t);
+    void (*kern)(int, const uint8_t *, size_t, const float *, int64_t, float *, int64_t, int64_t, int64_t);
     switch (W->dtype) {
     case NX_DTYPE_F32: kern = kern_f32; break;
     case NX_DTYPE_F16: kern = kern_f16; break;
@@ -414,12 +418,8 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
         int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
         for (int64_t t = 0; t < T; t += 4) {
             int tt = T - t < 4 ? (int)(T - t) : 4;
-            for (int64_t o = b0; o < b1;) {
-                int R = o + 4 <= b1 ? 4 : 1;
-                kern(R, tt, (const uint8_t *)W->w + (size_t)o * stride, stride, x + t * ldx, ldx,
-                     y + t * ldy + o, ldy, in);
-                o += R;
-            }
+            kern(tt, (const uint8_t *)W->w + (size_t)b0 * stride, stride, x + t * ldx, ldx, y + t * ldy + b0, ldy,
+                 in, b1 - b0);
         }
     }
     return 1;
