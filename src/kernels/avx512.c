@@ -51,7 +51,7 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
         if (((size_t)i * esz) % 64 == 0)
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
-                _mm_prefetch(qprefetch_addr(w, stride, R, r, (size_t)i * esz, 64), _MM_HINT_T0);
+                _mm_prefetch(qprefetch_addr(w, stride, R, r, (size_t)i * esz, 64), QPF_HINT);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m512 wv = load_w16(dt, w + r * stride, i);
@@ -225,7 +225,7 @@ AI void mk_quant4_lut(const int R, const int TT, const qargs *a, const float *x,
             }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 / 2, 16), _MM_HINT_T0);
+                _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 / 2, 16), QPF_HINT);
                 __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + r * a->wstride)));
                 __m512 f0 = _mm512_permutexvar_ps(v, lut[r]);
                 __m512 f1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut[r]);
@@ -284,7 +284,7 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
             for (int r = 0; r < R; r++) {
                 __m512 f0, f1;
                 _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, (size_t)BITS * 4),
-                             _MM_HINT_T0);
+                             QPF_HINT);
                 unpack32(BITS, p + r * a->wstride, a->lut, &f0, &f1);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) {

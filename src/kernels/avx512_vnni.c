@@ -268,7 +268,7 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const uint8_t *pr = p + r * a->wstride;
-        _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, step), _MM_HINT_T0);
+        _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, step), QPF_HINT);
         __m512i w[4];
         if (KIND == K_A8) {
             const __m512i v = _mm512_loadu_si512(pr), m4 = _mm512_set1_epi8(0x0f);
