@@ -54,21 +54,32 @@ AI __m512i q32(const float *x, __m512 iv) {
  * - XL_EVENODD, blocks of 64 as elements 0,2,…,62 then 1,3,…,63: 8-bit (low and high byte of
  *   32 words) and the remaining 4-bit cases (low and high nibble of 32 bytes widened to words);
  * - XL_NATURAL: 3, 5 and 6 bits (each field pulled into its word by vpermb). */
-enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_EVENODD };
+enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_EVENODD, XL8_STRIDE4 };
 
 /* 4-bit weights go by 128-element blocks when a block never straddles a group boundary
  * except at its middle (64-element groups, paired) and the row is whole blocks. */
 static int q4_by128(int64_t in, int64_t group) { return in % 128 == 0 && (group == 64 || group % 128 == 0); }
 
-/* With 8-bit activations (int8 bytes, vpdpbusd: 64 multiply-adds per instruction), XL8_EVENODD:
- * 4-bit weights by 128-element blocks (q4_by128), elements 0,2,…,126 then 1,3,…,127 (low and
- * high nibbles of 64 packed bytes). Other widths and shapes keep int16: 8-bit weights measured
- * no faster on int8 (their per-group float epilogue, not the multiplies, bounds them), so they
- * keep the finer activations (8-bit is what heads and attention overrides use). */
-static int act8_takes(int bits, int64_t in, int64_t group) { return bits == 4 && q4_by128(in, group); }
+/* 2-bit weights on int8 go by 256-element blocks (64 packed bytes): a block holds 4 groups of
+ * 64 (4 int32 lanes each), 2 of 128 (8 lanes each) or a part of one larger group. */
+static int q2_by256(int64_t in, int64_t group) {
+    return in % 256 == 0 && (group == 64 || group == 128 || group % 256 == 0);
+}
+
+/* With 8-bit activations (int8 bytes, vpdpbusd: 64 multiply-adds per instruction):
+ * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128), elements 0,2,…,126 then
+ *   1,3,…,127 (low and high nibbles of 64 packed bytes);
+ * - XL8_STRIDE4: 2-bit weights by 256-element blocks (q2_by256), elements 4k+j for j = 0..3 in
+ *   turn, k = 0..63 (the four 2-bit fields of 64 packed bytes).
+ * Other widths and shapes keep int16: 8-bit weights measured no faster on int8 (their per-group
+ * float epilogue, not the multiplies, bounds them), so they keep the finer activations (8-bit is
+ * what heads and attention overrides use). */
+static int act8_takes(int bits, int64_t in, int64_t group) {
+    return (bits == 4 && q4_by128(in, group)) || (bits == 2 && q2_by256(in, group));
+}
 
 static int x_layout(int act, int bits, int64_t in, int64_t group) {
-    if (act == 8) return XL8_EVENODD;
+    if (act == 8) return bits == 2 ? XL8_STRIDE4 : XL8_EVENODD;
     if (bits == 2 || (bits == 4 && q4_by128(in, group))) return XL_STRIDE4;
     return bits == 4 || bits == 8 ? XL_EVENODD : XL_NATURAL;
 }
@@ -138,9 +149,9 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
         for (int j = 0; j < 4; j++) q4[j][k] = (int16_t)(k < 16 ? 4 * k + j : 0);
     }
     const int lay = x_layout(act, bits, in, group);
-    const int64_t blk = lay == XL_STRIDE4 || lay == XL8_EVENODD ? 128 : 64;
+    const int64_t blk = lay == XL8_STRIDE4 ? 256 : lay == XL_STRIDE4 || lay == XL8_EVENODD ? 128 : 64;
     for (int64_t b0 = 0; b0 < in; b0 += blk) {
-        __m512i n[4];
+        __m512i n[8];
         for (int c = 0; c < (int)(blk / 32); c++)
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
         int16_t *q = (int16_t *)xqv + b0;
@@ -151,6 +162,15 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
             _mm256_storeu_si256((__m256i *)(q8 + 32), _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2], e, n[3])));
             _mm256_storeu_si256((__m256i *)(q8 + 64), _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[0], o, n[1])));
             _mm256_storeu_si256((__m256i *)(q8 + 96), _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2], o, n[3])));
+        } else if (lay == XL8_STRIDE4) { /* per field j: elements 4k+j of each 128-element half */
+            for (int j = 0; j < 4; j++)
+                for (int h = 0; h < 2; h++) {
+                    const __m512i idx = _mm512_loadu_si512(q4[j]), *m = n + 4 * h;
+                    const __m512i lo = _mm512_permutex2var_epi16(m[0], idx, m[1]);
+                    const __m512i hi = _mm512_permutex2var_epi16(m[2], idx, m[3]);
+                    _mm256_storeu_si256((__m256i *)(q8 + 64 * j + 32 * h),
+                                        _mm512_cvtepi16_epi8(_mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1)));
+                }
         } else if (lay == XL_NATURAL) {
             _mm512_storeu_si512(q, n[0]);
             _mm512_storeu_si512(q + 32, n[1]);
@@ -225,18 +245,20 @@ AI void stage_sd(const int R, const int TT, const vargs *a, const float *d, int6
 /* Groups whose combined scales s·d are staged together (one vector multiply per 16 groups). */
 #define SG 16
 
-/* acc += float(is)·(s·d) for one unit of integer sums: one group (gi), or with PAIR the groups
- * gi and gi+1 in lanes 0-7 and 8-15, their two staged scales spread over the halves. */
-AI void scale_in(const int PAIR, const int R, const int TT, __m512i is[4][4], float sd[4][4][SG], int64_t gi,
+/* acc += float(is)·(s·d) for one unit of integer sums: GPU groups from gi on, each in 16/GPU
+ * consecutive lanes (1: one group in all lanes; 2: lanes 0-7 and 8-15; 4: quarters), their
+ * staged scales spread over the lanes. */
+AI void scale_in(const int GPU, const int R, const int TT, __m512i is[4][4], float sd[4][4][SG], int64_t gi,
                  __m512 acc[4][4]) {
-    const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i lane_group = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 GPU == 4 ? 2 : 3);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) {
-            const __m512 s = PAIR ? _mm512_permutexvar_ps(_mm512_add_epi32(halves, _mm512_set1_epi32((int)gi)),
-                                                          _mm512_load_ps(sd[r][t]))
-                                  : _mm512_set1_ps(sd[r][t][gi]);
+            const __m512 s = GPU > 1 ? _mm512_permutexvar_ps(_mm512_add_epi32(lane_group, _mm512_set1_epi32((int)gi)),
+                                                             _mm512_load_ps(sd[r][t]))
+                                     : _mm512_set1_ps(sd[r][t][gi]);
             acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), s, acc[r][t]);
         }
 }
@@ -247,16 +269,17 @@ AI void scale_in(const int PAIR, const int R, const int TT, __m512i is[4][4], fl
  *   32 bytes widened to words), 3/5/6-bit (each field pulled into its word by vpermb, VBMI);
  * - K_S4: 128-element blocks on int16 inputs in stride-4 order, four vectors of 2-bit fields
  *   (32 bytes widened to words) or 4-bit nibbles (32 packed words), no shuffle;
- * - K_A8: 128-element blocks of 4-bit weights on int8 inputs (vpdpbusd: unsigned weight bytes
- *   times signed inputs, 64 multiply-adds per instruction), low and high nibbles of 64 bytes. */
+ * - K_A8: int8 inputs (vpdpbusd: unsigned weight bytes times signed inputs, 64 multiply-adds per
+ *   instruction) against the fields of 64 packed bytes: 4-bit, 128-element blocks as low and
+ *   high nibbles; 2-bit, 256-element blocks as four 2-bit fields. */
 enum { K_W16, K_S4, K_A8 };
 
 /* Adds one block's products (elements e0.. of R weight rows, TT input rows) into the exact
  * int32 lane sums is[r][t]. */
 AI void block_products(const int KIND, const int BITS, const int R, const int TT, const vargs *a, const void *xq,
                        int64_t ldq, int64_t e0, __m512i is[4][4]) {
-    const int NX = KIND == K_S4 ? 4 : 2; /* weight (and input) vectors per block */
-    const size_t step = (size_t)(KIND == K_W16 ? 64 : 128) * BITS / 8; /* packed bytes per row */
+    const int NX = KIND == K_S4 || (KIND == K_A8 && BITS == 2) ? 4 : 2; /* weight (and input) vectors per block */
+    const size_t step = KIND == K_A8 ? 64 : (size_t)(KIND == K_W16 ? 64 : 128) * BITS / 8; /* packed bytes per row */
     const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
     __m512i xv[4][4];
 #pragma GCC unroll 4
@@ -270,7 +293,13 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
         const uint8_t *pr = p + r * a->wstride;
         _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, step), QPF_HINT);
         __m512i w[4];
-        if (KIND == K_A8) {
+        if (KIND == K_A8 && BITS == 2) {
+            const __m512i v = _mm512_loadu_si512(pr), m2 = _mm512_set1_epi8(0x03);
+            w[0] = _mm512_and_si512(v, m2);
+            w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 2), m2);
+            w[2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m2);
+            w[3] = _mm512_and_si512(_mm512_srli_epi16(v, 6), m2);
+        } else if (KIND == K_A8) {
             const __m512i v = _mm512_loadu_si512(pr), m4 = _mm512_set1_epi8(0x0f);
             w[0] = _mm512_and_si512(v, m4);
             w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -309,15 +338,15 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
     }
 }
 
-/* R weight rows × TT input rows. Per unit (one group of nblk blocks, or with PAIR two 64-element
- * groups sharing one 128-element block) and input row: exact int32 lane sums of q·x̂, then
+/* R weight rows × TT input rows. Per unit (one group of nblk blocks, or GPU = 2 or 4 groups
+ * sharing one block) and input row: exact int32 lane sums of q·x̂, then
  * acc += float(sum)·(s·d); the bias terms Σ_g b_g·X_g are one vector dot product per row at the
  * end. NB fixes the blocks per group at compile time (0: from the group size). */
-AI void mk_block(const int KIND, const int BITS, const int PAIR, const int NB, const int R, const int TT,
+AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, const int R, const int TT,
                  const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X, int64_t ldg, float *y,
                  int64_t ldy) {
-    const int64_t blk = KIND == K_W16 ? 64 : 128, ngroups = a->in / a->group;
-    const int64_t nblk = PAIR ? 1 : NB ? NB : a->group / blk;
+    const int64_t blk = KIND == K_W16 ? 64 : KIND == K_A8 && BITS == 2 ? 256 : 128, ngroups = a->in / a->group;
+    const int64_t nblk = GPU > 1 ? 1 : NB ? NB : a->group / blk;
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
 #pragma GCC unroll 4
@@ -327,7 +356,7 @@ AI void mk_block(const int KIND, const int BITS, const int PAIR, const int NB, c
     for (int64_t g0 = 0; g0 < ngroups; g0 += SG) {
         const int64_t gn = ngroups - g0 < SG ? ngroups - g0 : SG;
         stage_sd(R, TT, a, d, ldg, g0, gn, sd);
-        for (int64_t gi = 0; gi < gn; gi += PAIR ? 2 : 1) {
+        for (int64_t gi = 0; gi < gn; gi += GPU) {
             __m512i is[4][4];
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
@@ -335,7 +364,7 @@ AI void mk_block(const int KIND, const int BITS, const int PAIR, const int NB, c
                 for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512();
             for (int64_t k = 0; k < nblk; k++)
                 block_products(KIND, BITS, R, TT, a, xq, ldq, (g0 + gi) * a->group + k * blk, is);
-            scale_in(PAIR, R, TT, is, sd, gi, acc);
+            scale_in(GPU, R, TT, is, sd, gi, acc);
         }
     }
     finish(R, TT, a, acc, X, ldg, y, ldy);
@@ -343,7 +372,7 @@ AI void mk_block(const int KIND, const int BITS, const int PAIR, const int NB, c
 
 /* Rows [r0, r1) of the call (a multiple of R) as consecutive register blocks of R rows, in one
  * function (an indirect call and shape switch per block cost 7-15% on 512-wide rows). */
-AI void mk_int(const int KIND, const int BITS, const int PAIR, const int NB, const int R, const int TT,
+AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, const int R, const int TT,
                const vargs *a, int64_t r0, int64_t r1, const void *xq, int64_t ldq, const float *d, const float *X,
                int64_t ldg, float *y, int64_t ldy) {
     vargs b = *a;
@@ -351,7 +380,7 @@ AI void mk_int(const int KIND, const int BITS, const int PAIR, const int NB, con
         b.w = a->w + (size_t)o * a->wstride;
         b.sc = a->sc + (size_t)o * a->sstride;
         b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
-        mk_block(KIND, BITS, PAIR, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy);
+        mk_block(KIND, BITS, GPU, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy);
     }
 }
 
@@ -379,8 +408,8 @@ AI void mk_int(const int KIND, const int BITS, const int PAIR, const int NB, con
 #define VNNI_KERNEL(NAME, BITS)                                                                \
     static void NAME(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq,           \
                      const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
-        if (a->group == 64) VNNI_SHAPES(mk_int, K_W16, BITS, 0, 1);                            \
-        else VNNI_SHAPES(mk_int, K_W16, BITS, 0, 0);                                           \
+        if (a->group == 64) VNNI_SHAPES(mk_int, K_W16, BITS, 1, 1);                            \
+        else VNNI_SHAPES(mk_int, K_W16, BITS, 1, 0);                                           \
     }
 
 VNNI_KERNEL(kern_v8, 8)
@@ -392,21 +421,28 @@ VNNI_KERNEL(kern_v6, 6)
 
 static void kern_v2(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
                     int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI_SHAPES(mk_int, K_S4, 2, 1, 0);
-    else VNNI_SHAPES(mk_int, K_S4, 2, 0, 0);
+    if (a->group == 64) VNNI_SHAPES(mk_int, K_S4, 2, 2, 0);
+    else VNNI_SHAPES(mk_int, K_S4, 2, 1, 0);
 }
 
 static void kern_v4(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
                     int64_t ldg, float *y, int64_t ldy) {
-    if (!q4_by128(a->in, a->group)) VNNI_SHAPES(mk_int, K_W16, 4, 0, 0);
-    else if (a->group == 64) VNNI_SHAPES(mk_int, K_S4, 4, 1, 0);
-    else VNNI_SHAPES(mk_int, K_S4, 4, 0, 0);
+    if (!q4_by128(a->in, a->group)) VNNI_SHAPES(mk_int, K_W16, 4, 1, 0);
+    else if (a->group == 64) VNNI_SHAPES(mk_int, K_S4, 4, 2, 0);
+    else VNNI_SHAPES(mk_int, K_S4, 4, 1, 0);
+}
+
+static void kern_v2a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
+                      int64_t ldg, float *y, int64_t ldy) {
+    if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 2, 4, 0);
+    else if (a->group == 128) VNNI_SHAPES(mk_int, K_A8, 2, 2, 0);
+    else VNNI_SHAPES(mk_int, K_A8, 2, 1, 0);
 }
 
 static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
                       int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 1, 0);
-    else VNNI_SHAPES(mk_int, K_A8, 4, 0, 0);
+    if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
+    else VNNI_SHAPES(mk_int, K_A8, 4, 1, 0);
 }
 
 
@@ -433,7 +469,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     if (W->bits == 5) kern = kern_v5;
     if (W->bits == 6) kern = kern_v6;
 #endif
-    if (act == 8) kern = kern_v4a8;
+    if (act == 8) kern = W->bits == 2 ? kern_v2a8 : kern_v4a8;
     vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,

@@ -140,14 +140,18 @@ nextn("eval", "-m", d, "--tokens", ids, "--logits", a16, "--mtp-logits", m16)
 run([PY, "tools/train/reference.py", "--model", d, "--tokens", ids, "--logits", ref_l, "--mtp-logits", ref_m])
 compare("mlx-q4-g64-w256 trunk logits", np.load(a16), np.load(ref_l))
 compare("mlx-q4-g64-w256 MTP logits", np.load(m16), np.load(ref_m))
-nextn("eval", "-m", d, "--tokens", ids, "--logits", a8, "--act-bits", 8)
-t.ok(float(np.abs(np.load(a8) - np.load(a16)).max()) > 0, "--act-bits 8 changes the quantized matmuls")
-ar = nextn("run", "-m", d, "--prompt-tokens", ids, "-n", 24, "--print-ids", "--ignore-eos", "--draft", 0,
-           "--quiet", "--act-bits", 8).stdout.split()
-for k in ("1", "3", "auto"):
-    out = nextn("run", "-m", d, "--prompt-tokens", ids, "-n", 24, "--print-ids", "--ignore-eos", "--draft", k,
-                "--quiet", "--act-bits", 8).stdout.split()
-    t.ok(out == ar and len(ar) == 24, f"--act-bits 8: greedy MTP (draft {k}) equals greedy AR", f"mtp {out}\nar {ar}")
+for name in ("mlx-q4-g64-w256", "mlx-q2-g64"):  # 4-bit, and 2-bit (256-element blocks on int8)
+    d = os.path.join(tmp, name)
+    nextn("eval", "-m", d, "--tokens", ids, "--logits", a16)
+    nextn("eval", "-m", d, "--tokens", ids, "--logits", a8, "--act-bits", 8)
+    t.ok(float(np.abs(np.load(a8) - np.load(a16)).max()) > 0, f"{name}: --act-bits 8 changes the quantized matmuls")
+    ar = nextn("run", "-m", d, "--prompt-tokens", ids, "-n", 24, "--print-ids", "--ignore-eos", "--draft", 0,
+               "--quiet", "--act-bits", 8).stdout.split()
+    for k in ("1", "3", "auto"):
+        out = nextn("run", "-m", d, "--prompt-tokens", ids, "-n", 24, "--print-ids", "--ignore-eos", "--draft", k,
+                    "--quiet", "--act-bits", 8).stdout.split()
+        t.ok(out == ar and len(ar) == 24, f"{name} --act-bits 8: greedy MTP (draft {k}) equals greedy AR",
+             f"mtp {out}\nar {ar}")
 
 run(["rm", "-rf", tmp])
 t.done()

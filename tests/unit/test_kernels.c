@@ -386,8 +386,10 @@ static double x_half_step(const char *isa, const nx_linear *W) {
     if (W->bits == 4 || W->bits == 8 || (vbmi && W->bits != 2)) q = W->group % 64 == 0;
     else q = W->bits == 2 && (W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0));
     if (!q) return 0;
-    /* int8 for 4-bit in whole 128-element blocks without a group straddling one */
-    const int by8 = W->bits == 4 && W->in % 128 == 0 && (W->group == 64 || W->group % 128 == 0);
+    /* int8 for 4-bit in whole 128-element blocks and 2-bit in whole 256-element blocks, without
+     * a group straddling a block except at a lane boundary */
+    const int by8 = (W->bits == 4 && W->in % 128 == 0 && (W->group == 64 || W->group % 128 == 0)) ||
+                    (W->bits == 2 && W->in % 256 == 0 && (W->group == 64 || W->group == 128 || W->group % 256 == 0));
     return act8 && by8 ? 1.0 / 254.0 : 1.0 / 32768.0;
 }
 
@@ -518,12 +520,21 @@ static void test_matmul_quant_activations(void **state) {
     tw_make(&big, NX_DTYPE_U32, 5, 64 * 300, 4, 64, NX_DTYPE_F16, 0);
     check_against_ref(&big, 3);
     tw_free(&big);
-    /* 2- and 4-bit groups of 256: two 128-element blocks per group */
+    /* 2- and 4-bit groups of 256: two 128-element blocks per group (one 256-element block on
+     * int8); 2-bit groups of 64 on rows of whole 256-element blocks (four groups per block on
+     * int8), and of 512 (two blocks per group) */
     for (int b = 2; b <= 4; b += 2) {
         tw g256;
         tw_make(&g256, NX_DTYPE_U32, 7, 256 * 3, b, 256, NX_DTYPE_BF16, 1);
         check_against_ref(&g256, 3);
         tw_free(&g256);
+    }
+    const int64_t q2_in[2] = {64 * 8, 512 * 2}, q2_group[2] = {64, 512};
+    for (int i = 0; i < 2; i++) {
+        tw q2;
+        tw_make(&q2, NX_DTYPE_U32, 9, q2_in[i], 2, (int)q2_group[i], NX_DTYPE_F16, i);
+        check_against_ref(&q2, 5);
+        tw_free(&q2);
     }
     /* a row too long to stage at all goes to the float kernel */
     tw huge;
@@ -743,8 +754,8 @@ static void test_force(void **state) {
 }
 
 /* The activation precision is a setting that takes effect: int8 activations give other
- * (coarser) results than int16 on the 4-bit shapes they cover and leave 8-bit weights exactly
- * as they were; bad values are refused without changing the setting. */
+ * (coarser) results than int16 on the 2- and 4-bit shapes they cover and leave 8-bit weights
+ * exactly as they were; bad values are refused without changing the setting. */
 static void test_act_bits(void **state) {
     (void)state;
     assert_int_equal(nx_kernels_set_act_bits(8), 0);
@@ -756,8 +767,8 @@ static void test_act_bits(void **state) {
     assert_int_equal(nx_kernels_act_bits(), 16);
     for (int k = 0; k < n_isas; k++) {
         if (!strstr(isas[k], "+act8")) continue;
-        const int bits[] = {4, 8};
-        for (int b = 0; b < 2; b++) {
+        const int bits[] = {2, 4, 8};
+        for (int b = 0; b < 3; b++) {
             tw t;
             tw_make(&t, NX_DTYPE_U32, 16, 256, bits[b], 64, NX_DTYPE_BF16, 0);
             float *x = rnd_vec(2 * 256);
@@ -767,8 +778,8 @@ static void test_act_bits(void **state) {
             float *y16 = run_matmul(base, &t.L, x, 256, 2, 16, NULL);
             int differ = 0;
             for (int i = 0; i < 32; i++) differ += y8[i] != y16[i];
-            if (bits[b] == 4 && differ < 8)
-                fail_msg("%s: int8 activations changed only %d of 32 4-bit outputs", isas[k], differ);
+            if (bits[b] != 8 && differ < 8)
+                fail_msg("%s: int8 activations changed only %d of 32 %d-bit outputs", isas[k], differ, bits[b]);
             if (bits[b] == 8 && differ != 0)
                 fail_msg("%s: int8 activations changed %d of 32 8-bit outputs", isas[k], differ);
             free(y8);
