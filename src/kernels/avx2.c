@@ -2,12 +2,9 @@
  * accumulates elements 8c+l for c = 0, 1, … (zero-filled tail), then a fixed horizontal tree.
  * Register blocks of R weight rows × TT input rows only hold more such accumulators, so a
  * row's result is the same whatever T and the row split are. */
-#include <immintrin.h>
 #include <math.h>
 
-#include "kernels/kernels_internal.h"
-
-#define AI static inline __attribute__((always_inline))
+#include "kernels/x86_common.h"
 
 
 AI float hsum8(__m256 v) {
@@ -107,19 +104,6 @@ FLOAT_KERNEL(kern_f16, NX_DTYPE_F16)
 FLOAT_KERNEL(kern_bf16, NX_DTYPE_BF16)
 
 /* ------------------------------------------------------------------ quantized weights */
-
-AI float load_sc(nx_dtype dt, const uint8_t *p, int64_t i) {
-    uint16_t h;
-    switch (dt) {
-    case NX_DTYPE_F16: memcpy(&h, p + 2 * i, 2); return _cvtsh_ss(h);
-    case NX_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return nx_bf16_to_f32(h);
-    default: {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    }
-}
 
 /* Per-lane word index and bit offset of elements 8h+l in a 32-element block, for the widths
  * whose elements straddle words (3, 5, 6). */

@@ -607,10 +607,5 @@ void nx_avx512_softmax_f32(float *x, int64_t n) {
 const nx_kernel_table nx_kernels_avx512 = {
     .name = "avx512",
     .matmul_rows = avx512_matmul_rows,
-    .to_f32 = nx_avx512_to_f32,
-    .dot_f32 = nx_avx512_dot_f32,
-    .axpy_f32 = nx_avx512_axpy_f32,
-    .attn_scores = nx_avx512_attn_scores,
-    .attn_accum = nx_avx512_attn_accum,
-    .softmax_f32 = nx_avx512_softmax_f32,
+    NX_AVX512_VECTOR_HELPERS,
 };

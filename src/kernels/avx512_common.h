@@ -1,13 +1,9 @@
 /* Small AVX-512 helpers shared by the AVX-512 kernel files (each compiled with AVX-512 flags;
- * never include this from a baseline file). */
+ * never include this from a baseline file), and the x86 helpers of x86_common.h. */
 #ifndef NX_KERNELS_AVX512_COMMON_H
 #define NX_KERNELS_AVX512_COMMON_H
 
-#include <immintrin.h>
-
-#include "kernels/kernels_internal.h"
-
-#define AI static inline __attribute__((always_inline))
+#include "kernels/x86_common.h"
 
 /* Software prefetch for the quantized kernels, which stream a register block of R consecutive
  * weight rows at once (decode reads more streams than the hardware prefetchers follow well).
@@ -40,7 +36,7 @@ AI const char *qprefetch_addr(const uint8_t *w0, size_t wstride, int R, int r, s
     return (const char *)(w0 + nb * blk + (size_t)r * wstride + done);
 }
 
-/* The AVX-512 vector helpers (avx512.c), shared by the VNNI table. */
+/* The AVX-512 vector helpers (avx512.c), shared by the VNNI tables. */
 void nx_avx512_to_f32(nx_dtype t, const void *src, float *dst, int64_t n);
 float nx_avx512_dot_f32(const float *a, const float *b, int64_t n);
 void nx_avx512_axpy_f32(float a, const float *x, float *y, int64_t n);
@@ -49,6 +45,12 @@ void nx_avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t st
 void nx_avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
                           int64_t hd, float *o);
 void nx_avx512_softmax_f32(float *x, int64_t n);
+
+/* The vector-helper fields of every AVX-512 kernel table. */
+#define NX_AVX512_VECTOR_HELPERS                                                               \
+    .to_f32 = nx_avx512_to_f32, .dot_f32 = nx_avx512_dot_f32, .axpy_f32 = nx_avx512_axpy_f32, \
+    .attn_scores = nx_avx512_attn_scores, .attn_accum = nx_avx512_attn_accum,                  \
+    .softmax_f32 = nx_avx512_softmax_f32
 
 /* Horizontal sum of 16 lanes in a fixed tree (the same order on every call). */
 AI float hsum16(__m512 v) {
@@ -70,20 +72,6 @@ AI __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d) {
     s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));      /* lane 0: + lane 1 */
     const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(first, s));
-}
-
-/* Element i of a scale/bias vector stored as F16, BF16 or F32. */
-AI float load_sc(nx_dtype dt, const uint8_t *p, int64_t i) {
-    uint16_t h;
-    switch (dt) {
-    case NX_DTYPE_F16: memcpy(&h, p + 2 * i, 2); return _cvtsh_ss(h);
-    case NX_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return nx_bf16_to_f32(h);
-    default: {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    }
 }
 
 #endif

@@ -524,10 +524,5 @@ const nx_kernel_table nx_kernels_avx512vnni = {
     .name = "avx512vnni",
 #endif
     .matmul_rows = vnni_matmul_rows,
-    .to_f32 = nx_avx512_to_f32,
-    .dot_f32 = nx_avx512_dot_f32,
-    .axpy_f32 = nx_avx512_axpy_f32,
-    .attn_scores = nx_avx512_attn_scores,
-    .attn_accum = nx_avx512_attn_accum,
-    .softmax_f32 = nx_avx512_softmax_f32,
+    NX_AVX512_VECTOR_HELPERS,
 };
