@@ -37,6 +37,10 @@ typedef struct vargs {
     /* 3/5/6-bit (VBMI build): per word lane of each 32-element half of a 64-element block, the
      * byte pair holding the element and the shift that brings it to bit 0 */
     __m512i pick[2], shift[2];
+    /* the same widths on int8 (VBMI build): per byte of the vector, the packed byte that lands in
+     * it (each 64-bit lane gets the BITS bytes holding 8 elements), and per byte of a lane, the
+     * bit offset vpmultishiftqb pulls its element from */
+    __m512i pick8, shift8;
 } vargs;
 
 /* 32 elements (within one group) rounded to int16 at scale 1/inv, in natural order. */
@@ -54,7 +58,7 @@ AI __m512i q32(const float *x, __m512 iv) {
  * - XL_EVENODD, blocks of 64 as elements 0,2,…,62 then 1,3,…,63: 8-bit (low and high byte of
  *   32 words) and the remaining 4-bit cases (low and high nibble of 32 bytes widened to words);
  * - XL_NATURAL: 3, 5 and 6 bits (each field pulled into its word by vpermb). */
-enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_EVENODD, XL8_STRIDE4 };
+enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_NATURAL, XL8_EVENODD, XL8_STRIDE4 };
 
 /* 4-bit weights go by 128-element blocks when a block never straddles a group boundary
  * except at its middle (64-element groups, paired) and the row is whole blocks. */
@@ -70,16 +74,19 @@ static int q2_by256(int64_t in, int64_t group) {
  * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128), elements 0,2,…,126 then
  *   1,3,…,127 (low and high nibbles of 64 packed bytes);
  * - XL8_STRIDE4: 2-bit weights by 256-element blocks (q2_by256), elements 4k+j for j = 0..3 in
- *   turn, k = 0..63 (the four 2-bit fields of 64 packed bytes).
- * Other widths and shapes keep int16: 8-bit weights measured no faster on int8 (their per-group
- * float epilogue, not the multiplies, bounds them), so they keep the finer activations (8-bit is
- * what heads and attention overrides use). */
+ *   turn, k = 0..63 (the four 2-bit fields of 64 packed bytes);
+ * - XL8_NATURAL: 3-, 5- and 6-bit weights (VBMI build) by 64-element blocks in natural order
+ *   (vpermb + vpmultishiftqb put element j in byte j).
+ * 8-bit weights keep int16: they measured no faster on int8 (their per-group float epilogue,
+ * not the multiplies, bounds them), so they keep the finer activations (8-bit is what heads and
+ * attention overrides use). */
 static int act8_takes(int bits, int64_t in, int64_t group) {
+    if (bits == 3 || bits == 5 || bits == 6) return NX_VNNI_VBMI && group % 64 == 0;
     return (bits == 4 && q4_by128(in, group)) || (bits == 2 && q2_by256(in, group));
 }
 
 static int x_layout(int act, int bits, int64_t in, int64_t group) {
-    if (act == 8) return bits == 2 ? XL8_STRIDE4 : XL8_EVENODD;
+    if (act == 8) return bits == 2 ? XL8_STRIDE4 : bits == 4 ? XL8_EVENODD : XL8_NATURAL;
     if (bits == 2 || (bits == 4 && q4_by128(in, group))) return XL_STRIDE4;
     return bits == 4 || bits == 8 ? XL_EVENODD : XL_NATURAL;
 }
@@ -156,7 +163,10 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
         int16_t *q = (int16_t *)xqv + b0;
         int8_t *q8 = (int8_t *)xqv + b0;
-        if (lay == XL8_EVENODD) { /* |x̂| <= 127: narrowing is exact */
+        if (lay == XL8_NATURAL) { /* |x̂| <= 127: narrowing is exact */
+            _mm256_storeu_si256((__m256i *)q8, _mm512_cvtepi16_epi8(n[0]));
+            _mm256_storeu_si256((__m256i *)(q8 + 32), _mm512_cvtepi16_epi8(n[1]));
+        } else if (lay == XL8_EVENODD) {
             const __m512i e = _mm512_loadu_si512(ev), o = _mm512_loadu_si512(od);
             _mm256_storeu_si256((__m256i *)q8, _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[0], e, n[1])));
             _mm256_storeu_si256((__m256i *)(q8 + 32), _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2], e, n[3])));
@@ -271,15 +281,18 @@ AI void scale_in(const int GPU, const int R, const int TT, __m512i is[4][4], flo
  *   (32 bytes widened to words) or 4-bit nibbles (32 packed words), no shuffle;
  * - K_A8: int8 inputs (vpdpbusd: unsigned weight bytes times signed inputs, 64 multiply-adds per
  *   instruction) against the fields of 64 packed bytes: 4-bit, 128-element blocks as low and
- *   high nibbles; 2-bit, 256-element blocks as four 2-bit fields. */
+ *   high nibbles; 2-bit, 256-element blocks as four 2-bit fields; 3/5/6-bit (VBMI), 64-element
+ *   blocks of 8·BITS bytes, each element pulled into its own byte. */
 enum { K_W16, K_S4, K_A8 };
 
 /* Adds one block's products (elements e0.. of R weight rows, TT input rows) into the exact
  * int32 lane sums is[r][t]. */
 AI void block_products(const int KIND, const int BITS, const int R, const int TT, const vargs *a, const void *xq,
                        int64_t ldq, int64_t e0, __m512i is[4][4]) {
-    const int NX = KIND == K_S4 || (KIND == K_A8 && BITS == 2) ? 4 : 2; /* weight (and input) vectors per block */
-    const size_t step = KIND == K_A8 ? 64 : (size_t)(KIND == K_W16 ? 64 : 128) * BITS / 8; /* packed bytes per row */
+    const int ODD = BITS == 3 || BITS == 5 || BITS == 6;
+    /* weight (and input) vectors per block, and the packed bytes per row a block reads */
+    const int NX = KIND == K_S4 || (KIND == K_A8 && BITS == 2) ? 4 : KIND == K_A8 && ODD ? 1 : 2;
+    const size_t step = KIND == K_A8 ? (size_t)(ODD ? 8 * BITS : 64) : (size_t)(KIND == K_W16 ? 64 : 128) * BITS / 8;
     const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
     __m512i xv[4][4];
 #pragma GCC unroll 4
@@ -293,7 +306,15 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
         const uint8_t *pr = p + r * a->wstride;
         _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, step), QPF_HINT);
         __m512i w[4];
-        if (KIND == K_A8 && BITS == 2) {
+        if (KIND == K_A8 && ODD) {
+#if NX_VNNI_VBMI
+            const __m512i v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (8 * BITS)) - 1u), pr);
+            w[0] = _mm512_and_si512(_mm512_multishift_epi64_epi8(a->shift8, _mm512_permutexvar_epi8(a->pick8, v)),
+                                    _mm512_set1_epi8((char)((1 << BITS) - 1)));
+#else
+            w[0] = _mm512_setzero_si512(); /* not taken: act8_takes declines these widths */
+#endif
+        } else if (KIND == K_A8 && BITS == 2) {
             const __m512i v = _mm512_loadu_si512(pr), m2 = _mm512_set1_epi8(0x03);
             w[0] = _mm512_and_si512(v, m2);
             w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 2), m2);
@@ -345,7 +366,10 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
 AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, const int R, const int TT,
                  const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X, int64_t ldg, float *y,
                  int64_t ldy) {
-    const int64_t blk = KIND == K_W16 ? 64 : KIND == K_A8 && BITS == 2 ? 256 : 128, ngroups = a->in / a->group;
+    const int64_t blk = KIND == K_W16 || (KIND == K_A8 && BITS != 2 && BITS != 4) ? 64
+                        : KIND == K_A8 && BITS == 2                             ? 256
+                                                                                : 128;
+    const int64_t ngroups = a->in / a->group;
     const int64_t nblk = GPU > 1 ? 1 : NB ? NB : a->group / blk;
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
@@ -439,6 +463,18 @@ static void kern_v2a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t
     else VNNI_SHAPES(mk_int, K_A8, 2, 1, 0);
 }
 
+#if NX_VNNI_VBMI
+#define VNNI_KERNEL_A8(NAME, BITS)                                                             \
+    static void NAME(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq,           \
+                     const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
+        if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, BITS, 1, 1);                             \
+        else VNNI_SHAPES(mk_int, K_A8, BITS, 1, 0);                                            \
+    }
+VNNI_KERNEL_A8(kern_v3a8, 3)
+VNNI_KERNEL_A8(kern_v5a8, 5)
+VNNI_KERNEL_A8(kern_v6a8, 6)
+#endif
+
 static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
                       int64_t ldg, float *y, int64_t ldy) {
     if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
@@ -470,6 +506,11 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     if (W->bits == 6) kern = kern_v6;
 #endif
     if (act == 8) kern = W->bits == 2 ? kern_v2a8 : kern_v4a8;
+#if NX_VNNI_VBMI
+    if (act == 8 && W->bits == 3) kern = kern_v3a8;
+    if (act == 8 && W->bits == 5) kern = kern_v5a8;
+    if (act == 8 && W->bits == 6) kern = kern_v6a8;
+#endif
     vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,
@@ -489,6 +530,13 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
             a.pick[h] = _mm512_loadu_si512(pick[h]);
             a.shift[h] = _mm512_loadu_si512(shift[h]);
         }
+        int8_t pick8[64], shift8[64];
+        for (int p = 0; p < 64; p++) {
+            pick8[p] = (int8_t)(p / 8 * W->bits + (p % 8 < W->bits ? p % 8 : 0));
+            shift8[p] = (int8_t)(p % 8 * W->bits);
+        }
+        a.pick8 = _mm512_loadu_si512(pick8);
+        a.shift8 = _mm512_loadu_si512(shift8);
     }
     int16_t xq[XQ_MAX] __attribute__((aligned(64)));
     float dg[XG_MAX], Xg[XG_MAX];

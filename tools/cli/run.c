@@ -27,7 +27,7 @@ static const char *usage =
     "      --stats             print drafts, acceptance per position, costs and expert traffic\n"
     "      --ctx N             context size (default: prompt + n + margin)\n"
     "  -t, --threads N         threads (default: all cores)\n"
-    "      --act-bits 16|8     activations of quantized matmuls: int16 (default) or int8 (2/4-bit\n"
+    "      --act-bits 16|8     activations of quantized matmuls: int16 (default) or int8 (2-6 bit\n"
     "                          weights: faster, each input within 1/254 of its group's largest)\n"
     "      --no-mtp            ignore the MTP head\n"
     "      --draft-vocab N     the head drafts over token ids < N only (cheaper drafts, still exact)\n"
