@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The MTP head's acceptance ceiling at different precisions (model card table): the default model
 # in bf16, with only the head quantized (8 and 4 bit), with the default conversion (trunk 4-bit,
-# head 8-bit, eh_proj bf16) and with the whole model at 4 and 3 bits; the 4-bit ones also on int8
-# activations (--act-bits 8). `nextn probe` over the held-out texts in bench/texts, greedy and
+# head 8-bit, eh_proj bf16) and with the whole model at 4 and 3 bits; the 4- and 3-bit ones also
+# on int8 activations (--act-bits 8). `nextn probe` over the held-out texts in bench/texts, greedy and
 # E[min(p,q)] at temperature 0.9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ printf "| precision | size | code greedy | prose greedy | code E[min(p,q)] T=0.9
 for v in "bf16:$M" "bf16 trunk, head 8-bit:$tmp/head8" "bf16 trunk, head 4-bit:$tmp/head4" \
          "trunk 4-bit, head 8-bit (convert default):$tmp/default4" \
          "trunk 4-bit, head 8-bit, --act-bits 8:$tmp/default4@8" "all 4-bit:$tmp/all4" \
-         "all 4-bit, --act-bits 8:$tmp/all4@8" "all 3-bit:$tmp/all3"; do
+         "all 4-bit, --act-bits 8:$tmp/all4@8" "all 3-bit:$tmp/all3" "all 3-bit, --act-bits 8:$tmp/all3@8"; do
     name=${v%%:*}; dir=${v#*:}; act=16
     case $dir in *@8) dir=${dir%@8}; act=8 ;; esac
     out=$($N probe -m "$dir" bench/texts/code.c bench/texts/prose.txt --temp 0.9 --act-bits $act)

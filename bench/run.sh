@@ -18,8 +18,8 @@ BW=${bw_line#membw_gbs=}
 echo "== kernels"
 kout=$($B/bench/kernels --membw "${BW:-0}" || true)
 echo "$kout"
-echo "== kernels, int8 activations (--act-bits 8): 2- and 4-bit"
-kout8=$(NX_ACT_BITS=8 $B/bench/kernels --membw "${BW:-0}" --dtypes q2,q4 || true)
+echo "== kernels, int8 activations (--act-bits 8): 2-, 3- and 4-bit"
+kout8=$(NX_ACT_BITS=8 $B/bench/kernels --membw "${BW:-0}" --dtypes q2,q3,q4 || true)
 echo "$kout8"
 # the quantized-decode figures: 4-bit (the common recipe) and 8-bit (heads, attention overrides)
 # on int16 activations, and 4-bit on int8 (--act-bits 8)
