@@ -428,19 +428,23 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
         }                                                                                      \
     } while (0)
 
-/* 64-element groups get a block loop unrolled away; other sizes loop over their blocks. */
-#define VNNI_KERNEL(NAME, BITS)                                                                \
+/* Kernels on 64-element blocks, one group per unit: 64-element groups get the block loop
+ * unrolled away, other sizes loop over their blocks. */
+#define VNNI_KERNEL(NAME, KIND, BITS)                                                          \
     static void NAME(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq,           \
                      const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
-        if (a->group == 64) VNNI_SHAPES(mk_int, K_W16, BITS, 1, 1);                            \
-        else VNNI_SHAPES(mk_int, K_W16, BITS, 1, 0);                                           \
+        if (a->group == 64) VNNI_SHAPES(mk_int, KIND, BITS, 1, 1);                             \
+        else VNNI_SHAPES(mk_int, KIND, BITS, 1, 0);                                            \
     }
 
-VNNI_KERNEL(kern_v8, 8)
+VNNI_KERNEL(kern_v8, K_W16, 8)
 #if NX_VNNI_VBMI
-VNNI_KERNEL(kern_v3, 3)
-VNNI_KERNEL(kern_v5, 5)
-VNNI_KERNEL(kern_v6, 6)
+VNNI_KERNEL(kern_v3, K_W16, 3)
+VNNI_KERNEL(kern_v5, K_W16, 5)
+VNNI_KERNEL(kern_v6, K_W16, 6)
+VNNI_KERNEL(kern_v3a8, K_A8, 3)
+VNNI_KERNEL(kern_v5a8, K_A8, 5)
+VNNI_KERNEL(kern_v6a8, K_A8, 6)
 #endif
 
 static void kern_v2(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
@@ -463,18 +467,6 @@ static void kern_v2a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t
     else VNNI_SHAPES(mk_int, K_A8, 2, 1, 0);
 }
 
-#if NX_VNNI_VBMI
-#define VNNI_KERNEL_A8(NAME, BITS)                                                             \
-    static void NAME(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq,           \
-                     const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
-        if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, BITS, 1, 1);                             \
-        else VNNI_SHAPES(mk_int, K_A8, BITS, 1, 0);                                            \
-    }
-VNNI_KERNEL_A8(kern_v3a8, 3)
-VNNI_KERNEL_A8(kern_v5a8, 5)
-VNNI_KERNEL_A8(kern_v6a8, 6)
-#endif
-
 static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
                       int64_t ldg, float *y, int64_t ldy) {
     if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
@@ -482,9 +474,9 @@ static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t
 }
 
 
-/* Whether this file runs W: 4- or 8-bit with whole 64-element blocks per group, or 2-bit with
- * whole 128-element blocks per group or per pair of 64-element groups; and at least one input
- * row's int16 image fits the stack buffer. */
+/* Whether this file runs W: 4- or 8-bit with whole 64-element blocks per group, 2-bit with
+ * whole 128-element blocks per group or per pair of 64-element groups, 3/5/6-bit (VBMI build)
+ * with whole 64-element blocks; and at least one input row's int16 image fits the stack buffer. */
 static int vnni_takes(const nx_linear *W) {
     if (W->dtype != NX_DTYPE_U32 || W->in > XQ_MAX || W->in / W->group > XG_MAX) return 0;
     if (W->bits == 4 || W->bits == 8) return W->group % 64 == 0;
