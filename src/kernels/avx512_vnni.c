@@ -474,6 +474,24 @@ static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t
 }
 
 
+typedef void kern_fn(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d,
+                     const float *X, int64_t ldg, float *y, int64_t ldy);
+
+/* The kernels by weight width, on int16 and on int8 activations (NULL where vnni_takes or
+ * act8_takes declines the width). */
+static kern_fn *const kerns_a16[9] = {
+    [2] = kern_v2, [4] = kern_v4, [8] = kern_v8,
+#if NX_VNNI_VBMI
+    [3] = kern_v3, [5] = kern_v5, [6] = kern_v6,
+#endif
+};
+static kern_fn *const kerns_a8[9] = {
+    [2] = kern_v2a8, [4] = kern_v4a8,
+#if NX_VNNI_VBMI
+    [3] = kern_v3a8, [5] = kern_v5a8, [6] = kern_v6a8,
+#endif
+};
+
 /* Whether this file runs W: 4- or 8-bit with whole 64-element blocks per group, 2-bit with
  * whole 128-element blocks per group or per pair of 64-element groups, 3/5/6-bit (VBMI build)
  * with whole 64-element blocks; and at least one input row's int16 image fits the stack buffer. */
@@ -490,19 +508,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1);
     const int64_t in = W->in, ngroups = in / W->group;
     const int act = !W->x16 && nx_kernels_act_bits() == 8 && act8_takes(W->bits, in, W->group) ? 8 : 16;
-    void (*kern)(int, const vargs *, int64_t, const void *, int64_t, const float *, const float *,
-                 int64_t, float *, int64_t) = W->bits == 4 ? kern_v4 : W->bits == 8 ? kern_v8 : kern_v2;
-#if NX_VNNI_VBMI
-    if (W->bits == 3) kern = kern_v3;
-    if (W->bits == 5) kern = kern_v5;
-    if (W->bits == 6) kern = kern_v6;
-#endif
-    if (act == 8) kern = W->bits == 2 ? kern_v2a8 : kern_v4a8;
-#if NX_VNNI_VBMI
-    if (act == 8 && W->bits == 3) kern = kern_v3a8;
-    if (act == 8 && W->bits == 5) kern = kern_v5a8;
-    if (act == 8 && W->bits == 6) kern = kern_v6a8;
-#endif
+    kern_fn *const kern = (act == 8 ? kerns_a8 : kerns_a16)[W->bits];
     vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,
