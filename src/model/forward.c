@@ -68,7 +68,7 @@ typedef struct attn_job {
 static void attn_worker(void *arg, int ith, int nth) {
     attn_job *j = arg;
     nx_ctx *c = j->c;
-    const int32_t kvw = j->n_kv * j->hd, qw = j->n_heads * j->hd, group = j->n_heads / j->n_kv;
+    const int32_t qw = j->n_heads * j->hd, group = j->n_heads / j->n_kv;
     const float scale = 1.0f / sqrtf((float)j->hd);
     float *sc = c->scores + (size_t)ith * (size_t)group * c->n_ctx; /* (group, n_ctx) per thread */
     long long b, e;
@@ -79,13 +79,13 @@ static void attn_worker(void *arg, int ith, int nth) {
         int32_t lo = j->window > 0 && pos + 1 > j->window ? pos + 1 - j->window : 0;
         if (lo < j->lo_min) lo = j->lo_min;
         const int32_t n = pos + 1 - lo;
-        const size_t off = (size_t)kvh * j->hd;
+        const size_t off = ((size_t)kvh * c->n_ctx + (size_t)lo) * j->hd;
         const float *qv = c->q + (size_t)t * qw + (size_t)kvh * group * j->hd;
-        nx_attn_scores(qv, group, j->kv->k + (size_t)lo * kvw + off, kvw, n, j->hd, scale, sc, c->n_ctx);
+        nx_attn_scores(qv, group, j->kv->k + off, j->hd, n, j->hd, scale, sc, c->n_ctx);
         for (int32_t h = 0; h < group; h++) nx_softmax_f32(sc + (size_t)h * c->n_ctx, n);
         float *o = c->att + (size_t)t * qw + (size_t)kvh * group * j->hd;
         memset(o, 0, sizeof(float) * (size_t)group * (size_t)j->hd);
-        nx_attn_accum(sc, c->n_ctx, group, j->kv->v + (size_t)lo * kvw + off, kvw, n, j->hd, o);
+        nx_attn_accum(sc, c->n_ctx, group, j->kv->v + off, j->hd, n, j->hd, o);
     }
 }
 
@@ -113,8 +113,11 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
             if (L->k_norm) nx_rmsnorm(kh, L->k_norm, cfg->rms_eps, hd, kh);
             rope_neox(kh, hd, cs_sn);
         }
-        memcpy(kv->k + (size_t)(pos0 + t) * kvw, c->k + (size_t)t * kvw, sizeof(float) * (size_t)kvw);
-        memcpy(kv->v + (size_t)(pos0 + t) * kvw, c->v + (size_t)t * kvw, sizeof(float) * (size_t)kvw);
+        for (int32_t h = 0; h < nkv; h++) {
+            const size_t at = ((size_t)h * c->n_ctx + (size_t)(pos0 + t)) * hd;
+            memcpy(kv->k + at, c->k + (size_t)t * kvw + (size_t)h * hd, sizeof(float) * (size_t)hd);
+            memcpy(kv->v + at, c->v + (size_t)t * kvw + (size_t)h * hd, sizeof(float) * (size_t)hd);
+        }
     }
     attn_job j = {c, kv, T, pos0, nh, nkv, hd, window, lo_min};
     nx_pool_run(pool, attn_worker, &j);

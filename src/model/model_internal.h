@@ -25,8 +25,10 @@ struct nx_model {
     char mtp_status[64];
 };
 
-/* One attention layer's cache: k and v are [n_ctx, n_kv_heads, head_dim] f32. Keys are
- * stored after q/k-norm and RoPE, values raw. */
+/* One attention layer's cache: k and v are [n_kv_heads, n_ctx, head_dim] f32 (head-major, so
+ * attention streams each head's keys and values contiguously; position-major strided reads ran
+ * twice as long at a few hundred positions). Keys are stored after q/k-norm and RoPE, values
+ * raw. */
 typedef struct nx_kv {
     float *k, *v;
 } nx_kv;
