@@ -57,36 +57,87 @@ static inline float silu(float z) { return z / (1.0f + expf(-z)); }
 
 typedef struct attn_job {
     nx_ctx *c;
-    const nx_kv *kv;
+    const nx_layer *L;
+    nx_kv *kv;
+    const float *rope; /* rope_table of the rows */
     int32_t T, pos0, n_heads, n_kv, hd;
     int32_t window; /* 0 = full */
     int32_t lo_min; /* positions below this are not attended (an MTP cache fed from here on) */
 } attn_job;
 
-/* Work items are (row, kv head): the query heads sharing a kv head are computed together, so
- * each cached key and value is read once per row for all of them. */
-static void attn_worker(void *arg, int ith, int nth) {
-    attn_job *j = arg;
+/* q/k-norm and RoPE on the rows' query and key heads of kv heads [h0, h1) (each query head
+ * with the kv head it shares), then the keys and values into the cache at pos0... */
+static void qk_post(const attn_job *j, int64_t h0, int64_t h1) {
+    nx_ctx *c = j->c;
+    const nx_layer *L = j->L;
+    const float eps = c->m->cfg.rms_eps;
+    const int32_t hd = j->hd, group = j->n_heads / j->n_kv, qw = j->n_heads * hd, kvw = j->n_kv * hd;
+    for (int32_t t = 0; t < j->T; t++) {
+        const float *cs_sn = j->rope + (size_t)t * hd;
+        for (int64_t h = h0; h < h1; h++) {
+            for (int64_t qh = h * group; qh < (h + 1) * group; qh++) {
+                float *q = c->q + (size_t)t * qw + (size_t)qh * hd;
+                if (L->q_norm) nx_rmsnorm(q, L->q_norm, eps, hd, q);
+                rope_neox(q, hd, cs_sn);
+            }
+            float *k = c->k + (size_t)t * kvw + (size_t)h * hd;
+            if (L->k_norm) nx_rmsnorm(k, L->k_norm, eps, hd, k);
+            rope_neox(k, hd, cs_sn);
+            const size_t at = ((size_t)h * c->n_ctx + (size_t)(j->pos0 + t)) * hd;
+            memcpy(j->kv->k + at, k, sizeof(float) * (size_t)hd);
+            memcpy(j->kv->v + at, c->v + (size_t)t * kvw + (size_t)h * hd, sizeof(float) * (size_t)hd);
+        }
+    }
+}
+
+/* Row t's attention for the query heads of kv head kvh (computed together, so each cached key
+ * and value is read once for all of them), with the (group, n_ctx) score scratch sc. */
+static void attend(const attn_job *j, float *sc, int32_t t, int32_t kvh) {
     nx_ctx *c = j->c;
     const int32_t qw = j->n_heads * j->hd, group = j->n_heads / j->n_kv;
-    const float scale = 1.0f / sqrtf((float)j->hd);
-    float *sc = c->scores + (size_t)ith * (size_t)group * c->n_ctx; /* (group, n_ctx) per thread */
+    const int32_t pos = j->pos0 + t;
+    int32_t lo = j->window > 0 && pos + 1 > j->window ? pos + 1 - j->window : 0;
+    if (lo < j->lo_min) lo = j->lo_min;
+    const int32_t n = pos + 1 - lo;
+    const size_t off = ((size_t)kvh * c->n_ctx + (size_t)lo) * j->hd;
+    const float *qv = c->q + (size_t)t * qw + (size_t)kvh * group * j->hd;
+    nx_attn_scores(qv, group, j->kv->k + off, j->hd, n, j->hd, 1.0f / sqrtf((float)j->hd), sc, c->n_ctx);
+    for (int32_t h = 0; h < group; h++) nx_softmax_f32(sc + (size_t)h * c->n_ctx, n);
+    float *o = c->att + (size_t)t * qw + (size_t)kvh * group * j->hd;
+    memset(o, 0, sizeof(float) * (size_t)group * (size_t)j->hd);
+    nx_attn_accum(sc, c->n_ctx, group, j->kv->v + off, j->hd, n, j->hd, o);
+}
+
+static float *thread_scores(const attn_job *j, int ith) {
+    return j->c->scores + (size_t)ith * (size_t)(j->n_heads / j->n_kv) * j->c->n_ctx;
+}
+
+/* Work items are (row, kv head), split evenly. */
+static void attn_worker(void *arg, int ith, int nth) {
+    const attn_job *j = arg;
     long long b, e;
     nx_pool_split((long long)j->T * j->n_kv, ith, nth, &b, &e);
-    for (long long it = b; it < e; it++) {
-        const int32_t t = (int32_t)(it / j->n_kv), kvh = (int32_t)(it % j->n_kv);
-        const int32_t pos = j->pos0 + t;
-        int32_t lo = j->window > 0 && pos + 1 > j->window ? pos + 1 - j->window : 0;
-        if (lo < j->lo_min) lo = j->lo_min;
-        const int32_t n = pos + 1 - lo;
-        const size_t off = ((size_t)kvh * c->n_ctx + (size_t)lo) * j->hd;
-        const float *qv = c->q + (size_t)t * qw + (size_t)kvh * group * j->hd;
-        nx_attn_scores(qv, group, j->kv->k + off, j->hd, n, j->hd, scale, sc, c->n_ctx);
-        for (int32_t h = 0; h < group; h++) nx_softmax_f32(sc + (size_t)h * c->n_ctx, n);
-        float *o = c->att + (size_t)t * qw + (size_t)kvh * group * j->hd;
-        memset(o, 0, sizeof(float) * (size_t)group * (size_t)j->hd);
-        nx_attn_accum(sc, c->n_ctx, group, j->kv->v + off, j->hd, n, j->hd, o);
-    }
+    for (long long it = b; it < e; it++) attend(j, thread_scores(j, ith), (int32_t)(it / j->n_kv), (int32_t)(it % j->n_kv));
+}
+
+/* When the threads can share the kv heads evenly, each takes whole kv heads from the
+ * projections on: its rows of q, k and v (the kernels' results do not depend on the row split),
+ * norms, RoPE, cache writes and attention, in one job instead of a projection job, serial
+ * post-processing and an attention job. */
+static void attn_heads_worker(void *arg, int ith, int nth) {
+    const attn_job *j = arg;
+    nx_ctx *c = j->c;
+    const nx_layer *L = j->L;
+    const int64_t H = c->m->cfg.hidden_size, hd = j->hd, group = j->n_heads / j->n_kv;
+    long long h0, h1;
+    nx_pool_split(j->n_kv, ith, nth, &h0, &h1);
+    if (h0 >= h1) return;
+    nx_matmul_rows(&L->wq, c->xn, H, j->T, c->q, (int64_t)j->n_heads * hd, h0 * group * hd, h1 * group * hd);
+    nx_matmul_rows(&L->wk, c->xn, H, j->T, c->k, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd);
+    nx_matmul_rows(&L->wv, c->xn, H, j->T, c->v, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd);
+    qk_post(j, h0, h1);
+    for (int32_t t = 0; t < j->T; t++)
+        for (long long h = h0; h < h1; h++) attend(j, thread_scores(j, ith), t, (int32_t)h);
 }
 
 /* xn (T, H) → c->y (T, H). Appends the rows' keys/values at pos0.. to kv. */
@@ -96,31 +147,16 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     const int32_t H = cfg->hidden_size, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
     const int32_t qw = nh * hd, kvw = nkv * hd;
     nx_pool *pool = c->m->pool;
-
-    const nx_matmul_task qkv[3] = {{&L->wq, c->xn, H, T, c->q, qw}, {&L->wk, c->xn, H, T, c->k, kvw},
-                            {&L->wv, c->xn, H, T, c->v, kvw}};
-    nx_matmul_many(qkv, 3, pool);
-    const float *rope = rope_table(c, T, pos0, hd, theta);
-    for (int32_t t = 0; t < T; t++) {
-        const float *cs_sn = rope + (size_t)t * hd;
-        for (int32_t h = 0; h < nh; h++) {
-            float *qh = c->q + (size_t)t * qw + (size_t)h * hd;
-            if (L->q_norm) nx_rmsnorm(qh, L->q_norm, cfg->rms_eps, hd, qh);
-            rope_neox(qh, hd, cs_sn);
-        }
-        for (int32_t h = 0; h < nkv; h++) {
-            float *kh = c->k + (size_t)t * kvw + (size_t)h * hd;
-            if (L->k_norm) nx_rmsnorm(kh, L->k_norm, cfg->rms_eps, hd, kh);
-            rope_neox(kh, hd, cs_sn);
-        }
-        for (int32_t h = 0; h < nkv; h++) {
-            const size_t at = ((size_t)h * c->n_ctx + (size_t)(pos0 + t)) * hd;
-            memcpy(kv->k + at, c->k + (size_t)t * kvw + (size_t)h * hd, sizeof(float) * (size_t)hd);
-            memcpy(kv->v + at, c->v + (size_t)t * kvw + (size_t)h * hd, sizeof(float) * (size_t)hd);
-        }
+    const attn_job j = {c, L, kv, rope_table(c, T, pos0, hd, theta), T, pos0, nh, nkv, hd, window, lo_min};
+    if (nkv % nx_pool_size(pool) == 0) {
+        nx_pool_run(pool, attn_heads_worker, (void *)&j);
+    } else {
+        const nx_matmul_task qkv[3] = {{&L->wq, c->xn, H, T, c->q, qw}, {&L->wk, c->xn, H, T, c->k, kvw},
+                                       {&L->wv, c->xn, H, T, c->v, kvw}};
+        nx_matmul_many(qkv, 3, pool);
+        qk_post(&j, 0, nkv);
+        nx_pool_run(pool, attn_worker, (void *)&j);
     }
-    attn_job j = {c, kv, T, pos0, nh, nkv, hd, window, lo_min};
-    nx_pool_run(pool, attn_worker, &j);
     nx_matmul(&L->wo, c->att, qw, T, c->y, H, pool);
 }
 
