@@ -150,6 +150,10 @@ static int32_t choose_k(gen *g) {
     int32_t best_k = 0;
     double e = 1.0, run = 1.0;
     for (int32_t k = 1; k <= AUTO_MAX_DRAFT; k++) {
+        /* chain positions are explored one at a time: a draft k deep is only weighed once
+         * position k-1 has been seen, so a head that never hits costs one 2-row verify to
+         * learn that, not a (k+1)-row one */
+        if (k > 1 && g->acc_d[k - 2] <= 0.0) break;
         /* optimistic prior for unexplored positions so they get tried */
         double a = (g->acc_n[k - 1] + 1.6) / (g->acc_d[k - 1] + 2.0);
         run *= a;
