@@ -515,7 +515,8 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                .in = in,
                .group = W->group};
     /* 3/5/6-bit (VBMI build): the lane tables of the activation width in use */
-    if (W->bits != 2 && W->bits != 4 && W->bits != 8 && act == 16) {
+    const int odd = W->bits == 3 || W->bits == 5 || W->bits == 6;
+    if (odd && act == 16) {
         int8_t pick[2][64];
         int16_t shift[2][32];
         for (int h = 0; h < 2; h++)
@@ -529,7 +530,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
             a.pick[h] = _mm512_loadu_si512(pick[h]);
             a.shift[h] = _mm512_loadu_si512(shift[h]);
         }
-    } else if (W->bits != 2 && W->bits != 4 && W->bits != 8) {
+    } else if (odd) {
         int8_t pick8[64], shift8[64];
         for (int p = 0; p < 64; p++) {
             pick8[p] = (int8_t)(p / 8 * W->bits + (p % 8 < W->bits ? p % 8 : 0));
