@@ -36,6 +36,17 @@ for q in q4 q8 q4-act8; do
     }'
 done
 
+# The compute ceiling of quantized decode: one core on an expert-shaped 4-bit matrix held in cache
+# (no memory traffic). Model decode cannot read faster than this times the cores, less its
+# per-call and per-layer costs; where that is below the machine's bandwidth, decode is
+# compute-bound and does not speed up with the bandwidth.
+echo "== 4-bit kernel in cache, one core (512x1024, an expert's gate/up)"
+for ab in 16 8; do
+    NX_ACT_BITS=$ab $B/bench/kernels --out 512 --in 1024 --dtypes q4 --T 1,2 --hot --threads 1 | awk -v ab="$ab" '
+        $1 == "bench=matmul" { for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } g[f["T"]] = f["gbs"] }
+        END { printf "int%s activations: %.1f GB/s of weights at 1 row, %.1f at 2 rows (2-row call %.2fx a 1-row call)\n", ab, g[1], g[2], g[1] / g[2] }'
+done
+
 echo "== prefill (plain trunk over a long prompt)"
 ids=$($NEXTN tokenize "$(head -c 3000 bench/texts/code.c)" | tr ' ' ',')
 echo "default model: $($NEXTN run --prompt-tokens "$ids" -n 1 --draft 0 2>&1 >/dev/null | grep -o 'prefill: [^|]*')"
