@@ -28,6 +28,8 @@ struct nx_pool {
     _Atomic int sleepers;  /* workers blocked (or about to block) on gen */
     _Atomic int waiter;    /* 1 while the caller is blocked (or about to block) on pending */
     _Atomic int stop;
+    _Atomic int bar_count;      /* threads arrived at the current in-job barrier */
+    _Atomic unsigned bar_phase; /* bumped by the last arrival */
 };
 
 typedef struct worker_arg {
@@ -162,6 +164,19 @@ void nx_pool_run(nx_pool *p, nx_pool_fn fn, void *arg) {
         spins = 0;
         t0 = 0;
     }
+}
+
+void nx_pool_barrier(nx_pool *p, int nth) {
+    if (!p || nth <= 1) return;
+    const unsigned phase = atomic_load_explicit(&p->bar_phase, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&p->bar_count, 1, memory_order_acq_rel) == nth - 1) {
+        /* the last arrival resets the count before releasing the others, so none can arrive
+         * at the next barrier early */
+        atomic_store_explicit(&p->bar_count, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&p->bar_phase, 1, memory_order_release);
+        return;
+    }
+    while (atomic_load_explicit(&p->bar_phase, memory_order_acquire) == phase) cpu_relax();
 }
 
 void nx_pool_split(long long n, int ith, int nth, long long *b, long long *e) {

@@ -16,6 +16,12 @@ int nx_pool_size(const nx_pool *p); /* 1 for a NULL pool */
  * fn(arg, 0, 1) on the caller. Not reentrant: fn must not call nx_pool_run on the same pool. */
 void nx_pool_run(nx_pool *p, nx_pool_fn fn, void *arg);
 
+/* Inside a job: waits until all nth threads of the job have reached it (spinning: for the short
+ * waits between the phases of one job). nth <= 1, or a NULL pool, returns at once, so a job
+ * function also runs unchanged as fn(arg, 0, 1) on the caller alone. Every thread of the job
+ * must call it the same number of times. */
+void nx_pool_barrier(nx_pool *p, int nth);
+
 /* Splits [0, n) into nth near-equal chunks; chunk ith is [*b, *e). */
 void nx_pool_split(long long n, int ith, int nth, long long *b, long long *e);
 

@@ -1,5 +1,6 @@
 /* Thread pool tests: every index runs exactly once per job, thousands of back-to-back jobs
- * (the decode pattern), a pool of one, the NULL pool, and nx_pool_split's coverage. */
+ * (the decode pattern), a pool of one, the NULL pool, nx_pool_split's coverage and the in-job
+ * barrier. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -133,6 +134,46 @@ static void test_split(void **state) {
         }
 }
 
+/* In-job barrier: in each of several phases every thread writes its slot, waits, then reads
+ * every other thread's slot of that phase. A barrier that let a thread through early would show
+ * a stale slot; one that miscounted would hang (ctest's timeout) or let a phase mix. */
+typedef struct bar_job {
+    nx_pool *p;
+    _Atomic int slot[64];
+    _Atomic int bad;
+} bar_job;
+
+static void barrier_fn(void *arg, int ith, int nth) {
+    bar_job *j = arg;
+    for (int phase = 1; phase <= 200; phase++) {
+        atomic_store(&j->slot[ith], phase);
+        nx_pool_barrier(j->p, nth);
+        for (int i = 0; i < nth; i++)
+            if (atomic_load(&j->slot[i]) < phase) atomic_fetch_add(&j->bad, 1);
+        nx_pool_barrier(j->p, nth); /* nobody starts the next phase before all have read */
+    }
+}
+
+static void test_barrier(void **state) {
+    (void)state;
+    for (int n = 1; n <= 4; n++) {
+        nx_pool *p = nx_pool_new(n);
+        assert_non_null(p);
+        for (int rep = 0; rep < 5; rep++) {
+            bar_job j = {.p = p};
+            nx_pool_run(p, barrier_fn, &j);
+            assert_int_equal(atomic_load(&j.bad), 0);
+            for (int i = 0; i < n; i++) assert_int_equal(atomic_load(&j.slot[i]), 200);
+        }
+        nx_pool_free(p);
+    }
+    /* alone (nth 1) and on no pool it returns at once */
+    nx_pool_barrier(NULL, 4);
+    bar_job j = {.p = NULL};
+    barrier_fn(&j, 0, 1);
+    assert_int_equal(atomic_load(&j.bad), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_index_once),
@@ -140,6 +181,7 @@ int main(void) {
         cmocka_unit_test(test_sleep_and_wake),
         cmocka_unit_test(test_pool_of_one_and_null),
         cmocka_unit_test(test_split),
+        cmocka_unit_test(test_barrier),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
