@@ -2,8 +2,8 @@
 """End-to-end logits parity of the C engine against the independent PyTorch reference forward
 (tools/train/reference.py), on the default model and on random checkpoints of deliberately odd
 shapes in both layouts (Tencent per-expert, MLX stacked with a sidecar head, headless): max
-|Δlogit| small relative to the logit range, for the trunk and the teacher-forced MTP head, and
-identical greedy continuations (plain and speculative)."""
+|Δlogit| small relative to the logit range, for the trunk and the teacher-forced MTP head,
+identical greedy continuations (plain and speculative), and the same bits at 1 to 4 threads."""
 import os
 import sys
 import tempfile
@@ -153,6 +153,19 @@ for name in ("mlx-q4-g64-w256", "mlx-q2-g64", "mlx-q3-g64-head5"):
                     "--quiet", "--act-bits", 8).stdout.split()
         t.ok(out == ar and len(ar) == 24, f"{name} --act-bits 8: greedy MTP (draft {k}) equals greedy AR",
              f"mtp {out}\nar {ar}")
+
+# thread invariance on the threaded paths (experts large enough for the parallel MoE jobs, the
+# down projections' barrier, attention by whole kv heads or, at 3 threads, by items): 1, 3 and 4
+# threads give the 2-thread logits bit for bit, trunk and MTP
+d = os.path.join(tmp, "mlx-q4-g64-w256")
+by_t = {}
+for th in (2, 1, 3, 4):
+    lt, mt = os.path.join(tmp, f"t{th}.npy"), os.path.join(tmp, f"t{th}m.npy")
+    nextn("eval", "-m", d, "-t", th, "--tokens", ids, "--logits", lt, "--mtp-logits", mt)
+    by_t[th] = (np.load(lt), np.load(mt))
+for th in (1, 3, 4):
+    t.ok(np.array_equal(by_t[th][0], by_t[2][0]) and np.array_equal(by_t[th][1], by_t[2][1]),
+         f"mlx-q4-g64-w256: {th} threads give the 2-thread trunk and MTP logits bit for bit")
 
 run(["rm", "-rf", tmp])
 t.done()
