@@ -72,7 +72,7 @@ static const nx_kernel_table *table_get(void) {
     return t;
 }
 
-/* 0 until first asked: then NX_ACT_BITS, else 16 */
+/* 0 until first asked: then NX_ACT_BITS (8 or 16), else 8 */
 static _Atomic int g_act_bits;
 
 int nx_kernels_set_act_bits(int bits) {
@@ -85,7 +85,7 @@ int nx_kernels_act_bits(void) {
     int b = atomic_load_explicit(&g_act_bits, memory_order_relaxed);
     if (b) return b;
     const char *env = getenv("NX_ACT_BITS");
-    b = env && strcmp(env, "8") == 0 ? 8 : 16;
+    b = env && strcmp(env, "16") == 0 ? 16 : 8;
     atomic_store_explicit(&g_act_bits, b, memory_order_relaxed);
     return b;
 }

@@ -101,14 +101,15 @@ void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64
 void nx_softmax_f32(float *x, int64_t n);
 
 /* Precision of the activations the integer kernels (avx512vnni/avx512vbmi) multiply quantized
- * weights with. 16 (the default): each input row is rounded to int16 per weight group, every
- * element within 2^-15 of its group's largest. 8: 4-bit weights (rows of whole 128-element
- * blocks), 2-bit weights (whole 256-element blocks) and, with VBMI, 3/5/6-bit weights take int8
- * activations instead, each element within 1/254 of its group's largest, as llama.cpp's q8
- * activations: twice the multiply-adds per instruction, so prefill, verify and decode run
- * nearer memory speed where int16 is compute-bound. 8-bit weights keep int16.
- * Weights marked x16 (routers) keep int16. Either way the numerics contract above holds. Set once before computing (NX_ACT_BITS=8 in
- * the environment, or the CLI's --act-bits); returns 0, or -1 for any other value. */
+ * weights with. 8 (the default): 4-bit weights (rows of whole 128-element blocks), 2-bit weights
+ * (whole 256-element blocks) and, with VBMI, 3/5/6-bit weights take int8 activations, each
+ * element within 1/254 of its group's largest, as llama.cpp's q8 activations: twice the
+ * multiply-adds per instruction of int16, so prefill and a multi-row verify stay near memory
+ * speed where int16 is compute-bound. Every other matmul of those kernels (8-bit weights, other
+ * shapes) rounds to int16, as does everything at 16: each element within 2^-15 of its group's
+ * largest. Weights marked x16 (routers) keep int16 at either setting. Either way the numerics
+ * contract above holds. Set once before computing (NX_ACT_BITS=8 or 16 in the environment, or
+ * the CLI's --act-bits); returns 0, or -1 for any other value. */
 int nx_kernels_set_act_bits(int bits);
 int nx_kernels_act_bits(void);
 

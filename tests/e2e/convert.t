@@ -64,7 +64,9 @@ def close(name, a, b):
 def eval_engine(mdir, tag):
     ids = ",".join(map(str, TOKENS))
     lg, mg = d(tag + "-eng.npy"), d(tag + "-engm.npy")
-    nextn("eval", "-m", mdir, "--tokens", ids, "--logits", lg, "--mtp-logits", mg)
+    # int16 activations: the reference multiplies exact float inputs (int8, the default, is
+    # checked in parity.t)
+    nextn("eval", "-m", mdir, "--tokens", ids, "--logits", lg, "--mtp-logits", mg, "--act-bits", 16)
     return np.load(lg), np.load(mg)
 
 

@@ -37,7 +37,7 @@ static const char *usage =
     "      --draft auto|N      default draft length, 0 = plain decoding (default auto)\n"
     "      --verify RULE       residual (lossless sampling) or match (default residual)\n"
     "  -t, --threads N         compute threads (default: all cores)\n"
-    "      --act-bits 16|8     activations of quantized matmuls: int16 (default) or int8 (faster)\n"
+    "      --act-bits 8|16     activations of 2-6-bit matmuls: int8 (default) or int16 (finer)\n"
     "      --no-mtp            load the trunk only (no speculation)\n"
     "  -q, --quiet             no start-up banner\n";
 
