@@ -251,7 +251,8 @@ QUANT_KERNEL(kern_q8, 8)
 /* ------------------------------------------------------------------ blocking driver */
 
 static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T,
-                            float *y, int64_t ldy, int64_t o0, int64_t o1) {
+                            float *y, int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
+    (void)next; /* no software prefetch here */
     const int64_t in = W->in;
     if (W->dtype == NX_DTYPE_U32) {
         void (*kern)(int, int, const qargs *, const float *, int64_t, float *, int64_t);

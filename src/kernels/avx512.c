@@ -33,7 +33,7 @@ AI __m512 load_w16_tail(nx_dtype dt, const uint8_t *row, int64_t i, __mmask16 m)
 
 /* y[tt*ldy + r] for r < R, tt < TT: rows w + r*stride against x + tt*ldx. */
 AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_t stride,
-                 const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in) {
+                 const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in, const qpf_window *pw) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -51,7 +51,7 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
         if (((size_t)i * esz) % 64 == 0)
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
-                _mm_prefetch(qprefetch_addr(w, stride, R, r, (size_t)i * esz, 64), QPF_HINT);
+                _mm_prefetch(qprefetch_addr(pw, w, stride, R, r, (size_t)i * esz, 64), QPF_HINT);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m512 wv = load_w16(dt, w + r * stride, i);
@@ -79,19 +79,21 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
 
 /* Rows [r0, r1) of a call as register blocks of R rows, in one function (no call per block). */
 AI void mk_float_rows(const nx_dtype dt, const int R, const int TT, const uint8_t *w, size_t stride,
-                      const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in, int64_t r0, int64_t r1) {
-    for (int64_t o = r0; o < r1; o += R) mk_float(dt, R, TT, w + (size_t)o * stride, stride, x, ldx, y + o, ldy, in);
+                      const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in, int64_t r0, int64_t r1,
+                      const qpf_window *pw) {
+    for (int64_t o = r0; o < r1; o += R)
+        mk_float(dt, R, TT, w + (size_t)o * stride, stride, x, ldx, y + o, ldy, in, pw);
 }
 
 /* n rows for TT input rows: blocks of 4 rows, then the remaining rows one at a time. */
 #define FLOAT_SHAPE(DT, T_)                                                                    \
     do {                                                                                       \
-        mk_float_rows(DT, 4, T_, w, stride, x, ldx, y, ldy, in, 0, n - n % 4);                 \
-        mk_float_rows(DT, 1, T_, w, stride, x, ldx, y, ldy, in, n - n % 4, n);                 \
+        mk_float_rows(DT, 4, T_, w, stride, x, ldx, y, ldy, in, 0, n - n % 4, pw);             \
+        mk_float_rows(DT, 1, T_, w, stride, x, ldx, y, ldy, in, n - n % 4, n, pw);             \
     } while (0)
 #define FLOAT_KERNEL(NAME, DT)                                                                 \
     static void NAME(int TT, const uint8_t *w, size_t stride, const float *x, int64_t ldx,     \
-                     float *y, int64_t ldy, int64_t in, int64_t n) {                           \
+                     float *y, int64_t ldy, int64_t in, int64_t n, const qpf_window *pw) {     \
         switch (TT) {                                                                          \
         case 1: FLOAT_SHAPE(DT, 1); break;                                                     \
         case 2: FLOAT_SHAPE(DT, 2); break;                                                     \
@@ -186,6 +188,7 @@ typedef struct qargs {
     nx_dtype sdt;
     int64_t in, group;
     const qlut *lut;
+    qpf_window pf; /* where the weight prefetches may go */
 } qargs;
 
 /* dot = Σ_g (s_g·Σ_{j∈g} q_j·x_j + b_g·X_g) with X_g = Σ_{j∈g} x_j precomputed per input row
@@ -225,7 +228,7 @@ AI void mk_quant4_lut(const int R, const int TT, const qargs *a, const float *x,
             }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 / 2, 16), QPF_HINT);
+                _mm_prefetch(qprefetch_addr(&a->pf, a->w, a->wstride, R, r, (size_t)e0 / 2, 16), QPF_HINT);
                 __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + r * a->wstride)));
                 __m512 f0 = _mm512_permutexvar_ps(v, lut[r]);
                 __m512 f1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut[r]);
@@ -283,8 +286,9 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m512 f0, f1;
-                _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, (size_t)BITS * 4),
-                             QPF_HINT);
+                _mm_prefetch(
+                    qprefetch_addr(&a->pf, a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, (size_t)BITS * 4),
+                    QPF_HINT);
                 unpack32(BITS, p + r * a->wstride, a->lut, &f0, &f1);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) {
@@ -360,8 +364,9 @@ QUANT_KERNEL(kern_q8, 8)
 /* ------------------------------------------------------------------ blocking driver */
 
 static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T,
-                              float *y, int64_t ldy, int64_t o0, int64_t o1) {
+                              float *y, int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
     const int64_t in = W->in;
+    const qpf_window pw = qpf_window_of(W, o1, next);
     if (W->dtype == NX_DTYPE_U32) {
         void (*kern)(int, const qargs *, int64_t, const float *, int64_t, const float *, float *, int64_t);
         switch (W->bits) {
@@ -382,7 +387,9 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
                    .sdt = W->sdtype,
                    .in = in,
                    .group = W->group,
-                   .lut = &lut};
+                   .lut = &lut,
+                   .pf = pw};
+        qpf_next_scales(next);
         /* Group sums of x live on the stack, so T is taken in chunks that fit; each chunk is
          * an independent matmul (rows never interact). */
         float X[XSUM_FLOATS];
@@ -405,7 +412,8 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
         }
         return 1;
     }
-    void (*kern)(int, const uint8_t *, size_t, const float *, int64_t, float *, int64_t, int64_t, int64_t);
+    void (*kern)(int, const uint8_t *, size_t, const float *, int64_t, float *, int64_t, int64_t, int64_t,
+                 const qpf_window *);
     switch (W->dtype) {
     case NX_DTYPE_F32: kern = kern_f32; break;
     case NX_DTYPE_F16: kern = kern_f16; break;
@@ -419,7 +427,7 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
         for (int64_t t = 0; t < T; t += 4) {
             int tt = T - t < 4 ? (int)(T - t) : 4;
             kern(tt, (const uint8_t *)W->w + (size_t)b0 * stride, stride, x + t * ldx, ldx, y + t * ldy + b0, ldy,
-                 in, b1 - b0);
+                 in, b1 - b0, &pw);
         }
     }
     return 1;

@@ -27,13 +27,58 @@
 #define QPF_HINT _MM_HINT_T1
 #endif
 
+/* Where a call's prefetches may go: the call's own weight rows up to `end`, then the first
+ * next_len bytes at `next` (the rows the thread multiplies next, nx_matmul_rows_then). A hint
+ * past both lands on the call's last line, already cached, rather than on rows this thread
+ * does not read (another thread's, or another tensor). Addresses are compared as integers. */
+typedef struct qpf_window {
+    uintptr_t end, next;
+    size_t next_len;
+} qpf_window;
+
+AI qpf_window qpf_window_of(const nx_linear *W, int64_t o1, const nx_rows *next) {
+    qpf_window pw = {(uintptr_t)W->w + (size_t)o1 * nx_linear_weight_row_bytes(W), 0, 0};
+    if (next) {
+        const size_t rb = nx_linear_weight_row_bytes(next->W);
+        pw.next = (uintptr_t)next->W->w + (size_t)next->r0 * rb;
+        pw.next_len = (size_t)(next->r1 - next->r0) * rb;
+    }
+    return pw;
+}
+
+/* The first scale and bias lines of `next`, for as many rows as the weight stream's overrun
+ * covers (one sweep distance), so its first groups find them cached as well. */
+AI void qpf_next_scales(const nx_rows *next) {
+    if (!next || next->W->dtype != NX_DTYPE_U32) return;
+    const nx_linear *N = next->W;
+    const size_t srow = (size_t)(N->in / N->group) * nx_dtype_size(N->sdtype);
+    size_t rows = QPF_LINEAR / nx_linear_weight_row_bytes(N) + 1;
+    if (rows > (size_t)(next->r1 - next->r0)) rows = (size_t)(next->r1 - next->r0);
+    const char *sc = (const char *)N->scales + (size_t)next->r0 * srow;
+    const char *bi = N->biases ? (const char *)N->biases + (size_t)next->r0 * srow : NULL;
+    for (size_t o = 0; o < rows * srow; o += 64) {
+        _mm_prefetch(sc + o, QPF_HINT);
+        if (bi) _mm_prefetch(bi + o, QPF_HINT);
+    }
+}
+
 /* The address to prefetch for row r of a block of R rows starting at w0 (row stride
  * wstride), when each row has consumed `done` bytes and reads `step` more this iteration. */
-AI const char *qprefetch_addr(const uint8_t *w0, size_t wstride, int R, int r, size_t done, size_t step) {
+AI const char *qprefetch_addr(const qpf_window *pw, const uint8_t *w0, size_t wstride, int R, int r, size_t done,
+                              size_t step) {
     const size_t blk = (size_t)R * wstride;
-    if (blk <= QPF_LINEAR) return (const char *)(w0 + QPF_LINEAR + done * (size_t)R + (size_t)r * step);
-    const size_t nb = (QPF_AHEAD + blk - 1) / blk;
-    return (const char *)(w0 + nb * blk + (size_t)r * wstride + done);
+    uintptr_t p = (uintptr_t)w0;
+    if (blk <= QPF_LINEAR) {
+        p += QPF_LINEAR + done * (size_t)R + (size_t)r * step;
+    } else {
+        const size_t nb = (QPF_AHEAD + blk - 1) / blk;
+        p += nb * blk + (size_t)r * wstride + done;
+    }
+    if (p >= pw->end) {
+        const size_t off = p - pw->end;
+        p = off < pw->next_len ? pw->next + off : pw->end - 64;
+    }
+    return (const char *)p;
 }
 
 /* The AVX-512 vector helpers (avx512.c), shared by the VNNI tables. */

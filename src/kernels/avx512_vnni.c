@@ -41,6 +41,7 @@ typedef struct vargs {
      * it (each 64-bit lane gets the BITS bytes holding 8 elements), and per byte of a lane, the
      * bit offset vpmultishiftqb pulls its element from */
     __m512i pick8, shift8;
+    qpf_window pf; /* where the weight prefetches may go */
 } vargs;
 
 /* 32 elements (within one group) rounded to int16 at scale 1/inv, in natural order. */
@@ -304,7 +305,7 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const uint8_t *pr = p + r * a->wstride;
-        _mm_prefetch(qprefetch_addr(a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, step), QPF_HINT);
+        _mm_prefetch(qprefetch_addr(&a->pf, a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, step), QPF_HINT);
         __m512i w[4];
         if (KIND == K_A8 && ODD) {
 #if NX_VNNI_VBMI
@@ -504,8 +505,8 @@ static int vnni_takes(const nx_linear *W) {
 }
 
 static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                            int64_t ldy, int64_t o0, int64_t o1) {
-    if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1);
+                            int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
+    if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, next);
     const int64_t in = W->in, ngroups = in / W->group;
     const int act = !W->x16 && nx_kernels_act_bits() == 8 && act8_takes(W->bits, in, W->group) ? 8 : 16;
     kern_fn *const kern = (act == 8 ? kerns_a8 : kerns_a16)[W->bits];
@@ -513,7 +514,9 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,
                .in = in,
-               .group = W->group};
+               .group = W->group,
+               .pf = qpf_window_of(W, o1, next)};
+    qpf_next_scales(next);
     /* 3/5/6-bit (VBMI build): the lane tables of the activation width in use */
     const int odd = W->bits == 3 || W->bits == 5 || W->bits == 6;
     if (odd && act == 16) {

@@ -99,15 +99,28 @@ int nx_kernels_force(const char *isa) {
     return 0;
 }
 
-void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                    int64_t ldy, int64_t o0, int64_t o1) {
+void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+                         int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
     if (o0 < 0) o0 = 0;
     if (o1 > W->out) o1 = W->out;
     if (T <= 0 || o1 <= o0) return;
     if (W->dtype == NX_DTYPE_U32 && !nx_quant_shape_ok(W)) return; /* the loader rejects these */
+    /* the kernels may trust the hint's rows to be inside its weight */
+    nx_rows nx = {0};
+    if (next && next->W && !(next->W->dtype == NX_DTYPE_U32 && !nx_quant_shape_ok(next->W))) {
+        nx = *next;
+        if (nx.r0 < 0) nx.r0 = 0;
+        if (nx.r1 > nx.W->out) nx.r1 = nx.W->out;
+    }
+    const nx_rows *hint = nx.W && nx.r1 > nx.r0 ? &nx : NULL;
     const nx_kernel_table *k = table_get();
-    if (!k->matmul_rows(W, x, ldx, T, y, ldy, o0, o1))
-        nx_kernels_ref.matmul_rows(W, x, ldx, T, y, ldy, o0, o1);
+    if (!k->matmul_rows(W, x, ldx, T, y, ldy, o0, o1, hint))
+        nx_kernels_ref.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, NULL);
+}
+
+void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+                    int64_t ldy, int64_t o0, int64_t o1) {
+    nx_matmul_rows_then(W, x, ldx, T, y, ldy, o0, o1, NULL);
 }
 
 /* Rows are handed out in chunks of this many so each thread's kernel works on whole register
@@ -122,17 +135,31 @@ typedef struct matmul_job {
     long long chunks;
 } matmul_job;
 
+static int task_counts(const nx_matmul_task *t) { return t->T > 0 && t->W->out > 0; }
+
+/* The rows of task i this thread takes, given its chunk range [b, e) and the task's first
+ * chunk `base`: 0 if none. */
+static int task_rows(const nx_matmul_task *t, long long base, long long b, long long e, nx_rows *r) {
+    const long long nc = (t->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
+    const long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
+    *r = (nx_rows){t->W, (int64_t)(lo - base) * MATMUL_CHUNK, (int64_t)(hi - base) * MATMUL_CHUNK};
+    return lo < hi;
+}
+
 static void matmul_worker(void *arg, int ith, int nth) {
     const matmul_job *j = arg;
     long long b, e, base = 0;
     nx_pool_split(j->chunks, ith, nth, &b, &e);
-    for (int i = 0; i < j->n && b < e; i++) {
+    for (int i = 0; i < j->n && base < e; i++) {
         const nx_matmul_task *t = &j->t[i];
-        long long nc = (t->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
-        long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
-        if (lo < hi)
-            nx_matmul_rows(t->W, t->x, t->ldx, t->T, t->y, t->ldy, (int64_t)(lo - base) * MATMUL_CHUNK,
-                           (int64_t)(hi - base) * MATMUL_CHUNK);
+        if (!task_counts(t)) continue; /* as nx_matmul_many counts the chunks */
+        const long long nc = (t->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
+        nx_rows r, nr;
+        if (task_rows(t, base, b, e, &r)) {
+            const int has_next = i + 1 < j->n && task_counts(&j->t[i + 1]) &&
+                                 task_rows(&j->t[i + 1], base + nc, b, e, &nr);
+            nx_matmul_rows_then(t->W, t->x, t->ldx, t->T, t->y, t->ldy, r.r0, r.r1, has_next ? &nr : NULL);
+        }
         base += nc;
     }
 }
@@ -141,7 +168,7 @@ void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
     matmul_job j = {t, n, 0};
     double work = 0;
     for (int i = 0; i < n; i++) {
-        if (t[i].T <= 0 || t[i].W->out <= 0) continue;
+        if (!task_counts(&t[i])) continue;
         j.chunks += (t[i].W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
         work += (double)t[i].W->out * (double)t[i].W->in * (double)t[i].T;
     }

@@ -1,6 +1,6 @@
 /* Element types as stored in checkpoints: sizes, safetensors spellings, and the stored byte
  * count of a linear layer (used by the loader's shape checks and the MoE traffic counters). */
-#include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
 
 #include <string.h>
 
@@ -35,15 +35,14 @@ int nx_dtype_from_name(const char *name) {
     return -1;
 }
 
-/* Bytes of one output row of the weight itself (packed words for quantized weights). */
-static size_t linear_weight_row_bytes(const nx_linear *W) {
+size_t nx_linear_weight_row_bytes(const nx_linear *W) {
     if (W->dtype == NX_DTYPE_U32 && W->bits > 0) return (size_t)W->in * (size_t)W->bits / 8;
     return (size_t)W->in * nx_dtype_size(W->dtype);
 }
 
 size_t nx_linear_row_bytes(const nx_linear *W) {
     if (!W) return 0;
-    size_t n = linear_weight_row_bytes(W);
+    size_t n = nx_linear_weight_row_bytes(W);
     if (W->dtype == NX_DTYPE_U32 && W->group > 0) {
         /* a quantized row is only usable together with its scales and biases */
         size_t srow = (size_t)(W->in / W->group) * nx_dtype_size(W->sdtype);

@@ -76,6 +76,20 @@ void nx_matmul_many(const nx_matmul_task *tasks, int n, nx_pool *pool);
 void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                     int64_t ldy, int64_t o0, int64_t o1);
 
+/* Rows [r0, r1) of a weight: what the calling thread multiplies next. */
+typedef struct nx_rows {
+    const nx_linear *W;
+    int64_t r0, r1;
+} nx_rows;
+
+/* nx_matmul_rows, told which rows the thread reads next (NULL: none known). The kernels
+ * prefetch a fixed distance ahead of the rows they read; near the end of the call that stream
+ * moves on to the first bytes of `next` instead of running past the call's rows, so the next
+ * call starts on warm lines and no bandwidth goes to rows another thread reads. Same results
+ * as nx_matmul_rows. */
+void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+                         int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next);
+
 /* Dequantizes/converts row r of W into out[in] as f32 (embedding lookup). */
 void nx_linear_get_row(const nx_linear *W, int64_t r, float *out);
 

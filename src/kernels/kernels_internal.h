@@ -12,11 +12,12 @@
 /* One ISA's implementations. matmul_rows computes rows [o0, o1) of y for all T; it must give
  * each output element the same accumulation order whatever T, o0, o1 are (batch and thread
  * invariance). It returns 0 when it declines the shape (the caller then uses the reference,
- * which is also invariant because the decision depends on W only). */
+ * which is also invariant because the decision depends on W only). `next` (may be NULL) is
+ * only a prefetch hint (nx_matmul_rows_then). */
 typedef struct nx_kernel_table {
     const char *name;
     int (*matmul_rows)(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                       int64_t ldy, int64_t o0, int64_t o1);
+                       int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next);
     void (*to_f32)(nx_dtype t, const void *src, float *dst, int64_t n);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
@@ -33,6 +34,10 @@ extern const nx_kernel_table nx_kernels_avx2;
 extern const nx_kernel_table nx_kernels_avx512;
 extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + int16 VNNI for 2/4/8-bit weights */
 extern const nx_kernel_table nx_kernels_avx512vbmi; /* the same + 3/5/6-bit weights (needs VBMI) */
+
+/* Bytes of one output row of the weight itself (packed words for quantized weights; no
+ * scales or biases). */
+size_t nx_linear_weight_row_bytes(const nx_linear *W);
 
 /* The reference dequantization of row r of a quantized W into out[in] (also used by
  * nx_linear_get_row on every ISA: embedding lookups are not hot). */

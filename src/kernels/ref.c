@@ -21,7 +21,8 @@ void nx_ref_quant_row(const nx_linear *W, int64_t r, float *out) {
 }
 
 static int ref_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                           int64_t ldy, int64_t o0, int64_t o1) {
+                           int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
+    (void)next;
     for (int64_t o = o0; o < o1; o++) {
         for (int64_t t = 0; t < T; t++) {
             const float *xt = x + t * ldx;

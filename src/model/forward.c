@@ -132,8 +132,10 @@ static void attn_heads_worker(void *arg, int ith, int nth) {
     long long h0, h1;
     nx_pool_split(j->n_kv, ith, nth, &h0, &h1);
     if (h0 >= h1) return;
-    nx_matmul_rows(&L->wq, c->xn, H, j->T, c->q, (int64_t)j->n_heads * hd, h0 * group * hd, h1 * group * hd);
-    nx_matmul_rows(&L->wk, c->xn, H, j->T, c->k, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd);
+    const nx_rows k_rows = {&L->wk, h0 * hd, h1 * hd}, v_rows = {&L->wv, h0 * hd, h1 * hd};
+    nx_matmul_rows_then(&L->wq, c->xn, H, j->T, c->q, (int64_t)j->n_heads * hd, h0 * group * hd, h1 * group * hd,
+                        &k_rows);
+    nx_matmul_rows_then(&L->wk, c->xn, H, j->T, c->k, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd, &v_rows);
     nx_matmul_rows(&L->wv, c->xn, H, j->T, c->v, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd);
     qk_post(j, h0, h1);
     for (int32_t t = 0; t < j->T; t++)
@@ -187,7 +189,19 @@ typedef struct ffn_job {
 
 #define FFN_CHUNK 16
 
-/* Gate and up rows of the same chunks on the same thread, so SwiGLU follows at once. */
+/* The rows of a weight with `rows` outputs that units [b, e) cover, given that the weight's
+ * FFN_CHUNK-row units start at unit `base`: 0 if none. */
+static int unit_rows(const nx_linear *W, int64_t rows, long long base, long long b, long long e, nx_rows *r) {
+    const long long nc = (rows + FFN_CHUNK - 1) / FFN_CHUNK;
+    const long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
+    const int64_t r1 = (hi - base) * FFN_CHUNK;
+    *r = (nx_rows){W, (lo - base) * FFN_CHUNK, r1 < rows ? r1 : rows};
+    return lo < hi;
+}
+
+/* Gate and up rows of the same chunks on the same thread, so SwiGLU follows at once. Each
+ * matmul names the next one, so the kernels' prefetch runs on from gate to up to the next
+ * item's gate. */
 static void ffn_gate_up_worker(void *arg, int ith, int nth) {
     ffn_job *j = arg;
     const int32_t H = j->c->m->cfg.hidden_size;
@@ -196,12 +210,15 @@ static void ffn_gate_up_worker(void *arg, int ith, int nth) {
     for (int i = 0; i < j->items && base < e; i++) {
         const int64_t F = j->f[i]->gate.out;
         const long long nc = (F + FFN_CHUNK - 1) / FFN_CHUNK;
-        const long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
-        if (lo < hi) { /* rows [r0, r1) of this item */
-            const int64_t r0 = (lo - base) * FFN_CHUNK, r1 = (hi - base) * FFN_CHUNK < F ? (hi - base) * FFN_CHUNK : F;
+        nx_rows gr, ur, ng;
+        if (unit_rows(&j->f[i]->gate, F, base, b, e, &gr)) {
+            const int64_t r0 = gr.r0, r1 = gr.r1;
+            const int has_next = i + 1 < j->items &&
+                                 unit_rows(&j->f[i + 1]->gate, j->f[i + 1]->gate.out, base + nc, b, e, &ng);
+            ur = (nx_rows){&j->f[i]->up, r0, r1};
             float *g = j->gs[i], *u = j->c->u + (g - j->c->g);
-            nx_matmul_rows(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1);
-            nx_matmul_rows(&j->f[i]->up, j->x[i], H, j->n[i], u, F, r0, r1);
+            nx_matmul_rows_then(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1, &ur);
+            nx_matmul_rows_then(&j->f[i]->up, j->x[i], H, j->n[i], u, F, r0, r1, has_next ? &ng : NULL);
             for (int32_t t = 0; t < j->n[i]; t++)
                 for (int64_t r = r0; r < r1; r++) g[t * F + r] = silu(g[t * F + r]) * u[t * F + r];
         }
@@ -221,9 +238,11 @@ static void ffn_down_worker(void *arg, int ith, int nth) {
     long long b, e;
     nx_pool_split(nc * j->items, ith, nth, &b, &e);
     for (int i = (int)(b / nc); i < j->items && (long long)i * nc < e; i++) {
-        const long long lo = b > i * nc ? b : i * nc, hi = e < (i + 1) * nc ? e : (i + 1) * nc;
-        const int64_t r0 = (lo - i * nc) * FFN_CHUNK, r1 = (hi - i * nc) * FFN_CHUNK < H ? (hi - i * nc) * FFN_CHUNK : H;
-        nx_matmul_rows(&j->f[i]->down, j->gs[i], j->f[i]->gate.out, j->n[i], j->out[i], H, r0, r1);
+        nx_rows dr, nd;
+        unit_rows(&j->f[i]->down, H, i * nc, b, e, &dr);
+        const int has_next = i + 1 < j->items && unit_rows(&j->f[i + 1]->down, H, (i + 1) * nc, b, e, &nd);
+        nx_matmul_rows_then(&j->f[i]->down, j->gs[i], j->f[i]->gate.out, j->n[i], j->out[i], H, dr.r0, dr.r1,
+                            has_next ? &nd : NULL);
     }
     const ffn_combine *cb_ = j->comb;
     if (!cb_) return;

@@ -599,18 +599,24 @@ static void check_batch_invariance(const nx_linear *W) {
                         fail_msg("%s dtype %d: sub-batch [%lld,+%lld) row %lld differs", isas[k],
                                  W->dtype, (long long)a, (long long)n, (long long)t);
             }
-        /* ragged row splits on the calling thread */
+        /* ragged row splits on the calling thread; with prefetch hints naming the next split
+         * (past the last row at the end), rows out of range, or no weight: the hint never
+         * changes a result */
         const int64_t cuts[] = {1, 3, 7, 13};
-        for (int c = 0; c < 4; c++) {
-            int64_t step = cuts[c];
-            memset(y1, 0, (size_t)(T * ldy) * 4);
-            for (int64_t o = 0; o < W->out; o += step)
-                nx_matmul_rows(W, x, ldx, T, y1, ldy, o, o + step);
-            for (int64_t t = 0; t < T; t++)
-                if (memcmp(y1 + t * ldy, yfull + t * ldy, (size_t)W->out * 4) != 0)
-                    fail_msg("%s dtype %d: row split by %lld differs", isas[k], W->dtype,
-                             (long long)step);
-        }
+        for (int hint = 0; hint < 4; hint++)
+            for (int c = 0; c < 4; c++) {
+                int64_t step = cuts[c];
+                memset(y1, 0, (size_t)(T * ldy) * 4);
+                for (int64_t o = 0; o < W->out; o += step) {
+                    const nx_rows next[4] = {{W, o + step, o + 2 * step}, {W, -5, W->out + 100}, {NULL, 0, 4}, {W, 3, 2}};
+                    if (hint == 0) nx_matmul_rows(W, x, ldx, T, y1, ldy, o, o + step);
+                    else nx_matmul_rows_then(W, x, ldx, T, y1, ldy, o, o + step, &next[hint - 1]);
+                }
+                for (int64_t t = 0; t < T; t++)
+                    if (memcmp(y1 + t * ldy, yfull + t * ldy, (size_t)W->out * 4) != 0)
+                        fail_msg("%s dtype %d: row split by %lld (hint %d) differs", isas[k], W->dtype,
+                                 (long long)step, hint);
+            }
         free(y1);
         free(yfull);
     }
