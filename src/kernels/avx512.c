@@ -492,6 +492,17 @@ AI __m128 dots4(const float *q, int G, const float *k, int64_t hd, int64_t full,
     return hsum16x4(a[0], a[1], a[2], a[3]);
 }
 
+/* Cached rows are prefetched this many ahead: at short contexts the cache is a few small
+ * streams (one per kv head) that the hardware prefetchers pick up too late to matter. */
+#define ATTN_PF_ROWS 8
+
+/* The lines of the cached row p + ATTN_PF_ROWS, if there is one (hd floats at row stride). */
+AI void attn_prefetch_row(const float *base, int64_t stride, int64_t p, int64_t n, int64_t hd) {
+    if (p + ATTN_PF_ROWS >= n) return;
+    const char *r = (const char *)(base + (p + ATTN_PF_ROWS) * stride);
+    for (int64_t b = 0; b < hd * 4; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
+}
+
 /* Each cached row is loaded once for up to 4 heads at a time. */
 void nx_avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
                                float scale, float *out, int64_t ldo) {
@@ -502,6 +513,7 @@ void nx_avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t st
         const float *qh = q + h0 * hd;
         float *oh = out + h0 * ldo;
         for (int64_t p = 0; p < n; p++) {
+            attn_prefetch_row(K, stride, p, n, hd);
             __m128 s;
             switch (G) {
             case 1: s = dots4(qh, 1, K + p * stride, hd, full, m); break;
@@ -533,6 +545,7 @@ AI void accum4(const float *w, int64_t ldw, const int G, const float *V, int64_t
         for (int h = 0; h < G; h++) acc[h][v] = _mm512_maskz_loadu_ps(mk[v], o + h * hd + c0 + 16 * v);
     }
     for (int64_t p = 0; p < n; p++) {
+        if (c0 == 0) attn_prefetch_row(V, stride, p, n, hd);
         const float *vp = V + p * stride + c0;
         __m512 x[4];
 #pragma GCC unroll 4
