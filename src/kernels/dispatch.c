@@ -252,3 +252,13 @@ void nx_softmax_f32(float *x, int64_t n) {
     if (t->softmax_f32) t->softmax_f32(x, n);
     else softmax_scalar(x, n);
 }
+
+void nx_swiglu_f32(float *g, const float *u, int64_t n) {
+    if (n <= 0) return;
+    const nx_kernel_table *t = table_get();
+    if (t->swiglu_f32) {
+        t->swiglu_f32(g, u, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}

@@ -114,6 +114,10 @@ void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64
  * (the SIMD exp is a fixed polynomial within 2 ulp of expf). */
 void nx_softmax_f32(float *x, int64_t n);
 
+/* g[i] ← silu(g[i])·u[i] = g[i] / (1 + e^-g[i]) · u[i] (SwiGLU), with the same exp as
+ * nx_softmax_f32. */
+void nx_swiglu_f32(float *g, const float *u, int64_t n);
+
 /* Precision of the activations the integer kernels (avx512vnni/avx512vbmi) multiply quantized
  * weights with. 8 (the default): 4-bit weights (rows of whole 128-element blocks), 2-bit weights
  * (whole 256-element blocks) and, with VBMI, 3/5/6-bit weights take int8 activations, each

@@ -27,6 +27,7 @@ typedef struct nx_kernel_table {
     void (*attn_accum)(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
                        int64_t hd, float *o);
     void (*softmax_f32)(float *x, int64_t n);
+    void (*swiglu_f32)(float *g, const float *u, int64_t n);
 } nx_kernel_table;
 
 extern const nx_kernel_table nx_kernels_ref;

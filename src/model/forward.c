@@ -51,7 +51,6 @@ static void rope_neox(float *x, int32_t hd, const float *cs_sn) {
     }
 }
 
-static inline float silu(float z) { return z / (1.0f + expf(-z)); }
 
 /* ---------------------------------------------------------------- attention */
 
@@ -219,8 +218,7 @@ static void ffn_gate_up_worker(void *arg, int ith, int nth) {
             float *g = j->gs[i], *u = j->c->u + (g - j->c->g);
             nx_matmul_rows_then(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1, &ur);
             nx_matmul_rows_then(&j->f[i]->up, j->x[i], H, j->n[i], u, F, r0, r1, has_next ? &ng : NULL);
-            for (int32_t t = 0; t < j->n[i]; t++)
-                for (int64_t r = r0; r < r1; r++) g[t * F + r] = silu(g[t * F + r]) * u[t * F + r];
+            for (int32_t t = 0; t < j->n[i]; t++) nx_swiglu_f32(g + t * F + r0, u + t * F + r0, r1 - r0);
         }
         base += nc;
     }
