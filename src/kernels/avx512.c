@@ -41,6 +41,7 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     int64_t i = 0;
     const size_t esz = dt == NX_DTYPE_F32 ? 4 : 2;
+    const qpf_stream ps = qpf_stream_of(w, stride, R, 64);
     for (; i + 16 <= in; i += 16) {
         __m512 xv[4];
 #pragma GCC unroll 4
@@ -48,10 +49,11 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
         /* Decode streams many rows, more than the hardware prefetchers follow: one hint per
          * line consumed, ahead of the block (avx512_common.h; a hint past the end of the
          * matrix is harmless). */
-        if (((size_t)i * esz) % 64 == 0)
+        if (((size_t)i * esz) % 64 == 0) {
+            const uintptr_t pf = qpf_at(pw, &ps, (size_t)i * esz);
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++)
-                _mm_prefetch(qprefetch_addr(pw, w, stride, R, r, (size_t)i * esz, 64), QPF_HINT);
+            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + (size_t)r * ps.rstride), QPF_HINT);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m512 wv = load_w16(dt, w + r * stride, i);
@@ -202,6 +204,7 @@ AI void mk_quant4_lut(const int R, const int TT, const qargs *a, const float *x,
                       float *y, int64_t ldy) {
     const int64_t ngroups = a->in / a->group, nblk = a->group / 32;
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const qpf_stream ps = qpf_stream_of(a->w, a->wstride, R, 16);
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -226,9 +229,10 @@ AI void mk_quant4_lut(const int R, const int TT, const qargs *a, const float *x,
                 x0[t] = _mm512_permutex2var_ps(lo, a->lut->even, hi);
                 x1[t] = _mm512_permutex2var_ps(lo, a->lut->odd, hi);
             }
+            const uintptr_t pf = qpf_at(&a->pf, &ps, (size_t)e0 / 2);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                _mm_prefetch(qprefetch_addr(&a->pf, a->w, a->wstride, R, r, (size_t)e0 / 2, 16), QPF_HINT);
+                _mm_prefetch((const char *)(pf + (size_t)r * ps.rstride), QPF_HINT);
                 __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + r * a->wstride)));
                 __m512 f0 = _mm512_permutexvar_ps(v, lut[r]);
                 __m512 f1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut[r]);
@@ -254,6 +258,7 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
         return;
     }
     const int64_t ngroups = a->in / a->group, nblk = a->group / 32;
+    const qpf_stream ps = qpf_stream_of(a->w, a->wstride, R, (size_t)BITS * 4);
     __m512 acc[4][4];
     float bsum[4][4];
 #pragma GCC unroll 4
@@ -283,12 +288,11 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
                     x0[t] = ev;
                 }
             }
+            const uintptr_t pf = qpf_at(&a->pf, &ps, (size_t)e0 * BITS / 8);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m512 f0, f1;
-                _mm_prefetch(
-                    qprefetch_addr(&a->pf, a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, (size_t)BITS * 4),
-                    QPF_HINT);
+                _mm_prefetch((const char *)(pf + (size_t)r * ps.rstride), QPF_HINT);
                 unpack32(BITS, p + r * a->wstride, a->lut, &f0, &f1);
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) {

@@ -62,23 +62,33 @@ AI void qpf_next_scales(const nx_rows *next) {
     }
 }
 
-/* The address to prefetch for row r of a block of R rows starting at w0 (row stride
- * wstride), when each row has consumed `done` bytes and reads `step` more this iteration. */
-AI const char *qprefetch_addr(const qpf_window *pw, const uint8_t *w0, size_t wstride, int R, int r, size_t done,
-                              size_t step) {
+/* The prefetch stream of a register block of R rows starting at w0 (row stride wstride) that
+ * reads `step` bytes of each row per iteration: when each row has consumed `done` bytes, row r's
+ * hint is base + done·mul + r·rstride. A small block is swept linearly QPF_LINEAR ahead (rows r
+ * are consecutive lines); a large one gets the same columns of the rows whole blocks ahead.
+ * Computed once per register block: the hot loop then spends a multiply-add per step and an add
+ * per row on its hints, not a division and a window test per line. */
+typedef struct qpf_stream {
+    uintptr_t base;
+    size_t mul, rstride;
+} qpf_stream;
+
+AI qpf_stream qpf_stream_of(const uint8_t *w0, size_t wstride, int R, size_t step) {
     const size_t blk = (size_t)R * wstride;
-    uintptr_t p = (uintptr_t)w0;
-    if (blk <= QPF_LINEAR) {
-        p += QPF_LINEAR + done * (size_t)R + (size_t)r * step;
-    } else {
-        const size_t nb = (QPF_AHEAD + blk - 1) / blk;
-        p += nb * blk + (size_t)r * wstride + done;
-    }
-    if (p >= pw->end) {
+    if (blk <= QPF_LINEAR) return (qpf_stream){(uintptr_t)w0 + QPF_LINEAR, (size_t)R, step};
+    return (qpf_stream){(uintptr_t)w0 + (QPF_AHEAD + blk - 1) / blk * blk, 1, wstride};
+}
+
+/* Row 0's hint at `done`, moved into the window (rows r then follow at + r·rstride: the next
+ * lines of the same region in a linear sweep; at most a few lines past the call's end once
+ * both the call's rows and the next rows are covered). */
+AI uintptr_t qpf_at(const qpf_window *pw, const qpf_stream *s, size_t done) {
+    uintptr_t p = s->base + done * s->mul;
+    if (__builtin_expect(p >= pw->end, 0)) {
         const size_t off = p - pw->end;
         p = off < pw->next_len ? pw->next + off : pw->end - 64;
     }
-    return (const char *)p;
+    return p;
 }
 
 /* The AVX-512 vector helpers (avx512.c), shared by the VNNI tables. */

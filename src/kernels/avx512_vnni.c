@@ -286,15 +286,21 @@ AI void scale_in(const int GPU, const int R, const int TT, __m512i is[4][4], flo
  *   blocks of 8·BITS bytes, each element pulled into its own byte. */
 enum { K_W16, K_S4, K_A8 };
 
-/* Adds one block's products (elements e0.. of R weight rows, TT input rows) into the exact
- * int32 lane sums is[r][t]. */
-AI void block_products(const int KIND, const int BITS, const int R, const int TT, const vargs *a, const void *xq,
-                       int64_t ldq, int64_t e0, __m512i is[4][4]) {
+/* The packed bytes per row one block of block_products reads. */
+AI size_t block_step(const int KIND, const int BITS) {
     const int ODD = BITS == 3 || BITS == 5 || BITS == 6;
-    /* weight (and input) vectors per block, and the packed bytes per row a block reads */
+    return KIND == K_A8 ? (size_t)(ODD ? 8 * BITS : 64) : (size_t)(KIND == K_W16 ? 64 : 128) * BITS / 8;
+}
+
+/* Adds one block's products (elements e0.. of R weight rows, TT input rows) into the exact
+ * int32 lane sums is[r][t]; ps is the register block's prefetch stream. */
+AI void block_products(const int KIND, const int BITS, const int R, const int TT, const vargs *a,
+                       const qpf_stream *ps, const void *xq, int64_t ldq, int64_t e0, __m512i is[4][4]) {
+    const int ODD = BITS == 3 || BITS == 5 || BITS == 6;
+    /* weight (and input) vectors per block */
     const int NX = KIND == K_S4 || (KIND == K_A8 && BITS == 2) ? 4 : KIND == K_A8 && ODD ? 1 : 2;
-    const size_t step = KIND == K_A8 ? (size_t)(ODD ? 8 * BITS : 64) : (size_t)(KIND == K_W16 ? 64 : 128) * BITS / 8;
     const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
+    const uintptr_t pf = qpf_at(&a->pf, ps, (size_t)e0 * BITS / 8);
     __m512i xv[4][4];
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++)
@@ -305,7 +311,7 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const uint8_t *pr = p + r * a->wstride;
-        _mm_prefetch(qprefetch_addr(&a->pf, a->w, a->wstride, R, r, (size_t)e0 * BITS / 8, step), QPF_HINT);
+        _mm_prefetch((const char *)(pf + (size_t)r * ps->rstride), QPF_HINT);
         __m512i w[4];
         if (KIND == K_A8 && ODD) {
 #if NX_VNNI_VBMI
@@ -374,6 +380,7 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
     const int64_t nblk = GPU > 1 ? 1 : NB ? NB : a->group / blk;
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
+    const qpf_stream ps = qpf_stream_of(a->w, a->wstride, R, block_step(KIND, BITS));
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -388,7 +395,7 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512();
             for (int64_t k = 0; k < nblk; k++)
-                block_products(KIND, BITS, R, TT, a, xq, ldq, (g0 + gi) * a->group + k * blk, is);
+                block_products(KIND, BITS, R, TT, a, &ps, xq, ldq, (g0 + gi) * a->group + k * blk, is);
             scale_in(GPU, R, TT, is, sd, gi, acc);
         }
     }
