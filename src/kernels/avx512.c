@@ -47,8 +47,8 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + i);
         /* Decode streams many rows, more than the hardware prefetchers follow: one hint per
-         * line consumed, ahead of the block (avx512_common.h; a hint past the end of the
-         * matrix is harmless). */
+         * line consumed, ahead of the block, within the call's rows and then the next ones
+         * (qpf_stream / qpf_window, avx512_common.h). */
         if (((size_t)i * esz) % 64 == 0) {
             const uintptr_t pf = qpf_at(pw, &ps, (size_t)i * esz);
 #pragma GCC unroll 4
