@@ -657,6 +657,12 @@ static nx_status file_write(const char *dir, const char *fname, plan *p, int fil
         if (p->it[i].file == file) st = item_write(&p->it[i], fd, base, path, pg, err);
     if (!st && ftruncate(fd, (off_t)(base + off)) != 0)
         st = nx_fail(err, NX_E_IO, "%s: %s", path, strerror(errno));
+    /* On disk before it is renamed into place (a crash cannot leave a complete-looking but
+     * empty file), then out of the page cache: the first load reads it back fresh, which lets a
+     * file system that caches in large folios map the weights with 2 MB pages (pages cached
+     * by the writes stay 4 KB ones). */
+    if (!st && fdatasync(fd) != 0) st = nx_fail(err, NX_E_IO, "%s: cannot flush: %s", path, strerror(errno));
+    if (!st) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 fail:
     if (fd >= 0 && close(fd) != 0 && !st) st = nx_fail(err, NX_E_IO, "%s: close failed: %s", path, strerror(errno));
     free(hdr);

@@ -396,11 +396,24 @@ static nx_status map_file(const char *path, st_file *f, nx_error *err) {
         return nx_fail(err, NX_E_FORMAT, "%s: %lld bytes, too short for a safetensors header", path,
                        (long long)sb.st_size);
     }
-    /* MAP_POPULATE: page tables for the whole file are set up (and the file read, if it is not
-     * cached) now, not one fault per page while decoding touches experts for the first time */
-    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) return nx_fail(err, NX_E_IO, "%s: mmap failed: %s", path, strerror(errno));
+    /* Huge pages where the kernel can: a file system that caches files in large folios then
+     * reads the file in 2 MB folios, and the kernel maps them with 2 MB page-table entries (the
+     * TLB then covers the whole model; 4-bit decode streams ~3% faster). Only a hint. */
+    (void)madvise(m, (size_t)sb.st_size, MADV_HUGEPAGE);
+    /* Page tables for the whole file are set up (and the file read, if it is not cached) now,
+     * not one fault per page while decoding touches experts for the first time; kernels
+     * without MADV_POPULATE_READ (before 5.14) get the same by one read per page. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+    if (madvise(m, (size_t)sb.st_size, MADV_POPULATE_READ) != 0) {
+        const long pg = sysconf(_SC_PAGESIZE);
+        const volatile uint8_t *b = m;
+        for (size_t o = 0; o < (size_t)sb.st_size; o += (size_t)(pg > 0 ? pg : 4096)) (void)b[o];
+    }
     f->map = m;
     f->size = (size_t)sb.st_size;
     return NX_OK;
