@@ -1,8 +1,10 @@
 /* Decoding contexts: KV caches for the trunk and the MTP layer and every scratch buffer a
  * forward needs, allocated once at creation (nothing is allocated inside the forward pass);
  * teacher-forced evaluation and rollback. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/error.h"
 #include "model/model_internal.h"
@@ -15,6 +17,20 @@ static int64_t ffn_width(const nx_layer *L) {
     for (int32_t e = 0; e < L->moe.n_experts; e++)
         if (L->moe.experts[e].gate.out > f) f = L->moe.experts[e].gate.out;
     return f;
+}
+
+/* Zeroed memory for the KV caches, 2 MB-aligned and advised for huge pages (attention at long
+ * context walks the whole cache every step, 4 KB pages at a time otherwise); pages are
+ * committed as the cache fills. Returns the aligned start; *base / *bytes are what to unmap. */
+static void *kv_arena_new(size_t bytes, void **base, size_t *mapped) {
+    const size_t huge = (size_t)2 << 20, len = (bytes + huge - 1) / huge * huge + huge;
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    *base = m;
+    *mapped = len;
+    uint8_t *a = (uint8_t *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
+    (void)madvise(a, len - (size_t)(a - (uint8_t *)m), MADV_HUGEPAGE);
+    return a;
 }
 
 static void *zalloc(size_t n, size_t size, bool *ok) {
@@ -50,13 +66,18 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
 
     bool ok = true;
     c->kv = zalloc((size_t)cfg->n_layers, sizeof *c->kv, &ok);
+    const size_t per = N * kvw, n_caches = 2 * ((size_t)cfg->n_layers + (m->w.has_mtp ? 1 : 0));
+    float *arena = ok ? kv_arena_new(n_caches * per * sizeof(float), &c->kv_arena, &c->kv_arena_bytes) : NULL;
+    if (!arena) ok = false;
     for (int32_t l = 0; ok && l < cfg->n_layers; l++) {
-        c->kv[l].k = zalloc(N * kvw, sizeof(float), &ok);
-        c->kv[l].v = zalloc(N * kvw, sizeof(float), &ok);
+        c->kv[l].k = arena + (2 * (size_t)l) * per;
+        c->kv[l].v = arena + (2 * (size_t)l + 1) * per;
     }
     if (m->w.has_mtp) {
-        c->mtp_kv.k = zalloc(N * kvw, sizeof(float), &ok);
-        c->mtp_kv.v = zalloc(N * kvw, sizeof(float), &ok);
+        if (ok) {
+            c->mtp_kv.k = arena + (n_caches - 2) * per;
+            c->mtp_kv.v = arena + (n_caches - 1) * per;
+        }
         c->mtp_in = zalloc(B * 2 * H, sizeof(float), &ok);
         c->mtp_out = zalloc(B * H, sizeof(float), &ok);
     }
@@ -94,14 +115,8 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
 
 void nx_ctx_free(nx_ctx *c) {
     if (!c) return;
-    if (c->kv)
-        for (int32_t l = 0; l < c->m->cfg.n_layers; l++) {
-            free(c->kv[l].k);
-            free(c->kv[l].v);
-        }
+    if (c->kv_arena) munmap(c->kv_arena, c->kv_arena_bytes);
     free(c->kv);
-    free(c->mtp_kv.k);
-    free(c->mtp_kv.v);
     float *bufs[] = {c->mtp_in, c->mtp_out, c->hidden, c->x,  c->xn,    c->q,      c->k,
                      c->v,      c->att,     c->y,      c->g,  c->u,     c->hpre,   c->hpost,
                      c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye, c->rope};

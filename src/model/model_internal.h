@@ -49,6 +49,8 @@ struct nx_ctx {
     nx_kv *kv;       /* [n_layers] */
     int32_t n_past;  /* rows in the trunk cache */
     nx_kv mtp_kv;
+    void *kv_arena;  /* every k and v above, in one mapping on 2 MB pages where the kernel gives them */
+    size_t kv_arena_bytes;
     int32_t mtp_past; /* rows in the MTP cache */
     int32_t mtp_lo;   /* first MTP row attended: > 0 after a long stretch of plain decoding was
                          skipped rather than re-fed (see generate.c) */
