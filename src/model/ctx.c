@@ -21,7 +21,7 @@ static int64_t ffn_width(const nx_layer *L) {
 
 /* Zeroed memory for the KV caches, 2 MB-aligned and advised for huge pages (attention at long
  * context walks the whole cache every step, 4 KB pages at a time otherwise); pages are
- * committed as the cache fills. Returns the aligned start; *base / *bytes are what to unmap. */
+ * committed as the cache fills. Returns the aligned start; *base / *mapped are what to unmap. */
 static void *kv_arena_new(size_t bytes, void **base, size_t *mapped) {
     const size_t huge = (size_t)2 << 20, len = (bytes + huge - 1) / huge * huge + huge;
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
