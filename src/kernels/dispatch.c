@@ -137,12 +137,11 @@ typedef struct matmul_job {
 
 static int task_counts(const nx_matmul_task *t) { return t->T > 0 && t->W->out > 0; }
 
-/* The rows of task i this thread takes, given its chunk range [b, e) and the task's first
- * chunk `base`: 0 if none. */
-static int task_rows(const nx_matmul_task *t, long long base, long long b, long long e, nx_rows *r) {
-    const long long nc = (t->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
+int nx_rows_of_units(const nx_linear *W, int64_t unit, long long base, long long b, long long e, nx_rows *r) {
+    const long long nc = (W->out + unit - 1) / unit;
     const long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
-    *r = (nx_rows){t->W, (int64_t)(lo - base) * MATMUL_CHUNK, (int64_t)(hi - base) * MATMUL_CHUNK};
+    const int64_t r1 = (hi - base) * unit;
+    *r = (nx_rows){W, (lo - base) * unit, r1 < W->out ? r1 : W->out};
     return lo < hi;
 }
 
@@ -155,9 +154,9 @@ static void matmul_worker(void *arg, int ith, int nth) {
         if (!task_counts(t)) continue; /* as nx_matmul_many counts the chunks */
         const long long nc = (t->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
         nx_rows r, nr;
-        if (task_rows(t, base, b, e, &r)) {
+        if (nx_rows_of_units(t->W, MATMUL_CHUNK, base, b, e, &r)) {
             const int has_next = i + 1 < j->n && task_counts(&j->t[i + 1]) &&
-                                 task_rows(&j->t[i + 1], base + nc, b, e, &nr);
+                                 nx_rows_of_units(j->t[i + 1].W, MATMUL_CHUNK, base + nc, b, e, &nr);
             nx_matmul_rows_then(t->W, t->x, t->ldx, t->T, t->y, t->ldy, r.r0, r.r1, has_next ? &nr : NULL);
         }
         base += nc;

@@ -82,6 +82,10 @@ typedef struct nx_rows {
     int64_t r0, r1;
 } nx_rows;
 
+/* The rows of W that units [b, e) of a job cover, when the job cuts W's rows into units of
+ * `unit` rows numbered from `base` (several weights' units follow each other): 0 if none. */
+int nx_rows_of_units(const nx_linear *W, int64_t unit, long long base, long long b, long long e, nx_rows *r);
+
 /* nx_matmul_rows, told which rows the thread reads next (NULL: none known). The kernels
  * prefetch a fixed distance ahead of the rows they read; near the end of the call that stream
  * moves on to the first bytes of `next` instead of running past the call's rows, so the next

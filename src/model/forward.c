@@ -194,16 +194,6 @@ typedef struct ffn_job {
 
 #define FFN_CHUNK 16
 
-/* The rows of a weight with `rows` outputs that units [b, e) cover, given that the weight's
- * FFN_CHUNK-row units start at unit `base`: 0 if none. */
-static int unit_rows(const nx_linear *W, int64_t rows, long long base, long long b, long long e, nx_rows *r) {
-    const long long nc = (rows + FFN_CHUNK - 1) / FFN_CHUNK;
-    const long long lo = b > base ? b : base, hi = e < base + nc ? e : base + nc;
-    const int64_t r1 = (hi - base) * FFN_CHUNK;
-    *r = (nx_rows){W, (lo - base) * FFN_CHUNK, r1 < rows ? r1 : rows};
-    return lo < hi;
-}
-
 /* Gate and up rows of the same chunks on the same thread, so SwiGLU follows at once. Each
  * matmul names the next one, so the kernels' prefetch runs on from gate to up to the next
  * item's gate. */
@@ -216,10 +206,10 @@ static void ffn_gate_up_worker(void *arg, int ith, int nth) {
         const int64_t F = j->f[i]->gate.out;
         const long long nc = (F + FFN_CHUNK - 1) / FFN_CHUNK;
         nx_rows gr, ur, ng;
-        if (unit_rows(&j->f[i]->gate, F, base, b, e, &gr)) {
+        if (nx_rows_of_units(&j->f[i]->gate, FFN_CHUNK, base, b, e, &gr)) {
             const int64_t r0 = gr.r0, r1 = gr.r1;
-            const int has_next = i + 1 < j->items &&
-                                 unit_rows(&j->f[i + 1]->gate, j->f[i + 1]->gate.out, base + nc, b, e, &ng);
+            const int has_next =
+                i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->gate, FFN_CHUNK, base + nc, b, e, &ng);
             ur = (nx_rows){&j->f[i]->up, r0, r1};
             float *g = j->gs[i], *u = j->c->u + (g - j->c->g);
             nx_matmul_rows_then(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1, &ur);
@@ -243,8 +233,9 @@ static void ffn_down_worker(void *arg, int ith, int nth) {
     nx_pool_split(nc * j->items, ith, nth, &b, &e);
     for (int i = (int)(b / nc); i < j->items && (long long)i * nc < e; i++) {
         nx_rows dr, nd;
-        unit_rows(&j->f[i]->down, H, i * nc, b, e, &dr);
-        const int has_next = i + 1 < j->items && unit_rows(&j->f[i + 1]->down, H, (i + 1) * nc, b, e, &nd);
+        nx_rows_of_units(&j->f[i]->down, FFN_CHUNK, i * nc, b, e, &dr);
+        const int has_next =
+            i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->down, FFN_CHUNK, (i + 1) * nc, b, e, &nd);
         nx_matmul_rows_then(&j->f[i]->down, j->gs[i], j->f[i]->gate.out, j->n[i], j->out[i], H, dr.r0, dr.r1,
                             has_next ? &nd : NULL);
     }
