@@ -94,8 +94,9 @@ int main(int argc, char **argv) {
     if (mb < 1 || runs < 1) return 2;
     size_t n = (size_t)mb << 20;
     /* 2 MB pages where the kernel gives them, as the engine maps model files (README) */
-    uint8_t *buf = aligned_alloc((size_t)2 << 20, n);
-    if (buf) (void)madvise(buf, n, MADV_HUGEPAGE);
+    const size_t huge = (size_t)2 << 20, nalloc = (n + huge - 1) / huge * huge; /* aligned_alloc: a multiple */
+    uint8_t *buf = aligned_alloc(huge, nalloc);
+    if (buf) (void)madvise(buf, nalloc, MADV_HUGEPAGE);
     nx_pool *pool = nx_pool_new(threads);
     if (!buf || !pool) {
         fprintf(stderr, "membw: out of memory\n");
