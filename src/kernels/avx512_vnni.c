@@ -112,6 +112,16 @@ static inline int exp_above(float x) {
     return (int)((u >> 23) & 0xffu) - 126;
 }
 
+/* Word indices into a 64-word pair of registers: the even and odd words, and per field j the
+ * words 4k+j (k < 16, zero after). Constant tables: quantize_row runs on every matmul call. */
+#define IX4(f, j, b) f(b, j), f(b + 1, j), f(b + 2, j), f(b + 3, j)
+#define IX16(f, j, b) IX4(f, j, b), IX4(f, j, b + 4), IX4(f, j, b + 8), IX4(f, j, b + 12)
+#define IX32(f, j) IX16(f, j, 0), IX16(f, j, 16)
+#define IX_EVEN(k, j) 2 * (k) + (j)
+#define IX_FIELD(k, j) ((k) < 16 ? 4 * (k) + (j) : 0)
+static const int16_t ev[32] = {IX32(IX_EVEN, 0)}, od[32] = {IX32(IX_EVEN, 1)};
+static const int16_t q4[4][32] = {{IX32(IX_FIELD, 0)}, {IX32(IX_FIELD, 1)}, {IX32(IX_FIELD, 2)}, {IX32(IX_FIELD, 3)}};
+
 /* The int16 (act 16) or int8 (act 8) image of one input row, in x_layout's order. d[g] = the
  * group's scale, X[g] = Σ x over the group in f32 (for the bias term); a group with a NaN or
  * infinity gets d = NaN so the outputs it touches are NaN, as a float dot product would be. */
@@ -148,13 +158,6 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
             inv[g] = pow2f(k);
             d[g] = pow2f(-k);
         }
-    }
-    /* word indices into a 64-word pair of registers */
-    int16_t ev[32], od[32], q4[4][32];
-    for (int k = 0; k < 32; k++) {
-        ev[k] = (int16_t)(2 * k);
-        od[k] = (int16_t)(2 * k + 1);
-        for (int j = 0; j < 4; j++) q4[j][k] = (int16_t)(k < 16 ? 4 * k + j : 0);
     }
     const int lay = x_layout(act, bits, in, group);
     const int64_t blk = lay == XL8_STRIDE4 ? 256 : lay == XL_STRIDE4 || lay == XL8_EVENODD ? 128 : 64;
