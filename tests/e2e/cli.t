@@ -124,6 +124,11 @@ try:
 except (KeyError, ValueError):
     dense, ok = None, False
 t.ok(ok, f"bench: dense-part timing line {dense}", r.stdout)
+try:
+    huge = float(fields["weights_on_2MB_pages"][0])
+except (KeyError, ValueError):
+    huge = None
+t.ok(huge is not None and 0.0 <= huge <= 1.0, f"bench: share of the weights on 2 MB pages {huge}", r.stdout)
 
 shutil.rmtree(tmp)
 t.done()
