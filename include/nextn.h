@@ -148,12 +148,20 @@ typedef struct nx_mtp_wiring {
     double rope_theta;      /* 0 = the trunk's theta */
 } nx_mtp_wiring;
 
+/* How contexts of a model store their KV caches. */
+typedef enum nx_kv_type {
+    NX_KV_F32 = 0, /* exact (default) */
+    NX_KV_F16,     /* half the memory and the attention reads (keys after RoPE, values), each
+                      element rounded to f16 as it is written, as llama.cpp's default cache */
+} nx_kv_type;
+
 typedef struct nx_load_params {
     int n_threads;        /* 0 = all cores */
     nx_mtp_wiring wiring; /* zero = family defaults */
     bool no_mtp;          /* load the trunk only */
     int32_t draft_vocab;  /* > 0: the head drafts over token ids [0, draft_vocab) only (a smaller
                              lm_head read per draft; exact either way, the trunk verifies) */
+    nx_kv_type kv_type;   /* element type of the KV caches of this model's contexts */
     void (*progress)(void *user, double fraction); /* optional loading progress */
     void *progress_user;
 } nx_load_params;
@@ -178,7 +186,8 @@ typedef struct nx_model_info {
                                     FFN, routers, lm_head) */
     uint64_t mtp_bytes_dense;    /* the same for one MTP forward (eh_proj, attention, router,
                                     the drafted part of lm_head) */
-    uint64_t kv_bytes_per_token; /* trunk + MTP layers */
+    uint64_t kv_bytes_per_token; /* trunk + MTP layers, at the model's kv_type */
+    const char *kv_type;         /* "f32" | "f16" */
     int32_t bos_id, eos_id;      /* -1 if unknown */
 } nx_model_info;
 

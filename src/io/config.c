@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
+
 typedef struct parser {
     json_t *root;
     const char *name; /* file name for messages */
@@ -335,6 +337,9 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
                            "num_attention_heads %lld", p->name, (long long)hidden, (long long)heads);
         head_dim = hidden / heads;
     }
+    if (head_dim > NX_ATTN_MAX_HD)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: head_dim %lld is larger than the %d the attention kernels take",
+                       p->name, (long long)head_dim, NX_ATTN_MAX_HD);
     int64_t lt_dense;
     bool lt_present;
     if ((st = parse_layer_types(p, layers, &lt_dense, &lt_present))) return st;

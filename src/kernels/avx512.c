@@ -478,18 +478,25 @@ void nx_avx512_axpy_f32(float a, const float *x, float *y, int64_t n) {
     }
 }
 
+/* 16 elements of a cached row from element i (lanes past the mask 0), widened from f16 (exact)
+ * when F16. */
+AI __m512 kv_load(const int F16, const void *row, int64_t i, __mmask16 m) {
+    if (F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i));
+    return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+}
+
 /* Scores of up to 4 heads (q, q + hd, ...) against row k: each accumulated exactly as
  * nx_avx512_dot_f32 does it, then reduced in hsum16's order (four at once). */
-AI __m128 dots4(const float *q, int G, const float *k, int64_t hd, int64_t full, __mmask16 m) {
+AI __m128 dots4(const int F16, const float *q, int G, const void *k, int64_t hd, int64_t full, __mmask16 m) {
     __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     int64_t i = 0;
     for (; i < full; i += 16) {
-        const __m512 kv = _mm512_loadu_ps(k + i);
+        const __m512 kv = kv_load(F16, k, i, (__mmask16)0xffff);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) a[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * hd + i), kv, a[h]);
     }
     if (i < hd) {
-        const __m512 kv = _mm512_maskz_loadu_ps(m, k + i);
+        const __m512 kv = kv_load(F16, k, i, m);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) a[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * hd + i), kv, a[h]);
     }
@@ -500,16 +507,18 @@ AI __m128 dots4(const float *q, int G, const float *k, int64_t hd, int64_t full,
  * streams (one per kv head) that the hardware prefetchers pick up too late to matter. */
 #define ATTN_PF_ROWS 8
 
-/* The lines of the cached row p + ATTN_PF_ROWS, if there is one (hd floats at row stride). */
-AI void attn_prefetch_row(const float *base, int64_t stride, int64_t p, int64_t n, int64_t hd) {
+/* The lines of the cached row p + ATTN_PF_ROWS, if there is one (hd elements of es bytes at
+ * row stride). */
+AI void attn_prefetch_row(const void *base, size_t es, int64_t stride, int64_t p, int64_t n, int64_t hd) {
     if (p + ATTN_PF_ROWS >= n) return;
-    const char *r = (const char *)(base + (p + ATTN_PF_ROWS) * stride);
-    for (int64_t b = 0; b < hd * 4; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
+    const char *r = (const char *)base + (size_t)((p + ATTN_PF_ROWS) * stride) * es;
+    for (int64_t b = 0; b < hd * (int64_t)es; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
 }
 
 /* Each cached row is loaded once for up to 4 heads at a time. */
-void nx_avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
-                               float scale, float *out, int64_t ldo) {
+AI void scores(const int F16, const float *q, int64_t g, const void *K, int64_t stride, int64_t n, int64_t hd,
+               float scale, float *out, int64_t ldo) {
+    const size_t es = F16 ? 2 : 4;
     const int64_t full = hd & ~(int64_t)15;
     const __mmask16 m = (__mmask16)((1u << (hd - full)) - 1u);
     for (int64_t h0 = 0; h0 < g; h0 += 4) {
@@ -517,13 +526,14 @@ void nx_avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t st
         const float *qh = q + h0 * hd;
         float *oh = out + h0 * ldo;
         for (int64_t p = 0; p < n; p++) {
-            attn_prefetch_row(K, stride, p, n, hd);
+            attn_prefetch_row(K, es, stride, p, n, hd);
+            const void *kp = (const char *)K + (size_t)(p * stride) * es;
             __m128 s;
             switch (G) {
-            case 1: s = dots4(qh, 1, K + p * stride, hd, full, m); break;
-            case 2: s = dots4(qh, 2, K + p * stride, hd, full, m); break;
-            case 3: s = dots4(qh, 3, K + p * stride, hd, full, m); break;
-            default: s = dots4(qh, 4, K + p * stride, hd, full, m); break;
+            case 1: s = dots4(F16, qh, 1, kp, hd, full, m); break;
+            case 2: s = dots4(F16, qh, 2, kp, hd, full, m); break;
+            case 3: s = dots4(F16, qh, 3, kp, hd, full, m); break;
+            default: s = dots4(F16, qh, 4, kp, hd, full, m); break;
             }
             float v[4];
             _mm_storeu_ps(v, _mm_mul_ps(s, _mm_set1_ps(scale)));
@@ -532,11 +542,18 @@ void nx_avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t st
     }
 }
 
-/* o_h += Σ_p w_h[p]·V_p for up to 4 heads and 64 floats of o at a time, kept in registers while
- * all rows pass: each row's slice is loaded once for the heads, and each element takes the same
- * fused multiply-adds in the same order as nx_avx512_axpy_f32 calls would. */
-AI void accum4(const float *w, int64_t ldw, const int G, const float *V, int64_t stride, int64_t n, int64_t hd,
-               int64_t c0, float *o) {
+void nx_avx512_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kvt, int64_t stride, int64_t n,
+                           int64_t hd, float scale, float *out, int64_t ldo) {
+    if (kvt == NX_DTYPE_F16) scores(1, q, g, K, stride, n, hd, scale, out, ldo);
+    else scores(0, q, g, K, stride, n, hd, scale, out, ldo);
+}
+
+/* o_h += Σ_p w_h[p]·V_p for up to 4 heads and 64 elements of o at a time, kept in registers
+ * while all rows pass: each row's slice is loaded once for the heads, and each element takes the
+ * same fused multiply-adds in the same order as nx_avx512_axpy_f32 calls would. */
+AI void accum4(const int F16, const float *w, int64_t ldw, const int G, const void *V, int64_t stride, int64_t n,
+               int64_t hd, int64_t c0, float *o) {
+    const size_t es = F16 ? 2 : 4;
     const int64_t len = hd - c0 < 64 ? hd - c0 : 64;
     const int nv = (int)((len + 15) / 16);
     __mmask16 mk[4];
@@ -549,11 +566,11 @@ AI void accum4(const float *w, int64_t ldw, const int G, const float *V, int64_t
         for (int h = 0; h < G; h++) acc[h][v] = _mm512_maskz_loadu_ps(mk[v], o + h * hd + c0 + 16 * v);
     }
     for (int64_t p = 0; p < n; p++) {
-        if (c0 == 0) attn_prefetch_row(V, stride, p, n, hd);
-        const float *vp = V + p * stride + c0;
+        if (c0 == 0) attn_prefetch_row(V, es, stride, p, n, hd);
+        const void *vp = (const char *)V + (size_t)(p * stride + c0) * es;
         __m512 x[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) x[v] = _mm512_maskz_loadu_ps(mk[v], vp + 16 * v);
+        for (int v = 0; v < 4; v++) x[v] = kv_load(F16, vp, 16 * v, mk[v]);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
             const __m512 wv = _mm512_set1_ps(w[h * ldw + p]);
@@ -567,21 +584,27 @@ AI void accum4(const float *w, int64_t ldw, const int G, const float *V, int64_t
         for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(o + h * hd + c0 + 16 * v, mk[v], acc[h][v]);
 }
 
-void nx_avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
-                              int64_t hd, float *o) {
+AI void accum(const int F16, const float *w, int64_t ldw, int64_t g, const void *V, int64_t stride, int64_t n,
+              int64_t hd, float *o) {
     for (int64_t h0 = 0; h0 < g; h0 += 4) {
         const int G = g - h0 < 4 ? (int)(g - h0) : 4;
         for (int64_t c0 = 0; c0 < hd; c0 += 64) {
             const float *wh = w + h0 * ldw;
             float *oh = o + h0 * hd;
             switch (G) {
-            case 1: accum4(wh, ldw, 1, V, stride, n, hd, c0, oh); break;
-            case 2: accum4(wh, ldw, 2, V, stride, n, hd, c0, oh); break;
-            case 3: accum4(wh, ldw, 3, V, stride, n, hd, c0, oh); break;
-            default: accum4(wh, ldw, 4, V, stride, n, hd, c0, oh); break;
+            case 1: accum4(F16, wh, ldw, 1, V, stride, n, hd, c0, oh); break;
+            case 2: accum4(F16, wh, ldw, 2, V, stride, n, hd, c0, oh); break;
+            case 3: accum4(F16, wh, ldw, 3, V, stride, n, hd, c0, oh); break;
+            default: accum4(F16, wh, ldw, 4, V, stride, n, hd, c0, oh); break;
             }
         }
     }
+}
+
+void nx_avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride,
+                          int64_t n, int64_t hd, float *o) {
+    if (kvt == NX_DTYPE_F16) accum(1, w, ldw, g, V, stride, n, hd, o);
+    else accum(0, w, ldw, g, V, stride, n, hd, o);
 }
 
 /* e^x for 16 lanes: x = k·ln2 + r with |r| <= ln2/2 (ln2 split in two for an exact k·ln2),

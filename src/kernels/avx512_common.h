@@ -95,9 +95,9 @@ AI uintptr_t qpf_at(const qpf_window *pw, const qpf_stream *s, size_t done) {
 void nx_avx512_to_f32(nx_dtype t, const void *src, float *dst, int64_t n);
 float nx_avx512_dot_f32(const float *a, const float *b, int64_t n);
 void nx_avx512_axpy_f32(float a, const float *x, float *y, int64_t n);
-void nx_avx512_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
+void nx_avx512_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kvt, int64_t stride, int64_t n, int64_t hd,
                            float scale, float *out, int64_t ldo);
-void nx_avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
+void nx_avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride, int64_t n,
                           int64_t hd, float *o);
 void nx_avx512_softmax_f32(float *x, int64_t n);
 void nx_avx512_swiglu_f32(float *g, const float *u, int64_t n);

@@ -209,26 +209,40 @@ void nx_axpy_f32(float a, const float *x, float *y, int64_t n) {
     table_get()->axpy_f32(a, x, y, n);
 }
 
-void nx_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
+/* Cached row p of an attention call as f32: the row itself, or (f16) widened into buf. */
+static const float *kv_row(const nx_kernel_table *t, const void *base, nx_dtype kvt, int64_t stride, int64_t p,
+                           int64_t hd, float *buf) {
+    if (kvt != NX_DTYPE_F16) return (const float *)base + p * stride;
+    t->to_f32(NX_DTYPE_F16, (const uint16_t *)base + p * stride, buf, hd);
+    return buf;
+}
+
+void nx_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kvt, int64_t stride, int64_t n, int64_t hd,
                     float scale, float *out, int64_t ldo) {
     const nx_kernel_table *t = table_get();
     if (t->attn_scores) {
-        t->attn_scores(q, g, K, stride, n, hd, scale, out, ldo);
+        t->attn_scores(q, g, K, kvt, stride, n, hd, scale, out, ldo);
         return;
     }
-    for (int64_t h = 0; h < g; h++)
-        for (int64_t p = 0; p < n; p++) out[h * ldo + p] = t->dot_f32(q + h * hd, K + p * stride, hd) * scale;
+    float buf[NX_ATTN_MAX_HD];
+    for (int64_t p = 0; p < n; p++) {
+        const float *k = kv_row(t, K, kvt, stride, p, hd, buf);
+        for (int64_t h = 0; h < g; h++) out[h * ldo + p] = t->dot_f32(q + h * hd, k, hd) * scale;
+    }
 }
 
-void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
+void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride, int64_t n,
                    int64_t hd, float *o) {
     const nx_kernel_table *t = table_get();
     if (t->attn_accum) {
-        t->attn_accum(w, ldw, g, V, stride, n, hd, o);
+        t->attn_accum(w, ldw, g, V, kvt, stride, n, hd, o);
         return;
     }
-    for (int64_t h = 0; h < g; h++)
-        for (int64_t p = 0; p < n; p++) t->axpy_f32(w[h * ldw + p], V + p * stride, o + h * hd, hd);
+    float buf[NX_ATTN_MAX_HD];
+    for (int64_t p = 0; p < n; p++) {
+        const float *v = kv_row(t, V, kvt, stride, p, hd, buf);
+        for (int64_t h = 0; h < g; h++) t->axpy_f32(w[h * ldw + p], v, o + h * hd, hd);
+    }
 }
 
 /* The scalar softmax: the reference, and the path of ISAs without their own. */

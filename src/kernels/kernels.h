@@ -104,14 +104,17 @@ void nx_to_f32(nx_dtype t, const void *src, float *dst, int64_t n);
 float nx_dot_f32(const float *a, const float *b, int64_t n);
 void nx_axpy_f32(float a, const float *x, float *y, int64_t n); /* y += a·x */
 
-/* Attention over n cached rows (row p at K + p·stride, resp. V + p·stride, hd floats each) for
- * g query heads sharing them (GQA), so each cached row is read once for all g:
+/* Attention over n cached rows (row p at K + p·stride, resp. V + p·stride elements, hd each,
+ * stored as kvt: NX_DTYPE_F32 or NX_DTYPE_F16) for g query heads sharing them (GQA), so each
+ * cached row is read once for all g:
  *   out[h·ldo + p] = nx_dot_f32(q + h·hd, K_p, hd) · scale,
  *   o[h·hd + j] += Σ_p w[h·ldw + p]·V_p[j], terms added in ascending p,
- * exactly as the nx_dot_f32 / nx_axpy_f32 loops would give them (same bits, fewer passes). */
-void nx_attn_scores(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
+ * exactly as the nx_dot_f32 / nx_axpy_f32 loops would give them on the rows as f32 (same bits,
+ * fewer passes; an f16 row is widened exactly). hd <= NX_ATTN_MAX_HD. */
+#define NX_ATTN_MAX_HD 1024
+void nx_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kvt, int64_t stride, int64_t n, int64_t hd,
                     float scale, float *out, int64_t ldo);
-void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
+void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride, int64_t n,
                    int64_t hd, float *o);
 
 /* x[0..n) ← softmax(x): max, exp(x - max), normalised by the sum. Deterministic per ISA

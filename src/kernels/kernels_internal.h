@@ -22,10 +22,10 @@ typedef struct nx_kernel_table {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
     /* optional (NULL: composed from dot_f32 / axpy_f32) */
-    void (*attn_scores)(const float *q, int64_t g, const float *K, int64_t stride, int64_t n, int64_t hd,
-                        float scale, float *out, int64_t ldo);
-    void (*attn_accum)(const float *w, int64_t ldw, int64_t g, const float *V, int64_t stride, int64_t n,
-                       int64_t hd, float *o);
+    void (*attn_scores)(const float *q, int64_t g, const void *K, nx_dtype kvt, int64_t stride, int64_t n,
+                        int64_t hd, float scale, float *out, int64_t ldo);
+    void (*attn_accum)(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride,
+                       int64_t n, int64_t hd, float *o);
     void (*softmax_f32)(float *x, int64_t n);
     void (*swiglu_f32)(float *g, const float *u, int64_t n);
 } nx_kernel_table;

@@ -128,7 +128,9 @@ static void fill_info(nx_model *m) {
         in->mtp_bytes_dense = mb;
     }
     int32_t kv_layers = cfg->n_layers + (w->has_mtp ? 1 : 0);
-    in->kv_bytes_per_token = (uint64_t)kv_layers * 2u * (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim * sizeof(float);
+    in->kv_bytes_per_token =
+        (uint64_t)kv_layers * 2u * (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim * nx_dtype_size(m->kv_dtype);
+    in->kv_type = m->kv_dtype == NX_DTYPE_F16 ? "f16" : "f32";
     in->bos_id = cfg->bos_id;
     in->eos_id = cfg->n_eos > 0 ? cfg->eos_ids[0] : -1;
 }
@@ -159,6 +161,8 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
         p = &defaults;
     }
     *out = NULL;
+    if (p->kv_type != NX_KV_F32 && p->kv_type != NX_KV_F16)
+        return nx_fail(err, NX_E_ARG, "kv_type %d: expected NX_KV_F32 or NX_KV_F16", (int)p->kv_type);
     nx_status st;
     nx_model *m = calloc(1, sizeof *m);
     if (!m) return nx_fail(err, NX_E_NOMEM, "out of memory");
@@ -185,6 +189,7 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     m->wiring = p->wiring;
     wiring_resolve(&m->wiring, &m->w);
     m->draft_vocab = p->draft_vocab > 0 && p->draft_vocab < m->cfg.vocab_size ? p->draft_vocab : m->cfg.vocab_size;
+    m->kv_dtype = p->kv_type == NX_KV_F16 ? NX_DTYPE_F16 : NX_DTYPE_F32;
 
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (file_exists(path) && (st = nx_tokenizer_load(path, &m->tok, err)) != NX_OK) goto fail;

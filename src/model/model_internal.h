@@ -20,17 +20,18 @@ struct nx_model {
     nx_pool *pool;
     nx_mtp_wiring wiring; /* resolved: no DEFAULT values left */
     int32_t draft_vocab;  /* rows of lm_head the MTP head computes (vocab_size = all) */
+    nx_dtype kv_dtype;    /* NX_DTYPE_F32 or NX_DTYPE_F16: the contexts' KV caches */
     nx_model_info info;
     char weight_dtype[96];
     char mtp_status[64];
 };
 
-/* One attention layer's cache: k and v are [n_kv_heads, n_ctx, head_dim] f32 (head-major, so
- * attention streams each head's keys and values contiguously; position-major strided reads ran
- * twice as long at a few hundred positions). Keys are stored after q/k-norm and RoPE, values
- * raw. */
+/* One attention layer's cache: k and v are [n_kv_heads, n_ctx, head_dim] elements of the
+ * model's kv_dtype, f32 or f16 (head-major, so attention streams each head's keys and values
+ * contiguously; position-major strided reads ran twice as long at a few hundred positions).
+ * Keys are stored after q/k-norm and RoPE, values raw. */
 typedef struct nx_kv {
-    float *k, *v;
+    void *k, *v;
 } nx_kv;
 
 /* Per-forward MoE traffic, accumulated over the layers of one forward call. */

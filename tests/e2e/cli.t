@@ -95,6 +95,9 @@ expect_error("draft out of range", ["run", "-m", good, "--prompt-tokens", "1,2",
 expect_error("activation precision not 8 or 16", ["run", "-m", good, "--prompt-tokens", "1,2", "--act-bits", "4"],
              "--act-bits")
 expect_error("serve: activation precision not a number", ["serve", "-m", good, "--act-bits", "int8"], "--act-bits")
+expect_error("KV cache type not f32 or f16", ["run", "-m", good, "--prompt-tokens", "1,2", "--kv-type", "q8_0"],
+             "--kv-type q8_0")
+expect_error("serve: KV cache type not f32 or f16", ["serve", "-m", good, "--kv-type", "F16"], "--kv-type F16")
 expect_error("malformed token list", ["run", "-m", good, "--prompt-tokens", "1,x,3"], "token")
 expect_error("token id beyond the vocabulary", ["run", "-m", good, "--prompt-tokens", "1,999999"], "out of range")
 expect_error("no tokenizer for text", ["run", "-m", good, "-p", "hello"], "tokenizer")

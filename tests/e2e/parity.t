@@ -176,5 +176,29 @@ for th in (1, 3, 4):
     t.ok(np.array_equal(by_t[th][0], by_t[2][0]) and np.array_equal(by_t[th][1], by_t[2][1]),
          f"mlx-q4-g64-w256: {th} threads give the 2-thread trunk and MTP logits bit for bit")
 
+# --kv-type f16: keys and values rounded to f16 as they are cached. The logits stay within the
+# same TOL of the range from the f32 reference (and are not the f32 engine's: the cache really is
+# f16), and greedy MTP equals greedy AR on the same cache type, float and quantized.
+for name in ("tencent-odd", "mlx-q4-g64-head8"):
+    d = os.path.join(tmp, name)
+    f16l, f16m = os.path.join(tmp, f"{name}-kv16.npy"), os.path.join(tmp, f"{name}-kv16m.npy")
+    nextn("eval", "-m", d, "--tokens", ids, "--logits", f16l, "--mtp-logits", f16m, "--act-bits", 16, "--kv-type", "f16")
+    f32l, f32m = os.path.join(tmp, f"{name}-kv32.npy"), os.path.join(tmp, f"{name}-kv32m.npy")
+    nextn("eval", "-m", d, "--tokens", ids, "--logits", f32l, "--mtp-logits", f32m, "--act-bits", 16)
+    ref_l, ref_m = os.path.join(tmp, f"{name}-kvref.npy"), os.path.join(tmp, f"{name}-kvrefm.npy")
+    run([PY, "tools/train/reference.py", "--model", d, "--tokens", ids, "--logits", ref_l, "--mtp-logits", ref_m])
+    for what, a, b, c in (("trunk", f16l, ref_l, f32l), ("MTP", f16m, ref_m, f32m)):
+        a, b, c = np.load(a), np.load(b), np.load(c)
+        rng, err = float(b.max() - b.min()), float(np.abs(a - b).max())
+        t.ok(err <= TOL * rng and float(np.abs(a - c).max()) > 0,
+             f"{name} --kv-type f16: {what} logits max |dlogit| {err:.2e} vs range {rng:.2f}, not the f32 cache's")
+    ar = nextn("run", "-m", d, "--prompt-tokens", ids, "-n", 24, "--print-ids", "--ignore-eos", "--draft", 0,
+               "--quiet", "--kv-type", "f16").stdout.split()
+    for k in ("1", "3", "auto"):
+        out = nextn("run", "-m", d, "--prompt-tokens", ids, "-n", 24, "--print-ids", "--ignore-eos", "--draft", k,
+                    "--quiet", "--kv-type", "f16").stdout.split()
+        t.ok(out == ar and len(ar) == 24, f"{name} --kv-type f16: greedy MTP (draft {k}) equals greedy AR",
+             f"mtp {out}\nar {ar}")
+
 run(["rm", "-rf", tmp])
 t.done()

@@ -243,6 +243,7 @@ static void test_wrong_types(void **state) {
     (void)state;
     expect_err("hidden_size", "\"hidden_size\":\"4096\"", NX_E_CONFIG, "hidden_size");
     expect_err("hidden_size", "\"hidden_size\":4096.0", NX_E_CONFIG, "hidden_size");
+    expect_err("head_dim", "\"head_dim\":2048", NX_E_CONFIG, "head_dim 2048");
     expect_err("qk_norm", "\"qk_norm\":1", NX_E_CONFIG, "qk_norm");
     expect_err("route_norm", "\"route_norm\":\"yes\"", NX_E_CONFIG, "route_norm");
     expect_err("tie_word_embeddings", "\"tie_word_embeddings\":0", NX_E_CONFIG, "tie_word_embeddings");

@@ -15,6 +15,7 @@
 
 #include "base/pool.h"
 #include "kernels/kernels.h"
+#include "io/quantize.h"
 
 /* ------------------------------------------------------------------ test data */
 
@@ -279,42 +280,52 @@ static void test_dot_axpy(void **state) {
 }
 
 /* The attention helpers give the bits of the dot/axpy loops they replace, on every ISA, for
- * any number of heads sharing the rows. */
+ * any number of heads sharing the rows; on an f16 cache, the bits those loops give on the rows
+ * widened to f32. */
 static void test_attn_helpers(void **state) {
     (void)state;
     const int64_t hds[] = {1, 15, 16, 17, 64, 100, 128, 130, 200, 256};
     const int64_t gs[] = {1, 3, 4, 6};
+    const nx_dtype kvts[] = {NX_DTYPE_F32, NX_DTYPE_F16};
     for (int k = 0; k < n_isas; k++) {
         assert_int_equal(use_isa(isas[k]), 0);
         for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
             for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
-                for (int64_t n = 1; n <= 11; n += 5) {
-                    const int64_t hd = hds[h], g = gs[gi], stride = hd + 7, ld = n + 2;
-                    float *q = rnd_vec(g * hd), *K = rnd_vec(n * stride), *w = rnd_vec(g * ld);
-                    float *got = malloc((size_t)(g * ld) * sizeof *got), *want = malloc((size_t)(g * ld) * sizeof *want);
-                    for (int64_t i = 0; i < g * ld; i++) got[i] = want[i] = 12345.0f; /* canaries past n */
-                    nx_attn_scores(q, g, K, stride, n, hd, 0.125f, got, ld);
-                    for (int64_t hh = 0; hh < g; hh++)
-                        for (int64_t p = 0; p < n; p++) want[hh * ld + p] = nx_dot_f32(q + hh * hd, K + p * stride, hd) * 0.125f;
-                    if (memcmp(got, want, (size_t)(g * ld) * 4) != 0)
-                        fail_msg("%s: attn_scores hd %lld g %lld n %lld differs from dot", isas[k], (long long)hd,
-                                 (long long)g, (long long)n);
-                    float *o1 = rnd_vec(g * hd + 1), *o2 = malloc((size_t)(g * hd + 1) * sizeof *o2);
-                    memcpy(o2, o1, (size_t)(g * hd + 1) * 4);
-                    nx_attn_accum(w, ld, g, K, stride, n, hd, o1);
-                    for (int64_t hh = 0; hh < g; hh++)
-                        for (int64_t p = 0; p < n; p++) nx_axpy_f32(w[hh * ld + p], K + p * stride, o2 + hh * hd, hd);
-                    if (memcmp(o1, o2, (size_t)(g * hd + 1) * 4) != 0)
-                        fail_msg("%s: attn_accum hd %lld g %lld n %lld differs from axpy", isas[k], (long long)hd,
-                                 (long long)g, (long long)n);
-                    free(q);
-                    free(K);
-                    free(w);
-                    free(got);
-                    free(want);
-                    free(o1);
-                    free(o2);
-                }
+                for (int64_t n = 1; n <= 11; n += 5)
+                    for (int kt = 0; kt < 2; kt++) {
+                        const int64_t hd = hds[h], g = gs[gi], stride = hd + 7, ld = n + 2;
+                        const nx_dtype kvt = kvts[kt];
+                        float *q = rnd_vec(g * hd), *K = rnd_vec(n * stride), *w = rnd_vec(g * ld);
+                        /* the cache as stored (K itself, or its f16 image) and K as the kernels see it */
+                        uint16_t *K16 = malloc((size_t)(n * stride) * sizeof *K16);
+                        for (int64_t i = 0; i < n * stride; i++) K16[i] = nx_f32_to_f16(K[i]);
+                        if (kvt == NX_DTYPE_F16) nx_to_f32(NX_DTYPE_F16, K16, K, n * stride);
+                        const void *stored = kvt == NX_DTYPE_F16 ? (const void *)K16 : (const void *)K;
+                        float *got = malloc((size_t)(g * ld) * sizeof *got), *want = malloc((size_t)(g * ld) * sizeof *want);
+                        for (int64_t i = 0; i < g * ld; i++) got[i] = want[i] = 12345.0f; /* canaries past n */
+                        nx_attn_scores(q, g, stored, kvt, stride, n, hd, 0.125f, got, ld);
+                        for (int64_t hh = 0; hh < g; hh++)
+                            for (int64_t p = 0; p < n; p++) want[hh * ld + p] = nx_dot_f32(q + hh * hd, K + p * stride, hd) * 0.125f;
+                        if (memcmp(got, want, (size_t)(g * ld) * 4) != 0)
+                            fail_msg("%s: attn_scores (%s) hd %lld g %lld n %lld differs from dot", isas[k],
+                                     kt ? "f16" : "f32", (long long)hd, (long long)g, (long long)n);
+                        float *o1 = rnd_vec(g * hd + 1), *o2 = malloc((size_t)(g * hd + 1) * sizeof *o2);
+                        memcpy(o2, o1, (size_t)(g * hd + 1) * 4);
+                        nx_attn_accum(w, ld, g, stored, kvt, stride, n, hd, o1);
+                        for (int64_t hh = 0; hh < g; hh++)
+                            for (int64_t p = 0; p < n; p++) nx_axpy_f32(w[hh * ld + p], K + p * stride, o2 + hh * hd, hd);
+                        if (memcmp(o1, o2, (size_t)(g * hd + 1) * 4) != 0)
+                            fail_msg("%s: attn_accum (%s) hd %lld g %lld n %lld differs from axpy", isas[k],
+                                     kt ? "f16" : "f32", (long long)hd, (long long)g, (long long)n);
+                        free(q);
+                        free(K);
+                        free(K16);
+                        free(w);
+                        free(got);
+                        free(want);
+                        free(o1);
+                        free(o2);
+                    }
     }
     use_isa(default_isa);
 }

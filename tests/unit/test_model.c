@@ -339,6 +339,14 @@ static void test_bad_requests(void **state) {
     assert_true(sec > 0 && bytes > 0);
     nx_ctx_free(c);
     nx_model_free(m);
+    /* a KV cache type that does not exist */
+    nx_load_params p;
+    nx_load_params_default(&p);
+    p.kv_type = (nx_kv_type)7;
+    nx_model *m2 = NULL;
+    assert_int_equal(nx_model_load(g_dir, &p, &m2, &err), NX_E_ARG);
+    assert_null(m2);
+    assert_non_null(strstr(err.msg, "kv_type 7"));
 }
 
 int main(void) {

@@ -40,6 +40,8 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
 /* Strict number parsing for option values: the whole string, within [lo, hi]. */
 bool cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);
+/* "f32" or "f16" (--kv-type). */
+bool cli_parse_kv_type(const char *s, nx_kv_type *out);
 
 /* Prints "nextn CMD: <message>" and a pointer to --help; returns 2 (the usage-error exit code). */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

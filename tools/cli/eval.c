@@ -188,12 +188,12 @@ int cli_inspect(int argc, char **argv) {
         printf("{\"family\":\"%s\",\"layout\":\"%s\",\"dtype\":\"%s\",\"mtp\":\"%s\",\"vocab_size\":%d,"
                "\"hidden_size\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"experts\":%d,"
                "\"top_k\":%d,\"mtp_experts\":%d,\"params\":%llu,\"params_active\":%llu,\"params_mtp\":%llu,"
-               "\"weight_bytes\":%llu,\"kv_bytes_per_token\":%llu,\"tokenizer\":%s}\n",
+               "\"weight_bytes\":%llu,\"kv_bytes_per_token\":%llu,\"kv_type\":\"%s\",\"tokenizer\":%s}\n",
                in->family, in->layout, in->weight_dtype, in->mtp, in->vocab_size, in->hidden_size, in->n_layers,
                in->n_heads, in->n_kv_heads, in->head_dim, in->n_experts, in->top_k, in->mtp_n_experts,
                (unsigned long long)in->n_params, (unsigned long long)in->n_params_active,
                (unsigned long long)in->n_params_mtp, (unsigned long long)in->weight_bytes,
-               (unsigned long long)in->kv_bytes_per_token, nx_model_tokenizer(m) ? "true" : "false");
+               (unsigned long long)in->kv_bytes_per_token, in->kv_type, nx_model_tokenizer(m) ? "true" : "false");
     } else {
         char wb[32], kb[32], mb[32];
         human((double)in->weight_bytes, wb, sizeof wb);
@@ -210,7 +210,7 @@ int cli_inspect(int argc, char **argv) {
         printf("mtp head      %s\n", in->mtp);
         printf("tokenizer     %s\n", nx_model_tokenizer(m) ? "tokenizer.json" : "none");
         printf("chat template %s\n", nx_model_chat_template(m) ? "yes" : "no");
-        printf("kv cache      %s per token (f32)\n", kb);
+        printf("kv cache      %s per token (%s)\n", kb, in->kv_type);
         printf("memory        %s for a %lld-token context\n", mb, (long long)ctx);
     }
     nx_model_free(m);

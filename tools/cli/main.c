@@ -23,6 +23,7 @@ enum {
     OPT_NOMTP, OPT_MTP_HIDDEN, OPT_MTP_CONCAT, OPT_MTP_RECYCLE, OPT_MTP_HNORM, OPT_MTP_WINDOW,
     OPT_MTP_THETA, OPT_IGNORE_EOS, OPT_CHAT, OPT_TOKENS, OPT_LOGITS, OPT_MTP_LOGITS, OPT_JSON,
     OPT_PTOKENS, OPT_K, OPT_MODES, OPT_REPEAT, OPT_QUIET, OPT_DRAFT_VOCAB, OPT_SIMULATE, OPT_ACT_BITS,
+    OPT_KV_TYPE,
 };
 
 static const struct option long_opts[] = {
@@ -69,8 +70,16 @@ static const struct option long_opts[] = {
     {"draft-vocab", required_argument, 0, OPT_DRAFT_VOCAB},
     {"simulate-from", required_argument, 0, OPT_SIMULATE},
     {"act-bits", required_argument, 0, OPT_ACT_BITS},
+    {"kv-type", required_argument, 0, OPT_KV_TYPE},
     {0, 0, 0, 0},
 };
+
+bool cli_parse_kv_type(const char *s, nx_kv_type *out) {
+    if (!strcmp(s, "f32")) *out = NX_KV_F32;
+    else if (!strcmp(s, "f16")) *out = NX_KV_F16;
+    else return false;
+    return true;
+}
 
 bool cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
     char *end;
@@ -190,6 +199,9 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
         case OPT_ACT_BITS:
             if (!cli_parse_int(optarg, 8, 16, &iv) || nx_kernels_set_act_bits((int)iv) != 0)
                 BAD("--act-bits %s: expected 8 or 16", optarg);
+            break;
+        case OPT_KV_TYPE:
+            if (!cli_parse_kv_type(optarg, &o->load.kv_type)) BAD("--kv-type %s: expected f32 or f16", optarg);
             break;
         case '?':
         default:

@@ -29,6 +29,8 @@ static const char *usage =
     "  -t, --threads N         threads (default: all cores)\n"
     "      --act-bits 8|16     activations of 2-6-bit matmuls: int8 (default, as llama.cpp: each\n"
     "                          input within 1/254 of its group's largest) or int16 (finer, slower)\n"
+    "      --kv-type f32|f16   KV cache elements: f32 (default, exact) or f16 (half the memory and\n"
+    "                          attention reads; keys and values rounded to f16, as llama.cpp's cache)\n"
     "      --no-mtp            ignore the MTP head\n"
     "      --draft-vocab N     the head drafts over token ids < N only (cheaper drafts, still exact)\n"
     "      --mtp-hidden post|pre  --mtp-concat embed-first|hidden-first  --mtp-recycle normed|raw\n"

@@ -38,11 +38,12 @@ static const char *usage =
     "      --verify RULE       residual (lossless sampling) or match (default residual)\n"
     "  -t, --threads N         compute threads (default: all cores)\n"
     "      --act-bits 8|16     activations of 2-6-bit matmuls: int8 (default) or int16 (finer)\n"
+    "      --kv-type f32|f16   KV cache elements: f32 (default, exact) or f16 (half the memory)\n"
     "      --no-mtp            load the trunk only (no speculation)\n"
     "  -q, --quiet             no start-up banner\n";
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
-       O_NOMTP, O_ID, O_MAXCONN, O_ACT };
+       O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -52,7 +53,8 @@ static const struct option opts[] = {
     {"max-connections", required_argument, 0, O_MAXCONN},
     {"ctx", required_argument, 0, O_CTX},     {"draft", required_argument, 0, O_DRAFT},
     {"verify", required_argument, 0, O_VERIFY}, {"threads", required_argument, 0, 't'},
-    {"no-mtp", no_argument, 0, O_NOMTP},      {"act-bits", required_argument, 0, O_ACT},      {"quiet", no_argument, 0, 'q'},
+    {"no-mtp", no_argument, 0, O_NOMTP},      {"act-bits", required_argument, 0, O_ACT},
+    {"kv-type", required_argument, 0, O_KV},      {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
 
@@ -160,6 +162,9 @@ int nx_cli_serve(int argc, char **argv) {
         case O_ACT:
             if (!cli_parse_int(optarg, 8, 16, &v) || nx_kernels_set_act_bits((int)v) != 0)
                 BAD("--act-bits %s: expected 8 or 16", optarg);
+            break;
+        case O_KV:
+            if (!cli_parse_kv_type(optarg, &lp.kv_type)) BAD("--kv-type %s: expected f32 or f16", optarg);
             break;
         case 'q': quiet = true; break;
         case 'h': fputs(usage, stdout); return 0;
