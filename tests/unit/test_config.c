@@ -308,7 +308,8 @@ static void test_bad_values(void **state) {
                NX_E_UNSUPPORTED, "yarn");
     expect_err(NULL, "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2}", NX_E_UNSUPPORTED, "rope_scaling");
     expect_err("head_dim", "\"head_dim\":0", NX_E_CONFIG, "head_dim");
-    expect_err("head_dim", "\"head_dim\":2147483647", NX_E_CONFIG, "overflow");
+    expect_err("head_dim", "\"head_dim\":2147483647", NX_E_CONFIG, "head_dim 2147483647");
+    expect_err("num_attention_heads", "\"num_attention_heads\":16777216", NX_E_CONFIG, "overflow");
 }
 
 static void test_quantization(void **state) {
