@@ -55,16 +55,22 @@ $NEXTN bench -n "$N" --modes ar,1,2,3,auto
 echo "== default model: AR vs MTP auto, temperature 0.9"
 $NEXTN bench -n "$N" --modes ar,auto,1 --temp 0.9 --seed 1
 
-if [ ! -f "$BIG/config.json" ]; then
-    echo "== generating the memory-bound random model in $BIG"
-    /usr/bin/python3 tests/ref/make_random_ckpt.py --preset big --layout tencent --mtp inline --seed 11 --out "$BIG"
-    # flushed and dropped from the page cache, as `nextn convert` does with its outputs: read back
-    # fresh, the weights can be mapped with 2 MB pages (README, Performance)
+# A model's files flushed and dropped from the page cache, as `nextn convert` does with its
+# outputs: read back fresh (by the next load), the weights can be mapped with 2 MB pages (README,
+# Performance; `nextn bench` prints the share it got as weights_on_2MB_pages). Files read with
+# read() or partly evicted since they were written can otherwise stay cached in 4 KB pages.
+drop_from_cache() {
     sync
     /usr/bin/python3 -c 'import os, sys
 for f in sys.argv[1:]:
-    fd = os.open(f, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' "$BIG"/*.safetensors
+    fd = os.open(f, os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)' "$1"/*.safetensors
+}
+
+if [ ! -f "$BIG/config.json" ]; then
+    echo "== generating the memory-bound random model in $BIG"
+    /usr/bin/python3 tests/ref/make_random_ckpt.py --preset big --layout tencent --mtp inline --seed 11 --out "$BIG"
 fi
+drop_from_cache "$BIG"
 $NEXTN inspect -m "$BIG"
 echo "memory-bound model: $($NEXTN run -m "$BIG" --prompt-tokens "$(seq 1 512 | paste -sd,)" -n 1 --draft 0 2>&1 >/dev/null | grep -o 'prefill: [^|]*')"
 echo "== memory-bound model: AR vs MTP with synthetic acceptance 0.8"
@@ -95,6 +101,7 @@ decode_vs_bw() { # NAME MODEL [nextn bench options...]
         printf "%s AR decode reads weights at %.0f%% of the bandwidth measured around it (median of %d rounds); a 2-row verify of the dense parts costs %.2fx a 1-row step (median)\n", n, 100 * fr[m], NR, dv[m]
         printf "  rounds:%s\n", line
     }'
+    echo "  weights on 2 MB pages (last round): $(echo "$out" | grep -o 'weights_on_2MB_pages=[0-9.]*' | cut -d= -f2)"
 }
 $NEXTN bench -m "$BIG" -n 48 --modes ar,1,2 --synthetic-accept 0.8 --repeat 3
 decode_vs_bw "bf16" "$BIG"
@@ -109,6 +116,7 @@ if [ ! -f "$BIGQ4/config.json" ]; then
     $NEXTN convert "$tmpbf/m" "$BIGQ4" --bits 4 --group-size 64 --quiet
     rm -rf "$tmpbf"
 fi
+drop_from_cache "$BIGQ4"
 $NEXTN inspect -m "$BIGQ4" | grep -E "weights|parameters"
 echo "== memory-bound 4-bit model: AR vs MTP with synthetic acceptance 0.8"
 $NEXTN bench -m "$BIGQ4" -n 48 --modes ar,1 --synthetic-accept 0.8 --repeat 3
