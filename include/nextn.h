@@ -217,6 +217,9 @@ nx_status nx_ctx_eval_mtp(nx_ctx *c, const int32_t *tokens, int32_t n, float *lo
                           nx_error *err);
 /* Drops every cached row at or after position n (rollback). */
 void nx_ctx_truncate(nx_ctx *c, int32_t n);
+/* Forgets what --draft auto has measured on this context (step costs, acceptance per draft
+ * position), which otherwise carries over from one generation to the next. */
+void nx_ctx_reset_auto(nx_ctx *c);
 
 typedef enum nx_verify {
     NX_VERIFY_RESIDUAL = 0, /* Leviathan/Chen rejection sampling (default) */

@@ -21,7 +21,7 @@
 #define AUTO_PROBE_MAX 1024   /* ... doubling after every probe that keeps it off */
 #define AUTO_REFEED_MAX 16    /* a probe re-feeds the head at most this many skipped rows */
 #define AUTO_REMEASURE 64     /* cycles between plain steps that keep C(1) current */
-#define COST_WINDOW 15        /* samples per median */
+#define COST_WINDOW NX_AUTO_COST_WINDOW
 
 void nx_gen_params_default(nx_gen_params *p) {
     memset(p, 0, sizeof *p);
@@ -53,27 +53,25 @@ typedef struct gen {
     float *qprobs;   /* (NX_MAX_DRAFT, V) draft distributions q1..qk */
     float *mlogits;  /* (1, V) MTP logits */
     bool stop;
-    int32_t ar_since_probe, probe_every;
+    int32_t ar_since_probe;
     int32_t since_ar; /* speculative cycles since the last plain step */
-    /* recent costs (seconds) of r-row trunk forwards (r = 1..NX_MAX_DRAFT+1) and of MTP
-     * forwards (slot 0): --draft auto works on their medians, robust to page faults, warm-up
-     * and other processes' bursts */
-    double hist[NX_MAX_DRAFT + 2][COST_WINDOW];
-    int32_t hist_n[NX_MAX_DRAFT + 2];
-    /* running acceptance per chain position (decayed counts) for --draft auto */
-    double acc_n[NX_MAX_DRAFT], acc_d[NX_MAX_DRAFT];
+    nx_auto_state *a; /* the context's --draft auto measurements */
 } gen;
 
 static void hist_add(gen *g, int32_t slot, double dt) {
-    g->hist[slot][g->hist_n[slot]++ % COST_WINDOW] = dt;
+    int32_t *n = &g->a->hist_n[slot];
+    g->a->hist[slot][*n % COST_WINDOW] = dt;
+    /* a ring: past one full window, the count only keeps the write position (a context lives
+     * for many generations) */
+    if (++*n >= 2 * COST_WINDOW) *n -= COST_WINDOW;
 }
 
 /* Median of the recent samples of a slot, or -1 when there are none. */
 static double hist_median(const gen *g, int32_t slot) {
-    int32_t n = g->hist_n[slot] < COST_WINDOW ? g->hist_n[slot] : COST_WINDOW;
+    int32_t n = g->a->hist_n[slot] < COST_WINDOW ? g->a->hist_n[slot] : COST_WINDOW;
     if (n == 0) return -1.0;
     double v[COST_WINDOW];
-    memcpy(v, g->hist[slot], sizeof(double) * (size_t)n);
+    memcpy(v, g->a->hist[slot], sizeof(double) * (size_t)n);
     for (int32_t i = 1; i < n; i++)
         for (int32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
             double t = v[j];
@@ -141,8 +139,8 @@ static double cost_rows(const gen *g, int32_t r) {
 static int32_t choose_k(gen *g) {
     /* The cost model compares against a plain step: measure it first, and now and then
      * again so that warm-up or a change in machine load does not skew the choice. */
-    if (g->hist_n[1] < 3) return 0;
-    if (g->since_ar >= (g->hist_n[1] < COST_WINDOW ? AUTO_REMEASURE / 8 : AUTO_REMEASURE)) return 0;
+    if (g->a->hist_n[1] < 3) return 0;
+    if (g->since_ar >= (g->a->hist_n[1] < COST_WINDOW ? AUTO_REMEASURE / 8 : AUTO_REMEASURE)) return 0;
     double c_mtp = hist_median(g, 0);
     if (c_mtp < 0) c_mtp = 0.1 * cost_rows(g, 1);
     const double ar_speed = 1.0 / cost_rows(g, 1);
@@ -153,9 +151,9 @@ static int32_t choose_k(gen *g) {
         /* chain positions are explored one at a time: a draft k deep is only weighed once
          * position k-1 has been seen, so a head that never hits costs one 2-row verify to
          * learn that, not a (k+1)-row one */
-        if (k > 1 && g->acc_d[k - 2] <= 0.0) break;
+        if (k > 1 && g->a->acc_d[k - 2] <= 0.0) break;
         /* optimistic prior for unexplored positions so they get tried */
-        double a = (g->acc_n[k - 1] + 1.6) / (g->acc_d[k - 1] + 2.0);
+        double a = (g->a->acc_n[k - 1] + 1.6) / (g->a->acc_d[k - 1] + 2.0);
         run *= a;
         e += run;
         double cost = cost_rows(g, k + 1) + (double)k * c_mtp;
@@ -168,18 +166,18 @@ static int32_t choose_k(gen *g) {
         }
     }
     if (best_k > 0) {
-        g->probe_every = AUTO_PROBE_FIRST;
+        g->a->probe_every = AUTO_PROBE_FIRST;
         g->ar_since_probe = 0;
         return best_k;
     }
     /* Measured costs say no acceptance could pay for a verify: probing is pure loss, so it
      * happens only at the longest interval (in case the load on the machine changes). */
-    if (g->hist_n[2] > 0 && best_ceiling < ar_speed) g->probe_every = AUTO_PROBE_MAX;
-    if (++g->ar_since_probe >= g->probe_every) {
+    if (g->a->hist_n[2] > 0 && best_ceiling < ar_speed) g->a->probe_every = AUTO_PROBE_MAX;
+    if (++g->ar_since_probe >= g->a->probe_every) {
         /* Probe with one draft to keep the acceptance estimate current; back off while
          * drafting keeps not paying, so probes cost a vanishing share of the time. */
         g->ar_since_probe = 0;
-        if (g->probe_every < AUTO_PROBE_MAX) g->probe_every *= 2;
+        if (g->a->probe_every < AUTO_PROBE_MAX) g->a->probe_every *= 2;
         return 1;
     }
     return 0;
@@ -187,8 +185,8 @@ static int32_t choose_k(gen *g) {
 
 static void note_acceptance(gen *g, int32_t drafted, int32_t accepted) {
     for (int32_t i = 0; i < drafted; i++) {
-        g->acc_n[i] = 0.97 * g->acc_n[i] + (i < accepted ? 1.0 : 0.0);
-        g->acc_d[i] = 0.97 * g->acc_d[i] + 1.0;
+        g->a->acc_n[i] = 0.97 * g->a->acc_n[i] + (i < accepted ? 1.0 : 0.0);
+        g->a->acc_d[i] = 0.97 * g->a->acc_d[i] + 1.0;
     }
 }
 
@@ -351,7 +349,8 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     g.on_token = on_token;
     g.user = user;
     g.V = V;
-    g.probe_every = AUTO_PROBE_FIRST;
+    g.a = &c->autos;
+    if (g.a->probe_every == 0) g.a->probe_every = AUTO_PROBE_FIRST;
     g.toks = malloc(sizeof(int32_t) * ((size_t)c->n_ctx + NX_MAX_DRAFT + 2));
     g.logits = malloc(sizeof(float) * (size_t)V * (NX_MAX_DRAFT + 1));
     g.probs = malloc(sizeof(float) * (size_t)V * (NX_MAX_DRAFT + 1));

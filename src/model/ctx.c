@@ -130,6 +130,8 @@ void nx_ctx_free(nx_ctx *c) {
 
 int32_t nx_ctx_n_ctx(const nx_ctx *c) { return c->n_ctx; }
 
+void nx_ctx_reset_auto(nx_ctx *c) { memset(&c->autos, 0, sizeof c->autos); }
+
 void nx_ctx_truncate(nx_ctx *c, int32_t n) {
     if (n < 0) n = 0;
     if (c->n_past > n) c->n_past = n;

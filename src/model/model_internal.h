@@ -42,6 +42,20 @@ typedef struct nx_moe_traffic {
     int64_t overlap_pairs;
 } nx_moe_traffic;
 
+/* What --draft auto has measured on a context (decode/generate.c), kept across generations:
+ * costs belong to the model and the machine, not to a request, so later requests start from
+ * them instead of paying for the exploration again (nx_ctx_reset_auto forgets them). */
+#define NX_AUTO_COST_WINDOW 15 /* samples per median */
+typedef struct nx_auto_state {
+    /* recent costs (seconds) of r-row trunk forwards (slot r = 1..NX_MAX_DRAFT+1) and of MTP
+     * forwards (slot 0): the choice works on their medians, robust to page faults, warm-up and
+     * other processes' bursts */
+    double hist[NX_MAX_DRAFT + 2][NX_AUTO_COST_WINDOW];
+    int32_t hist_n[NX_MAX_DRAFT + 2];
+    double acc_n[NX_MAX_DRAFT], acc_d[NX_MAX_DRAFT]; /* acceptance per chain position (decayed counts) */
+    int32_t probe_every; /* plain steps between probes while drafting does not pay (0: not set yet) */
+} nx_auto_state;
+
 struct nx_ctx {
     nx_model *m;
     int32_t n_ctx;   /* positions the caches hold */
@@ -53,6 +67,7 @@ struct nx_ctx {
     void *kv_arena;  /* every k and v above, in one mapping on 2 MB pages where the kernel gives them */
     size_t kv_arena_bytes;
     int32_t mtp_past; /* rows in the MTP cache */
+    nx_auto_state autos; /* --draft auto's measurements */
     int32_t mtp_lo;   /* first MTP row attended: > 0 after a long stretch of plain decoding was
                          skipped rather than re-fed (see generate.c) */
 

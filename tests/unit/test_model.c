@@ -309,6 +309,17 @@ static void test_greedy_mtp_equals_ar(void **state) {
         if (drafts[i] > 0) assert_true(st.n_drafted > 0);
         /* synthetic acceptance: drafts get accepted regardless, exercising the commit path */
     }
+    /* --draft auto keeps its measurements on the context: a second generation starts from them
+     * (and still gives the AR tokens); nx_ctx_reset_auto forgets them */
+    assert_true(c->autos.hist_n[1] > 0 && c->autos.probe_every > 0);
+    collect again = {0};
+    gp.draft = NX_DRAFT_AUTO;
+    assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &again, NULL, NULL), NX_OK);
+    assert_memory_equal(again.ids, ref.ids, sizeof(int32_t) * 40);
+    assert_true(c->autos.hist_n[1] < 2 * NX_AUTO_COST_WINDOW); /* a ring position, not a count */
+    nx_ctx_reset_auto(c);
+    assert_int_equal(c->autos.hist_n[1], 0);
+    assert_int_equal(c->autos.probe_every, 0);
     nx_ctx_free(c);
     nx_model_free(m);
 }

@@ -18,7 +18,8 @@ static const char *usage =
     "Without a prompt, a built-in code prompt and prose prompt are used (token ids 1..16 for\n"
     "models without a tokenizer). --synthetic-accept A accepts each draft with probability A,\n"
     "whatever the head says: the loop's speed ceiling on models whose head is meaningless.\n"
-    "--repeat R runs each mode R times and keeps the fastest.\n"
+    "--repeat R runs each mode R times and keeps the fastest. --draft auto keeps what it measures\n"
+    "from one generation to the next on a context (as a server does); each mode starts afresh.\n"
     "The last line times the step's routing-independent matmuls (attention, router, shared\n"
     "expert or dense FFN, lm_head) alone at 1 row and at 2 rows (a k = 1 verify).\n";
 
@@ -138,6 +139,7 @@ int cli_bench(int argc, char **argv) {
             }
             gp.draft = (int32_t)k;
         }
+        nx_ctx_reset_auto(ctx); /* each mode starts from nothing measured (auto learns within it) */
         mode_result *r = &res[nres++];
         memset(r, 0, sizeof *r);
         snprintf(r->name, sizeof r->name, "%s", tokm);
