@@ -66,8 +66,8 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
 
     bool ok = true;
     c->kv = zalloc((size_t)cfg->n_layers, sizeof *c->kv, &ok);
-    /* bytes per cache */
-    const size_t per = N * kvw * nx_dtype_size(m->kv_dtype), n_caches = 2 * ((size_t)cfg->n_layers + (m->w.has_mtp ? 1 : 0));
+    const size_t per = N * kvw * nx_dtype_size(m->kv_dtype); /* bytes per cache */
+    const size_t n_caches = 2 * ((size_t)cfg->n_layers + (m->w.has_mtp ? 1 : 0));
     char *arena = ok ? kv_arena_new(n_caches * per, &c->kv_arena, &c->kv_arena_bytes) : NULL;
     if (!arena) ok = false;
     for (int32_t l = 0; ok && l < cfg->n_layers; l++) {

@@ -67,9 +67,9 @@ struct nx_ctx {
     void *kv_arena;  /* every k and v above, in one mapping on 2 MB pages where the kernel gives them */
     size_t kv_arena_bytes;
     int32_t mtp_past; /* rows in the MTP cache */
-    nx_auto_state autos; /* --draft auto's measurements */
     int32_t mtp_lo;   /* first MTP row attended: > 0 after a long stretch of plain decoding was
                          skipped rather than re-fed (see generate.c) */
+    nx_auto_state autos; /* --draft auto's measurements */
 
     /* Trunk hidden per position, the one the MTP is fed (post- or pre-final-norm): [n_ctx, H] */
     float *hidden;
