@@ -159,16 +159,19 @@ static int teardown_checkpoint(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static nx_model *load(int threads) {
+static nx_model *load_kv(int threads, nx_kv_type kv) {
     nx_load_params p;
     nx_load_params_default(&p);
     p.n_threads = threads;
+    p.kv_type = kv;
     nx_model *m = NULL;
     nx_error err = {0};
     if (nx_model_load(g_dir, &p, &m, &err) != NX_OK) fprintf(stderr, "load: %s\n", err.msg);
     assert_non_null(m);
     return m;
 }
+
+static nx_model *load(int threads) { return load_kv(threads, NX_KV_F32); }
 
 static const int32_t seq[12] = {5, 17, 3, 88, 42, 42, 7, 60, 1, 95, 33, 12};
 
@@ -324,6 +327,49 @@ static void test_greedy_mtp_equals_ar(void **state) {
     nx_model_free(m);
 }
 
+/* On an f16 KV cache too (half-size cache rows written and read by every path: plain steps,
+ * verify rows, the head's cache, truncation after rejections), greedy MTP gives the AR tokens,
+ * and the cache really is f16: the logits differ from the f32 cache's. */
+static void test_f16_cache(void **state) {
+    (void)state;
+    nx_model *m16 = load_kv(2, NX_KV_F16), *m32 = load(2);
+    assert_string_equal(nx_model_get_info(m16)->kv_type, "f16");
+    assert_int_equal(nx_model_get_info(m16)->kv_bytes_per_token * 2, nx_model_get_info(m32)->kv_bytes_per_token);
+    nx_ctx *c = NULL, *c32 = NULL;
+    assert_int_equal(nx_ctx_new(m16, 128, &c, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m32, 128, &c32, NULL), NX_OK);
+    float *l16 = malloc(sizeof(float) * 12 * V), *l32 = malloc(sizeof(float) * 12 * V);
+    assert_int_equal(nx_forward_trunk(c, seq, 12, l16, 0, NULL), NX_OK);
+    assert_int_equal(nx_forward_trunk(c32, seq, 12, l32, 0, NULL), NX_OK);
+    double diff = 0, range = 0;
+    for (int64_t i = 0; i < 12 * V; i++) {
+        diff = fmax(diff, fabs((double)l16[i] - l32[i]));
+        range = fmax(range, fabs((double)l32[i]));
+    }
+    assert_true(diff > 0 && diff < 1e-2 * range);
+    nx_gen_params gp;
+    nx_gen_params_default(&gp);
+    gp.max_tokens = 40;
+    gp.ignore_eos = true;
+    collect ref = {0};
+    gp.draft = 0;
+    assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &ref, NULL, NULL), NX_OK);
+    assert_int_equal(ref.n, 40);
+    const int32_t drafts[] = {1, 3, NX_DRAFT_AUTO};
+    for (size_t i = 0; i < 3; i++) {
+        collect got = {0};
+        gp.draft = drafts[i];
+        assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &got, NULL, NULL), NX_OK);
+        assert_memory_equal(got.ids, ref.ids, sizeof(int32_t) * 40);
+    }
+    free(l16);
+    free(l32);
+    nx_ctx_free(c);
+    nx_ctx_free(c32);
+    nx_model_free(m16);
+    nx_model_free(m32);
+}
+
 static void test_bad_requests(void **state) {
     (void)state;
     nx_model *m = load(1);
@@ -367,6 +413,7 @@ int main(void) {
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_truncate_equals_never_appended),
         cmocka_unit_test(test_greedy_mtp_equals_ar),
+        cmocka_unit_test(test_f16_cache),
         cmocka_unit_test(test_bad_requests),
     };
     return cmocka_run_group_tests(tests, setup_checkpoint, teardown_checkpoint);
