@@ -288,30 +288,37 @@ static int on_tok(void *user, int32_t id, const float *probs) {
     return 0;
 }
 
+/* 40 greedy tokens after seq[0..6) on c, plain (into *ref) and with each of the n draft settings:
+ * every setting gives the plain tokens, and a fixed draft length does draft. gp is left set up
+ * for greedy runs. */
+static void greedy_drafts_equal_ar(nx_ctx *c, const int32_t *drafts, size_t n, nx_gen_params *gp, collect *ref) {
+    nx_gen_params_default(gp);
+    gp->max_tokens = 40;
+    gp->ignore_eos = true;
+    gp->draft = 0;
+    memset(ref, 0, sizeof *ref);
+    assert_int_equal(nx_generate(c, seq, 6, gp, on_tok, ref, NULL, NULL), NX_OK);
+    assert_int_equal(ref->n, 40);
+    for (size_t i = 0; i < n; i++) {
+        collect got = {0};
+        nx_gen_stats st;
+        gp->draft = drafts[i];
+        assert_int_equal(nx_generate(c, seq, 6, gp, on_tok, &got, &st, NULL), NX_OK);
+        assert_int_equal(got.n, 40);
+        assert_memory_equal(got.ids, ref->ids, sizeof(int32_t) * 40);
+        if (drafts[i] > 0) assert_true(st.n_drafted > 0);
+    }
+}
+
 static void test_greedy_mtp_equals_ar(void **state) {
     (void)state;
     nx_model *m = load(2);
     nx_ctx *c = NULL;
     assert_int_equal(nx_ctx_new(m, 128, &c, NULL), NX_OK);
     nx_gen_params gp;
-    nx_gen_params_default(&gp);
-    gp.max_tokens = 40;
-    gp.ignore_eos = true;
-    collect ref = {0};
-    gp.draft = 0;
-    assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &ref, NULL, NULL), NX_OK);
-    assert_int_equal(ref.n, 40);
+    collect ref;
     const int32_t drafts[] = {1, 2, 3, NX_DRAFT_AUTO};
-    for (size_t i = 0; i < 4; i++) {
-        collect got = {0};
-        nx_gen_stats st;
-        gp.draft = drafts[i];
-        assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &got, &st, NULL), NX_OK);
-        assert_int_equal(got.n, 40);
-        assert_memory_equal(got.ids, ref.ids, sizeof(int32_t) * 40);
-        if (drafts[i] > 0) assert_true(st.n_drafted > 0);
-        /* synthetic acceptance: drafts get accepted regardless, exercising the commit path */
-    }
+    greedy_drafts_equal_ar(c, drafts, 4, &gp, &ref);
     /* --draft auto keeps its measurements on the context: a second generation starts from them
      * (and still gives the AR tokens); nx_ctx_reset_auto forgets them */
     assert_true(c->autos.hist_n[1] > 0 && c->autos.probe_every > 0);
@@ -348,20 +355,9 @@ static void test_f16_cache(void **state) {
     }
     assert_true(diff > 0 && diff < 1e-2 * range);
     nx_gen_params gp;
-    nx_gen_params_default(&gp);
-    gp.max_tokens = 40;
-    gp.ignore_eos = true;
-    collect ref = {0};
-    gp.draft = 0;
-    assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &ref, NULL, NULL), NX_OK);
-    assert_int_equal(ref.n, 40);
+    collect ref;
     const int32_t drafts[] = {1, 3, NX_DRAFT_AUTO};
-    for (size_t i = 0; i < 3; i++) {
-        collect got = {0};
-        gp.draft = drafts[i];
-        assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &got, NULL, NULL), NX_OK);
-        assert_memory_equal(got.ids, ref.ids, sizeof(int32_t) * 40);
-    }
+    greedy_drafts_equal_ar(c, drafts, 3, &gp, &ref);
     free(l16);
     free(l32);
     nx_ctx_free(c);
