@@ -31,8 +31,16 @@ struct nx_pool {
     _Atomic int sleepers;  /* workers blocked (or about to block) on gen */
     _Atomic int waiter;    /* 1 while the caller is blocked (or about to block) on pending */
     _Atomic int stop;
+    struct share *shares;  /* n: the current job's claimable chunks (nx_pool_share_*) */
+    int share_n;           /* chunks in use */
+    long long share_min, share_align;
     _Atomic int bar_count;      /* threads arrived at the current in-job barrier */
     _Atomic unsigned bar_phase; /* bumped by the last arrival */
+};
+
+/* One thread's chunk [lo, hi) as hi << 32 | lo, on its own cache line. */
+struct share {
+    _Alignas(64) _Atomic unsigned long long r;
 };
 
 typedef struct worker_arg {
@@ -110,6 +118,8 @@ nx_pool *nx_pool_new(int n_threads) {
     nx_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n = 1;
+    p->shares = aligned_alloc(64, (size_t)n_threads * sizeof *p->shares);
+    if (!p->shares) goto fail;
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         if (!p->threads) goto fail;
@@ -138,6 +148,7 @@ void nx_pool_free(nx_pool *p) {
     futex_wake(&p->gen, INT_MAX);
     for (int i = 0; i < p->n - 1; i++) pthread_join(p->threads[i], NULL);
     free(p->threads);
+    free(p->shares);
     free(p);
 }
 
@@ -192,4 +203,78 @@ void nx_pool_split(long long n, int ith, int nth, long long *b, long long *e) {
     *b = ith * q + (ith < r ? ith : r);
     *e = *b + q + (ith < r ? 1 : 0);
     if (ith == nth) *e = *b;
+}
+
+/* Chunks are packed hi << 32 | lo so that a claim from either end is one compare-and-swap. */
+static unsigned long long share_pack(long long lo, long long hi) {
+    return (unsigned long long)hi << 32 | (unsigned long long)lo;
+}
+
+int nx_pool_share_reset(nx_pool *p, int nth, long long n, long long min_piece, long long align) {
+    if (!p || nth < 1 || nth > p->n || n < 0 || n > (long long)UINT32_MAX) return -1;
+    for (int t = 0; t < nth; t++) {
+        long long b, e;
+        nx_pool_split(n, t, nth, &b, &e);
+        atomic_store_explicit(&p->shares[t].r, share_pack(b, e), memory_order_relaxed);
+    }
+    p->share_n = nth;
+    p->share_min = min_piece > 0 ? min_piece : 1;
+    p->share_align = align > 0 ? align : 1;
+    return 0; /* published to the workers by nx_pool_run's release increment */
+}
+
+int nx_pool_share_next(nx_pool *p, int ith, long long *b, long long *e) {
+    if (!p || ith < 0 || ith >= p->share_n) return 0;
+    const long long mp = p->share_min, al = p->share_align;
+    _Atomic unsigned long long *own = &p->shares[ith].r;
+    unsigned long long v = atomic_load_explicit(own, memory_order_acquire);
+    for (;;) {
+        const long long lo = (long long)(v & 0xffffffffu), hi = (long long)(v >> 32);
+        if (lo >= hi) break;
+        long long take;
+        if (hi - lo > 2 * al) {
+            take = al - lo % al; /* to the next aligned unit */
+        } else {
+            take = (hi - lo + 1) / 2;
+            if (take < mp) take = hi - lo < mp ? hi - lo : mp;
+        }
+        if (atomic_compare_exchange_weak_explicit(own, &v, share_pack(lo + take, hi), memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            *b = lo;
+            *e = lo + take;
+            return 1;
+        }
+    }
+    /* the back half of the largest chunk left */
+    for (;;) {
+        int best = -1;
+        long long most = 0;
+        unsigned long long bv = 0;
+        for (int t = 0; t < p->share_n; t++) {
+            const unsigned long long tv = atomic_load_explicit(&p->shares[t].r, memory_order_acquire);
+            const long long left = (long long)(tv >> 32) - (long long)(tv & 0xffffffffu);
+            if (left > most) {
+                most = left;
+                best = t;
+                bv = tv;
+            }
+        }
+        if (best < 0 || most < 2 * mp) return 0;
+        const long long lo = (long long)(bv & 0xffffffffu), hi = (long long)(bv >> 32), take = most / 2;
+        if (atomic_compare_exchange_strong_explicit(&p->shares[best].r, &bv, share_pack(lo, hi - take),
+                                                    memory_order_acq_rel, memory_order_acquire)) {
+            *b = hi - take;
+            *e = hi;
+            return 1;
+        }
+    }
+}
+
+void nx_pool_share_peek(const nx_pool *p, int ith, long long *b, long long *e) {
+    *b = *e = 0;
+    if (!p || ith < 0 || ith >= p->share_n) return;
+    const unsigned long long v = atomic_load_explicit(&p->shares[ith].r, memory_order_relaxed);
+    *b = (long long)(v & 0xffffffffu);
+    *e = (long long)(v >> 32);
+    if (*e < *b) *e = *b;
 }

@@ -25,4 +25,21 @@ void nx_pool_barrier(nx_pool *p, int nth);
 /* Splits [0, n) into nth near-equal chunks; chunk ith is [*b, *e). */
 void nx_pool_split(long long n, int ith, int nth, long long *b, long long *e);
 
+/* Shares: [0, n) units split as nx_pool_split does, but claimed piece by piece, so a thread
+ * that finishes early takes work another thread has not reached yet. The caller sets them up
+ * before nx_pool_run (nth: the threads the job will run on, at most nx_pool_size; n < 2^32);
+ * then in the job each thread calls nx_pool_share_next until it returns 0.
+ * - A thread claims its own chunk from the front: up to the next multiple of `align` units
+ *   while more than 2·align are left, then half of what is left (at least min_piece units).
+ * - Once its own chunk is gone, it takes the back half of the largest chunk left, if that holds
+ *   at least 2·min_piece units; it returns 0 when none does.
+ * Every unit is handed out exactly once. Which thread gets which unit depends on timing, so a
+ * job's results must not depend on it (the kernels' numerics contract). Returns -1 (and sets
+ * nothing up) when nth or n is out of range. */
+int nx_pool_share_reset(nx_pool *p, int nth, long long n, long long min_piece, long long align);
+int nx_pool_share_next(nx_pool *p, int ith, long long *b, long long *e);
+/* What is left of thread ith's own chunk, [*b, *e) (empty once claimed or taken): where its
+ * next piece most likely starts, for prefetching. */
+void nx_pool_share_peek(const nx_pool *p, int ith, long long *b, long long *e);
+
 #endif

@@ -202,19 +202,39 @@ typedef struct ffn_job {
     float *gs[NX_MAX_EXPERTS_TOUCHED + 1];
     int items;
     long long units; /* gate/up: 16-row chunks of every item's F, concatenated */
+    int shared;      /* the running job's units are pool shares (else a static split) */
     const ffn_combine *comb;
 } ffn_job;
 
 #define FFN_CHUNK 16
 
-/* Gate and up rows of the same chunks on the same thread, so SwiGLU follows at once. Each
- * matmul names the next one, so the kernels' prefetch runs on from gate to up to the next
- * item's gate. */
-static void ffn_gate_up_worker(void *arg, int ith, int nth) {
-    ffn_job *j = arg;
+/* Units a thread claims at least per piece of a shared job (nx_pool_share_next): about 32 KB of
+ * weights, so a piece's call stays long against its fixed cost (~0.3 µs: quantizing the input
+ * row, streaming start-up). */
+static long long share_min_units(size_t unit_bytes) {
+    const long long u = unit_bytes ? (long long)(32768 / unit_bytes) : 1;
+    return u > 0 ? u : 1;
+}
+
+/* The rows of gate (down: down) of the item that unit nb falls in, units [nb, ne): where the
+ * thread's next piece most likely begins, for the last call of a piece to prefetch into. */
+static int ffn_next_rows(const ffn_job *j, int down, long long nb, long long ne, nx_rows *r) {
     const int32_t H = j->c->m->cfg.hidden_size;
-    long long b, e, base = 0;
-    nx_pool_split(j->units, ith, nth, &b, &e);
+    long long base = 0;
+    for (int i = 0; i < j->items && nb < ne; i++) {
+        const nx_linear *W = down ? &j->f[i]->down : &j->f[i]->gate;
+        const long long nc = ((down ? H : W->out) + FFN_CHUNK - 1) / FFN_CHUNK;
+        if (nb < base + nc) return nx_rows_of_units(W, FFN_CHUNK, base, nb, ne, r);
+        base += nc;
+    }
+    return 0;
+}
+
+/* Gate, up and SwiGLU of units [b, e) (16-row chunks of every item's F, concatenated); units
+ * [nb, ne) are where the thread likely goes next. */
+static void ffn_gate_up_units(ffn_job *j, long long b, long long e, long long nb, long long ne) {
+    const int32_t H = j->c->m->cfg.hidden_size;
+    long long base = 0;
     for (int i = 0; i < j->items && base < e; i++) {
         const int64_t F = j->f[i]->gate.out;
         const long long nc = (F + FFN_CHUNK - 1) / FFN_CHUNK;
@@ -222,7 +242,8 @@ static void ffn_gate_up_worker(void *arg, int ith, int nth) {
         if (nx_rows_of_units(&j->f[i]->gate, FFN_CHUNK, base, b, e, &gr)) {
             const int64_t r0 = gr.r0, r1 = gr.r1;
             const int has_next =
-                i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->gate, FFN_CHUNK, base + nc, b, e, &ng);
+                (i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->gate, FFN_CHUNK, base + nc, b, e, &ng)) ||
+                (base + nc >= e && ffn_next_rows(j, 0, nb, ne, &ng));
             ur = (nx_rows){&j->f[i]->up, r0, r1};
             float *g = j->gs[i], *u = j->c->u + (g - j->c->g);
             nx_matmul_rows_then(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1, &ur);
@@ -233,24 +254,60 @@ static void ffn_gate_up_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* Down projections, then the combine. The down rows of all items, as 16-row chunks of each item
- * in turn, are split evenly across the threads, so a thread makes a few calls over whole
- * matrices rather than one over a slice of every matrix (a call costs a fixed ~1 µs of
- * streaming start-up). After a barrier, each thread folds one slice of the hidden dimension of
- * every item's output into y, in the fixed order of ffn_combine. */
-static void ffn_down_worker(void *arg, int ith, int nth) {
+/* Gate and up rows of the same chunks on the same thread, so SwiGLU follows at once. Each
+ * matmul names the next one, so the kernels' prefetch runs on from gate to up to the next
+ * item's gate. The units are pool shares (set up by ffn_many): a thread that is ahead takes
+ * over the end of another's work, since an idle core leaves its share of the machine's memory
+ * bandwidth unused. */
+static void ffn_gate_up_worker(void *arg, int ith, int nth) {
     ffn_job *j = arg;
+    long long b, e, nb, ne;
+    if (nth <= 1 || !j->shared) {
+        nx_pool_split(j->units, ith, nth, &b, &e);
+        ffn_gate_up_units(j, b, e, 0, 0);
+        return;
+    }
+    nx_pool *pool = j->c->m->pool;
+    while (nx_pool_share_next(pool, ith, &b, &e)) {
+        nx_pool_share_peek(pool, ith, &nb, &ne);
+        ffn_gate_up_units(j, b, e, nb, ne);
+    }
+}
+
+/* Down projections of units [b, e) (16-row chunks of each item's output in turn). */
+static void ffn_down_units(ffn_job *j, long long b, long long e, long long nb, long long ne) {
     const int32_t H = j->c->m->cfg.hidden_size;
     const long long nc = (H + FFN_CHUNK - 1) / FFN_CHUNK;
-    long long b, e;
-    nx_pool_split(nc * j->items, ith, nth, &b, &e);
     for (int i = (int)(b / nc); i < j->items && (long long)i * nc < e; i++) {
         nx_rows dr, nd;
         nx_rows_of_units(&j->f[i]->down, FFN_CHUNK, i * nc, b, e, &dr);
         const int has_next =
-            i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->down, FFN_CHUNK, (i + 1) * nc, b, e, &nd);
+            (i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->down, FFN_CHUNK, (i + 1) * nc, b, e, &nd)) ||
+            ((long long)(i + 1) * nc >= e && ffn_next_rows(j, 1, nb, ne, &nd));
         nx_matmul_rows_then(&j->f[i]->down, j->gs[i], j->f[i]->gate.out, j->n[i], j->out[i], H, dr.r0, dr.r1,
                             has_next ? &nd : NULL);
+    }
+}
+
+/* Down projections, then the combine. The down rows of all items, as 16-row chunks of each item
+ * in turn, are shared across the threads as the gate/up units are, so a thread makes a few
+ * calls over whole matrices rather than one over a slice of every matrix (a call costs a fixed
+ * ~1 µs of streaming start-up). After a barrier, each thread folds one slice of the hidden
+ * dimension of every item's output into y, in the fixed order of ffn_combine. */
+static void ffn_down_worker(void *arg, int ith, int nth) {
+    ffn_job *j = arg;
+    const int32_t H = j->c->m->cfg.hidden_size;
+    const long long nc = (H + FFN_CHUNK - 1) / FFN_CHUNK;
+    long long b, e, nb, ne;
+    if (nth <= 1 || !j->shared) {
+        nx_pool_split(nc * j->items, ith, nth, &b, &e);
+        ffn_down_units(j, b, e, 0, 0);
+    } else {
+        nx_pool *pool = j->c->m->pool;
+        while (nx_pool_share_next(pool, ith, &b, &e)) {
+            nx_pool_share_peek(pool, ith, &nb, &ne);
+            ffn_down_units(j, b, e, nb, ne);
+        }
     }
     const ffn_combine *cb_ = j->comb;
     if (!cb_) return;
@@ -289,7 +346,15 @@ static void ffn_many(nx_ctx *c, const nx_ffn *const *f, const float *const *x, c
         ffn_gate_up_worker(&j, 0, 1);
         ffn_down_worker(&j, 0, 1);
     } else {
+        const int32_t H = c->m->cfg.hidden_size;
+        const int nth = nx_pool_size(pool);
+        const size_t gate_up_unit = FFN_CHUNK * (nx_linear_row_bytes(&f[0]->gate) + nx_linear_row_bytes(&f[0]->up));
+        j.shared = nx_pool_share_reset(pool, nth, j.units, share_min_units(gate_up_unit),
+                                       (f[0]->gate.out + FFN_CHUNK - 1) / FFN_CHUNK) == 0;
         nx_pool_run(pool, ffn_gate_up_worker, &j);
+        j.shared = nx_pool_share_reset(pool, nth, (H + FFN_CHUNK - 1) / FFN_CHUNK * (long long)items,
+                                       share_min_units(FFN_CHUNK * nx_linear_row_bytes(&f[0]->down)),
+                                       (H + FFN_CHUNK - 1) / FFN_CHUNK) == 0;
         nx_pool_run(pool, ffn_down_worker, &j);
     }
 }

@@ -1,6 +1,6 @@
 /* Thread pool tests: every index runs exactly once per job, thousands of back-to-back jobs
- * (the decode pattern), a pool of one, the NULL pool, nx_pool_split's coverage and the in-job
- * barrier. */
+ * (the decode pattern), a pool of one, the NULL pool, nx_pool_split's coverage, the in-job
+ * barrier and work shares. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -174,6 +174,88 @@ static void test_barrier(void **state) {
     assert_int_equal(atomic_load(&j.bad), 0);
 }
 
+/* Shares: every unit of [0, n) is handed out exactly once whatever the timing, pieces stay
+ * within [0, n), and a thread that is held up loses the end of its chunk to the others. */
+#define SHARE_MAX 4096
+typedef struct share_job {
+    nx_pool *p;
+    long long n;
+    _Atomic int seen[SHARE_MAX];
+    _Atomic long long done[64];  /* units each thread processed */
+    _Atomic int pieces[64];
+    _Atomic int bad;
+    int slow; /* thread that sleeps before each piece (-1: none) */
+} share_job;
+
+static void share_fn(void *arg, int ith, int nth) {
+    share_job *j = arg;
+    (void)nth;
+    long long b, e;
+    while (nx_pool_share_next(j->p, ith, &b, &e)) {
+        if (b < 0 || e > j->n || b >= e) atomic_fetch_add(&j->bad, 1);
+        if (ith == j->slow) {
+            struct timespec ts = {0, 5000000}; /* 5 ms */
+            nanosleep(&ts, NULL);
+        }
+        for (long long u = b; u < e && u < j->n && u >= 0; u++) atomic_fetch_add(&j->seen[u], 1);
+        atomic_fetch_add(&j->done[ith], e - b);
+        atomic_fetch_add(&j->pieces[ith], 1);
+    }
+}
+
+static void test_shares(void **state) {
+    (void)state;
+    static share_job j;
+    const long long ns[] = {0, 1, 2, 7, 64, 288, 1000, SHARE_MAX};
+    const long long params[][2] = {{1, 1}, {2, 32}, {8, 64}, {3, 5}};
+    for (int n_threads = 1; n_threads <= 4; n_threads++) {
+        nx_pool *p = nx_pool_new(n_threads);
+        assert_non_null(p);
+        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+            for (size_t q = 0; q < sizeof params / sizeof params[0]; q++)
+                for (int rep = 0; rep < 3; rep++) {
+                    memset(&j, 0, sizeof j);
+                    j.p = p;
+                    j.n = ns[a];
+                    j.slow = -1;
+                    assert_int_equal(nx_pool_share_reset(p, n_threads, j.n, params[q][0], params[q][1]), 0);
+                    nx_pool_run(p, share_fn, &j);
+                    assert_int_equal(atomic_load(&j.bad), 0);
+                    for (long long u = 0; u < j.n; u++) assert_int_equal(atomic_load(&j.seen[u]), 1);
+                }
+        nx_pool_free(p);
+    }
+    /* the calling thread sleeps 5 ms per piece: the worker takes most of its chunk (its static
+     * share is 512 units of 1024; it claims pieces of 16 while more than 32 are left) */
+    nx_pool *p = nx_pool_new(2);
+    assert_non_null(p);
+    memset(&j, 0, sizeof j);
+    j.p = p;
+    j.n = 1024;
+    j.slow = 0;
+    assert_int_equal(nx_pool_share_reset(p, 2, j.n, 4, 16), 0);
+    nx_pool_run(p, share_fn, &j);
+    assert_int_equal(atomic_load(&j.bad), 0);
+    for (long long u = 0; u < j.n; u++) assert_int_equal(atomic_load(&j.seen[u]), 1);
+    assert_true(atomic_load(&j.done[0]) < 256);
+    assert_true(atomic_load(&j.done[1]) > 768);
+    assert_true(atomic_load(&j.pieces[1]) > 2);
+    /* what is left of a chunk, before and after the job */
+    long long b, e;
+    assert_int_equal(nx_pool_share_reset(p, 2, 100, 1, 1), 0);
+    nx_pool_share_peek(p, 1, &b, &e);
+    assert_true(b == 50 && e == 100);
+    nx_pool_share_peek(p, 2, &b, &e); /* not a thread of the job */
+    assert_true(b == 0 && e == 0);
+    /* out of range: more threads than the pool has, 2^32 units, no pool */
+    assert_int_equal(nx_pool_share_reset(p, 3, 10, 1, 1), -1);
+    assert_int_equal(nx_pool_share_reset(p, 0, 10, 1, 1), -1);
+    assert_int_equal(nx_pool_share_reset(p, 2, 1LL << 32, 1, 1), -1);
+    assert_int_equal(nx_pool_share_reset(NULL, 1, 10, 1, 1), -1);
+    assert_int_equal(nx_pool_share_next(NULL, 0, &b, &e), 0);
+    nx_pool_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_index_once),
@@ -182,6 +264,7 @@ int main(void) {
         cmocka_unit_test(test_pool_of_one_and_null),
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_barrier),
+        cmocka_unit_test(test_shares),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
