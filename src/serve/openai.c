@@ -937,8 +937,14 @@ char *nx_oai_response_json(const nx_oai_meta *m, const nx_oai_choice *c, size_t 
         json_object_set_new(ch, "index", json_integer(c[i].index));
         if (m->kind == NX_OAI_CHAT) {
             json_t *msg = json_object();
+            const bool calls = c[i].tool_calls && json_array_size(c[i].tool_calls) > 0;
             json_object_set_new(msg, "role", json_string("assistant"));
-            json_object_set_new(msg, "content", jstr(c[i].text, c[i].text_len));
+            /* an answer that only calls tools has no content (null, as OpenAI sends it) */
+            json_object_set_new(msg, "content",
+                                calls && c[i].text_len == 0 ? json_null() : jstr(c[i].text, c[i].text_len));
+            if (c[i].reasoning_len > 0)
+                json_object_set_new(msg, "reasoning_content", jstr(c[i].reasoning, c[i].reasoning_len));
+            if (calls) json_object_set_new(msg, "tool_calls", json_deep_copy(c[i].tool_calls));
             json_object_set_new(msg, "refusal", json_null());
             json_object_set_new(ch, "message", msg);
             json_object_set_new(ch, "logprobs", m->logprobs ? chat_logprobs(m, &c[i]) : json_null());
@@ -977,11 +983,25 @@ char *nx_oai_stream_chunk(const nx_oai_meta *m, const nx_oai_choice *c, bool rol
     json_object_set_new(ch, "index", json_integer(c->index));
     if (m->kind == NX_OAI_CHAT) {
         json_t *delta = json_object();
+        const bool calls = c->tool_calls && json_array_size(c->tool_calls) > 0;
         if (role_chunk) {
             json_object_set_new(delta, "role", json_string("assistant"));
             json_object_set_new(delta, "content", jstr(c->text, c->text_len));
-        } else if (c->text_len > 0 || !c->finish_reason) {
+        } else if (c->text_len > 0 || (!c->finish_reason && c->reasoning_len == 0 && !calls)) {
             json_object_set_new(delta, "content", jstr(c->text, c->text_len));
+        }
+        if (c->reasoning_len > 0)
+            json_object_set_new(delta, "reasoning_content", jstr(c->reasoning, c->reasoning_len));
+        if (calls) { /* each call whole, with its index in the list (OpenAI's delta form) */
+            json_t *arr = json_array();
+            size_t k;
+            const json_t *tc;
+            json_array_foreach(c->tool_calls, k, tc) {
+                json_t *d = json_deep_copy(tc);
+                json_object_set_new(d, "index", json_integer((json_int_t)k));
+                json_array_append_new(arr, d);
+            }
+            json_object_set_new(delta, "tool_calls", arr);
         }
         json_object_set_new(ch, "delta", delta);
         json_object_set_new(ch, "logprobs",

@@ -123,7 +123,10 @@ typedef struct nx_oai_choice {
     const char *text; /* UTF-8 (invalid sequences become U+FFFD in the output) */
     size_t text_len;
     size_t text_offset;        /* completions logprobs: where text starts in the whole output */
-    const char *finish_reason; /* "stop", "length", or NULL (null) */
+    const char *finish_reason; /* "stop", "length", "tool_calls", or NULL (null) */
+    const char *reasoning;     /* chat: the reasoning_content (UTF-8), or NULL */
+    size_t reasoning_len;
+    const json_t *tool_calls;  /* chat: [{id, type, function: {name, arguments}}], or NULL */
     const nx_oai_logprob *lp;  /* the tokens behind text, when meta->logprobs */
     size_t n_lp;
 } nx_oai_choice;

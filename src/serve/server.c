@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/strbuf.h"
+#include "serve/hy_output.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/stop.h"
@@ -32,7 +33,10 @@ enum { CANCEL_NONE = 0, CANCEL_CLIENT, CANCEL_TIMEOUT, CANCEL_SHUTDOWN };
 
 /* What one prompt of a job has produced so far. */
 typedef struct choice_out {
-    nx_strbuf text;    /* non-streaming: the whole completion */
+    nx_strbuf text;    /* non-streaming: the whole completion (chat: its content) */
+    nx_strbuf reasoning; /* chat, non-streaming: the reasoning_content */
+    nx_strbuf tools;   /* chat: the tool-call section, held back until the end */
+    json_t *tool_calls; /* chat: the parsed calls (with ids), or NULL */
     nx_oai_logprob *lp; /* non-streaming: every token; streaming: tokens not yet sent */
     size_t n_lp, cap_lp;
     size_t text_sent;  /* streaming: bytes sent (completions logprobs text_offset) */
@@ -78,6 +82,7 @@ struct nx_server {
     nx_jinja *tmpl;      /* the chat template, parsed once and rendered concurrently */
     char tmpl_error[400]; /* why there is no template, for chat requests */
     bool has_mtp;
+    nx_hy_markers hy; /* Hy3's reasoning and tool-call markers, as this tokenizer spells them */
     int port;
     int64_t t_created;
     double t_started;
@@ -125,6 +130,9 @@ static void job_unref(job *j) {
         free(j->ids[i]);
         if (j->out) {
             nx_strbuf_free(&j->out[i].text);
+            nx_strbuf_free(&j->out[i].reasoning);
+            nx_strbuf_free(&j->out[i].tools);
+            json_decref(j->out[i].tool_calls);
             free(j->out[i].lp);
         }
     }
@@ -232,6 +240,8 @@ typedef struct gen_state {
     bool stopped_by_string;
     bool first_token;
     nx_strbuf released;
+    nx_hy_split split;           /* chat: where each token's text goes */
+    nx_strbuf released_reasoning; /* streaming: reasoning not yet sent */
 } gen_state;
 
 static void meta_of(const job *j, nx_oai_meta *m) {
@@ -245,10 +255,11 @@ static void meta_of(const job *j, nx_oai_meta *m) {
     m->token_user = j->srv;
 }
 
-/* Sends the released text (and the logprobs of tokens so far) as one stream chunk. */
-static void stream_emit(gen_state *g, const char *finish) {
+/* Sends the released text and reasoning (and the logprobs of tokens so far), or the tool calls,
+ * as one stream chunk. */
+static void stream_emit(gen_state *g, const char *finish, const json_t *calls) {
     job *j = g->j;
-    if (g->released.len == 0 && g->out->n_lp == 0 && !finish) return;
+    if (g->released.len == 0 && g->released_reasoning.len == 0 && g->out->n_lp == 0 && !finish && !calls) return;
     nx_oai_meta m;
     meta_of(j, &m);
     nx_oai_choice c = {.index = (int32_t)g->index,
@@ -256,12 +267,16 @@ static void stream_emit(gen_state *g, const char *finish) {
                        .text_len = g->released.len,
                        .text_offset = g->out->text_sent,
                        .finish_reason = finish,
+                       .reasoning = g->released_reasoning.data,
+                       .reasoning_len = g->released_reasoning.len,
+                       .tool_calls = calls,
                        .lp = g->out->lp,
                        .n_lp = g->out->n_lp};
     job_push_event(j, nx_oai_stream_chunk(&m, &c, false, j->req.include_usage));
     g->out->text_sent += g->released.len;
     g->out->n_lp = 0;
     nx_strbuf_consume(&g->released, g->released.len);
+    nx_strbuf_consume(&g->released_reasoning, g->released_reasoning.len);
 }
 
 static void record_logprob(gen_state *g, int32_t id, const float *probs) {
@@ -315,17 +330,55 @@ static int on_token(void *user, int32_t id, const float *probs) {
     bool eos = !j->req.ignore_eos && nx_model_is_eos(s->model, id);
     if (eos) return 0; /* the engine stops after it; an end token is neither text nor logprob */
     if (j->req.logprobs) record_logprob(g, id, probs);
+    const char *marker;
+    const int part = nx_hy_split_token(&g->split, id, &marker);
     char *piece = NULL;
     size_t len = 0;
     if (nx_detok_push(g->detok, id, &piece, &len, NULL) == NX_OK && piece) {
-        bool stopped = false;
-        nx_strbuf *dst = j->req.stream ? &g->released : &g->out->text;
-        nx_stop_push(&g->stop, piece, len, dst, &stopped);
-        g->stopped_by_string = stopped;
+        if (part == NX_HY_CONTENT) {
+            bool stopped = false;
+            nx_strbuf *dst = j->req.stream ? &g->released : &g->out->text;
+            nx_stop_push(&g->stop, piece, len, dst, &stopped);
+            g->stopped_by_string = stopped;
+        } else if (part == NX_HY_REASONING) {
+            nx_strbuf_append(j->req.stream ? &g->released_reasoning : &g->out->reasoning, piece, len);
+        } else if (part == NX_HY_TOOLS) { /* markers are special tokens: the detokenizer drops them */
+            if (marker) nx_strbuf_puts(&g->out->tools, marker);
+            else nx_strbuf_append(&g->out->tools, piece, len);
+        }
     }
     free(piece);
-    if (j->req.stream) stream_emit(g, NULL);
+    if (j->req.stream) stream_emit(g, NULL, NULL);
     return g->stopped_by_string ? 1 : 0;
+}
+
+/* The end of an output that began tool calls: parses them (with ids) into g->out->tool_calls,
+ * the finish reason becoming "tool_calls" as OpenAI reports it (unless max_tokens cut the output
+ * short: "length", with the calls parsed so far). Text that holds no call goes
+ * back to the content (dst), markers spelled out, so nothing generated is lost. */
+static void tool_calls_done(nx_server *s, gen_state *g, nx_strbuf *dst) {
+    choice_out *o = g->out;
+    size_t n = 0;
+    char *text = nx_oai_utf8_sanitize(o->tools.data, o->tools.len, &n);
+    json_t *calls = text ? nx_hy_parse_tool_calls(text, n, &s->hy, g->j->req.tools) : NULL;
+    if (calls && json_array_size(calls) > 0) {
+        json_t *with_ids = json_array(), *c;
+        size_t k;
+        json_array_foreach(calls, k, c) {
+            char id[40];
+            snprintf(id, sizeof id, "call_%016llx", (unsigned long long)next_random(s));
+            json_array_append_new(with_ids, json_pack("{s:s, s:O, s:O}", "id", id, "type", json_object_get(c, "type"),
+                                                      "function", json_object_get(c, "function")));
+        }
+        json_decref(calls);
+        o->tool_calls = with_ids;
+        if (strcmp(o->finish, "length") != 0) o->finish = "tool_calls"; /* cut short: stays "length" */
+    } else {
+        json_decref(calls);
+        nx_strbuf_puts(dst, s->hy.text[NX_HY_CALLS_OPEN]);
+        nx_strbuf_append(dst, o->tools.data, o->tools.len);
+    }
+    free(text);
 }
 
 /* Runs prompt `i` of job j on the worker's context. */
@@ -340,6 +393,11 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     nx_stop_init(&g.stop, j->req.stop, j->req.n_stop);
     nx_status rc = nx_detok_new(s->tok, true, &g.detok, err);
     if (rc != NX_OK) goto done;
+    /* chat: reasoning and (when the request offers tools) tool calls are split out of the
+     * content, as Hy3's markers delimit them; other tokenizers have no markers to split on */
+    const bool chat = j->req.kind == NX_OAI_CHAT;
+    nx_hy_split_init(&g.split, &s->hy, chat && j->req.tools, chat,
+                     j->n_ids[i] ? j->ids[i][j->n_ids[i] - 1] : -1);
 
     nx_gen_params p;
     nx_gen_params_default(&p);
@@ -370,14 +428,18 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
         nx_stop_flush(&g.stop, dst);
     }
     g.out->finish = (g.stopped_by_string || st->stopped_by_eos) ? "stop" : "length";
+    if (g.out->tools.len > 0) tool_calls_done(s, &g, dst);
     if (j->req.stream) {
-        stream_emit(&g, NULL);
-        stream_emit(&g, g.out->finish);
+        stream_emit(&g, NULL, NULL);
+        /* the calls whole in one chunk, then the finish reason alone, as OpenAI ends a stream */
+        if (g.out->tool_calls) stream_emit(&g, NULL, g.out->tool_calls);
+        stream_emit(&g, g.out->finish, NULL);
     }
 done:
     nx_detok_free(g.detok);
     nx_stop_free(&g.stop);
     nx_strbuf_free(&g.released);
+    nx_strbuf_free(&g.released_reasoning);
     return rc;
 }
 
@@ -766,6 +828,9 @@ static char *nonstream_body(job *j) {
         c[i].text = j->out[i].text.data ? j->out[i].text.data : "";
         c[i].text_len = j->out[i].text.len;
         c[i].finish_reason = j->out[i].finish;
+        c[i].reasoning = j->out[i].reasoning.data;
+        c[i].reasoning_len = j->out[i].reasoning.len;
+        c[i].tool_calls = j->out[i].tool_calls;
         c[i].lp = j->out[i].lp;
         c[i].n_lp = j->out[i].n_lp;
     }
@@ -1016,6 +1081,21 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
             free(s->eos);
             s->chat_template = s->bos = s->eos = NULL;
         }
+    }
+    /* Hy3's output markers, spelled with tokenizer_config.json's token_suffix (":opensource"
+     * in the final release), else bare (Hy3-preview) */
+    nx_hy_markers_init(&s->hy, NULL, s->tok);
+    if (o->model_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
+        json_t *cfg = json_load_file(path, 0, NULL);
+        const char *suffix = json_string_value(json_object_get(cfg, "token_suffix"));
+        if (suffix) {
+            nx_hy_markers sm;
+            nx_hy_markers_init(&sm, suffix, s->tok);
+            if (nx_hy_markers_tools(&sm) || nx_hy_markers_reasoning(&sm)) s->hy = sm;
+        }
+        json_decref(cfg);
     }
     if (!s->bos && s->info->bos_id >= 0 && nx_tokenizer_token_str(s->tok, s->info->bos_id))
         s->bos = strdup(nx_tokenizer_token_str(s->tok, s->info->bos_id));

@@ -1,0 +1,113 @@
+#!/usr/bin/env node
+// Hy3 reasoning and tool calls through `nextn serve`, read by the official `openai` npm client.
+// A scripted copy of the default model (tests/ref/make_scripted_ckpt.py: greedy decoding after
+// the assistant marker emits a fixed token sequence) says
+//   <think>Hmm</think>Sure<tool_calls><tool_call>get_weather<tool_sep>
+//   <arg_key>days</arg_key><arg_value>3</arg_value></tool_call></tool_calls>
+// with every marker the real special token of the shipped tokenizer (":opensource" suffix).
+// Checked: reasoning_content / content / tool_calls (typed by the request's schema) with
+// finish_reason "tool_calls", streaming and not (the client's own stream accumulator rebuilds
+// the message); no tools offered, or tool_choice "none": no split of the calls; cut short by
+// max_tokens: "length".
+'use strict';
+const { execFileSync } = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const lib = require(path.join(__dirname, '..', 'server', 'lib.js'));
+const { ok, is, done } = lib;
+
+lib.skipAllUnlessReady();
+const OpenAI = require('openai');
+
+const SCRIPT = '<think:opensource>Hmm</think:opensource>Sure<tool_calls:opensource><tool_call:opensource>get_weather' +
+  '<tool_sep:opensource><arg_key:opensource>days</arg_key:opensource><arg_value:opensource>3</arg_value:opensource>' +
+  '</tool_call:opensource></tool_calls:opensource>';
+const TOOLS = [{
+  type: 'function',
+  function: { name: 'get_weather', parameters: { type: 'object', properties: { days: { type: 'integer' } } } },
+}];
+
+function tokenize(text) {
+  return execFileSync(lib.NEXTN, ['tokenize', '-m', lib.MODEL, text], { encoding: 'utf8' }).trim().split(/\s+/).map(Number);
+}
+
+async function main() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nextn-scripted-'));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  const [after] = tokenize('<｜hy_Assistant:opensource｜>');
+  const script = tokenize(SCRIPT);
+  const eos = JSON.parse(fs.readFileSync(path.join(lib.MODEL, 'config.json'), 'utf8')).eos_token_id;
+  execFileSync('/usr/bin/python3', [path.join(lib.ROOT, 'tests', 'ref', 'make_scripted_ckpt.py'), '--base', lib.MODEL,
+    '--after', String(after), '--script', script.join(','), '--eos', String(eos), '--out', dir]);
+  const srv = await lib.startServer(['-m', dir, '--model-id', 'scripted']);
+  const client = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  const base = { model: 'scripted', messages: [{ role: 'user', content: 'Weather in 3 days?' }], temperature: 0 };
+
+  // not streaming
+  let r = await client.chat.completions.create({ ...base, tools: TOOLS });
+  let c = r.choices[0], m = c.message;
+  is(c.finish_reason, 'tool_calls', 'finish_reason tool_calls');
+  is(m.content, 'Sure', 'content: the text between the reasoning and the calls');
+  is(m.reasoning_content, 'Hmm', 'reasoning_content');
+  ok(Array.isArray(m.tool_calls) && m.tool_calls.length === 1, 'one tool call', m.tool_calls);
+  const call = m.tool_calls[0];
+  ok(/^call_[0-9a-f]{16}$/.test(call.id), 'call id', call.id);
+  is(call.type, 'function', 'call type');
+  is(call.function.name, 'get_weather', 'function name');
+  is(JSON.stringify(JSON.parse(call.function.arguments)), '{"days":3}', 'arguments: days an integer, per the schema');
+
+  // a string schema keeps the value's text
+  r = await client.chat.completions.create({ ...base,
+    tools: [{ type: 'function', function: { name: 'get_weather',
+      parameters: { type: 'object', properties: { days: { type: 'string' } } } } }] });
+  is(r.choices[0].message.tool_calls[0].function.arguments, '{"days":"3"}', 'arguments: days a string, per the schema');
+
+  // streaming: the client's accumulator rebuilds the same message
+  const stream = client.chat.completions.stream({ ...base, tools: TOOLS });
+  let reasoning = '', chunks = 0, lastFinish = null, callChunks = 0;
+  stream.on('chunk', (ch) => {
+    chunks++;
+    for (const x of ch.choices) {
+      reasoning += x.delta.reasoning_content || '';
+      if (x.delta.tool_calls) callChunks++;
+      if (x.finish_reason) lastFinish = x.finish_reason;
+    }
+  });
+  const fin = await stream.finalChatCompletion();
+  const fm = fin.choices[0].message;
+  is(fin.choices[0].finish_reason, 'tool_calls', 'stream: finish_reason tool_calls');
+  is(lastFinish, 'tool_calls', 'stream: the last chunk carries it');
+  is(fm.content, 'Sure', 'stream: content');
+  is(reasoning, 'Hmm', 'stream: reasoning_content deltas');
+  ok(callChunks === 1 && fm.tool_calls && fm.tool_calls.length === 1, 'stream: the call in one chunk', fm.tool_calls);
+  is(fm.tool_calls[0].function.name, 'get_weather', 'stream: function name');
+  is(fm.tool_calls[0].function.arguments, '{"days":3}', 'stream: arguments');
+  ok(/^call_[0-9a-f]{16}$/.test(fm.tool_calls[0].id), 'stream: call id', fm.tool_calls[0].id);
+
+  // no tools offered, or tool_choice "none": the calls are not split out (their special tokens
+  // are not text); the reasoning still is
+  for (const extra of [{}, { tools: TOOLS, tool_choice: 'none' }]) {
+    const what = extra.tools ? 'tool_choice none' : 'no tools';
+    r = await client.chat.completions.create({ ...base, ...extra });
+    c = r.choices[0];
+    is(c.finish_reason, 'stop', `${what}: finish_reason stop`);
+    ok(!c.message.tool_calls, `${what}: no tool_calls`, c.message.tool_calls);
+    is(c.message.content, 'Sureget_weatherdays3', `${what}: content`);
+    is(c.message.reasoning_content, 'Hmm', `${what}: reasoning_content`);
+  }
+
+  // cut short inside the call: what parsed so far, finish_reason "length"
+  const upToKey = tokenize(SCRIPT.slice(0, SCRIPT.indexOf('</arg_key:opensource>'))).length;
+  r = await client.chat.completions.create({ ...base, tools: TOOLS, max_tokens: upToKey + 1 });
+  c = r.choices[0];
+  is(c.finish_reason, 'length', 'cut short: finish_reason length');
+  ok(c.message.tool_calls && c.message.tool_calls[0].function.name === 'get_weather' &&
+     c.message.tool_calls[0].function.arguments === '{}', 'cut short: the call without its unfinished argument',
+     c.message.tool_calls);
+
+  srv.stop();
+  done();
+}
+
+main().catch((e) => { ok(false, 'unexpected error', e.stack || String(e)); done(); });
