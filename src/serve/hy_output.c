@@ -226,8 +226,9 @@ static json_t *parse_args(const char *s, size_t n, const nx_hy_markers *m, const
         pos = vend + strlen(vc);
         char *key = strndup(s + kb, ke - kb);
         json_t *val = key ? typed_value(s + vb, vend - vb, value_types(arg_schema(tools, name, key))) : NULL;
-        if (key && val && json_object_set_new(args, key, val) == 0) val = NULL;
-        json_decref(val);
+        if (key && val) json_object_set_new(args, key, val); /* steals val, also when it fails (a key that is
+                                                           * not UTF-8): the pair is dropped */
+        else json_decref(val);
         free(key);
     }
     return args;
@@ -252,7 +253,9 @@ json_t *nx_hy_parse_tool_calls(const char *text, size_t len, const nx_hy_markers
         }
         char buf[256];
         const char *name = trimmed(text + nb, s0 - nb, buf, sizeof buf);
-        if (!name || !*name) continue;
+        json_t *valid = name && *name ? json_string(name) : NULL; /* NULL: empty, or not UTF-8 */
+        if (!valid) continue;
+        json_decref(valid);
         json_t *args = parse_args(text + bb, be - bb, m, tools, name);
         char *args_s = args ? json_dumps(args, JSON_COMPACT) : NULL;
         json_t *call = args_s ? json_pack("{s:s, s:{s:s, s:s}}", "type", "function", "function", "name", name,

@@ -255,6 +255,22 @@ static void test_parse_broken(void **state) {
     calls = nx_hy_parse_tool_calls(buf, strlen(buf), &M, t);
     assert_int_equal(json_array_size(calls), 0);
     json_decref(calls);
+    /* bytes that are not UTF-8 (the parser does not rely on its caller's clean-up): a call with
+     * such a name is skipped, an argument with such a key or text dropped */
+    buf[0] = '\0';
+    call_open(buf, sizeof buf, "bad\xc3");
+    append(buf, sizeof buf, M.text[NX_HY_CALL_CLOSE]);
+    call_open(buf, sizeof buf, "noargs");
+    arg(buf, sizeof buf, "k\xff", "v");
+    arg(buf, sizeof buf, "w", "\xc3(");
+    arg(buf, sizeof buf, "ok", "yes");
+    append(buf, sizeof buf, M.text[NX_HY_CALL_CLOSE]);
+    calls = nx_hy_parse_tool_calls(buf, strlen(buf), &M, t);
+    assert_int_equal(json_array_size(calls), 1);
+    a = args_of(calls, 0, "noargs");
+    assert_json(a, "{\"ok\":\"yes\"}");
+    json_decref(a);
+    json_decref(calls);
     calls = nx_hy_parse_tool_calls("plain text", 10, &M, t);
     assert_int_equal(json_array_size(calls), 0);
     json_decref(calls);
