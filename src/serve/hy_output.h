@@ -77,7 +77,9 @@ int nx_hy_split_token(nx_hy_split *s, int32_t id, const char **marker);
 /* The tool calls in text (what followed <tool_calls>, markers spelled out): a JSON array of
  * {"type": "function", "function": {"name", "arguments"}} (arguments a JSON object serialized
  * as a string, as OpenAI sends it), without ids. Each <tool_call>…</tool_call> counts; a last
- * call cut short counts when it has its name and separator. Argument values are typed by the
+ * call cut short counts when it has its name and separator. A call whose name is empty, longer
+ * than 255 bytes (OpenAI allows 64) or not UTF-8 is skipped, as is an argument whose key or text
+ * is not UTF-8. Argument values are typed by the
  * tools' schema for them: "integer", "number" and "boolean" parse as such, "object", "array"
  * and other types as JSON, "string" stays the raw text; a value that does not parse as its type
  * falls back to the next possibility, a key without a schema is a string. Returns a new

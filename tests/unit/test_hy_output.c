@@ -73,6 +73,13 @@ static void assert_json(const json_t *got, const char *want) {
     json_decref(w);
 }
 
+/* Call i of calls is function name with exactly the arguments want (JSON). */
+static void assert_call(const json_t *calls, size_t i, const char *name, const char *want) {
+    json_t *a = args_of(calls, i, name);
+    assert_json(a, want);
+    json_decref(a);
+}
+
 static void test_markers(void **state) {
     (void)state;
     nx_tokenizer *tok = NULL;
@@ -161,13 +168,10 @@ static void test_parse_calls(void **state) {
     json_t *calls = nx_hy_parse_tool_calls(buf, strlen(buf), &M, t);
     assert_non_null(calls);
     assert_int_equal(json_array_size(calls), 2);
-    json_t *a = args_of(calls, 0, "get_weather");
-    assert_json(a, "{\"city\":\"Paris\",\"days\":3,\"metric\":true,\"ratio\":0.25,\"opts\":{\"units\":[\"c\",1]},"
-                   "\"tags\":[1,\"two\"],\"limit\":12,\"note\":{\"x\":1},\"count\":7}");
-    json_decref(a);
-    a = args_of(calls, 1, "noargs");
-    assert_int_equal(json_object_size(a), 0);
-    json_decref(a);
+    assert_call(calls, 0, "get_weather",
+                "{\"city\":\"Paris\",\"days\":3,\"metric\":true,\"ratio\":0.25,\"opts\":{\"units\":[\"c\",1]},"
+                "\"tags\":[1,\"two\"],\"limit\":12,\"note\":{\"x\":1},\"count\":7}");
+    assert_call(calls, 1, "noargs", "{}");
     json_decref(calls);
     json_decref(t);
 }
@@ -191,18 +195,15 @@ static void test_parse_fallbacks(void **state) {
     append(buf, sizeof buf, M.text[NX_HY_CALL_CLOSE]);
     json_t *calls = nx_hy_parse_tool_calls(buf, strlen(buf), &M, t);
     assert_int_equal(json_array_size(calls), 2);
-    json_t *a = args_of(calls, 0, "get_weather");
-    assert_json(a, "{\"city\":\"{\\\"looks\\\": \\\"like json\\\"}\",\"days\":\"three\",\"metric\":[true],"
-                   "\"ratio\":\"inf\",\"limit\":null,\"unknown\":\"42\"}");
-    json_decref(a);
-    a = args_of(calls, 1, "not_offered");
-    assert_json(a, "{\"n\":\"5\"}");
-    json_decref(a);
+    assert_call(calls, 0, "get_weather",
+                "{\"city\":\"{\\\"looks\\\": \\\"like json\\\"}\",\"days\":\"three\",\"metric\":[true],"
+                "\"ratio\":\"inf\",\"limit\":null,\"unknown\":\"42\"}");
+    assert_call(calls, 1, "not_offered", "{\"n\":\"5\"}");
     json_decref(calls);
     /* no tools at all: the same, untyped */
     calls = nx_hy_parse_tool_calls(buf, strlen(buf), &M, NULL);
     assert_int_equal(json_array_size(calls), 2);
-    a = args_of(calls, 0, "get_weather");
+    json_t *a = args_of(calls, 0, "get_weather");
     assert_json(json_object_get(a, "days"), "\"three\"");
     json_decref(a);
     json_decref(calls);
@@ -225,9 +226,7 @@ static void test_parse_broken(void **state) {
     append(buf, sizeof buf, "4");
     json_t *calls = nx_hy_parse_tool_calls(buf, strlen(buf), &M, t);
     assert_int_equal(json_array_size(calls), 1);
-    json_t *a = args_of(calls, 0, "get_weather");
-    assert_json(a, "{\"city\":\"Oslo\"}");
-    json_decref(a);
+    assert_call(calls, 0, "get_weather", "{\"city\":\"Oslo\"}");
     json_decref(calls);
     /* a call whose name is not followed by the separator, an empty name, a key without a
      * value: skipped; text that is no call at all gives an empty array */
@@ -245,9 +244,7 @@ static void test_parse_broken(void **state) {
     append(buf, sizeof buf, M.text[NX_HY_CALL_CLOSE]);
     calls = nx_hy_parse_tool_calls(buf, strlen(buf), &M, t);
     assert_int_equal(json_array_size(calls), 1);
-    a = args_of(calls, 0, "noargs");
-    assert_json(a, "{\"k\":\"v\"}");
-    json_decref(a);
+    assert_call(calls, 0, "noargs", "{\"k\":\"v\"}");
     json_decref(calls);
     buf[0] = '\0';
     append(buf, sizeof buf, M.text[NX_HY_CALL_OPEN]);
@@ -267,9 +264,7 @@ static void test_parse_broken(void **state) {
     append(buf, sizeof buf, M.text[NX_HY_CALL_CLOSE]);
     calls = nx_hy_parse_tool_calls(buf, strlen(buf), &M, t);
     assert_int_equal(json_array_size(calls), 1);
-    a = args_of(calls, 0, "noargs");
-    assert_json(a, "{\"ok\":\"yes\"}");
-    json_decref(a);
+    assert_call(calls, 0, "noargs", "{\"ok\":\"yes\"}");
     json_decref(calls);
     calls = nx_hy_parse_tool_calls("plain text", 10, &M, t);
     assert_int_equal(json_array_size(calls), 0);
@@ -289,9 +284,7 @@ static void test_parse_bare(void **state) {
                        "</tool_call>\n</tool_calls>";
     json_t *calls = nx_hy_parse_tool_calls(text, strlen(text), &bare, NULL);
     assert_int_equal(json_array_size(calls), 1);
-    json_t *a = args_of(calls, 0, "noargs");
-    assert_json(a, "{\"a\":\"b\"}");
-    json_decref(a);
+    assert_call(calls, 0, "noargs", "{\"a\":\"b\"}");
     json_decref(calls);
 }
 
