@@ -396,7 +396,7 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     /* chat: reasoning and (when the request offers tools) tool calls are split out of the
      * content, as Hy3's markers delimit them; other tokenizers have no markers to split on */
     const bool chat = j->req.kind == NX_OAI_CHAT;
-    nx_hy_split_init(&g.split, &s->hy, chat && j->req.tools, chat,
+    nx_hy_split_init(&g.split, &s->hy, chat && j->req.tools, chat && s->o.split_reasoning,
                      j->n_ids[i] ? j->ids[i][j->n_ids[i] - 1] : -1);
 
     nx_gen_params p;
@@ -1043,6 +1043,7 @@ void nx_server_opts_default(nx_server_opts *o) {
     o->n_ctx = 4096;
     o->draft = NX_DRAFT_AUTO;
     o->verify = NX_VERIFY_RESIDUAL;
+    o->split_reasoning = true;
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }

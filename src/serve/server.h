@@ -4,6 +4,7 @@
 #ifndef NX_SERVE_SERVER_H
 #define NX_SERVE_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +24,8 @@ typedef struct nx_server_opts {
     int32_t n_ctx;       /* context (prompt + completion) tokens */
     int32_t draft;       /* default speculative draft length (NX_DRAFT_AUTO, 0..NX_MAX_DRAFT) */
     nx_verify verify;    /* default verification rule */
+    bool split_reasoning; /* chat: <think>…</think> as reasoning_content (default) or left in the
+                           * content */
 } nx_server_opts;
 
 void nx_server_opts_default(nx_server_opts *o);

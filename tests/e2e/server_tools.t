@@ -8,7 +8,7 @@
 // Checked: reasoning_content / content / tool_calls (typed by the request's schema) with
 // finish_reason "tool_calls", streaming and not (the client's own stream accumulator rebuilds
 // the message); no tools offered, or tool_choice "none": no split of the calls; cut short by
-// max_tokens: "length".
+// max_tokens: "length"; --reasoning-format none leaves the reasoning in the content.
 'use strict';
 const { execFileSync } = require('child_process');
 const fs = require('fs');
@@ -107,6 +107,17 @@ async function main() {
      c.message.tool_calls);
 
   srv.stop();
+
+  // --reasoning-format none: the reasoning stays in the content (its markers are not text)
+  const plain = await lib.startServer(['-m', dir, '--model-id', 'scripted', '--reasoning-format', 'none']);
+  const pc = new OpenAI({ baseURL: plain.base + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  r = await pc.chat.completions.create({ ...base, tools: TOOLS });
+  c = r.choices[0];
+  is(c.message.content, 'HmmSure', '--reasoning-format none: content');
+  ok(c.message.reasoning_content === undefined, '--reasoning-format none: no reasoning_content', c.message);
+  is(c.message.tool_calls && c.message.tool_calls[0].function.arguments, '{"days":3}',
+     '--reasoning-format none: the tool call still parsed');
+  plain.stop();
   done();
 }
 

@@ -36,6 +36,8 @@ static const char *usage =
     "      --ctx N             context tokens, prompt + completion (default 4096)\n"
     "      --draft auto|N      default draft length, 0 = plain decoding (default auto)\n"
     "      --verify RULE       residual (lossless sampling) or match (default residual)\n"
+    "      --reasoning-format split|none  chat: <think>...</think> as reasoning_content (split,\n"
+    "                          the default) or left in the content (none)\n"
     "  -t, --threads N         compute threads (default: all cores)\n"
     "      --act-bits 8|16     activations of 2-6-bit matmuls: int8 (default) or int16 (finer)\n"
     "      --kv-type f32|f16   KV cache elements: f32 (default, exact) or f16 (half the memory)\n"
@@ -43,7 +45,7 @@ static const char *usage =
     "  -q, --quiet             no start-up banner\n";
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
-       O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV };
+       O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -55,6 +57,7 @@ static const struct option opts[] = {
     {"verify", required_argument, 0, O_VERIFY}, {"threads", required_argument, 0, 't'},
     {"no-mtp", no_argument, 0, O_NOMTP},      {"act-bits", required_argument, 0, O_ACT},
     {"kv-type", required_argument, 0, O_KV},      {"quiet", no_argument, 0, 'q'},
+    {"reasoning-format", required_argument, 0, O_REASONING},
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
 
@@ -153,6 +156,11 @@ int nx_cli_serve(int argc, char **argv) {
             if (!strcmp(optarg, "residual")) so.verify = NX_VERIFY_RESIDUAL;
             else if (!strcmp(optarg, "match")) so.verify = NX_VERIFY_MATCH;
             else BAD("--verify %s: expected residual or match", optarg);
+            break;
+        case O_REASONING:
+            if (!strcmp(optarg, "split")) so.split_reasoning = true;
+            else if (!strcmp(optarg, "none")) so.split_reasoning = false;
+            else BAD("--reasoning-format %s: expected split or none", optarg);
             break;
         case 't':
             if (!cli_parse_int(optarg, 0, 1024, &v)) BAD("--threads %s: expected 0..1024", optarg);
