@@ -74,6 +74,12 @@ nx_status nx_detok_flush(nx_detok *d, char **out, size_t *out_len, nx_error *err
 
 /* ---------------------------------------------------------------- sampling */
 
+/* A bias added to one token's logit (OpenAI's logit_bias). */
+typedef struct nx_logit_bias {
+    int32_t id;
+    float bias; /* [-100, 100]: -100 all but bans the token, 100 all but forces it */
+} nx_logit_bias;
+
 /* Sampler settings. Each feature is off at its neutral value. */
 typedef struct nx_sampler_params {
     float temperature;        /* 0 = greedy (argmax, lowest id on ties); > 0 scales logits */
@@ -83,6 +89,10 @@ typedef struct nx_sampler_params {
     float repetition_penalty; /* 1 = off; > 0; over prompt + generated tokens (HF/vLLM rule) */
     float presence_penalty;   /* 0 = off; [-2, 2]; over generated tokens (OpenAI rule) */
     float frequency_penalty;  /* 0 = off; [-2, 2]; over generated tokens (OpenAI rule) */
+    const nx_logit_bias *logit_bias; /* n_logit_bias entries added to the raw logits before
+                                      * anything else; ids < vocab (an id listed twice gets both);
+                                      * nx_sampler_new copies them */
+    size_t n_logit_bias;
     uint64_t seed;
 } nx_sampler_params;
 

@@ -2,8 +2,10 @@
  * from — the p (target) and q (draft) of speculative verification, so both must come from this
  * one function — and draws from it with a seeded xoshiro256** stream.
  *
- * Processing order (vLLM's; every stage is skipped at its neutral value):
- *   1. Penalties on the raw logits. Repetition (HF/vLLM rule) over prompt + generated tokens:
+ * Processing order (vLLM's, with llama.cpp's place for the logit bias; every stage is skipped at
+ * its neutral value):
+ *   0. Logit bias: each listed token's bias is added to its raw logit.
+ *   1. Penalties on the biased logits. Repetition (HF/vLLM rule) over prompt + generated tokens:
  *      logit > 0 ? logit / r : logit * r. Then presence and frequency (OpenAI rule) over generated
  *      tokens only: logit -= frequency * count + presence * [count > 0]. The `extra` tokens of a
  *      call count as generated for that call only (the drafts that precede a verify row).
@@ -51,6 +53,8 @@ struct nx_sampler {
     int32_t *gen;         /* [cap_gen] generated tokens in order, for rewind */
     size_t n_gen, cap_gen;
     float *work;          /* [vocab] penalised logits of the current call */
+    nx_logit_bias *bias;  /* the n_logit_bias entries (s->p.logit_bias points here) */
+    float *bias_of;       /* [vocab] each token's total bias, or NULL when there is none */
     sampler_cand *cand;   /* [vocab] candidates of the current call */
 };
 
@@ -96,6 +100,15 @@ nx_status nx_sampler_params_check(const nx_sampler_params *p, nx_error *err) {
     if (!param_in(p->frequency_penalty, -2.0f, 2.0f))
         return nx_fail(err, NX_E_ARG, "frequency_penalty must be in [-2, 2] (0 = off), got %g",
                        (double)p->frequency_penalty);
+    if (p->n_logit_bias > 0 && !p->logit_bias)
+        return nx_fail(err, NX_E_ARG, "logit_bias: %zu entries but no array", p->n_logit_bias);
+    for (size_t i = 0; i < p->n_logit_bias; i++) {
+        if (p->logit_bias[i].id < 0)
+            return nx_fail(err, NX_E_ARG, "logit_bias: token id %d is negative", (int)p->logit_bias[i].id);
+        if (!param_in(p->logit_bias[i].bias, -100.0f, 100.0f))
+            return nx_fail(err, NX_E_ARG, "logit_bias: the bias of token %d must be in [-100, 100], got %g",
+                           (int)p->logit_bias[i].id, (double)p->logit_bias[i].bias);
+    }
     return NX_OK;
 }
 
@@ -110,6 +123,10 @@ nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_samp
     if ((st = nx_sampler_params_check(p, err)) != NX_OK) return st;
     if (vocab_size <= 0)
         return nx_fail(err, NX_E_ARG, "sampler: vocab_size must be > 0, got %d", (int)vocab_size);
+    for (size_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].id >= vocab_size)
+            return nx_fail(err, NX_E_ARG, "logit_bias: token id %d is out of range [0, %d)", (int)p->logit_bias[i].id,
+                           (int)vocab_size);
     size_t v = (size_t)vocab_size;
     if (v > SIZE_MAX / sizeof(sampler_cand))
         return nx_fail(err, NX_E_NOMEM, "sampler: vocab_size %d too large", (int)vocab_size);
@@ -128,6 +145,15 @@ nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_samp
     s->cand = malloc(v * sizeof *s->cand);
     if (!s->counts || !s->in_prompt || !s->prompt_ids || !s->gen || !s->work || !s->cand)
         goto nomem;
+    s->p.logit_bias = NULL;
+    if (p->n_logit_bias > 0) {
+        s->bias = malloc(p->n_logit_bias * sizeof *s->bias);
+        s->bias_of = calloc(v, sizeof *s->bias_of);
+        if (!s->bias || !s->bias_of) goto nomem;
+        memcpy(s->bias, p->logit_bias, p->n_logit_bias * sizeof *s->bias);
+        for (size_t i = 0; i < p->n_logit_bias; i++) s->bias_of[s->bias[i].id] += s->bias[i].bias;
+        s->p.logit_bias = s->bias;
+    }
     *out = s;
     return NX_OK;
 
@@ -144,6 +170,8 @@ void nx_sampler_free(nx_sampler *s) {
     free(s->gen);
     free(s->work);
     free(s->cand);
+    free(s->bias);
+    free(s->bias_of);
     free(s);
 }
 
@@ -213,9 +241,10 @@ static bool sampler_has_penalties(const nx_sampler *s) {
            s->p.frequency_penalty != 0.0f;
 }
 
-/* The penalised logit of one token. It is a function of the raw logit and the token's history
- * only, so writing it more than once (a token seen many times) is harmless. */
+/* The penalised logit of one token. It is a function of the raw logit, the token's bias and its
+ * history only, so writing it more than once (a token seen many times) is harmless. */
 static float sampler_penalty(const nx_sampler *s, float x, int32_t id) {
+    if (s->bias_of) x += s->bias_of[id];
     int32_t c = s->counts[id];
     float r = s->p.repetition_penalty;
     if (r != 1.0f && (c > 0 || sampler_in_prompt(s, id))) x = x > 0.0f ? x / r : x * r;
@@ -224,11 +253,16 @@ static float sampler_penalty(const nx_sampler *s, float x, int32_t id) {
     return x;
 }
 
-/* work = logits with penalties applied. Only tokens in the history can change, so the cost is
- * the copy plus O(prompt distinct + generated + extra). */
+/* work = logits with the bias and penalties applied. Only biased tokens and tokens in the
+ * history can change, so the cost is the copy plus O(biased + prompt distinct + generated +
+ * extra). */
 static void sampler_penalise(nx_sampler *s, const float *logits, const int32_t *extra,
                              size_t n_extra) {
     memcpy(s->work, logits, (size_t)s->vocab * sizeof *s->work);
+    for (size_t i = 0; i < s->p.n_logit_bias; i++) {
+        const int32_t id = s->bias[i].id;
+        s->work[id] = logits[id] + s->bias_of[id];
+    }
     if (!sampler_has_penalties(s)) return;
     for (size_t i = 0; i < n_extra; i++)
         if (sampler_valid_id(s, extra[i])) s->counts[extra[i]]++;

@@ -3,6 +3,7 @@
  * does ("Invalid 'temperature': ..."), so clients get an actionable 400 rather than a crash. */
 #include "serve/openai.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -594,6 +595,41 @@ static nx_status parse_prompt(json_t *root, const nx_oai_limits *lim, nx_oai_req
 
 /* ---------------------------------------------------------------- the request */
 
+/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI's form; ids as decimal strings). */
+static nx_status parse_logit_bias(json_t *root, const nx_oai_limits *lim, nx_oai_request *r, nx_oai_error *e) {
+    json_t *lb = field(root, "logit_bias");
+    if (!lb) return NX_OK;
+    if (!json_is_object(lb)) return bad_type(e, "logit_bias", "an object", lb);
+    const size_t n = json_object_size(lb);
+    if (n == 0) return NX_OK;
+    const int64_t vocab = lim && lim->vocab_size > 0 ? lim->vocab_size : INT32_MAX;
+    if ((int64_t)n > vocab)
+        return bad_value(e, "logit_bias", "invalid_value", "logit_bias has %zu entries, more than the %lld tokens.",
+                         n, (long long)vocab);
+    r->logit_bias = calloc(n, sizeof *r->logit_bias);
+    if (!r->logit_bias) return oom(e);
+    const char *key;
+    json_t *v;
+    json_object_foreach(lb, key, v) {
+        char *end = NULL;
+        errno = 0;
+        const long long id = key[0] >= '0' && key[0] <= '9' ? strtoll(key, &end, 10) : -1;
+        if (id < 0 || errno || !end || *end || id >= vocab)
+            return bad_value(e, "logit_bias", "invalid_value",
+                             "logit_bias keys must be token ids in [0, %lld), but got '%.40s'.", (long long)vocab,
+                             key);
+        const double b = json_is_number(v) ? json_number_value(v) : NAN;
+        if (!(b >= -100.0 && b <= 100.0))
+            return bad_value(e, "logit_bias", "invalid_value",
+                             "logit_bias values must be numbers in [-100, 100], but token %lld has %s.", id,
+                             json_is_number(v) ? "one out of range" : type_name(v));
+        r->logit_bias[r->n_logit_bias++] = (nx_logit_bias){(int32_t)id, (float)b};
+    }
+    r->sampling.logit_bias = r->logit_bias;
+    r->sampling.n_logit_bias = r->n_logit_bias;
+    return NX_OK;
+}
+
 static nx_status parse_common(json_t *root, const nx_oai_limits *lim, nx_oai_request *r,
                               nx_oai_error *e) {
     nx_status st;
@@ -704,12 +740,7 @@ static nx_status parse_common(json_t *root, const nx_oai_limits *lim, nx_oai_req
             return bad_value(e, "suffix", "unsupported_value", "suffix is not supported.");
     }
 
-    json_t *lb = field(root, "logit_bias");
-    if (lb) {
-        if (!json_is_object(lb)) return bad_type(e, "logit_bias", "an object", lb);
-        if (json_object_size(lb) > 0)
-            return bad_value(e, "logit_bias", "unsupported_value", "logit_bias is not supported.");
-    }
+    if ((st = parse_logit_bias(root, lim, r, e)) != NX_OK) return st;
     json_t *rf = field(root, "response_format");
     if (rf) {
         json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
@@ -793,6 +824,7 @@ void nx_oai_request_free(nx_oai_request *r) {
     if (r->stop)
         for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    free(r->logit_bias);
     memset(r, 0, sizeof *r);
 }
 

@@ -70,7 +70,9 @@ typedef struct nx_oai_request {
     size_t n_prompts;
 
     int32_t max_tokens; /* 0 = unset: chat runs to EOS or a full context, completions 16 */
-    nx_sampler_params sampling;
+    nx_sampler_params sampling; /* sampling.logit_bias points into logit_bias */
+    nx_logit_bias *logit_bias;  /* logit_bias {"token id": bias}, n_logit_bias entries */
+    size_t n_logit_bias;
     bool has_seed;
     char **stop; /* n_stop NUL-terminated, non-empty strings */
     size_t n_stop;

@@ -109,6 +109,19 @@ expect_error("unknown command", ["frobnicate"], "frobnicate")
 r = nextn("run", "-m", good, "--prompt-tokens", "1,2,3", "-n", "5", "--print-ids", "--ignore-eos", "--quiet")
 t.ok(len(r.stdout.split()) == 5, "a good checkpoint still runs", r.stdout)
 
+# --logit-bias: llama.cpp's TOKEN_ID+BIAS form forces a token (greedy and sampled, with drafts);
+# malformed or out-of-range entries are refused by name
+for extra in ([], ["--temp", "1", "--draft", "2"]):
+    r = nextn("run", "-m", good, "--prompt-tokens", "1,2,3", "-n", "5", "--print-ids", "--ignore-eos", "--quiet",
+              "--logit-bias", "7+100", "--logit-bias", "8-5", *extra)
+    t.ok(r.stdout.split() == ["7"] * 5, f"--logit-bias 7+100 forces token 7 {extra}", r.stdout)
+expect_error("logit bias: no sign", ["run", "-m", good, "--prompt-tokens", "1,2", "--logit-bias", "7=1"],
+             "--logit-bias 7=1", "TOKEN_ID+BIAS")
+expect_error("logit bias: out of range", ["run", "-m", good, "--prompt-tokens", "1,2", "--logit-bias", "7+101"],
+             "[-100, 100]")
+expect_error("logit bias: token past the vocabulary",
+             ["run", "-m", good, "--prompt-tokens", "1,2", "--logit-bias", "419+1"], "token id 419 is out of range")
+
 # bench prints one line per mode and the dense-part timing, with figures that parse
 r = nextn("bench", "-m", good, "-n", "6", "--modes", "ar,1", "--synthetic-accept", "0.8", check=False)
 lines = r.stdout.splitlines()

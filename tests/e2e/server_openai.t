@@ -115,6 +115,27 @@ async function main() {
   await expectError(client.chat.completions.create({ model, messages, stream: true, speculative: { draft: 'many' } }),
                     400, OpenAI.BadRequestError, 'bad speculative.draft on a stream: 400 before streaming');
   await expectError(client.get('/does-not-exist'), 404, OpenAI.NotFoundError, 'unknown route: NotFoundError');
+  // logit_bias: +100 on a token makes it the whole answer, greedy or sampled, with speculative
+  // decoding on (drafts and verification see the same biased distribution) or off
+  const forcedText = require('child_process').execFileSync(lib.NEXTN, ['detokenize', '-m', lib.MODEL, '2000'],
+                                                           { encoding: 'utf8' }).replace(/\n$/, '');
+  for (const [temperature, draft] of [[0, 'auto'], [0, 0], [1, 3]]) {
+    const f = await client.completions.create({ model, prompt: 'def fibonacci(n):', max_tokens: 6, temperature,
+      seed: 1, logit_bias: { 2000: 100 }, speculative: { draft } });
+    is(f.choices[0].text, forcedText.repeat(6), `logit_bias +100 forces token 2000 (temperature ${temperature}, draft ${draft})`);
+  }
+  // -100 on the tokens of the unbiased greedy answer: none of them comes back
+  const plainIds = require('child_process').execFileSync(lib.NEXTN, ['tokenize', '-m', lib.MODEL, comp.choices[0].text],
+                                                         { encoding: 'utf8' }).trim().split(/\s+/);
+  const ban = {};
+  for (const id of plainIds) ban[id] = -100;
+  const banned = await client.completions.create({ model, prompt: 'def fibonacci(n):', max_tokens: 24, temperature: 0,
+    logit_bias: ban });
+  ok(banned.choices[0].text !== comp.choices[0].text && banned.choices[0].text.length > 0,
+     'logit_bias -100 on the greedy answer\'s tokens changes it', banned.choices[0].text);
+  await expectError(client.completions.create({ model, prompt: 'x', logit_bias: { 999999: 1 } }), 400,
+                    OpenAI.BadRequestError, 'logit_bias: a token id past the vocabulary is a 400');
+
   srv.stop();
   await lib.waitExit(srv);
 

@@ -83,7 +83,8 @@ static void test_chat_all_fields(void **state) {
         "\"stream_options\":{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":3,"
         "\"n\":1,\"speculative\":{\"draft\":2,\"verify\":\"match\"},\"user\":\"ignored\","
         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}],"
-        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"ignore_eos\":true}";
+        "\"chat_template_kwargs\":{\"enable_thinking\":false},\"ignore_eos\":true,"
+        "\"logit_bias\":{\"5\":-100,\"999\":2.5,\"0\":100}}";
     nx_oai_request r;
     nx_oai_error e;
     nx_status st = parse(NX_OAI_CHAT, body, &r, &e);
@@ -117,6 +118,14 @@ static void test_chat_all_fields(void **state) {
     assert_non_null(r.tools);
     assert_non_null(r.template_kwargs);
     assert_true(r.ignore_eos);
+    assert_int_equal(r.sampling.n_logit_bias, 3);
+    assert_true(r.sampling.logit_bias == r.logit_bias);
+    assert_int_equal(r.logit_bias[0].id, 5);
+    assert_float_equal(r.logit_bias[0].bias, -100.0, 0);
+    assert_int_equal(r.logit_bias[1].id, 999);
+    assert_float_equal(r.logit_bias[1].bias, 2.5, 0);
+    assert_int_equal(r.logit_bias[2].id, 0);
+    assert_float_equal(r.logit_bias[2].bias, 100.0, 0);
     nx_oai_request_free(&r);
 }
 
@@ -201,7 +210,14 @@ static void test_request_error_matrix(void **state) {
     expect_400(C, "{\"logprobs\":1," MSGS "}", "logprobs", "expected a boolean");
     expect_400(C, "{\"logprobs\":true,\"top_logprobs\":21," MSGS "}", "top_logprobs", "<= 20");
     expect_400(C, "{\"top_logprobs\":2," MSGS "}", "top_logprobs", "'logprobs' must be");
-    expect_400(C, "{\"logit_bias\":{\"5\":1}," MSGS "}", "logit_bias", "not supported");
+    expect_400(C, "{\"logit_bias\":[5]," MSGS "}", "logit_bias", "expected an object");
+    expect_400(C, "{\"logit_bias\":{\"1000\":1}," MSGS "}", "logit_bias", "token ids in [0, 1000)");
+    expect_400(C, "{\"logit_bias\":{\"-1\":1}," MSGS "}", "logit_bias", "token ids");
+    expect_400(C, "{\"logit_bias\":{\"a5\":1}," MSGS "}", "logit_bias", "'a5'");
+    expect_400(C, "{\"logit_bias\":{\"5x\":1}," MSGS "}", "logit_bias", "'5x'");
+    expect_400(C, "{\"logit_bias\":{\"99999999999999999999\":1}," MSGS "}", "logit_bias", "token ids");
+    expect_400(C, "{\"logit_bias\":{\"5\":100.5}," MSGS "}", "logit_bias", "[-100, 100]");
+    expect_400(C, "{\"logit_bias\":{\"5\":\"1\"}," MSGS "}", "logit_bias", "a string");
     expect_400(C, "{\"response_format\":{\"type\":\"json_object\"}," MSGS "}", "response_format",
                "only {\"type\": \"text\"}");
     expect_400(C, "{\"speculative\":3," MSGS "}", "speculative", "expected an object");

@@ -50,9 +50,12 @@ static void ref_probs(const nx_sampler_params *p, const float *logits, int32_t V
     for (size_t i = 0; i < h->n_gen; i++) count[h->gen[i]]++;
     for (size_t i = 0; i < h->n_extra; i++) count[h->extra[i]]++;
 
-    /* Penalties (the penalised logit is a float, as the logits are). */
+    /* Logit bias, then penalties (the penalised logit is a float, as the logits are). */
+    float *bias = calloc((size_t)V, sizeof *bias);
+    assert_non_null(bias);
+    for (size_t i = 0; i < p->n_logit_bias; i++) bias[p->logit_bias[i].id] += p->logit_bias[i].bias;
     for (int32_t i = 0; i < V; i++) {
-        float v = logits[i];
+        float v = logits[i] + bias[i];
         if ((count[i] > 0 || in_prompt[i]) && p->repetition_penalty != 1.0f)
             v = v > 0.0f ? v / p->repetition_penalty : v * p->repetition_penalty;
         v -= p->frequency_penalty * (float)count[i];
@@ -91,6 +94,7 @@ static void ref_probs(const nx_sampler_params *p, const float *logits, int32_t V
     }
     for (int32_t j = 0; j < keep; j++) out[it[j].id] = pr[j] / z2;
 done:
+    free(bias);
     free(count);
     free(in_prompt);
     free(it);
@@ -160,6 +164,14 @@ static void random_params(uint64_t *r, int32_t V, nx_sampler_params *p) {
     if (trng_uniform(r) < 0.5) p->repetition_penalty = (float)(0.5 + 1.5 * trng_uniform(r));
     if (trng_uniform(r) < 0.5) p->presence_penalty = (float)(-2.0 + 4.0 * trng_uniform(r));
     if (trng_uniform(r) < 0.5) p->frequency_penalty = (float)(-2.0 + 4.0 * trng_uniform(r));
+    static nx_logit_bias lb[6]; /* the tests run one case at a time */
+    if (trng_uniform(r) < 0.5) {
+        p->n_logit_bias = 1 + (size_t)trng_int(r, 6);
+        for (size_t i = 0; i < p->n_logit_bias; i++) /* small biases that reorder, and ±100 */
+            lb[i] = (nx_logit_bias){trng_int(r, V), trng_uniform(r) < 0.2 ? (trng_uniform(r) < 0.5 ? -100.0f : 100.0f)
+                                                                           : (float)(-4.0 + 8.0 * trng_uniform(r))};
+        p->logit_bias = lb;
+    }
     p->seed = trng_next(r);
 }
 
@@ -456,6 +468,63 @@ static void test_rewind_restores(void **state) {
     nx_sampler_free(s);
 }
 
+/* Logit bias: +100 forces a token even greedily, -100 all but bans it, the bias comes before
+ * the repetition penalty (llama.cpp's order), and bad entries are refused by name. */
+static void test_logit_bias(void **state) {
+    (void)state;
+    const int32_t V = 8;
+    const float logits[8] = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 3.0f, 0.25f, 1.5f};
+    float probs[8];
+    nx_sampler_params p;
+    nx_sampler_params_default(&p);
+    nx_logit_bias lb[3] = {{6, 100.0f}, {5, -100.0f}, {0, 1.0f}};
+    p.logit_bias = lb;
+    p.n_logit_bias = 2;
+    nx_sampler *s = new_sampler(&p, V);
+    lb[0].id = 1; /* the sampler kept its own copy */
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    assert_true(probs[6] == 1.0f);
+    nx_sampler_free(s);
+    lb[0].id = 6;
+    p.temperature = 1.0f;
+    s = new_sampler(&p, V);
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    assert_true(probs[6] > 0.999f && probs[5] < 1e-40f);
+    nx_sampler_free(s);
+    /* token 0: logit 2 + bias 1 = 3, in the prompt, repetition penalty 2: 1.5; against token 7
+     * (1.5, no penalty) the two weigh the same */
+    p.logit_bias = lb + 2;
+    p.n_logit_bias = 1;
+    p.repetition_penalty = 2.0f;
+    s = new_sampler(&p, V);
+    const int32_t prompt[1] = {0};
+    nx_sampler_set_prompt(s, prompt, 1);
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    assert_true(fabsf(probs[0] - probs[7]) < 1e-7f && probs[0] > 0.05f);
+    nx_sampler_free(s);
+    /* refused: an id past the vocabulary (nx_sampler_new knows it), a bias out of range, a
+     * count without an array */
+    nx_sampler_params_default(&p);
+    nx_logit_bias bad = {V, 1.0f};
+    p.logit_bias = &bad;
+    p.n_logit_bias = 1;
+    nx_error err = {0};
+    assert_int_equal(nx_sampler_params_check(&p, &err), NX_OK);
+    nx_sampler *none = NULL;
+    assert_int_equal(nx_sampler_new(&p, V, &none, &err), NX_E_ARG);
+    assert_null(none);
+    assert_non_null(strstr(err.msg, "logit_bias: token id 8 is out of range [0, 8)"));
+    bad = (nx_logit_bias){1, 100.5f};
+    assert_int_equal(nx_sampler_params_check(&p, &err), NX_E_ARG);
+    assert_non_null(strstr(err.msg, "logit_bias"));
+    bad = (nx_logit_bias){1, NAN};
+    assert_int_equal(nx_sampler_params_check(&p, &err), NX_E_ARG);
+    bad = (nx_logit_bias){-1, 0.0f};
+    assert_int_equal(nx_sampler_params_check(&p, &err), NX_E_ARG);
+    p.logit_bias = NULL;
+    assert_int_equal(nx_sampler_params_check(&p, &err), NX_E_ARG);
+}
+
 static void expect_reject(const nx_sampler_params *p, const char *name) {
     nx_error err = {0};
     assert_int_equal(nx_sampler_params_check(p, &err), NX_E_ARG);
@@ -675,6 +744,7 @@ int main(void) {
         cmocka_unit_test(test_draw_chi_square),
         cmocka_unit_test(test_seeded_determinism),
         cmocka_unit_test(test_nonfinite_logits),
+        cmocka_unit_test(test_logit_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

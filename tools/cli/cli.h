@@ -25,7 +25,8 @@ typedef struct cli_opts {
     int32_t simulate_from; /* probe */
     bool stats, print_ids, chat, json, quiet;
     bool temp_set;
-    nx_gen_params gen;
+    nx_gen_params gen;       /* gen.sampling.logit_bias points into logit_bias */
+    nx_logit_bias logit_bias[64]; /* --logit-bias, repeatable */
     nx_load_params load;
     const char *modes; /* bench */
     int32_t repeat;    /* bench */

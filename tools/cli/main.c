@@ -24,6 +24,7 @@ enum {
     OPT_MTP_THETA, OPT_IGNORE_EOS, OPT_CHAT, OPT_TOKENS, OPT_LOGITS, OPT_MTP_LOGITS, OPT_JSON,
     OPT_PTOKENS, OPT_K, OPT_MODES, OPT_REPEAT, OPT_QUIET, OPT_DRAFT_VOCAB, OPT_SIMULATE, OPT_ACT_BITS,
     OPT_KV_TYPE,
+    OPT_LOGIT_BIAS,
 };
 
 static const struct option long_opts[] = {
@@ -71,6 +72,7 @@ static const struct option long_opts[] = {
     {"simulate-from", required_argument, 0, OPT_SIMULATE},
     {"act-bits", required_argument, 0, OPT_ACT_BITS},
     {"kv-type", required_argument, 0, OPT_KV_TYPE},
+    {"logit-bias", required_argument, 0, OPT_LOGIT_BIAS},
     {0, 0, 0, 0},
 };
 
@@ -145,6 +147,23 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
         case OPT_PRES: DBL_OPT("--presence-penalty", -2, 2, o->gen.sampling.presence_penalty); break;
         case OPT_FREQ: DBL_OPT("--frequency-penalty", -2, 2, o->gen.sampling.frequency_penalty); break;
         case OPT_SEED: INT_OPT("--seed", 0, LLONG_MAX, o->gen.sampling.seed); break;
+        case OPT_LOGIT_BIAS: { /* llama.cpp's form: TOKEN_ID+BIAS or TOKEN_ID-BIAS */
+            const size_t nb = o->gen.sampling.n_logit_bias;
+            const char *sign = optarg + strspn(optarg, "0123456789");
+            char idbuf[16];
+            const size_t idlen = (size_t)(sign - optarg);
+            if (nb >= sizeof o->logit_bias / sizeof o->logit_bias[0]) BAD("--logit-bias: at most 64");
+            if (idlen == 0 || idlen >= sizeof idbuf || (*sign != '+' && *sign != '-'))
+                BAD("--logit-bias %s: expected TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1)", optarg);
+            memcpy(idbuf, optarg, idlen);
+            idbuf[idlen] = '\0';
+            if (!cli_parse_int(idbuf, 0, INT32_MAX, &iv) || !cli_parse_double(sign, -100, 100, &dv))
+                BAD("--logit-bias %s: expected a token id and a bias in [-100, 100]", optarg);
+            o->logit_bias[nb] = (nx_logit_bias){(int32_t)iv, (float)dv};
+            o->gen.sampling.logit_bias = o->logit_bias;
+            o->gen.sampling.n_logit_bias = nb + 1;
+            break;
+        }
         case OPT_DRAFT:
             if (!strcmp(optarg, "auto")) o->gen.draft = NX_DRAFT_AUTO;
             else { INT_OPT("--draft", 0, NX_MAX_DRAFT, o->gen.draft); }

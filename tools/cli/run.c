@@ -18,6 +18,7 @@ static const char *usage =
     "      --top-k K --top-p P --min-p M\n"
     "      --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
     "      --seed S            RNG seed (default 0)\n"
+    "      --logit-bias ID+B   add B (in [-100, 100]) to token ID's logit; ID-B subtracts; repeatable\n"
     "      --draft auto|N      drafts per cycle: auto (default), 0 = plain decoding, 1..8\n"
     "      --verify residual|match   acceptance rule for sampled decoding (default residual)\n"
     "      --draft-p-min P     stop drafting when the draft distribution's top probability < P\n"
