@@ -681,11 +681,8 @@ static nx_status parse_common(json_t *root, const nx_oai_limits *lim, nx_oai_req
     if (r->has_seed) sp->seed = (uint64_t)seed;
 
     int64_t n = 1;
-    if ((st = opt_int(root, "n", INT64_MIN, INT64_MAX, &n, NULL, e)) != NX_OK) return st;
-    if (n != 1)
-        return bad_value(e, "n", "unsupported_value",
-                         "only n=1 is supported (one choice per request), but got %lld.",
-                         (long long)n);
+    if ((st = opt_int(root, "n", 1, NX_OAI_MAX_N, &n, NULL, e)) != NX_OK) return st;
+    r->n = (int32_t)n;
     if (r->kind == NX_OAI_COMPLETION) {
         int64_t best_of = 1;
         if ((st = opt_int(root, "best_of", INT64_MIN, INT64_MAX, &best_of, NULL, e)) != NX_OK)

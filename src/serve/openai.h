@@ -14,6 +14,7 @@
 #define NX_OAI_MAX_STOP 16          /* stop strings per request */
 #define NX_OAI_MAX_STOP_LEN 1024    /* bytes per stop string */
 #define NX_OAI_MAX_TOP_LOGPROBS 20  /* chat top_logprobs upper bound (OpenAI's) */
+#define NX_OAI_MAX_N 16             /* choices per prompt ("n") */
 #define NX_OAI_MAX_PROMPTS 64       /* completions: prompts in one list */
 
 typedef enum nx_oai_kind {
@@ -70,6 +71,7 @@ typedef struct nx_oai_request {
     size_t n_prompts;
 
     int32_t max_tokens; /* 0 = unset: chat runs to EOS or a full context, completions 16 */
+    int32_t n;          /* choices per prompt, 1..NX_OAI_MAX_N */
     nx_sampler_params sampling; /* sampling.logit_bias points into logit_bias */
     nx_logit_bias *logit_bias;  /* logit_bias {"token id": bias}, n_logit_bias entries */
     size_t n_logit_bias;

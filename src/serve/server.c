@@ -55,7 +55,8 @@ typedef struct job {
     nx_oai_request req;
     int32_t **ids; /* per prompt */
     size_t *n_ids;
-    size_t n_prompts;
+    size_t n_prompts;   /* choices: each prompt's "n" copies in turn (ids, n_ids, out per choice) */
+    size_t n_per;       /* choices per prompt ("n") */
     int32_t draft;
     nx_verify verify;
     char id[48];
@@ -403,6 +404,7 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     nx_gen_params_default(&p);
     p.sampling = j->req.sampling;
     if (!j->req.has_seed) p.sampling.seed = next_random(s);
+    else p.sampling.seed += i % j->n_per; /* the n choices of a seeded request differ, reproducibly */
     int32_t room = s->o.n_ctx - (int32_t)j->n_ids[i];
     /* Unset max_tokens: chat runs to EOS or a full context (OpenAI's rule); legacy
      * completions default to 16 tokens as OpenAI's /v1/completions does. */
@@ -446,10 +448,11 @@ done:
 static void run_job(nx_server *s, job *j) {
     nx_oai_meta m;
     meta_of(j, &m);
-    if (j->req.stream && j->req.kind == NX_OAI_CHAT) {
-        nx_oai_choice c = {.index = 0, .text = "", .text_len = 0};
-        job_push_event(j, nx_oai_stream_chunk(&m, &c, true, j->req.include_usage));
-    }
+    if (j->req.stream && j->req.kind == NX_OAI_CHAT)
+        for (size_t k = 0; k < j->n_prompts; k++) { /* each choice's first chunk names the role */
+            nx_oai_choice c = {.index = (int32_t)k, .text = "", .text_len = 0};
+            job_push_event(j, nx_oai_stream_chunk(&m, &c, true, j->req.include_usage));
+        }
     nx_oai_usage *u = &j->usage;
     u->draft = j->draft;
     u->verify = j->verify == NX_VERIFY_MATCH ? "match" : "residual";
@@ -460,7 +463,7 @@ static void run_job(nx_server *s, job *j) {
         double ttft = j->t_first > 0 ? j->t_first - j->t_arrival : -1.0;
         nx_metrics_add_generation(&s->metrics, &st, i == 0 ? ttft : -1.0,
                                   i == 0 ? j->t_picked - j->t_arrival : 0.0);
-        u->prompt_tokens += st.n_prompt;
+        if (i % j->n_per == 0) u->prompt_tokens += st.n_prompt; /* a prompt counts once, as OpenAI counts it */
         u->completion_tokens += st.n_generated;
         u->drafts += st.n_drafts;
         u->drafted += st.n_drafted;
@@ -703,6 +706,41 @@ static nx_status encode(nx_server *s, const char *text, size_t len, int32_t **id
     return NX_OK;
 }
 
+/* With "n" > 1: the prompts' ids repeated so that choice c = p·n + k runs prompt p (OpenAI's
+ * order of completions choices), each choice with its own ids and output. */
+static nx_status expand_choices(job *j, nx_oai_error *e) {
+    const size_t n = j->req.n > 1 ? (size_t)j->req.n : 1, P = j->n_prompts, C = P * n;
+    j->n_per = n;
+    if (n == 1) return NX_OK;
+    int32_t **ids = calloc(C, sizeof *ids);
+    size_t *n_ids = calloc(C, sizeof *n_ids);
+    choice_out *out = calloc(C, sizeof *out);
+    bool ok = ids && n_ids && out;
+    for (size_t c = 0; ok && c < C; c++) {
+        n_ids[c] = j->n_ids[c / n];
+        ids[c] = malloc((n_ids[c] ? n_ids[c] : 1) * sizeof(int32_t));
+        if (ids[c]) memcpy(ids[c], j->ids[c / n], n_ids[c] * sizeof(int32_t));
+        else ok = false;
+    }
+    if (!ok) {
+        for (size_t c = 0; ids && c < C; c++) free(ids[c]);
+        free(ids);
+        free(n_ids);
+        free(out);
+        nx_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NX_E_NOMEM;
+    }
+    for (size_t p = 0; p < P; p++) free(j->ids[p]);
+    free(j->ids);
+    free(j->n_ids);
+    free(j->out);
+    j->ids = ids;
+    j->n_ids = n_ids;
+    j->out = out;
+    j->n_prompts = C;
+    return NX_OK;
+}
+
 /* Renders (chat) or takes (completions) each prompt and tokenizes it, checking it fits. */
 static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
     nx_oai_request *r = &j->req;
@@ -772,6 +810,7 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
             goto done;
         }
     }
+    if (st == NX_OK) st = expand_choices(j, e);
 done:
     pthread_mutex_unlock(&s->prep_mu);
     return st;
@@ -849,6 +888,7 @@ static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, c
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
     j->srv = s;
+    j->n_per = 1;
     j->state = JOB_QUEUED;
     atomic_init(&j->cancel, CANCEL_NONE);
     j->t_arrival = now_s();

@@ -218,7 +218,7 @@ cases = [
     ("/v1/chat/completions", {"messages": MSG, "max_tokens": -1}, "max_tokens", "negative max_tokens"),
     ("/v1/chat/completions", {"messages": MSG, "top_p": 2}, "top_p", "top_p out of range"),
     ("/v1/chat/completions", {"messages": MSG, "stream": "yes"}, "stream", "stream of the wrong type"),
-    ("/v1/chat/completions", {"messages": MSG, "n": 2}, "n", "n=2"),
+    ("/v1/chat/completions", {"messages": MSG, "n": 17}, "n", "n above 16"),
     ("/v1/chat/completions", {"messages": MSG, "model": "gpt-4o"}, "model", "unknown model"),
     ("/v1/chat/completions", {"messages": MSG, "stop": 3}, "stop", "stop of the wrong type"),
     ("/v1/chat/completions", {"messages": MSG, "logprobs": True, "top_logprobs": 50}, "top_logprobs",

@@ -110,11 +110,37 @@ async function main() {
                     OpenAI.BadRequestError, 'unknown model: BadRequestError', (e) => e.code === 'model_not_found');
   await expectError(client.chat.completions.create({ model, messages: [] }), 400, OpenAI.BadRequestError,
                     'empty messages: BadRequestError');
-  await expectError(client.completions.create({ model, prompt: 'x', n: 3 }), 400, OpenAI.BadRequestError,
-                    'n=3: BadRequestError', (e) => e.param === 'n');
+  await expectError(client.completions.create({ model, prompt: 'x', n: 0 }), 400, OpenAI.BadRequestError,
+                    'n=0: BadRequestError', (e) => e.param === 'n');
   await expectError(client.chat.completions.create({ model, messages, stream: true, speculative: { draft: 'many' } }),
                     400, OpenAI.BadRequestError, 'bad speculative.draft on a stream: 400 before streaming');
   await expectError(client.get('/does-not-exist'), 404, OpenAI.NotFoundError, 'unknown route: NotFoundError');
+  // n: several choices per prompt. A seeded request's choice k uses seed + k, so choice 0 is the
+  // n = 1 answer; the prompt's tokens count once in usage
+  const one = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 1, seed: 11 });
+  const three = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 1, seed: 11, n: 3 });
+  is(JSON.stringify(three.choices.map((c) => c.index)), '[0,1,2]', 'n=3: three choices in order');
+  is(three.choices[0].message.content, one.choices[0].message.content, 'n=3: choice 0 is the n=1 answer (same seed)');
+  ok(new Set(three.choices.map((c) => c.message.content)).size > 1, 'n=3: sampled choices differ',
+     three.choices.map((c) => c.message.content));
+  is(three.usage.prompt_tokens, one.usage.prompt_tokens, 'n=3: the prompt counts once');
+  const sn = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, n: 2, stream: true });
+  const texts = ['', ''], fins = [null, null];
+  for await (const ch of sn)
+    for (const c of ch.choices) {
+      texts[c.index] += c.delta.content || '';
+      if (c.finish_reason) fins[c.index] = c.finish_reason;
+    }
+  ok(texts[0].length > 0 && texts[0] === texts[1] && fins[0] && fins[1], 'n=2 stream: both choices, greedy alike',
+     { texts, fins });
+  const multi = await client.completions.create({ model, prompt: ['def f(x):', 'The'], max_tokens: 4, temperature: 0,
+    n: 2 });
+  const mt = multi.choices.map((c) => c.text);
+  ok(multi.choices.length === 4 && multi.choices.every((c, i) => c.index === i) && mt[0] === mt[1] &&
+     mt[2] === mt[3] && mt[0] !== mt[2], 'completions: 2 prompts x n=2 in prompt order', mt);
+  await expectError(client.chat.completions.create({ model, messages, n: 17 }), 400, OpenAI.BadRequestError,
+                    'n=17 is a 400');
+
   // logit_bias: +100 on a token makes it the whole answer, greedy or sampled, with speculative
   // decoding on (drafts and verification see the same biased distribution) or off
   const forcedText = require('child_process').execFileSync(lib.NEXTN, ['detokenize', '-m', lib.MODEL, '2000'],

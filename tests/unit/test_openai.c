@@ -57,6 +57,7 @@ static void test_chat_minimal_defaults(void **state) {
     assert_float_equal(r.sampling.top_p, 1.0, 0);
     assert_float_equal(r.sampling.repetition_penalty, 1.0, 0);
     assert_int_equal(r.max_tokens, 0);
+    assert_int_equal(r.n, 1);
     assert_false(r.stream);
     assert_false(r.logprobs);
     assert_int_equal(r.draft, NX_DRAFT_AUTO);
@@ -67,6 +68,9 @@ static void test_chat_minimal_defaults(void **state) {
     assert_int_equal(r.n_stop, 0);
     nx_oai_request_free(&r);
     nx_oai_request_free(&r); /* freeing twice is harmless: free resets the struct */
+    assert_int_equal(parse(NX_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":16}", &r, &e), NX_OK);
+    assert_int_equal(r.n, 16);
+    nx_oai_request_free(&r);
 }
 
 static void test_chat_all_fields(void **state) {
@@ -118,6 +122,7 @@ static void test_chat_all_fields(void **state) {
     assert_non_null(r.tools);
     assert_non_null(r.template_kwargs);
     assert_true(r.ignore_eos);
+    assert_int_equal(r.n, 1);
     assert_int_equal(r.sampling.n_logit_bias, 3);
     assert_true(r.sampling.logit_bias == r.logit_bias);
     assert_int_equal(r.logit_bias[0].id, 5);
@@ -193,8 +198,9 @@ static void test_request_error_matrix(void **state) {
     expect_400(C, "{\"max_tokens\":\"10\"," MSGS "}", "max_tokens", "expected an integer");
     expect_400(C, "{\"max_completion_tokens\":-4," MSGS "}", "max_completion_tokens", ">= 1");
     expect_400(C, "{\"seed\":\"1\"," MSGS "}", "seed", "expected an integer");
-    expect_400(C, "{\"n\":2," MSGS "}", "n", "only n=1");
-    expect_400(C, "{\"n\":0," MSGS "}", "n", "only n=1");
+    expect_400(C, "{\"n\":17," MSGS "}", "n", "<= 16");
+    expect_400(C, "{\"n\":0," MSGS "}", "n", ">= 1");
+    expect_400(C, "{\"n\":1.5," MSGS "}", "n", "expected an integer");
     expect_400(C, "{\"stream\":\"yes\"," MSGS "}", "stream", "expected a boolean");
     expect_400(C, "{\"stream_options\":{\"include_usage\":true}," MSGS "}", "stream_options",
                "only allowed");
