@@ -254,24 +254,30 @@ static void ffn_gate_up_units(ffn_job *j, long long b, long long e, long long nb
     }
 }
 
-/* Gate and up rows of the same chunks on the same thread, so SwiGLU follows at once. Each
- * matmul names the next one, so the kernels' prefetch runs on from gate to up to the next
- * item's gate. The units are pool shares (set up by ffn_many): a thread that is ahead takes
- * over the end of another's work, since an idle core leaves its share of the machine's memory
- * bandwidth unused. */
-static void ffn_gate_up_worker(void *arg, int ith, int nth) {
-    ffn_job *j = arg;
+/* Runs thread ith's part of the job's n units through units(): pool shares (set up by
+ * ffn_many), so a thread that is ahead takes over the end of another's work, since an idle
+ * core leaves its share of the machine's memory bandwidth unused; else a static split. */
+static void ffn_run_units(ffn_job *j, int ith, int nth, long long n,
+                          void (*units)(ffn_job *, long long, long long, long long, long long)) {
     long long b, e, nb, ne;
     if (nth <= 1 || !j->shared) {
-        nx_pool_split(j->units, ith, nth, &b, &e);
-        ffn_gate_up_units(j, b, e, 0, 0);
+        nx_pool_split(n, ith, nth, &b, &e);
+        units(j, b, e, 0, 0);
         return;
     }
     nx_pool *pool = j->c->m->pool;
     while (nx_pool_share_next(pool, ith, &b, &e)) {
         nx_pool_share_peek(pool, ith, &nb, &ne);
-        ffn_gate_up_units(j, b, e, nb, ne);
+        units(j, b, e, nb, ne);
     }
+}
+
+/* Gate and up rows of the same chunks on the same thread, so SwiGLU follows at once. Each
+ * matmul names the next one, so the kernels' prefetch runs on from gate to up to the next
+ * item's gate. */
+static void ffn_gate_up_worker(void *arg, int ith, int nth) {
+    ffn_job *j = arg;
+    ffn_run_units(j, ith, nth, j->units, ffn_gate_up_units);
 }
 
 /* Down projections of units [b, e) (16-row chunks of each item's output in turn). */
@@ -298,17 +304,7 @@ static void ffn_down_worker(void *arg, int ith, int nth) {
     ffn_job *j = arg;
     const int32_t H = j->c->m->cfg.hidden_size;
     const long long nc = (H + FFN_CHUNK - 1) / FFN_CHUNK;
-    long long b, e, nb, ne;
-    if (nth <= 1 || !j->shared) {
-        nx_pool_split(nc * j->items, ith, nth, &b, &e);
-        ffn_down_units(j, b, e, 0, 0);
-    } else {
-        nx_pool *pool = j->c->m->pool;
-        while (nx_pool_share_next(pool, ith, &b, &e)) {
-            nx_pool_share_peek(pool, ith, &nb, &ne);
-            ffn_down_units(j, b, e, nb, ne);
-        }
-    }
+    ffn_run_units(j, ith, nth, nc * j->items, ffn_down_units);
     const ffn_combine *cb_ = j->comb;
     if (!cb_) return;
     nx_pool_barrier(j->c->m->pool, nth);
