@@ -256,6 +256,7 @@ void nx_gen_params_default(nx_gen_params *p);
 /* Speculative and cost counters (mtp.md §3). */
 typedef struct nx_gen_stats {
     int64_t n_prompt, n_generated;
+    int64_t n_cached;                   /* prompt tokens whose cache rows were kept (prefix reuse) */
     double t_prefill, t_decode;         /* seconds */
     double t_draft, t_verify, t_sample; /* seconds, split of t_decode */
     int64_t n_steps;                    /* trunk forwards during decode (AR steps + verifies) */
@@ -282,7 +283,13 @@ typedef struct nx_gen_stats {
  * (vocab_size floats, valid during the call). Return non-zero to stop generation. */
 typedef int (*nx_token_fn)(void *user, int32_t id, const float *probs);
 
-/* Generates a continuation of prompt[0..n_prompt) from an empty context. */
+/* Generates a continuation of prompt[0..n_prompt). The longest prefix the prompt shares with the
+ * tokens already in the context's trunk cache (but not its last token, whose logits are needed)
+ * is kept rather than computed again, as llama.cpp's server keeps a slot's prompt: a chat's next
+ * turn, or another sample of the same prompt, prefills only what is new. The kept rows are the
+ * ones a fresh prefill would compute (the numerics contract), so the output is the same bits as
+ * from an empty context; nx_ctx_truncate(c, 0) beforehand forces a full prefill. The MTP head's
+ * cache is rebuilt from the trunk's stored hidden states. */
 nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const nx_gen_params *p,
                       nx_token_fn on_token, void *user, nx_gen_stats *stats, nx_error *err);
 

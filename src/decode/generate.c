@@ -307,9 +307,10 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     return NX_OK;
 }
 
-static nx_status prefill(gen *g, size_t n_prompt, nx_error *err) {
+/* The trunk forward over prompt tokens [from, n_prompt) (the rows before are in the cache). */
+static nx_status prefill(gen *g, int32_t from, size_t n_prompt, nx_error *err) {
     nx_ctx *c = g->c;
-    int32_t done = 0, n = (int32_t)n_prompt;
+    int32_t done = from, n = (int32_t)n_prompt;
     while (done < n) {
         int32_t T = n - done < c->n_batch ? n - done : c->n_batch;
         bool last = done + T == n;
@@ -363,12 +364,17 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     if ((s = nx_sampler_new(&p->sampling, V, &g.s, err)) != NX_OK) goto done;
     nx_sampler_set_prompt(g.s, prompt, n_prompt);
     memcpy(g.toks, prompt, sizeof(int32_t) * n_prompt);
-    nx_ctx_truncate(c, 0);
+    /* keep the cached rows of the longest common prefix, less the prompt's last token */
+    int32_t keep = 0;
+    while (keep < c->n_past && keep < (int32_t)n_prompt - 1 && c->tokens[keep] == prompt[keep]) keep++;
+    nx_ctx_truncate(c, keep);
+    c->mtp_past = c->mtp_lo = 0; /* the head's rows are rebuilt below, as after a fresh prefill */
     st->n_prompt = (int64_t)n_prompt;
+    st->n_cached = keep;
 
     double t0 = now_s();
     const bool can_draft = m->w.has_mtp && p->draft != 0;
-    if ((s = prefill(&g, n_prompt, err)) != NX_OK) goto done;
+    if ((s = prefill(&g, keep, n_prompt, err)) != NX_OK) goto done;
     /* The head's prefill: teacher-forced rows (h_p, t[p+1]) over the whole prompt, so its cache
      * holds the full context before the first draft (row n-1 waits for the sampled token). */
     if (can_draft && p->max_tokens > 1 && (s = nx_mtp_catch_up(c, g.toks + 1, (int32_t)n_prompt - 1, NULL, false, err)) != NX_OK)

@@ -83,6 +83,7 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
         c->mtp_out = zalloc(B * H, sizeof(float), &ok);
     }
     c->hidden = zalloc(N * H, sizeof(float), &ok);
+    c->tokens = zalloc(N, sizeof(int32_t), &ok);
     c->x = zalloc(B * H, sizeof(float), &ok);
     c->xn = zalloc(B * H, sizeof(float), &ok);
     c->q = zalloc(B * qw, sizeof(float), &ok);
@@ -122,6 +123,7 @@ void nx_ctx_free(nx_ctx *c) {
                      c->v,      c->att,     c->y,      c->g,  c->u,     c->hpre,   c->hpost,
                      c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye, c->rope};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->tokens);
     free(c->sel);
     free(c->prev_sel);
     free(c->rows);

@@ -506,6 +506,7 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
     }
     memset(&c->traffic, 0, sizeof c->traffic);
     const int32_t pos0 = c->n_past;
+    memcpy(c->tokens + pos0, tokens, sizeof(int32_t) * (size_t)T);
     for (int32_t l = 0; l < cfg->n_layers; l++)
         nx_layer_forward(c, &m->w.layers[l], &c->kv[l], T, pos0, 0, cfg->rope_theta, l);
     c->n_past += T;

@@ -63,6 +63,7 @@ struct nx_ctx {
 
     nx_kv *kv;       /* [n_layers] */
     int32_t n_past;  /* rows in the trunk cache */
+    int32_t *tokens; /* [n_ctx] the token of each trunk cache row (valid below n_past) */
     nx_kv mtp_kv;
     void *kv_arena;  /* every k and v above, in one mapping on 2 MB pages where the kernel gives them */
     size_t kv_arena_bytes;

@@ -942,6 +942,9 @@ static json_t *usage_json(const nx_oai_usage *u) {
     json_object_set_new(o, "prompt_tokens", json_integer(u->prompt_tokens));
     json_object_set_new(o, "completion_tokens", json_integer(u->completion_tokens));
     json_object_set_new(o, "total_tokens", json_integer(u->prompt_tokens + u->completion_tokens));
+    json_t *details = json_object(); /* OpenAI's: prompt tokens served from the cache */
+    json_object_set_new(details, "cached_tokens", json_integer(u->cached_tokens));
+    json_object_set_new(o, "prompt_tokens_details", details);
     json_t *s = json_object();
     json_object_set_new(s, "draft", u->draft == NX_DRAFT_AUTO ? json_string("auto")
                                                               : json_integer(u->draft));

@@ -137,6 +137,7 @@ typedef struct nx_oai_choice {
 
 typedef struct nx_oai_usage {
     int64_t prompt_tokens, completion_tokens;
+    int64_t cached_tokens;             /* prompt tokens whose cache rows were kept (prefix reuse) */
     int64_t drafts, drafted, accepted; /* this request's speculative counters */
     int32_t draft;                     /* draft setting (NX_DRAFT_AUTO, 0 = plain decoding) */
     const char *verify;                /* "residual" | "match" */

@@ -463,7 +463,10 @@ static void run_job(nx_server *s, job *j) {
         double ttft = j->t_first > 0 ? j->t_first - j->t_arrival : -1.0;
         nx_metrics_add_generation(&s->metrics, &st, i == 0 ? ttft : -1.0,
                                   i == 0 ? j->t_picked - j->t_arrival : 0.0);
-        if (i % j->n_per == 0) u->prompt_tokens += st.n_prompt; /* a prompt counts once, as OpenAI counts it */
+        if (i % j->n_per == 0) { /* a prompt counts once, as OpenAI counts it */
+            u->prompt_tokens += st.n_prompt;
+            u->cached_tokens += st.n_cached;
+        }
         u->completion_tokens += st.n_generated;
         u->drafts += st.n_drafts;
         u->drafted += st.n_drafted;

@@ -115,6 +115,21 @@ async function main() {
   await expectError(client.chat.completions.create({ model, messages, stream: true, speculative: { draft: 'many' } }),
                     400, OpenAI.BadRequestError, 'bad speculative.draft on a stream: 400 before streaming');
   await expectError(client.get('/does-not-exist'), 404, OpenAI.NotFoundError, 'unknown route: NotFoundError');
+  // prefix reuse: a chat's next turn keeps the cached rows of what it shares with the last
+  // request (usage.prompt_tokens_details.cached_tokens) and answers as it does from scratch
+  const turn1 = [{ role: 'user', content: 'Tell me about rivers.' }];
+  const a1 = await client.chat.completions.create({ model, messages: turn1, max_tokens: 12, temperature: 0 });
+  const turn2 = [...turn1, { role: 'assistant', content: a1.choices[0].message.content },
+    { role: 'user', content: 'And lakes?' }];
+  const warm = await client.chat.completions.create({ model, messages: turn2, max_tokens: 12, temperature: 0 });
+  await client.completions.create({ model, prompt: 'Unrelated text', max_tokens: 2 });
+  const cold = await client.chat.completions.create({ model, messages: turn2, max_tokens: 12, temperature: 0 });
+  const cached = warm.usage.prompt_tokens_details && warm.usage.prompt_tokens_details.cached_tokens;
+  ok(cached > a1.usage.prompt_tokens && cached < warm.usage.prompt_tokens,
+     'next turn: the shared prefix is served from the cache', warm.usage);
+  ok(cold.usage.prompt_tokens_details.cached_tokens < cached, 'after another prompt: less of it is cached', cold.usage);
+  is(warm.choices[0].message.content, cold.choices[0].message.content, 'next turn: the same answer either way');
+
   // n: several choices per prompt. A seeded request's choice k uses seed + k, so choice 0 is the
   // n = 1 answer; the prompt's tokens count once in usage
   const one = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 1, seed: 11 });

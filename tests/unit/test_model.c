@@ -278,13 +278,16 @@ static void test_truncate_equals_never_appended(void **state) {
 
 typedef struct collect {
     int32_t ids[64];
+    float p[64]; /* each token's probability under the processed distribution */
     int n;
 } collect;
 
 static int on_tok(void *user, int32_t id, const float *probs) {
-    (void)probs;
     collect *c = user;
-    if (c->n < 64) c->ids[c->n++] = id;
+    if (c->n < 64) {
+        c->p[c->n] = probs[id];
+        c->ids[c->n++] = id;
+    }
     return 0;
 }
 
@@ -331,6 +334,58 @@ static void test_greedy_mtp_equals_ar(void **state) {
     assert_int_equal(c->autos.hist_n[1], 0);
     assert_int_equal(c->autos.probe_every, 0);
     nx_ctx_free(c);
+    nx_model_free(m);
+}
+
+/* Prefix reuse: a generation on a context that holds part of its prompt (a chat's next turn, a
+ * shorter prompt, another sample of the same one) keeps those rows and gives the same tokens,
+ * with the same probabilities, as the same generation on an emptied context: greedy with drafts,
+ * and seeded sampling with a fixed draft length. */
+static void test_prefix_reuse(void **state) {
+    (void)state;
+    nx_model *m = load(2);
+    nx_ctx *warm = NULL, *cold = NULL;
+    assert_int_equal(nx_ctx_new(m, 128, &warm, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m, 128, &cold, NULL), NX_OK);
+    nx_gen_params gp;
+    nx_gen_params_default(&gp);
+    gp.max_tokens = 16;
+    gp.ignore_eos = true;
+    collect first = {0};
+    nx_gen_stats st;
+    assert_int_equal(nx_generate(warm, seq, 12, &gp, on_tok, &first, &st, NULL), NX_OK);
+    assert_int_equal(st.n_cached, 0);
+    /* the next turn: the first prompt, its answer and three new tokens */
+    int32_t turn[40];
+    memcpy(turn, seq, sizeof(int32_t) * 12);
+    memcpy(turn + 12, first.ids, sizeof(int32_t) * 16);
+    turn[28] = 9, turn[29] = 10, turn[30] = 11;
+    const size_t lens[] = {31, 31, 8, 8, 8};
+    for (int pass = 0; pass < 5; pass++) {
+        if (pass == 4) turn[5] = 3; /* a prompt that leaves the cached tokens after 5 */
+        nx_gen_params_default(&gp);
+        gp.max_tokens = 20;
+        gp.ignore_eos = true;
+        gp.draft = pass % 2 ? 2 : NX_DRAFT_AUTO;
+        if (pass % 2) gp.sampling.temperature = 0.8f, gp.sampling.seed = 7;
+        collect a = {0}, b = {0};
+        nx_gen_stats sa, sb;
+        nx_ctx_truncate(cold, 0);
+        assert_int_equal(nx_generate(cold, turn, lens[pass], &gp, on_tok, &a, &sa, NULL), NX_OK);
+        assert_int_equal(nx_generate(warm, turn, lens[pass], &gp, on_tok, &b, &sb, NULL), NX_OK);
+        assert_int_equal(sa.n_cached, 0);
+        /* the turn after the first answer keeps the 27 rows the cache holds (the prompt and the
+         * answer but its last token, never fed); the same prompt again, or a shorter one, all
+         * but its last token */
+        assert_int_equal(sb.n_cached, pass == 0 ? 27 : pass == 1 ? 30 : pass < 4 ? 7 : 5);
+        assert_int_equal(a.n, 20);
+        assert_int_equal(b.n, 20);
+        assert_memory_equal(a.ids, b.ids, sizeof(int32_t) * 20);
+        assert_memory_equal(a.p, b.p, sizeof(float) * 20);
+        if (pass % 2) assert_true(sb.n_drafted > 0);
+    }
+    nx_ctx_free(warm);
+    nx_ctx_free(cold);
     nx_model_free(m);
 }
 
@@ -410,6 +465,7 @@ int main(void) {
         cmocka_unit_test(test_truncate_equals_never_appended),
         cmocka_unit_test(test_greedy_mtp_equals_ar),
         cmocka_unit_test(test_f16_cache),
+        cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_bad_requests),
     };
     return cmocka_run_group_tests(tests, setup_checkpoint, teardown_checkpoint);

@@ -348,7 +348,7 @@ static void test_chat_response_json(void **state) {
                      .logprobs = true, .token_text = fake_token_text};
     nx_oai_choice c = {.index = 0, .text = "hi \xff there", .text_len = 10,
                        .finish_reason = "stop", .lp = lp, .n_lp = 2};
-    nx_oai_usage u = {.prompt_tokens = 4, .completion_tokens = 2, .drafts = 1, .drafted = 2,
+    nx_oai_usage u = {.prompt_tokens = 4, .cached_tokens = 3, .completion_tokens = 2, .drafts = 1, .drafted = 2,
                       .accepted = 1, .draft = 2, .verify = "residual"};
     char *s = nx_oai_response_json(&m, &c, 1, &u);
     assert_non_null(s);
@@ -378,6 +378,8 @@ static void test_chat_response_json(void **state) {
     assert_int_equal(json_integer_value(json_array_get(json_object_get(t1, "bytes"), 0)), 0xE2);
     json_t *usage = json_object_get(j, "usage");
     assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")), 6);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens")),
+                     3);
     json_t *spec = json_object_get(usage, "speculative");
     assert_int_equal(json_integer_value(json_object_get(spec, "drafted")), 2);
     assert_int_equal(json_integer_value(json_object_get(spec, "accepted")), 1);

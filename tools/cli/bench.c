@@ -148,6 +148,7 @@ int cli_bench(int argc, char **argv) {
             mode_result cur = *r;
             for (int i = 0; i < np; i++) {
                 nx_gen_stats st;
+                nx_ctx_truncate(ctx, 0); /* every run prefills its whole prompt (prefill_tok_s) */
                 if (nx_generate(ctx, prompts[i], plen[i], &gp, NULL, NULL, &st, &err) != NX_OK) {
                     fprintf(stderr, "nextn bench: %s\n", err.msg);
                     nx_ctx_free(ctx);
