@@ -479,18 +479,29 @@ static nx_status parse_tools(json_t *root, nx_oai_request *r, nx_oai_error *e) {
     json_t *tools = field(root, "tools");
     bool use_tools = true;
     json_t *choice = field(root, "tool_choice");
-    if (choice) {
-        if (!json_is_string(choice))
-            return bad_value(e, "tool_choice", "unsupported_value",
-                             "only \"auto\" and \"none\" are supported.");
+    if (json_is_string(choice)) {
         const char *c = json_string_value(choice);
         if (strcmp(c, "none") == 0) use_tools = false;
+        else if (strcmp(c, "required") == 0) r->tool_required = true;
         else if (strcmp(c, "auto") != 0)
-            return bad_value(e, "tool_choice", "unsupported_value",
-                             "'%.40s' is not supported; use \"auto\" or \"none\".", c);
+            return bad_value(e, "tool_choice", "invalid_value",
+                             "'%.40s' is not a tool choice: use \"auto\", \"none\", \"required\" or "
+                             "{\"type\": \"function\", \"function\": {\"name\": ...}}.", c);
+    } else if (json_is_object(choice)) {
+        json_t *type = json_object_get(choice, "type"), *fn = json_object_get(choice, "function");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0)
+            return bad_value(e, "tool_choice.type", "invalid_value", "the tool choice's type must be \"function\".");
+        json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+        if (!json_is_string(name))
+            return bad_type(e, "tool_choice.function.name", "a string", name ? name : json_null());
+        r->tool_name = strdup(json_string_value(name));
+        if (!r->tool_name) return oom(e);
+        r->tool_required = true;
+    } else if (choice) {
+        return bad_type(e, "tool_choice", "a string or an object", choice);
     }
-    if (!tools) return NX_OK;
-    if (!json_is_array(tools)) return bad_type(e, "tools", "an array", tools);
+    if (!tools && !r->tool_required) return NX_OK;
+    if (tools && !json_is_array(tools)) return bad_type(e, "tools", "an array", tools);
     char param[128];
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i);
@@ -509,6 +520,18 @@ static nx_status parse_tools(json_t *root, nx_oai_request *r, nx_oai_error *e) {
         if (!json_is_string(name)) return bad_type(e, param, "a string", name ? name : json_null());
     }
     if (use_tools && json_array_size(tools) > 0) r->tools = json_incref(tools);
+    if (r->tool_required && !r->tools)
+        return bad_value(e, "tool_choice", "invalid_value", "tool_choice asks for a tool call, but no tools are given.");
+    if (r->tool_name) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(r->tools, i, t) {
+            const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+            if (n && strcmp(n, r->tool_name) == 0) return NX_OK;
+        }
+        return bad_value(e, "tool_choice.function.name", "invalid_value",
+                         "tool_choice names the function '%.60s', which is not among the tools.", r->tool_name);
+    }
     return NX_OK;
 }
 
@@ -812,6 +835,7 @@ void nx_oai_request_free(nx_oai_request *r) {
     free(r->model);
     json_decref(r->messages);
     json_decref(r->tools);
+    free(r->tool_name);
     json_decref(r->template_kwargs);
     for (size_t i = 0; i < r->n_prompts; i++) {
         free(r->prompts[i].text);

@@ -63,6 +63,8 @@ typedef struct nx_oai_request {
     /* chat */
     json_t *messages;        /* validated array; content-part lists are flattened to strings */
     json_t *tools;           /* array or NULL */
+    bool tool_required;      /* tool_choice "required" or a named function: the answer is a call */
+    char *tool_name;         /* tool_choice {"type": "function", "function": {"name"}}, or NULL */
     json_t *template_kwargs; /* chat_template_kwargs object or NULL */
     bool add_generation_prompt;
 

@@ -57,6 +57,8 @@ typedef struct job {
     size_t *n_ids;
     size_t n_prompts;   /* choices: each prompt's "n" copies in turn (ids, n_ids, out per choice) */
     size_t n_per;       /* choices per prompt ("n") */
+    char *forced;       /* tool_choice required / named: the tool-call text the prompt ends with
+                         * (after <tool_calls>), where each answer's tool section starts */
     int32_t draft;
     nx_verify verify;
     char id[48];
@@ -140,6 +142,7 @@ static void job_unref(job *j) {
     free(j->ids);
     free(j->n_ids);
     free(j->out);
+    free(j->forced);
     nx_strbuf_free(&j->sse);
     nx_oai_request_free(&j->req);
     pthread_mutex_destroy(&j->mu);
@@ -399,6 +402,10 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     const bool chat = j->req.kind == NX_OAI_CHAT;
     nx_hy_split_init(&g.split, &s->hy, chat && j->req.tools, chat && s->o.split_reasoning,
                      j->n_ids[i] ? j->ids[i][j->n_ids[i] - 1] : -1);
+    if (j->forced) { /* the prompt already opened the call: the answer continues it */
+        g.split.part = NX_HY_TOOLS;
+        nx_strbuf_puts(&g.out->tools, j->forced);
+    }
 
     nx_gen_params p;
     nx_gen_params_default(&p);
@@ -772,6 +779,33 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
                              "The chat template rejected the conversation: %s", err.msg);
             st = NX_E_ARG;
             goto done;
+        }
+        if (r->tool_required) { /* the answer must call a tool: its opening is put in its mouth */
+            nx_strbuf full = {0}, forced = {0};
+            if (!nx_hy_markers_tools(&s->hy)) {
+                free(text);
+                nx_oai_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
+                                 "This model's tokenizer has no tool-call markers, so a tool call cannot be required.");
+                st = NX_E_ARG;
+                goto done;
+            }
+            nx_strbuf_puts(&forced, s->hy.text[NX_HY_CALL_OPEN]);
+            if (r->tool_name) {
+                nx_strbuf_puts(&forced, r->tool_name);
+                nx_strbuf_puts(&forced, s->hy.text[NX_HY_SEP]);
+            }
+            nx_strbuf_puts(&full, text);
+            nx_strbuf_puts(&full, s->hy.text[NX_HY_CALLS_OPEN]);
+            nx_strbuf_puts(&full, forced.data ? forced.data : "");
+            free(text);
+            text = nx_strbuf_take(&full);
+            j->forced = nx_strbuf_take(&forced);
+            if (!text || !j->forced) {
+                free(text);
+                nx_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+                st = NX_E_NOMEM;
+                goto done;
+            }
         }
         st = encode(s, text, strlen(text), &j->ids[0], &j->n_ids[0], e);
         free(text);

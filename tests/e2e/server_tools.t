@@ -8,7 +8,8 @@
 // Checked: reasoning_content / content / tool_calls (typed by the request's schema) with
 // finish_reason "tool_calls", streaming and not (the client's own stream accumulator rebuilds
 // the message); no tools offered, or tool_choice "none": no split of the calls; cut short by
-// max_tokens: "length"; --reasoning-format none leaves the reasoning in the content.
+// max_tokens: "length"; tool_choice "required" or a named function opens the call in the
+// prompt; --reasoning-format none leaves the reasoning in the content.
 'use strict';
 const { execFileSync } = require('child_process');
 const fs = require('fs');
@@ -106,6 +107,33 @@ async function main() {
      c.message.tool_calls[0].function.arguments === '{}', 'cut short: the call without its unfinished argument',
      c.message.tool_calls);
 
+  // tool_choice "required" or a named function: the prompt opens the call, the answer is one
+  // (the scripted model goes on from the last token it is given: the separator, or <tool_call>)
+  const TWO = [...TOOLS, { type: 'function', function: { name: 'other' } }];
+  for (const [choice, name, args] of [['required', 'get_weather', '{"days":3}'],
+    [{ type: 'function', function: { name: 'get_weather' } }, 'get_weather', '{"days":3}'],
+    [{ type: 'function', function: { name: 'other' } }, 'other', '{"days":"3"}']]) {
+    const what = typeof choice === 'string' ? choice : 'named ' + name;
+    r = await client.chat.completions.create({ ...base, tools: TWO, tool_choice: choice });
+    c = r.choices[0];
+    is(c.finish_reason, 'tool_calls', `tool_choice ${what}: finish_reason tool_calls`);
+    ok(c.message.content === null && c.message.tool_calls && c.message.tool_calls.length === 1 &&
+       c.message.tool_calls[0].function.name === name && c.message.tool_calls[0].function.arguments === args,
+       `tool_choice ${what}: the call, typed by its function's schema`, c.message);
+  }
+  const forcedStream = await client.chat.completions.stream({ ...base, tools: TWO, tool_choice: 'required' });
+  const ff = await forcedStream.finalChatCompletion();
+  is(ff.choices[0].message.tool_calls[0].function.arguments, '{"days":3}', 'tool_choice required, streamed');
+  for (const [choice, tools, why] of [[{ type: 'function', function: { name: 'missing' } }, TWO, 'an unknown name'],
+    ['required', undefined, 'no tools'], ['sometimes', TWO, 'an unknown choice']]) {
+    try {
+      await client.chat.completions.create({ ...base, tools, tool_choice: choice });
+      ok(false, `tool_choice with ${why}: a 400`);
+    } catch (e) {
+      ok(e instanceof OpenAI.BadRequestError && /tool_choice/.test(e.param || ''), `tool_choice with ${why}: a 400`,
+         `${e.constructor.name} ${e.status} ${e.param} ${e.message}`);
+    }
+  }
   srv.stop();
 
   // --reasoning-format none: the reasoning stays in the content (its markers are not text)

@@ -150,6 +150,27 @@ static void test_chat_speculative_auto_and_nulls(void **state) {
     assert_float_equal(r.sampling.temperature, 0.0, 0); /* top_p 0 = greedy */
     assert_int_equal(r.max_tokens, 5);                  /* integral decimal accepted */
     assert_null(r.tools);                               /* tool_choice none drops the tools */
+    assert_false(r.tool_required);
+    nx_oai_request_free(&r);
+    /* "required", and a named function: the request keeps its tools and says what to force */
+    assert_int_equal(parse(NX_OAI_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\","
+                           "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+                           &r, &e),
+                     NX_OK);
+    assert_true(r.tool_required);
+    assert_null(r.tool_name);
+    assert_non_null(r.tools);
+    nx_oai_request_free(&r);
+    assert_int_equal(parse(NX_OAI_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                           "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},"
+                           "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+                           "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]}",
+                           &r, &e),
+                     NX_OK);
+    assert_true(r.tool_required);
+    assert_string_equal(r.tool_name, "g");
     nx_oai_request_free(&r);
 }
 
@@ -239,7 +260,16 @@ static void test_request_error_matrix(void **state) {
     expect_400(C, "{\"tools\":{}," MSGS "}", "tools", "expected an array");
     expect_400(C, "{\"tools\":[{\"type\":\"function\"}]," MSGS "}", "tools[0].function",
                "expected an object");
-    expect_400(C, "{\"tool_choice\":\"required\"," MSGS "}", "tool_choice", "not supported");
+#define TOOLS "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+    expect_400(C, "{\"tool_choice\":\"required\"," MSGS "}", "tool_choice", "no tools are given");
+    expect_400(C, "{\"tool_choice\":\"maybe\"," TOOLS MSGS "}", "tool_choice", "'maybe' is not a tool choice");
+    expect_400(C, "{\"tool_choice\":7," TOOLS MSGS "}", "tool_choice", "a string or an object");
+    expect_400(C, "{\"tool_choice\":{\"type\":\"function\"}," TOOLS MSGS "}", "tool_choice.function.name",
+               "expected a string");
+    expect_400(C, "{\"tool_choice\":{\"type\":\"tool\",\"function\":{\"name\":\"f\"}}," TOOLS MSGS "}",
+               "tool_choice.type", "must be");
+    expect_400(C, "{\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}," TOOLS MSGS "}",
+               "tool_choice.function.name", "'g', which is not among the tools");
     expect_400(C, "{\"chat_template_kwargs\":[]," MSGS "}", "chat_template_kwargs",
                "expected an object");
     expect_400(C, "{\"ignore_eos\":1," MSGS "}", "ignore_eos", "expected a boolean");
