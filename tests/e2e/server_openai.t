@@ -131,9 +131,12 @@ async function main() {
   is(warm.choices[0].message.content, cold.choices[0].message.content, 'next turn: the same answer either way');
 
   // n: several choices per prompt. A seeded request's choice k uses seed + k, so choice 0 is the
-  // n = 1 answer; the prompt's tokens count once in usage
-  const one = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 1, seed: 11 });
-  const three = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 1, seed: 11, n: 3 });
+  // n = 1 answer (with a fixed draft length: --draft auto's choices follow measured timings, and
+  // at temperature > 0 a different draft length draws a different sample); the prompt's tokens
+  // count once in usage
+  const seeded = { model, messages, max_tokens: 8, temperature: 1, seed: 11, speculative: { draft: 2 } };
+  const one = await client.chat.completions.create(seeded);
+  const three = await client.chat.completions.create({ ...seeded, n: 3 });
   is(JSON.stringify(three.choices.map((c) => c.index)), '[0,1,2]', 'n=3: three choices in order');
   is(three.choices[0].message.content, one.choices[0].message.content, 'n=3: choice 0 is the n=1 answer (same seed)');
   ok(new Set(three.choices.map((c) => c.message.content)).size > 1, 'n=3: sampled choices differ',
