@@ -1147,7 +1147,10 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     s->t_started = now_s();
     s->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s;
     byte_map_init(s);
-    /* The template's special-token strings: tokenizer_config.json's, else the config's ids. */
+    /* From tokenizer_config.json: the template's special-token strings (else the config's ids,
+     * below), and the token_suffix Hy3's output markers are spelled with (":opensource" in the
+     * final release; else bare, as in Hy3-preview) */
+    nx_hy_markers_init(&s->hy, NULL, s->tok);
     if (o->model_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
@@ -1159,13 +1162,6 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
             free(s->eos);
             s->chat_template = s->bos = s->eos = NULL;
         }
-    }
-    /* Hy3's output markers, spelled with tokenizer_config.json's token_suffix (":opensource"
-     * in the final release), else bare (Hy3-preview) */
-    nx_hy_markers_init(&s->hy, NULL, s->tok);
-    if (o->model_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
         json_t *cfg = json_load_file(path, 0, NULL);
         const char *suffix = json_string_value(json_object_get(cfg, "token_suffix"));
         if (suffix) {
