@@ -293,6 +293,33 @@ typedef int (*nx_token_fn)(void *user, int32_t id, const float *probs);
 nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const nx_gen_params *p,
                       nx_token_fn on_token, void *user, nx_gen_stats *stats, nx_error *err);
 
+/* ---------------------------------------------------------------- prompt cache */
+
+/* Copies of context prefixes kept in memory (llama.cpp server's --cache-ram): the tokens, every
+ * trunk layer's key and value rows and the hidden states the MTP head is fed. A context holds
+ * one sequence; requests that alternate between conversations, or a chat interrupted by a
+ * one-off request, would otherwise evict each other's rows and prefill from scratch. */
+typedef struct nx_prompt_cache nx_prompt_cache;
+
+typedef struct nx_prompt_cache_stats {
+    int64_t entries, bytes, budget_bytes;
+    int64_t saves, restores, evictions; /* since creation */
+    int64_t restored_tokens;           /* rows restored, summed */
+} nx_prompt_cache_stats;
+
+/* A cache of at most budget_bytes (0: nothing is ever kept). */
+nx_status nx_prompt_cache_new(size_t budget_bytes, nx_prompt_cache **out, nx_error *err);
+void nx_prompt_cache_free(nx_prompt_cache *pc);
+/* Call before nx_generate(c, prompt, n_prompt, ...). If the context is about to lose cached rows
+ * (its tokens are not all a prefix of the prompt) and holds at least 16, they are saved first:
+ * an entry replaces the ones it extends, and the least recently used go when the budget is
+ * exceeded. Then, if an entry shares a longer prefix with the prompt than the context does, its
+ * rows are loaded into the context. Returns the rows nx_generate will keep (the shared prefix,
+ * less the prompt's last token). Restored rows are the saved bits, so the output is the same as
+ * from an empty context. Entries are used only with contexts of the model they came from. */
+int32_t nx_prompt_cache_prepare(nx_prompt_cache *pc, nx_ctx *c, const int32_t *prompt, size_t n_prompt);
+void nx_prompt_cache_get_stats(const nx_prompt_cache *pc, nx_prompt_cache_stats *st);
+
 /* Prints the stats block of `nextn run --stats` to f (a FILE *). */
 void nx_gen_stats_print(const nx_gen_stats *s, void *file);
 

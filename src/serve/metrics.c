@@ -130,6 +130,24 @@ char *nx_metrics_render(nx_metrics *m, const nx_metrics_gauges *g) {
     metric_value(&b, "nextn_queue_capacity", "gauge",
                  "Requests the queue admits before answering 503.", "%d", g->queue_capacity);
     metric_value(&b, "nextn_requests_active", "gauge", "Generations running now.", "%d", g->active);
+    metric_value(&b, "nextn_prompt_cache_entries", "gauge", "Saved prompt prefixes (--cache-ram).", "%lld",
+                 (long long)g->pcache.entries);
+    metric_value(&b, "nextn_prompt_cache_bytes", "gauge", "Memory the saved prompt prefixes take.", "%lld",
+                 (long long)g->pcache.bytes);
+    metric_value(&b, "nextn_prompt_cache_budget_bytes", "gauge", "The prompt cache's budget (--cache-ram).",
+                 "%lld", (long long)g->pcache.budget_bytes);
+    metric_value(&b, "nextn_prompt_cache_saves_total", "counter",
+                 "Prompt prefixes saved before a request replaced them in the context.", "%lld",
+                 (long long)g->pcache.saves);
+    metric_value(&b, "nextn_prompt_cache_restores_total", "counter",
+                 "Requests whose prompt prefix was loaded from the prompt cache.", "%lld",
+                 (long long)g->pcache.restores);
+    metric_value(&b, "nextn_prompt_cache_restored_tokens_total", "counter",
+                 "Prompt tokens loaded from the prompt cache instead of prefilled.", "%lld",
+                 (long long)g->pcache.restored_tokens);
+    metric_value(&b, "nextn_prompt_cache_evictions_total", "counter",
+                 "Saved prompt prefixes evicted to stay within the budget.", "%lld",
+                 (long long)g->pcache.evictions);
     metric_value(&b, "nextn_generations_total", "counter", "Finished generations (one per prompt).",
                  "%lld", (long long)c.n_generations);
     metric_value(&b, "nextn_cancelled_total", "counter",

@@ -46,6 +46,7 @@ typedef struct nx_metrics_gauges {
     int32_t draft; /* server default; NX_DRAFT_AUTO = auto */
     int queue_depth, queue_capacity, active;
     double uptime;
+    nx_prompt_cache_stats pcache; /* the prompt cache (--cache-ram) */
 } nx_metrics_gauges;
 
 /* The exposition text (malloc'd), or NULL when out of memory. */

@@ -78,6 +78,8 @@ struct nx_server {
     const nx_model_info *info;
     const nx_tokenizer *tok;
     nx_ctx *ctx;
+    nx_prompt_cache *pcache;        /* saved prompt prefixes, used by the worker only */
+    nx_prompt_cache_stats pc_stats; /* its counters as of the last request, under qmu */
     nx_server_opts o;
     char *host, *api_key, *model_id;
     char *chat_template; /* from tokenizer_config.json when the model has none loaded */
@@ -421,6 +423,12 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     p.draft = j->draft;
     p.verify = j->verify;
     p.ignore_eos = j->req.ignore_eos;
+    if (i % j->n_per == 0) { /* the first choice of a prompt; the others share its rows anyway */
+        nx_prompt_cache_prepare(s->pcache, s->ctx, j->ids[i], j->n_ids[i]);
+        pthread_mutex_lock(&s->qmu);
+        nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
+        pthread_mutex_unlock(&s->qmu);
+    }
     rc = nx_generate(s->ctx, j->ids[i], j->n_ids[i], &p, on_token, &g, st, err);
     if (rc != NX_OK || atomic_load(&j->cancel) != CANCEL_NONE) goto done;
 
@@ -1083,7 +1091,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_lock(&s->qmu);
         nx_metrics_gauges g = {.model_id = s->model_id, .mtp = s->info->mtp, .draft = s->o.draft,
                                .queue_depth = s->n_queued, .queue_capacity = s->o.queue,
-                               .active = s->n_active, .uptime = now_s() - s->t_started};
+                               .active = s->n_active, .uptime = now_s() - s->t_started,
+                               .pcache = s->pc_stats};
         pthread_mutex_unlock(&s->qmu);
         /* count this scrape before rendering so it sees itself */
         nx_metrics_count_request(&s->metrics, cs->route, 200);
@@ -1121,6 +1130,7 @@ void nx_server_opts_default(nx_server_opts *o) {
     o->draft = NX_DRAFT_AUTO;
     o->verify = NX_VERIFY_RESIDUAL;
     o->split_reasoning = true;
+    o->cache_ram = (size_t)1024 << 20;
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
@@ -1193,6 +1203,8 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
         goto fail;
     }
     if ((st = nx_ctx_new(m, o->n_ctx, &s->ctx, err)) != NX_OK) goto fail;
+    if ((st = nx_prompt_cache_new(o->cache_ram, &s->pcache, err)) != NX_OK) goto fail;
+    nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
         st = nx_fail(err, NX_E_NOMEM, "cannot start the generation worker");
         goto fail;
@@ -1254,6 +1266,7 @@ void nx_server_stop(nx_server *s) {
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (lsock != MHD_INVALID_SOCKET) close(lsock);
     nx_ctx_free(s->ctx);
+    nx_prompt_cache_free(s->pcache);
     nx_metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->prep_mu);
     pthread_mutex_destroy(&s->qmu);

@@ -26,6 +26,7 @@ typedef struct nx_server_opts {
     nx_verify verify;    /* default verification rule */
     bool split_reasoning; /* chat: <think>…</think> as reasoning_content (default) or left in the
                            * content */
+    size_t cache_ram;     /* bytes of saved prompt prefixes (nx_prompt_cache); 0 = none */
 } nx_server_opts;
 
 void nx_server_opts_default(nx_server_opts *o);

@@ -98,6 +98,8 @@ expect_error("serve: activation precision not a number", ["serve", "-m", good, "
 expect_error("KV cache type not f32 or f16", ["run", "-m", good, "--prompt-tokens", "1,2", "--kv-type", "q8_0"],
              "--kv-type q8_0")
 expect_error("serve: KV cache type not f32 or f16", ["serve", "-m", good, "--kv-type", "F16"], "--kv-type F16")
+expect_error("serve: negative prompt cache size", ["serve", "-m", good, "--cache-ram", "-5"], "--cache-ram -5")
+expect_error("serve: prompt cache size not a number", ["serve", "-m", good, "--cache-ram", "lots"], "--cache-ram lots")
 expect_error("serve: reasoning format not split or none", ["serve", "-m", good, "--reasoning-format", "deepseek"],
              "--reasoning-format deepseek")
 expect_error("malformed token list", ["run", "-m", good, "--prompt-tokens", "1,x,3"], "token")

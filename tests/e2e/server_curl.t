@@ -200,7 +200,8 @@ for name in ("nextn_requests_total{route=\"/v1/chat/completions\",status=\"200\"
              "nextn_completion_tokens_total", "nextn_decode_tokens_per_second",
              "nextn_spec_drafts_total", "nextn_spec_drafted_tokens_total",
              "nextn_spec_accepted_tokens_total", "nextn_spec_accepted_at_total{position=\"1\"}",
-             "nextn_expert_bytes_per_step{kind=\"ar\"}"):
+             "nextn_expert_bytes_per_step{kind=\"ar\"}", "nextn_prompt_cache_entries",
+             "nextn_prompt_cache_restores_total", "nextn_prompt_cache_evictions_total"):
     t.ok(any(ln.startswith(name + " ") for ln in m.splitlines()), f"metrics: {name}")
 t.ok(metric(B, "nextn_spec_drafted_tokens_total") > 0, "metrics count drafted tokens")
 

@@ -116,19 +116,36 @@ async function main() {
                     400, OpenAI.BadRequestError, 'bad speculative.draft on a stream: 400 before streaming');
   await expectError(client.get('/does-not-exist'), 404, OpenAI.NotFoundError, 'unknown route: NotFoundError');
   // prefix reuse: a chat's next turn keeps the cached rows of what it shares with the last
-  // request (usage.prompt_tokens_details.cached_tokens) and answers as it does from scratch
+  // request (usage.prompt_tokens_details.cached_tokens); after another prompt took the context,
+  // the prompt cache (--cache-ram) gives the conversation its rows back. A server without the
+  // prompt cache prefills it again, and all three answer alike.
   const turn1 = [{ role: 'user', content: 'Tell me about rivers.' }];
   const a1 = await client.chat.completions.create({ model, messages: turn1, max_tokens: 12, temperature: 0 });
   const turn2 = [...turn1, { role: 'assistant', content: a1.choices[0].message.content },
     { role: 'user', content: 'And lakes?' }];
   const warm = await client.chat.completions.create({ model, messages: turn2, max_tokens: 12, temperature: 0 });
   await client.completions.create({ model, prompt: 'Unrelated text', max_tokens: 2 });
-  const cold = await client.chat.completions.create({ model, messages: turn2, max_tokens: 12, temperature: 0 });
+  const back = await client.chat.completions.create({ model, messages: turn2, max_tokens: 12, temperature: 0 });
   const cached = warm.usage.prompt_tokens_details && warm.usage.prompt_tokens_details.cached_tokens;
   ok(cached > a1.usage.prompt_tokens && cached < warm.usage.prompt_tokens,
      'next turn: the shared prefix is served from the cache', warm.usage);
-  ok(cold.usage.prompt_tokens_details.cached_tokens < cached, 'after another prompt: less of it is cached', cold.usage);
-  is(warm.choices[0].message.content, cold.choices[0].message.content, 'next turn: the same answer either way');
+  is(back.usage.prompt_tokens_details.cached_tokens, warm.usage.prompt_tokens - 1,
+     'after another prompt: the prompt cache restores the conversation (all but the last token)', back.usage);
+  is(warm.choices[0].message.content, back.choices[0].message.content, 'restored from the prompt cache: the same answer');
+  const metrics = await (await fetch(srv.base + '/metrics')).text();
+  const metric = (name) => Number((metrics.match(new RegExp('^' + name + ' (\\S+)$', 'm')) || [])[1]);
+  ok(metric('nextn_prompt_cache_restores_total') >= 1 && metric('nextn_prompt_cache_entries') >= 1 &&
+     metric('nextn_prompt_cache_bytes') > 0 && metric('nextn_prompt_cache_budget_bytes') === 1024 * 1048576,
+     'metrics: the prompt cache restored, holds entries, default budget 1 GiB');
+  const nocache = await lib.startServer(['--ctx', '1024', '--cache-ram', '0']);
+  const c0 = new OpenAI({ baseURL: nocache.base + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  await c0.chat.completions.create({ model, messages: turn2, max_tokens: 12, temperature: 0 });
+  await c0.completions.create({ model, prompt: 'Unrelated text', max_tokens: 2 });
+  const cold = await c0.chat.completions.create({ model, messages: turn2, max_tokens: 12, temperature: 0 });
+  ok(cold.usage.prompt_tokens_details.cached_tokens < cached, '--cache-ram 0: after another prompt, prefilled again',
+     cold.usage);
+  is(warm.choices[0].message.content, cold.choices[0].message.content, 'next turn: the same answer from scratch');
+  nocache.stop();
 
   // n: several choices per prompt. A seeded request's choice k uses seed + k, so choice 0 is the
   // n = 1 answer (with a fixed draft length: --draft auto's choices follow measured timings, and

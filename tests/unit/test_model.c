@@ -389,6 +389,83 @@ static void test_prefix_reuse(void **state) {
     nx_model_free(m);
 }
 
+/* The prompt cache: two conversations alternating on one context. Each one's next turn gets
+ * its rows back from the cache (the count is exact) and gives the same tokens, with the same
+ * probabilities, as on an emptied context; a budget that holds one entry evicts the least
+ * recently used; entries are never used with another model's context; budget 0 keeps nothing. */
+static void prompt_turn(nx_ctx *c, nx_prompt_cache *pc, const int32_t *prompt, size_t n, bool sampled,
+                        int32_t want_shared, collect *out) {
+    nx_gen_params gp;
+    nx_gen_params_default(&gp);
+    gp.max_tokens = 16;
+    gp.ignore_eos = true;
+    if (sampled) gp.draft = 2, gp.sampling.temperature = 0.8f, gp.sampling.seed = 11;
+    if (pc) assert_int_equal(nx_prompt_cache_prepare(pc, c, prompt, n), want_shared);
+    nx_gen_stats st;
+    memset(out, 0, sizeof *out);
+    assert_int_equal(nx_generate(c, prompt, n, &gp, on_tok, out, &st, NULL), NX_OK);
+    assert_int_equal(st.n_cached, want_shared);
+    assert_int_equal(out->n, 16);
+}
+
+static void test_prompt_cache(void **state) {
+    (void)state;
+    nx_model *m = load(2), *m1 = load(1);
+    nx_ctx *warm = NULL, *cold = NULL, *other = NULL;
+    assert_int_equal(nx_ctx_new(m, 128, &warm, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m, 128, &cold, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m1, 128, &other, NULL), NX_OK);
+    for (int budget_case = 0; budget_case < 3; budget_case++) {
+        /* 0: room for everything; 1: for one ~40-row entry (about 20 KB); 2: none */
+        const size_t budget = budget_case == 0 ? (size_t)64 << 20 : budget_case == 1 ? 30000 : 0;
+        nx_prompt_cache *pc = NULL;
+        assert_int_equal(nx_prompt_cache_new(budget, &pc, NULL), NX_OK);
+        nx_ctx_truncate(warm, 0);
+        int32_t a[48], b[48];
+        for (int i = 0; i < 20; i++) a[i] = (7 * i + 3) % V, b[i] = (11 * i + 50) % V;
+        collect ga, gb, x, y;
+        prompt_turn(warm, pc, a, 20, false, 0, &ga);
+        prompt_turn(warm, pc, b, 20, false, 0, &gb); /* A's 35 rows (20 + 16 - 1) are saved */
+        /* each conversation's next turn: its prompt, the answer and three new tokens */
+        memcpy(a + 20, ga.ids, sizeof(int32_t) * 16);
+        memcpy(b + 20, gb.ids, sizeof(int32_t) * 16);
+        for (int i = 36; i < 39; i++) a[i] = i, b[i] = i + 1;
+        nx_prompt_cache_stats st;
+        for (int turn = 0; turn < 2; turn++) {
+            const int32_t *p = turn ? b : a;
+            /* full budget: A comes back after B; then B after A, from the entry saved as the
+             * context moved to A. One-entry budget: the same, each save evicting the other.
+             * Budget 0: nothing comes back. */
+            prompt_turn(warm, pc, p, 39, true, budget_case == 2 ? 0 : 35, &x);
+            nx_ctx_truncate(cold, 0);
+            prompt_turn(cold, NULL, p, 39, true, 0, &y);
+            assert_memory_equal(x.ids, y.ids, sizeof(int32_t) * 16);
+            assert_memory_equal(x.p, y.p, sizeof(float) * 16);
+        }
+        nx_prompt_cache_get_stats(pc, &st);
+        assert_int_equal(st.budget_bytes, (int64_t)budget);
+        assert_true(st.bytes <= (int64_t)budget);
+        assert_int_equal(st.restores, budget_case == 2 ? 0 : 2);
+        assert_int_equal(st.restored_tokens, budget_case == 2 ? 0 : 70);
+        assert_int_equal(st.saves, budget_case == 2 ? 0 : 3); /* A, then B, then A's next turn (replacing A) */
+        assert_int_equal(st.entries, budget_case == 0 ? 2 : budget_case == 1 ? 1 : 0);
+        assert_int_equal(st.evictions, budget_case == 1 ? 2 : 0);
+        if (budget_case == 0) {
+            /* another model's context sees none of these entries */
+            nx_ctx_truncate(other, 0);
+            assert_int_equal(nx_prompt_cache_prepare(pc, other, a, 39), 0);
+            nx_prompt_cache_get_stats(pc, &st);
+            assert_int_equal(st.restores, 2);
+        }
+        nx_prompt_cache_free(pc);
+    }
+    nx_ctx_free(warm);
+    nx_ctx_free(cold);
+    nx_ctx_free(other);
+    nx_model_free(m);
+    nx_model_free(m1);
+}
+
 /* On an f16 KV cache too (half-size cache rows written and read by every path: plain steps,
  * verify rows, the head's cache, truncation after rejections), greedy MTP gives the AR tokens,
  * and the cache really is f16: the logits differ from the f32 cache's. */
@@ -466,6 +543,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_mtp_equals_ar),
         cmocka_unit_test(test_f16_cache),
         cmocka_unit_test(test_prefix_reuse),
+        cmocka_unit_test(test_prompt_cache),
         cmocka_unit_test(test_bad_requests),
     };
     return cmocka_run_group_tests(tests, setup_checkpoint, teardown_checkpoint);

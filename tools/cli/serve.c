@@ -34,6 +34,9 @@ static const char *usage =
     "      --queue N           requests waiting for the model before 503 (default 64)\n"
     "      --max-connections N open connections at once (default queue + 64)\n"
     "      --ctx N             context tokens, prompt + completion (default 4096)\n"
+    "      --cache-ram MIB     memory for saved prompt prefixes, so requests that alternate\n"
+    "                          between conversations keep each one's cache (default 1024;\n"
+    "                          0 = off)\n"
     "      --draft auto|N      default draft length, 0 = plain decoding (default auto)\n"
     "      --verify RULE       residual (lossless sampling) or match (default residual)\n"
     "      --reasoning-format split|none  chat: <think>...</think> as reasoning_content (split,\n"
@@ -45,7 +48,7 @@ static const char *usage =
     "  -q, --quiet             no start-up banner\n";
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
-       O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING };
+       O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -57,7 +60,7 @@ static const struct option opts[] = {
     {"verify", required_argument, 0, O_VERIFY}, {"threads", required_argument, 0, 't'},
     {"no-mtp", no_argument, 0, O_NOMTP},      {"act-bits", required_argument, 0, O_ACT},
     {"kv-type", required_argument, 0, O_KV},      {"quiet", no_argument, 0, 'q'},
-    {"reasoning-format", required_argument, 0, O_REASONING},
+    {"reasoning-format", required_argument, 0, O_REASONING}, {"cache-ram", required_argument, 0, O_CACHE},
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
 
@@ -157,6 +160,10 @@ int nx_cli_serve(int argc, char **argv) {
             else if (!strcmp(optarg, "match")) so.verify = NX_VERIFY_MATCH;
             else BAD("--verify %s: expected residual or match", optarg);
             break;
+        case O_CACHE:
+            if (!cli_parse_int(optarg, 0, 1LL << 30, &v)) BAD("--cache-ram %s: expected MiB >= 0", optarg);
+            so.cache_ram = (size_t)v << 20;
+            break;
         case O_REASONING:
             if (!strcmp(optarg, "split")) so.split_reasoning = true;
             else if (!strcmp(optarg, "none")) so.split_reasoning = false;
@@ -238,8 +245,8 @@ int nx_cli_serve(int argc, char **argv) {
                     in->mtp, draft, so.verify == NX_VERIFY_MATCH ? "match" : "residual");
         else
             fprintf(stderr, "nextn serve: MTP %s: plain decoding (no speculation)\n", in->mtp);
-        fprintf(stderr, "nextn serve: context %d tokens, queue %d, timeout %gs, max body %zu bytes%s\n",
-                so.n_ctx, so.queue, so.timeout, so.max_body, so.api_key ? ", API key required" : "");
+        fprintf(stderr, "nextn serve: context %d tokens, prompt cache %zu MiB, queue %d, timeout %gs, max body %zu bytes%s\n",
+                so.n_ctx, so.cache_ram >> 20, so.queue, so.timeout, so.max_body, so.api_key ? ", API key required" : "");
     }
     /* Always printed: scripts read the port from this line. */
     const char *h = so.host;

@@ -1,0 +1,197 @@
+/* The prompt cache: copies of a context's prefix (the tokens, every trunk layer's key and value
+ * rows, the hidden states the MTP head is fed) kept in memory, so that a request which shares a
+ * long prefix with an earlier sequence (not the one the context holds now) is served from it.
+ * This is llama.cpp's server prompt cache (--cache-ram): requests that alternate between
+ * conversations, or a chat interrupted by a one-off request (a title, a summary), otherwise
+ * evict each other's rows and prefill from scratch.
+ *
+ * Rows are copied bit for bit, so by the numerics contract a restored prefix is what a fresh
+ * prefill computes; the head's cache is rebuilt from the hidden states by nx_generate, as after
+ * any prefix reuse. Entries are evicted least recently used first to keep within the budget. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/model_internal.h"
+
+/* Shorter prefixes are cheaper to prefill again than to keep. */
+#define NX_PROMPT_CACHE_MIN_ROWS 16
+
+typedef struct entry {
+    struct entry *prev, *next; /* most recently used first */
+    const nx_model *m;         /* the model whose context the rows came from */
+    int32_t n;                 /* rows */
+    size_t bytes;
+    int32_t *tokens;  /* [n] */
+    uint8_t *kv;      /* per layer: k rows then v rows, n · kv row bytes each */
+    float *hidden;    /* [n, H] */
+} entry;
+
+struct nx_prompt_cache {
+    size_t budget, bytes;
+    entry *head, *tail;
+    nx_prompt_cache_stats st;
+};
+
+static size_t kv_row_bytes(const nx_model *m) {
+    return (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim * nx_dtype_size(m->kv_dtype);
+}
+
+static size_t entry_bytes(const nx_model *m, int32_t n) {
+    return sizeof(entry) + (size_t)n * (sizeof(int32_t) + 2 * (size_t)m->cfg.n_layers * kv_row_bytes(m) +
+                                        (size_t)m->cfg.hidden_size * sizeof(float));
+}
+
+nx_status nx_prompt_cache_new(size_t budget_bytes, nx_prompt_cache **out, nx_error *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    (*out)->budget = budget_bytes;
+    return NX_OK;
+}
+
+static void unlink_entry(nx_prompt_cache *pc, entry *e) {
+    if (e->prev) e->prev->next = e->next;
+    else pc->head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else pc->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void push_front(nx_prompt_cache *pc, entry *e) {
+    e->prev = NULL;
+    e->next = pc->head;
+    if (pc->head) pc->head->prev = e;
+    pc->head = e;
+    if (!pc->tail) pc->tail = e;
+}
+
+static void drop(nx_prompt_cache *pc, entry *e) {
+    unlink_entry(pc, e);
+    pc->bytes -= e->bytes;
+    free(e->tokens);
+    free(e->kv);
+    free(e->hidden);
+    free(e);
+}
+
+void nx_prompt_cache_free(nx_prompt_cache *pc) {
+    if (!pc) return;
+    while (pc->head) drop(pc, pc->head);
+    free(pc);
+}
+
+void nx_prompt_cache_get_stats(const nx_prompt_cache *pc, nx_prompt_cache_stats *st) {
+    *st = pc->st;
+    st->budget_bytes = (int64_t)pc->budget;
+    st->bytes = (int64_t)pc->bytes;
+    st->entries = 0;
+    for (const entry *e = pc->head; e; e = e->next) st->entries++;
+}
+
+/* How many leading tokens a and b share, at most n. */
+static int32_t common(const int32_t *a, const int32_t *b, int32_t n) {
+    int32_t i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Rows [0, n) of one layer's cache, laid out [kv head][n_ctx][head_dim] (forward.c), to or
+ * from a saved block laid out [k, v][kv head][stride rows][head_dim]. */
+static void copy_rows(const nx_model *m, int32_t n_ctx, nx_kv kv, uint8_t *saved, int32_t stride, int32_t n,
+                      bool to_saved) {
+    const size_t hb = (size_t)m->cfg.head_dim * nx_dtype_size(m->kv_dtype), nh = (size_t)m->cfg.n_kv_heads;
+    for (int kind = 0; kind < 2; kind++) {
+        uint8_t *cache = kind ? kv.v : kv.k;
+        for (size_t h = 0; h < nh; h++) {
+            uint8_t *at = cache + h * (size_t)n_ctx * hb, *sv = saved + (kind * nh + h) * (size_t)stride * hb;
+            if (to_saved) memcpy(sv, at, (size_t)n * hb);
+            else memcpy(at, sv, (size_t)n * hb);
+        }
+    }
+}
+
+/* A copy of the context's rows [0, n_past), or NULL when an entry already holds them (it is
+ * made the most recently used), when they exceed the budget, or when memory is short: the
+ * cache is an optimisation, never a reason to fail a request. */
+static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
+    const nx_model *m = c->m;
+    const int32_t n = c->n_past;
+    const size_t bytes = entry_bytes(m, n);
+    if (bytes > pc->budget) return NULL;
+    for (entry *e = pc->head; e; e = e->next)
+        if (e->m == m && e->n >= n && common(e->tokens, c->tokens, n) == n) {
+            unlink_entry(pc, e);
+            push_front(pc, e);
+            return NULL;
+        }
+    entry *e = calloc(1, sizeof *e);
+    const size_t row = kv_row_bytes(m), H = (size_t)m->cfg.hidden_size, L = (size_t)m->cfg.n_layers;
+    if (!e || !(e->tokens = malloc(sizeof(int32_t) * (size_t)n)) || !(e->kv = malloc(2 * L * row * (size_t)n)) ||
+        !(e->hidden = malloc(sizeof(float) * H * (size_t)n))) {
+        if (e) {
+            free(e->tokens);
+            free(e->kv);
+        }
+        free(e);
+        return NULL;
+    }
+    e->m = m;
+    e->n = n;
+    e->bytes = bytes;
+    memcpy(e->tokens, c->tokens, sizeof(int32_t) * (size_t)n);
+    for (size_t l = 0; l < L; l++) copy_rows(m, c->n_ctx, c->kv[l], e->kv + 2 * l * row * (size_t)n, n, n, true);
+    memcpy(e->hidden, c->hidden, sizeof(float) * H * (size_t)n);
+    return e;
+}
+
+/* Adds e, dropping the entries it extends (their rows are a prefix of its own) and then the
+ * least recently used until the cache fits its budget. */
+static void insert(nx_prompt_cache *pc, entry *e) {
+    for (entry *o = pc->head, *nx; o; o = nx) {
+        nx = o->next;
+        if (o->m == e->m && o->n <= e->n && common(o->tokens, e->tokens, o->n) == o->n) drop(pc, o);
+    }
+    while (pc->tail && pc->bytes + e->bytes > pc->budget) {
+        drop(pc, pc->tail);
+        pc->st.evictions++;
+    }
+    push_front(pc, e);
+    pc->bytes += e->bytes;
+    pc->st.saves++;
+}
+
+/* Loads the first n rows of e into the context (which then holds exactly those rows). */
+static void restore(nx_ctx *c, const entry *e, int32_t n) {
+    const size_t row = kv_row_bytes(c->m), H = (size_t)c->m->cfg.hidden_size;
+    nx_ctx_truncate(c, 0);
+    memcpy(c->tokens, e->tokens, sizeof(int32_t) * (size_t)n);
+    for (size_t l = 0; l < (size_t)c->m->cfg.n_layers; l++)
+        copy_rows(c->m, c->n_ctx, c->kv[l], e->kv + 2 * l * row * (size_t)e->n, e->n, n, false);
+    memcpy(c->hidden, e->hidden, sizeof(float) * H * (size_t)n);
+    c->n_past = n;
+}
+
+int32_t nx_prompt_cache_prepare(nx_prompt_cache *pc, nx_ctx *c, const int32_t *prompt, size_t n_prompt) {
+    /* what nx_generate keeps: the shared prefix, less the prompt's last token */
+    const int32_t usable = n_prompt > 0 && n_prompt <= (size_t)c->n_ctx ? (int32_t)n_prompt - 1 : 0;
+    const int32_t live = common(c->tokens, prompt, c->n_past < usable ? c->n_past : usable);
+    entry *best = NULL;
+    int32_t best_n = live;
+    for (entry *e = pc->head; e; e = e->next) {
+        if (e->m != c->m || e->n > c->n_ctx) continue;
+        const int32_t k = common(e->tokens, prompt, e->n < usable ? e->n : usable);
+        if (k > best_n) best = e, best_n = k;
+    }
+    /* the rows the context is about to lose are copied first (unless they are few), and go into
+     * the cache once the best entry is loaded, so that making room for them cannot evict it */
+    entry *saved = c->n_past - live > 0 && c->n_past >= NX_PROMPT_CACHE_MIN_ROWS ? snapshot(pc, c) : NULL;
+    if (best) {
+        restore(c, best, best_n);
+        unlink_entry(pc, best);
+        push_front(pc, best);
+        pc->st.restores++;
+        pc->st.restored_tokens += best_n;
+    }
+    if (saved) insert(pc, saved);
+    return best_n;
+}
