@@ -122,6 +122,12 @@ void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, 
                       float *probs);
 /* Draws a token from a distribution with the sampler's RNG. */
 int32_t nx_sampler_draw(nx_sampler *s, const float *probs);
+/* Draws a token from a distribution with noise the seed assigns to `index` (the output position)
+ * and each token: the same (seed, index, distribution) always gives the same token, however many
+ * draws came before, and two similar distributions drawn at the same index mostly give the same
+ * token (an exponential race, i.e. the Gumbel-max trick). Independent of nx_sampler_draw's
+ * stream. An all-zero row gives 0. */
+int32_t nx_sampler_draw_at(nx_sampler *s, const float *probs, uint64_t index);
 /* A uniform draw in [0, 1) from the sampler's RNG. */
 double nx_sampler_uniform(nx_sampler *s);
 bool nx_sampler_is_greedy(const nx_sampler *s);

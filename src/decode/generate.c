@@ -190,6 +190,17 @@ static void note_acceptance(gen *g, int32_t drafted, int32_t accepted) {
     }
 }
 
+/* Match verification draws every token, drafts included, with the noise the seed assigns to its
+ * output position (nx_sampler_draw_at): each emitted token is then the one plain decoding with
+ * match draws there, so a seeded run's output does not depend on the draft lengths (--draft
+ * auto's follow timings), and a draft agrees with the target whenever both races pick it. */
+static bool keyed_draws(const gen *g) { return g->p->verify == NX_VERIFY_MATCH && g->p->synthetic_accept < 0.0; }
+
+/* The target's own draw of the next output token. */
+static int32_t target_draw(gen *g, const float *probs) {
+    return keyed_draws(g) ? nx_sampler_draw_at(g->s, probs, (uint64_t)g->st->n_generated) : nx_sampler_draw(g->s, probs);
+}
+
 static nx_status ar_step(gen *g, nx_error *err) {
     g->since_ar = 0;
     double t0 = now_s();
@@ -200,7 +211,7 @@ static nx_status ar_step(gen *g, nx_error *err) {
     g->st->t_verify += t1 - t0;
     g->st->n_steps++;
     nx_sampler_probs(g->s, g->logits, NULL, 0, g->probs);
-    int32_t y = nx_sampler_draw(g->s, g->probs);
+    int32_t y = target_draw(g, g->probs);
     g->st->t_sample += now_s() - t1;
     emit(g, y, g->probs);
     return NX_OK;
@@ -243,7 +254,10 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
         float qmax = 0.0f;
         for (size_t i = 0; i < V; i++) qmax = q[i] > qmax ? q[i] : qmax;
         if (qmax < g->p->draft_p_min) break;
-        drafts[n++] = nx_sampler_draw(g->s, q);
+        /* match: raced with the noise of the output position the draft would take */
+        drafts[n] = keyed_draws(g) ? nx_sampler_draw_at(g->s, q, (uint64_t)(st->n_generated + n))
+                                   : nx_sampler_draw(g->s, q);
+        n++;
         if (n == k) break;
         double tm = now_s();
         const float *hm = c->mtp_out + (size_t)(c->mtp_rows - 1) * (size_t)c->m->cfg.hidden_size;
@@ -284,7 +298,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
             ok = nx_sampler_uniform(g->s) < g->p->synthetic_accept;
             y = ok ? drafts[i] : nx_sampler_draw(g->s, p);
         } else if (g->p->verify == NX_VERIFY_MATCH) {
-            y = nx_spec_match(p, drafts[i], g->s, &ok);
+            y = nx_spec_match(p, drafts[i], g->s, (uint64_t)st->n_generated, &ok);
         } else {
             y = nx_spec_residual(p, q, drafts[i], nx_sampler_uniform(g->s), g->s, &ok);
         }
@@ -298,7 +312,8 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
             emit(g, y, p);
         }
     }
-    if (cont && acc == n) emit(g, nx_sampler_draw(g->s, g->probs + (size_t)n * V), g->probs + (size_t)n * V);
+    if (cont && acc == n)
+        emit(g, target_draw(g, g->probs + (size_t)n * V), g->probs + (size_t)n * V);
     st->n_accepted += acc;
     note_acceptance(g, n, acc);
     /* Commit: the trunk keeps t_L and the accepted drafts. */
@@ -384,7 +399,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     st->t_prefill = t1 - t0;
     if (p->max_tokens == 0) goto done;
     nx_sampler_probs(g.s, g.logits, NULL, 0, g.probs);
-    emit(&g, nx_sampler_draw(g.s, g.probs), g.probs);
+    emit(&g, target_draw(&g, g.probs), g.probs);
 
     while (!g.stop) {
         int32_t room = c->n_ctx - g.L - 1; /* trunk rows still free after t_L */

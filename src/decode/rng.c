@@ -33,6 +33,20 @@ uint64_t nx_rng_next(nx_rng *r) {
     return result;
 }
 
+static uint64_t rng_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t nx_rng_key(uint64_t seed, uint64_t index) {
+    return rng_mix(rng_mix(seed + 0x9e3779b97f4a7c15ull) ^ (index * 0xd1b54a32d192ed03ull + 1));
+}
+
+double nx_rng_open_at(uint64_t key, uint64_t i) {
+    return ((double)(rng_mix(key + 0x9e3779b97f4a7c15ull * (i + 1)) >> 11) + 0.5) * 0x1.0p-53;
+}
+
 double nx_rng_uniform(nx_rng *r) {
     return (double)(nx_rng_next(r) >> 11) * 0x1.0p-53;
 }

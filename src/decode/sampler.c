@@ -578,6 +578,21 @@ int32_t nx_sampler_draw(nx_sampler *s, const float *probs) {
     return last;
 }
 
+/* An exponential race (the Gumbel-max trick): token i finishes at E_i / p_i with E_i ~ Exp(1)
+ * fixed by (seed, index, i), and the first to finish wins, which is token i with probability
+ * p_i / Σp. Two distributions raced with the same E agree often (see nx_spec_coupled_rate). */
+int32_t nx_sampler_draw_at(nx_sampler *s, const float *probs, uint64_t index) {
+    const uint64_t key = nx_rng_key(s->p.seed, index);
+    int32_t best = -1;
+    double best_t = INFINITY;
+    for (int32_t i = 0; i < s->vocab; i++) {
+        if (!(probs[i] > 0.0f)) continue;
+        const double t = -log(nx_rng_open_at(key, (uint64_t)i)) / (double)probs[i];
+        if (t < best_t) best_t = t, best = i;
+    }
+    return best < 0 ? 0 : best;
+}
+
 bool nx_sampler_is_greedy(const nx_sampler *s) {
     return s && s->p.temperature == 0.0f;
 }

@@ -57,8 +57,8 @@ int32_t nx_spec_residual(const float *p, const float *q, int32_t d, double u_acc
     return last;
 }
 
-int32_t nx_spec_match(const float *p, int32_t d, nx_sampler *s, bool *accepted) {
-    int32_t y = nx_sampler_draw(s, p);
+int32_t nx_spec_match(const float *p, int32_t d, nx_sampler *s, uint64_t index, bool *accepted) {
+    int32_t y = nx_sampler_draw_at(s, p, index);
     if (accepted) *accepted = y == d;
     return y;
 }
@@ -72,5 +72,22 @@ double nx_spec_overlap(const float *p, const float *q, int32_t V) {
 double nx_spec_match_rate(const float *p, const float *q, int32_t V) {
     double acc = 0.0;
     for (int32_t i = 0; i < V; i++) acc += (double)p[i] * (double)q[i];
+    return acc;
+}
+
+double nx_spec_coupled_rate(const float *p, const float *q, int32_t V) {
+    /* token v wins both races iff every other w finishes later in both: given E_v = x, with
+     * probability exp(-x·Σ_{w≠v} max(p_w/p_v, q_w/q_v)); integrating over x ~ Exp(1) gives
+     * 1 / Σ_w max(p_w/p_v, q_w/q_v) */
+    double acc = 0.0;
+    for (int32_t v = 0; v < V; v++) {
+        if (!(p[v] > 0.0f) || !(q[v] > 0.0f)) continue;
+        double sum = 0.0;
+        for (int32_t w = 0; w < V; w++) {
+            const double a = p[w] > 0.0f ? (double)p[w] / p[v] : 0.0, b = q[w] > 0.0f ? (double)q[w] / q[v] : 0.0;
+            sum += a > b ? a : b;
+        }
+        acc += 1.0 / sum;
+    }
     return acc;
 }

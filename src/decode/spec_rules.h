@@ -18,12 +18,18 @@ int32_t nx_sampler_vocab_size(const nx_sampler *s);
 int32_t nx_spec_residual(const float *p, const float *q, int32_t d, double u_accept, nx_sampler *s,
                          bool *accepted);
 
-/* Match rule: draws y ~ p with s's RNG; accepted iff y == d. Returns y. Exact for any q. */
-int32_t nx_spec_match(const float *p, int32_t d, nx_sampler *s, bool *accepted);
+/* Match rule: draws y ~ p with the noise the seed assigns to output position `index`
+ * (nx_sampler_draw_at); accepted iff y == d. Returns y. Exact for any q, and y is the token plain
+ * decoding draws at that position: with the same seed the output does not depend on the drafts. */
+int32_t nx_spec_match(const float *p, int32_t d, nx_sampler *s, uint64_t index, bool *accepted);
 
 /* Expected acceptance of the residual rule, sum_i min(p_i, q_i). */
 double nx_spec_overlap(const float *p, const float *q, int32_t V);
 /* Expected acceptance of the match rule, sum_i p_i q_i. */
 double nx_spec_match_rate(const float *p, const float *q, int32_t V);
+/* Expected acceptance of the match rule when draft and target are drawn at the same index with
+ * nx_sampler_draw_at (the same exponential race): sum_v 1 / sum_w max(p_w/p_v, q_w/q_v).
+ * O(V^2): for tests and analysis. */
+double nx_spec_coupled_rate(const float *p, const float *q, int32_t V);
 
 #endif

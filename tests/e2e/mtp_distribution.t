@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Speculative sampling is exact: the joint distribution of the next three tokens drawn with MTP
-speculative decoding (residual and match rules, k = 1..3) equals the one drawn by plain
+speculative decoding (residual and match rules, k = 1..3 and auto; match draws every token by an
+exponential race keyed to its position, plain decoding included) equals the one drawn by plain
 autoregressive sampling, with temperature, top-k, top-p, min-p and a repetition penalty active.
 Two-sample chi-square homogeneity tests on thousands of independent continuations of a
 concentrated code prompt; a negative control (a different temperature) shows the test has power."""
@@ -62,6 +63,8 @@ cases = [
     ("residual, k=2", ["--draft", "2", "--verify", "residual"]),
     ("residual, k=3", ["--draft", "3", "--verify", "residual"]),
     ("match, k=2", ["--draft", "2", "--verify", "match"]),
+    ("match, plain decoding (each token drawn by its position's race)", ["--draft", "0", "--verify", "match"]),
+    ("match, auto", ["--draft", "auto", "--verify", "match"]),
     ("residual, auto", ["--draft", "auto"]),
 ]
 for i, (name, extra) in enumerate(cases):

@@ -159,6 +159,16 @@ async function main() {
   ok(new Set(three.choices.map((c) => c.message.content)).size > 1, 'n=3: sampled choices differ',
      three.choices.map((c) => c.message.content));
   is(three.usage.prompt_tokens, one.usage.prompt_tokens, 'n=3: the prompt counts once');
+  // verify "match" draws each token by its position's seeded race: the same text whatever the
+  // draft length, --draft auto included
+  const raced = { model, messages, max_tokens: 24, temperature: 1, seed: 5 };
+  const texts0 = [];
+  for (const draft of [0, 3, 'auto', 'auto']) {
+    const r = await client.chat.completions.create({ ...raced, speculative: { draft, verify: 'match' } });
+    texts0.push(r.choices[0].message.content);
+  }
+  ok(texts0[0].length > 0 && texts0.every((x) => x === texts0[0]),
+     'verify match, seed 5: draft 0, 3, auto and auto again give the same text', texts0);
   const sn = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, n: 2, stream: true });
   const texts = ['', ''], fins = [null, null];
   for await (const ch of sn)

@@ -337,6 +337,51 @@ static void test_greedy_mtp_equals_ar(void **state) {
     nx_model_free(m);
 }
 
+/* Match verification draws every token, drafts included, with the noise the seed assigns to its
+ * output position: seeded sampling then gives plain decoding's tokens, with the same
+ * probabilities, whatever the draft length (auto included), under plain and filtered,
+ * penalised sampling; drafts do get accepted (the draft's race often picks the target's token). */
+static void test_match_seeded_reproducible(void **state) {
+    (void)state;
+    nx_model *m = load(2);
+    nx_ctx *c = NULL;
+    assert_int_equal(nx_ctx_new(m, 128, &c, NULL), NX_OK);
+    int64_t accepted = 0;
+    for (int setting = 0; setting < 2; setting++) {
+        nx_gen_params gp;
+        nx_gen_params_default(&gp);
+        gp.max_tokens = 40;
+        gp.ignore_eos = true;
+        gp.verify = NX_VERIFY_MATCH;
+        gp.sampling.temperature = setting ? 1.0f : 0.7f;
+        gp.sampling.seed = 7 + (uint64_t)setting;
+        if (setting) gp.sampling.top_k = 20, gp.sampling.repetition_penalty = 1.2f;
+        gp.draft = 0;
+        collect ref = {0};
+        assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &ref, NULL, NULL), NX_OK);
+        const int32_t drafts[] = {1, 2, 3, NX_DRAFT_AUTO};
+        for (int i = 0; i < 4; i++) {
+            collect got = {0};
+            nx_gen_stats st;
+            gp.draft = drafts[i];
+            assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &got, &st, NULL), NX_OK);
+            assert_int_equal(got.n, 40);
+            assert_memory_equal(got.ids, ref.ids, sizeof(int32_t) * 40);
+            assert_memory_equal(got.p, ref.p, sizeof(float) * 40);
+            if (drafts[i] > 0) assert_true(st.n_drafted > 0);
+            accepted += st.n_accepted;
+        }
+        /* another seed samples something else */
+        collect other = {0};
+        gp.sampling.seed += 100;
+        assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &other, NULL, NULL), NX_OK);
+        assert_true(memcmp(other.ids, ref.ids, sizeof(int32_t) * 40) != 0);
+    }
+    assert_true(accepted > 0);
+    nx_ctx_free(c);
+    nx_model_free(m);
+}
+
 /* Prefix reuse: a generation on a context that holds part of its prompt (a chat's next turn, a
  * shorter prompt, another sample of the same one) keeps those rows and gives the same tokens,
  * with the same probabilities, as the same generation on an emptied context: greedy with drafts,
@@ -542,6 +587,7 @@ int main(void) {
         cmocka_unit_test(test_truncate_equals_never_appended),
         cmocka_unit_test(test_greedy_mtp_equals_ar),
         cmocka_unit_test(test_f16_cache),
+        cmocka_unit_test(test_match_seeded_reproducible),
         cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_prompt_cache),
         cmocka_unit_test(test_bad_requests),

@@ -54,7 +54,9 @@ static double binomial_z(int64_t k, int64_t n, double a) {
     return fabs((double)k - (double)n * a) / sqrt(var);
 }
 
-typedef enum { RULE_RESIDUAL, RULE_MATCH } rule;
+/* MATCH: d ~ q independently; COUPLED: d drawn with the uniform the target's draw uses (the
+ * generation loop's match mode) */
+typedef enum { RULE_RESIDUAL, RULE_MATCH, RULE_COUPLED } rule;
 
 /* Runs TRIALS cycles of: d ~ q, verify against p. Asserts the output law is p and the
  * acceptance rate is the rule's closed form. */
@@ -62,12 +64,12 @@ static void check_rule(rule which, const float *p, const float *q, uint64_t seed
     nx_sampler *s = new_sampler(V, seed);
     int64_t obs[V] = {0}, acc = 0;
     for (int t = 0; t < TRIALS; t++) {
-        int32_t d = nx_sampler_draw(s, q);
+        int32_t d = which == RULE_COUPLED ? nx_sampler_draw_at(s, q, (uint64_t)t) : nx_sampler_draw(s, q);
         assert_true(q[d] > 0.0f); /* a drafted token always has q(d) > 0 */
         bool ok = false;
         int32_t y = which == RULE_RESIDUAL
                         ? nx_spec_residual(p, q, d, nx_sampler_uniform(s), s, &ok)
-                        : nx_spec_match(p, d, s, &ok);
+                        : nx_spec_match(p, d, s, (uint64_t)t, &ok);
         assert_true(y >= 0 && y < V);
         if (ok) assert_int_equal(y, d);
         acc += ok;
@@ -76,11 +78,13 @@ static void check_rule(rule which, const float *p, const float *q, uint64_t seed
     double pd[V];
     to_double(p, pd, V);
     double pv = chisq_gof(obs, pd, V, TRIALS);
-    double a = which == RULE_RESIDUAL ? nx_spec_overlap(p, q, V) : nx_spec_match_rate(p, q, V);
+    double a = which == RULE_RESIDUAL ? nx_spec_overlap(p, q, V)
+               : which == RULE_MATCH  ? nx_spec_match_rate(p, q, V)
+                                      : nx_spec_coupled_rate(p, q, V);
     double z = binomial_z(acc, TRIALS, a);
     if (pv <= 1e-4 || z >= 5.0)
         fprintf(stderr, "%s: p-value %.3g, acceptance %.4f expected %.4f (z %.2f)\n",
-                which == RULE_RESIDUAL ? "residual" : "match", pv, (double)acc / TRIALS, a, z);
+                which == RULE_RESIDUAL ? "residual" : which == RULE_MATCH ? "match" : "coupled", pv, (double)acc / TRIALS, a, z);
     assert_true(pv > 1e-4);
     assert_true(z < 5.0);
     nx_sampler_free(s);
@@ -105,6 +109,9 @@ static void test_match_exact(void **state) {
         random_dist(&r, p, V, c < 3 ? 0.0 : 0.3);
         random_dist(&r, q, V, c < 3 ? 0.0 : 0.3);
         check_rule(RULE_MATCH, p, q, 2000 + (uint64_t)c);
+        check_rule(RULE_COUPLED, p, q, 3000 + (uint64_t)c);
+        /* no coupling accepts more often than the residual rule (1 - total variation) */
+        assert_true(nx_spec_coupled_rate(p, q, V) <= nx_spec_overlap(p, q, V) + 1e-9);
     }
 }
 
@@ -194,7 +201,7 @@ static void test_edge_cases(void **state) {
         int32_t y = nx_spec_residual(p, q, d, nx_sampler_uniform(s), s, &ok);
         assert_int_equal(y, 4);
         assert_true(ok == (d == 4));
-        y = nx_spec_match(p, d, s, &ok);
+        y = nx_spec_match(p, d, s, (uint64_t)t, &ok);
         assert_int_equal(y, 4);
         assert_true(ok == (d == 4));
     }
@@ -258,7 +265,7 @@ static void test_seeded_determinism(void **state) {
         int32_t yb = nx_spec_residual(p, q, db, nx_sampler_uniform(b), b, &ob);
         assert_int_equal(ya, yb);
         assert_true(oa == ob);
-        assert_int_equal(nx_spec_match(p, da, a, &oa), nx_spec_match(p, db, b, &ob));
+        assert_int_equal(nx_spec_match(p, da, a, (uint64_t)t, &oa), nx_spec_match(p, db, b, (uint64_t)t, &ob));
     }
     nx_sampler_free(a);
     nx_sampler_free(b);
