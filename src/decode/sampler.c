@@ -587,7 +587,12 @@ int32_t nx_sampler_draw_at(nx_sampler *s, const float *probs, uint64_t index) {
     double best_t = INFINITY;
     for (int32_t i = 0; i < s->vocab; i++) {
         if (!(probs[i] > 0.0f)) continue;
-        const double t = -log(nx_rng_open_at(key, (uint64_t)i)) / (double)probs[i];
+        const double u = nx_rng_open_at(key, (uint64_t)i);
+        /* token i finishes at -log(u)/p, not before best_t, when u <= exp(-best_t·p); 1 - x <=
+         * exp(-x) makes u below (1 - best_t·p) (less a margin far above rounding) a safe skip,
+         * and leaves about best_t·Σp logs per draw instead of one per token */
+        if (u < (1.0 - best_t * (double)probs[i]) * (1.0 - 0x1p-30)) continue;
+        const double t = -log(u) / (double)probs[i];
         if (t < best_t) best_t = t, best = i;
     }
     return best < 0 ? 0 : best;
