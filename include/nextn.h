@@ -60,6 +60,9 @@ int32_t nx_tokenizer_token_id(const nx_tokenizer *tok, const char *token);
 /* The token's vocabulary string (byte-level form, e.g. "Ġthe"), or NULL if out of range. */
 const char *nx_tokenizer_token_str(const nx_tokenizer *tok, int32_t id);
 bool nx_tokenizer_is_special(const nx_tokenizer *tok, int32_t id);
+/* The raw bytes one token adds to text after the first token (possibly part of a UTF-8
+ * character; malloc'd, owned by the caller; empty for a token that is not text). */
+nx_status nx_tokenizer_token_bytes(const nx_tokenizer *tok, int32_t id, uint8_t **bytes, size_t *len, nx_error *err);
 
 /* Streaming detokenizer: feed ids one at a time, receive text that is always whole UTF-8
  * (bytes of an incomplete character are held back until the character completes). */
@@ -80,6 +83,19 @@ typedef struct nx_logit_bias {
     float bias; /* [-100, 100]: -100 all but bans the token, 100 all but forces it */
 } nx_logit_bias;
 
+/* JSON mode (OpenAI's response_format {"type": "json_object"}): each token's bytes, so that the
+ * sampler can keep only the tokens that continue the output into one valid JSON object, and the
+ * ids that end a generation, allowed only once the object is closed (src/decode/json_grammar.h
+ * has the exact language). */
+typedef struct nx_json_vocab nx_json_vocab;
+/* From a tokenizer (special tokens are never text); end_ids: the model's end-of-sequence ids. */
+nx_status nx_json_vocab_new(const nx_tokenizer *tok, const int32_t *end_ids, size_t n_end, nx_json_vocab **out,
+                            nx_error *err);
+/* From explicit byte strings: token i is tokens[i] (lens[i] bytes), NULL for a token that is not text. */
+nx_status nx_json_vocab_from_bytes(const char *const *tokens, const size_t *lens, int32_t n, const int32_t *end_ids,
+                                   size_t n_end, nx_json_vocab **out, nx_error *err);
+void nx_json_vocab_free(nx_json_vocab *v);
+
 /* Sampler settings. Each feature is off at its neutral value. */
 typedef struct nx_sampler_params {
     float temperature;        /* 0 = greedy (argmax, lowest id on ties); > 0 scales logits */
@@ -94,6 +110,13 @@ typedef struct nx_sampler_params {
                                       * nx_sampler_new copies them */
     size_t n_logit_bias;
     uint64_t seed;
+    /* JSON mode: non-NULL masks every token that cannot continue the generated text into one
+     * JSON object (and the end ids until it is closed), before any other stage; the vocabulary
+     * must outlive the sampler. With json_wait the mask starts after token json_after is
+     * generated (a reasoning section's end). */
+    const nx_json_vocab *json;
+    bool json_wait;
+    int32_t json_after;
 } nx_sampler_params;
 
 void nx_sampler_params_default(nx_sampler_params *p); /* greedy, everything off, seed 0 */

@@ -26,6 +26,7 @@
  *
  * A sampler is not thread-safe: nx_sampler_probs borrows the count table for the extra tokens. */
 #include "base/error.h"
+#include "decode/json_grammar.h"
 #include "decode/rng.h"
 #include "decode/spec_rules.h"
 
@@ -56,6 +57,10 @@ struct nx_sampler {
     nx_logit_bias *bias;  /* the n_logit_bias entries (s->p.logit_bias points here) */
     float *bias_of;       /* [vocab] each token's total bias, or NULL when there is none */
     sampler_cand *cand;   /* [vocab] candidates of the current call */
+    /* JSON mode */
+    nx_json_state js;     /* after the generated history */
+    bool js_on;           /* the mask applies (json_wait: once json_after was generated) */
+    uint8_t *allow;       /* [vocab] the tokens the mask keeps in the current call */
 };
 
 /* ---------------------------------------------------------------- parameters */
@@ -154,6 +159,11 @@ nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_samp
         for (size_t i = 0; i < p->n_logit_bias; i++) s->bias_of[s->bias[i].id] += s->bias[i].bias;
         s->p.logit_bias = s->bias;
     }
+    if (p->json) {
+        if (!(s->allow = malloc(v))) goto nomem;
+        nx_json_init(&s->js);
+        s->js_on = !p->json_wait;
+    }
     *out = s;
     return NX_OK;
 
@@ -172,6 +182,7 @@ void nx_sampler_free(nx_sampler *s) {
     free(s->cand);
     free(s->bias);
     free(s->bias_of);
+    free(s->allow);
     free(s);
 }
 
@@ -187,6 +198,18 @@ static bool sampler_valid_id(const nx_sampler *s, int32_t id) {
 
 static bool sampler_in_prompt(const nx_sampler *s, int32_t id) {
     return (s->in_prompt[id >> 3] >> (id & 7)) & 1;
+}
+
+/* JSON mode: the state after one more token (a token that is not text kills it, unless it ends
+ * the generation). */
+static void json_advance(const nx_sampler *s, nx_json_state *st, bool *on, int32_t id) {
+    const nx_json_vocab *v = s->p.json;
+    if (!*on) {
+        *on = s->p.json_wait && id == s->p.json_after;
+        return;
+    }
+    if (id >= 0 && id < v->n && v->bytes[id] && v->len[id] > 0) nx_json_feed(st, v->bytes[id], v->len[id]);
+    else if (!(id >= 0 && id < v->n && v->end[id])) nx_json_step(st, 0);
 }
 
 /* Replaces the prompt; generated history is untouched. Out-of-range ids are ignored. */
@@ -220,6 +243,7 @@ void nx_sampler_accept(nx_sampler *s, int32_t id) {
     }
     s->gen[s->n_gen++] = id;
     if (sampler_valid_id(s, id)) s->counts[id]++;
+    if (s->p.json) json_advance(s, &s->js, &s->js_on, id);
 }
 
 size_t nx_sampler_n_generated(const nx_sampler *s) {
@@ -228,9 +252,15 @@ size_t nx_sampler_n_generated(const nx_sampler *s) {
 
 void nx_sampler_rewind(nx_sampler *s, size_t n) {
     if (!s) return;
+    if (s->n_gen <= n) return;
     while (s->n_gen > n) {
         int32_t id = s->gen[--s->n_gen];
         if (sampler_valid_id(s, id)) s->counts[id]--;
+    }
+    if (s->p.json) { /* replay what is left */
+        nx_json_init(&s->js);
+        s->js_on = !s->p.json_wait;
+        for (size_t i = 0; i < s->n_gen; i++) json_advance(s, &s->js, &s->js_on, s->gen[i]);
     }
 }
 
@@ -514,6 +544,16 @@ void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, 
     if (!extra) n_extra = 0;
     sampler_penalise(s, logits, extra, n_extra);
     float *x = s->work;
+    if (s->p.json) { /* JSON mode's mask, at the state after the history and the extra tokens */
+        nx_json_state st = s->js;
+        bool on = s->js_on;
+        for (size_t i = 0; i < n_extra; i++) json_advance(s, &st, &on, extra[i]);
+        if (on) {
+            nx_json_allowed(s->p.json, &st, V, s->allow);
+            for (int32_t i = 0; i < V; i++)
+                if (!s->allow[i]) x[i] = -INFINITY;
+        }
+    }
 
     /* Max scan; NaN becomes -inf so that it can never win or carry mass. */
     float m = -INFINITY;

@@ -765,9 +765,16 @@ static nx_status parse_common(json_t *root, const nx_oai_limits *lim, nx_oai_req
     if (rf) {
         json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
         if (!json_is_object(rf)) return bad_type(e, "response_format", "an object", rf);
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
+        if (!json_is_string(t))
+            return bad_value(e, "response_format", "invalid_value", "response_format.type must be a string.");
+        if (strcmp(json_string_value(t), "json_object") == 0) r->json_object = true;
+        else if (strcmp(json_string_value(t), "json_schema") == 0)
             return bad_value(e, "response_format", "unsupported_value",
-                             "only {\"type\": \"text\"} is supported.");
+                             "json_schema is not supported; {\"type\": \"json_object\"} constrains the answer "
+                             "to one JSON object.");
+        else if (strcmp(json_string_value(t), "text") != 0)
+            return bad_value(e, "response_format", "invalid_value",
+                             "response_format.type must be \"text\" or \"json_object\".");
     }
 
     if ((st = parse_speculative(root, r, e)) != NX_OK) return st;

@@ -89,6 +89,7 @@ typedef struct nx_oai_request {
     nx_verify verify; /* valid when has_verify */
     bool has_verify;
     bool ignore_eos;
+    bool json_object; /* response_format {"type": "json_object"}: the answer is one JSON object */
 } nx_oai_request;
 
 /* Parses and validates a request body. On success fills *out (free with nx_oai_request_free)

@@ -79,6 +79,7 @@ struct nx_server {
     const nx_tokenizer *tok;
     nx_ctx *ctx;
     nx_prompt_cache *pcache;        /* saved prompt prefixes, used by the worker only */
+    nx_json_vocab *json_vocab;      /* token bytes for response_format json_object */
     nx_prompt_cache_stats pc_stats; /* its counters as of the last request, under qmu */
     nx_server_opts o;
     char *host, *api_key, *model_id;
@@ -412,6 +413,13 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     nx_gen_params p;
     nx_gen_params_default(&p);
     p.sampling = j->req.sampling;
+    if (j->req.json_object) {
+        p.sampling.json = s->json_vocab;
+        /* a prompt that opens the reasoning: the object follows its end */
+        const int32_t last = j->n_ids[i] ? j->ids[i][j->n_ids[i] - 1] : -1;
+        if (last >= 0 && last == s->hy.id[NX_HY_THINK_OPEN] && s->hy.id[NX_HY_THINK_CLOSE] >= 0)
+            p.sampling.json_wait = true, p.sampling.json_after = s->hy.id[NX_HY_THINK_CLOSE];
+    }
     if (!j->req.has_seed) p.sampling.seed = next_random(s);
     else p.sampling.seed += i % j->n_per; /* the n choices of a seeded request differ, reproducibly */
     int32_t room = s->o.n_ctx - (int32_t)j->n_ids[i];
@@ -1204,6 +1212,20 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     }
     if ((st = nx_ctx_new(m, o->n_ctx, &s->ctx, err)) != NX_OK) goto fail;
     if ((st = nx_prompt_cache_new(o->cache_ram, &s->pcache, err)) != NX_OK) goto fail;
+    {
+        const int32_t nv = nx_tokenizer_vocab_size(s->tok);
+        int32_t *ends = malloc(sizeof(int32_t) * (size_t)(nv > 0 ? nv : 1));
+        size_t n_end = 0;
+        if (!ends) {
+            st = nx_fail(err, NX_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int32_t id = 0; id < nv; id++)
+            if (nx_model_is_eos(m, id)) ends[n_end++] = id;
+        st = nx_json_vocab_new(s->tok, ends, n_end, &s->json_vocab, err);
+        free(ends);
+        if (st != NX_OK) goto fail;
+    }
     nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
         st = nx_fail(err, NX_E_NOMEM, "cannot start the generation worker");
@@ -1267,6 +1289,7 @@ void nx_server_stop(nx_server *s) {
     if (lsock != MHD_INVALID_SOCKET) close(lsock);
     nx_ctx_free(s->ctx);
     nx_prompt_cache_free(s->pcache);
+    nx_json_vocab_free(s->json_vocab);
     nx_metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->prep_mu);
     pthread_mutex_destroy(&s->qmu);

@@ -1675,6 +1675,22 @@ static bool token_bytes(const nx_tokenizer *t, int32_t id, bool *first, nx_strbu
     return true;
 }
 
+nx_status nx_tokenizer_token_bytes(const nx_tokenizer *t, int32_t id, uint8_t **bytes, size_t *len, nx_error *err) {
+    *bytes = NULL;
+    *len = 0;
+    if (!t || id < 0 || id >= t->n_tokens)
+        return nx_fail(err, NX_E_ARG, "token id %" PRId32 " is out of range", id);
+    nx_strbuf raw = {0};
+    bool first = false;
+    if (!token_bytes(t, id, &first, &raw) || nx_strbuf_reserve(&raw, 1) != NX_OK) {
+        nx_strbuf_free(&raw);
+        return nx_fail(err, NX_E_NOMEM, "out of memory");
+    }
+    *bytes = (uint8_t *)raw.data;
+    *len = raw.len;
+    return NX_OK;
+}
+
 /* Repairs raw[0..n) into a fresh malloc'd NUL-terminated string. */
 static nx_status repair_alloc(const char *raw, size_t n, bool final, size_t *consumed, char **out,
                               size_t *out_len, nx_error *err) {

@@ -117,6 +117,27 @@ for extra in ([], ["--temp", "1", "--draft", "2"]):
     r = nextn("run", "-m", good, "--prompt-tokens", "1,2,3", "-n", "5", "--print-ids", "--ignore-eos", "--quiet",
               "--logit-bias", "7+100", "--logit-bias", "8-5", *extra)
     t.ok(r.stdout.split() == ["7"] * 5, f"--logit-bias 7+100 forces token 7 {extra}", r.stdout)
+# --json-object: the default model's output is one JSON object (finished ones parse), with and
+# without drafts; a model without a tokenizer is refused by name
+DEFAULT = "models/nextn-hy3-tiny"
+EOS = "<\uff5chy_eos:opensource\uff5c>"
+finished = 0
+for seed in range(4):
+    for extra in (["--draft", "0"], ["--draft", "2"]):
+        r = nextn("run", "-m", DEFAULT, "-p", "JSON:", "-n", "120", "--temp", "0.7", "--seed", str(seed), "--quiet",
+                  "--json-object", *extra)
+        out = r.stdout.rstrip("\n")
+        ok = out.startswith("{")
+        if out.endswith(EOS):
+            finished += 1
+            try:
+                ok = ok and isinstance(json.loads(out[: -len(EOS)]), dict)
+            except ValueError:
+                ok = False
+        t.ok(ok, f"--json-object seed {seed} {extra}: a JSON object (or its start, cut by -n)", out)
+t.ok(finished >= 2, f"--json-object: {finished} of 8 runs closed their object and ended")
+expect_error("json object without a tokenizer", ["run", "-m", good, "--prompt-tokens", "1,2", "--json-object"],
+             "--json-object needs the model's tokenizer.json")
 expect_error("logit bias: no sign", ["run", "-m", good, "--prompt-tokens", "1,2", "--logit-bias", "7=1"],
              "--logit-bias 7=1", "TOKEN_ID+BIAS")
 expect_error("logit bias: out of range", ["run", "-m", good, "--prompt-tokens", "1,2", "--logit-bias", "7+101"],

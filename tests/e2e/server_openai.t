@@ -147,6 +147,31 @@ async function main() {
   is(warm.choices[0].message.content, cold.choices[0].message.content, 'next turn: the same answer from scratch');
   nocache.stop();
 
+  // response_format json_object: every answer is a JSON object or a prefix of one cut by
+  // max_tokens; the finished ones parse (the default model is no JSON expert: without the mask
+  // none of the same samples does), streamed too; json_schema is refused by name
+  const jreq = { model, messages: [{ role: 'user', content: 'Describe a river as JSON.' }], max_tokens: 150,
+    temperature: 0.7, seed: 3, n: 8, speculative: { draft: 2 } };
+  const jr = await client.chat.completions.create({ ...jreq, response_format: { type: 'json_object' } });
+  const parses = (t) => { try { const v = JSON.parse(t); return v !== null && typeof v === 'object' && !Array.isArray(v); } catch (e) { return false; } };
+  const finished = jr.choices.filter((c) => c.finish_reason === 'stop');
+  ok(finished.length >= 1 && finished.every((c) => parses(c.message.content)),
+     `json_object: the ${finished.length} finished answers of 8 are JSON objects`, jr.choices.map((c) => c.message.content));
+  ok(jr.choices.every((c) => c.message.content.startsWith('{')), 'json_object: every answer opens an object');
+  const free = await client.chat.completions.create(jreq);
+  ok(free.choices.every((c) => !parses(c.message.content)), 'without response_format: no answer is a JSON object');
+  const js = await client.chat.completions.create({ ...jreq, n: 4, stream: true, response_format: { type: 'json_object' } });
+  const jt = ['', '', '', ''], jf = [null, null, null, null];
+  for await (const ch of js)
+    for (const c of ch.choices) {
+      jt[c.index] += c.delta.content || '';
+      if (c.finish_reason) jf[c.index] = c.finish_reason;
+    }
+  ok(jt.every((t, i) => t.startsWith('{') && (jf[i] !== 'stop' || parses(t))), 'json_object stream: objects', jt);
+  await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
+    json_schema: { name: 'x', schema: {} } } }), 400, OpenAI.BadRequestError, 'json_schema: 400',
+                    (e) => e.param === 'response_format');
+
   // n: several choices per prompt. A seeded request's choice k uses seed + k, so choice 0 is the
   // n = 1 answer (with a fixed draft length: --draft auto's choices follow measured timings, and
   // at temperature > 0 a different draft length draws a different sample); the prompt's tokens

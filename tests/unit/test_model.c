@@ -18,6 +18,7 @@
 #include "model/dense_timing.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
+#include "decode/json_grammar.h"
 
 enum { V = 97, HID = 32, NL = 3, NH = 6, NKV = 2, HD = 8, FF = 40, E = 5, TOPK = 3, ED = 16 };
 
@@ -382,6 +383,62 @@ static void test_match_seeded_reproducible(void **state) {
     nx_model_free(m);
 }
 
+/* JSON mode through the decoding loop: with every token a JSON fragment, greedy MTP gives plain
+ * decoding's tokens for every draft length, seeded match sampling is reproducible across draft
+ * lengths too, and every output is a live JSON prefix (complete when it ended). */
+static void test_json_mode(void **state) {
+    (void)state;
+    static const char *const frag[] = {"{", "}", "[", "]", ",", ":", "\"", "\"k\"", "a", "b", "1", "0", "-",
+                                       ".", "e", " ", "true", "false", "null", "\"x\":", "{\"", "\"}", "2,", "]}"};
+    const size_t nf = sizeof frag / sizeof *frag;
+    const char *toks[V];
+    size_t lens[V];
+    for (int i = 0; i < V; i++) toks[i] = frag[i % nf], lens[i] = strlen(toks[i]);
+    const int32_t end = V - 1;
+    toks[end] = NULL;
+    nx_json_vocab *jv = NULL;
+    assert_int_equal(nx_json_vocab_from_bytes(toks, lens, V, &end, 1, &jv, NULL), NX_OK);
+    nx_model *m = load(2);
+    nx_ctx *c = NULL;
+    assert_int_equal(nx_ctx_new(m, 128, &c, NULL), NX_OK);
+    for (int sampled = 0; sampled < 2; sampled++) {
+        nx_gen_params gp;
+        nx_gen_params_default(&gp);
+        gp.max_tokens = 40;
+        gp.ignore_eos = true;
+        gp.stop_ids = &end;
+        gp.n_stop_ids = 1;
+        gp.sampling.json = jv;
+        if (sampled) gp.verify = NX_VERIFY_MATCH, gp.sampling.temperature = 0.9f, gp.sampling.seed = 3;
+        collect ref = {0};
+        gp.draft = 0;
+        assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &ref, NULL, NULL), NX_OK);
+        nx_json_state js;
+        nx_json_init(&js);
+        for (int i = 0; i < ref.n; i++) {
+            if (ref.ids[i] == end) {
+                assert_true(nx_json_complete(&js));
+                assert_int_equal(i, ref.n - 1);
+                break;
+            }
+            assert_true(nx_json_feed(&js, (const uint8_t *)toks[ref.ids[i]], lens[ref.ids[i]]));
+        }
+        const int32_t drafts[] = {1, 2, 3, NX_DRAFT_AUTO};
+        for (int i = 0; i < 4; i++) {
+            collect got = {0};
+            nx_gen_stats st;
+            gp.draft = drafts[i];
+            assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &got, &st, NULL), NX_OK);
+            assert_int_equal(got.n, ref.n);
+            assert_memory_equal(got.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n);
+            assert_memory_equal(got.p, ref.p, sizeof(float) * (size_t)ref.n);
+        }
+    }
+    nx_ctx_free(c);
+    nx_model_free(m);
+    nx_json_vocab_free(jv);
+}
+
 /* Prefix reuse: a generation on a context that holds part of its prompt (a chat's next turn, a
  * shorter prompt, another sample of the same one) keeps those rows and gives the same tokens,
  * with the same probabilities, as the same generation on an emptied context: greedy with drafts,
@@ -588,6 +645,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_mtp_equals_ar),
         cmocka_unit_test(test_f16_cache),
         cmocka_unit_test(test_match_seeded_reproducible),
+        cmocka_unit_test(test_json_mode),
         cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_prompt_cache),
         cmocka_unit_test(test_bad_requests),

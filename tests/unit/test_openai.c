@@ -172,6 +172,21 @@ static void test_chat_speculative_auto_and_nulls(void **state) {
     assert_true(r.tool_required);
     assert_string_equal(r.tool_name, "g");
     nx_oai_request_free(&r);
+    /* response_format: json_object asks for JSON mode, text for nothing */
+    assert_int_equal(parse(NX_OAI_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                           "\"response_format\":{\"type\":\"json_object\"}}",
+                           &r, &e),
+                     NX_OK);
+    assert_true(r.json_object);
+    nx_oai_request_free(&r);
+    assert_int_equal(parse(NX_OAI_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                           "\"response_format\":{\"type\":\"text\"}}",
+                           &r, &e),
+                     NX_OK);
+    assert_false(r.json_object);
+    nx_oai_request_free(&r);
 }
 
 static void test_request_error_matrix(void **state) {
@@ -245,8 +260,11 @@ static void test_request_error_matrix(void **state) {
     expect_400(C, "{\"logit_bias\":{\"99999999999999999999\":1}," MSGS "}", "logit_bias", "token ids");
     expect_400(C, "{\"logit_bias\":{\"5\":100.5}," MSGS "}", "logit_bias", "[-100, 100]");
     expect_400(C, "{\"logit_bias\":{\"5\":\"1\"}," MSGS "}", "logit_bias", "a string");
-    expect_400(C, "{\"response_format\":{\"type\":\"json_object\"}," MSGS "}", "response_format",
-               "only {\"type\": \"text\"}");
+    expect_400(C, "{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}," MSGS "}", "response_format",
+               "json_schema is not supported");
+    expect_400(C, "{\"response_format\":{\"type\":\"yaml\"}," MSGS "}", "response_format", "\"json_object\"");
+    expect_400(C, "{\"response_format\":{\"type\":7}," MSGS "}", "response_format", "a string");
+    expect_400(C, "{\"response_format\":\"json\"," MSGS "}", "response_format", "an object");
     expect_400(C, "{\"speculative\":3," MSGS "}", "speculative", "expected an object");
     expect_400(C, "{\"speculative\":{\"draft\":9}," MSGS "}", "speculative.draft", "<= 8");
     expect_400(C, "{\"speculative\":{\"draft\":-2}," MSGS "}", "speculative.draft", ">= 0");

@@ -25,6 +25,7 @@ enum {
     OPT_PTOKENS, OPT_K, OPT_MODES, OPT_REPEAT, OPT_QUIET, OPT_DRAFT_VOCAB, OPT_SIMULATE, OPT_ACT_BITS,
     OPT_KV_TYPE,
     OPT_LOGIT_BIAS,
+    OPT_JSON_OBJECT,
 };
 
 static const struct option long_opts[] = {
@@ -63,6 +64,7 @@ static const struct option long_opts[] = {
     {"logits", required_argument, 0, OPT_LOGITS},
     {"mtp-logits", required_argument, 0, OPT_MTP_LOGITS},
     {"json", no_argument, 0, OPT_JSON},
+    {"json-object", no_argument, 0, OPT_JSON_OBJECT},
     {"prompt-tokens", required_argument, 0, OPT_PTOKENS},
     {"k", required_argument, 0, OPT_K},
     {"modes", required_argument, 0, OPT_MODES},
@@ -208,6 +210,7 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
         case OPT_LOGITS: o->logits_out = optarg; break;
         case OPT_MTP_LOGITS: o->mtp_logits_out = optarg; break;
         case OPT_JSON: o->json = true; break;
+        case OPT_JSON_OBJECT: o->json_object = true; break;
         case OPT_PTOKENS: o->prompt_tokens = optarg; break;
         case OPT_K: INT_OPT("--k", 1, NX_MAX_DRAFT, o->probe_k); break;
         case OPT_MODES: o->modes = optarg; break;

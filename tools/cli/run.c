@@ -19,6 +19,7 @@ static const char *usage =
     "      --repeat-penalty R --presence-penalty P --frequency-penalty F\n"
     "      --seed S            RNG seed (default 0)\n"
     "      --logit-bias ID+B   add B (in [-100, 100]) to token ID's logit; ID-B subtracts; repeatable\n"
+    "      --json-object       the output is one JSON object (the mask of OpenAI's json_object mode)\n"
     "      --draft auto|N      drafts per cycle: auto (default), 0 = plain decoding, 1..8\n"
     "      --verify residual|match   acceptance rule for sampled decoding (default residual;\n"
     "                          match: seeded output independent of the draft length)\n"
@@ -77,6 +78,7 @@ int cli_run(int argc, char **argv) {
     size_t n_ids = 0;
     nx_ctx *ctx = NULL;
     nx_detok *detok = NULL;
+    nx_json_vocab *jv = NULL;
     rc = 1;
     if (!cli_prompt_ids(&o, m, &ids, &n_ids)) goto done;
     if (n_ids == 0) {
@@ -91,6 +93,25 @@ int cli_run(int argc, char **argv) {
     if (nx_ctx_new(m, (int32_t)want, &ctx, &err) != NX_OK) {
         fprintf(stderr, "nextn run: %s\n", err.msg);
         goto done;
+    }
+    if (o.json_object) {
+        const nx_tokenizer *tok = nx_model_tokenizer(m);
+        if (!tok) {
+            fprintf(stderr, "nextn run: --json-object needs the model's tokenizer.json\n");
+            goto done;
+        }
+        const int32_t nv = nx_tokenizer_vocab_size(tok);
+        int32_t *ends = malloc(sizeof(int32_t) * (size_t)(nv > 0 ? nv : 1));
+        size_t n_end = 0;
+        for (int32_t id = 0; ends && id < nv; id++)
+            if (nx_model_is_eos(m, id)) ends[n_end++] = id;
+        const bool made = ends && nx_json_vocab_new(tok, ends, n_end, &jv, &err) == NX_OK;
+        free(ends);
+        if (!made) {
+            fprintf(stderr, "nextn run: %s\n", jv || err.msg[0] ? err.msg : "out of memory");
+            goto done;
+        }
+        o.gen.sampling.json = jv;
     }
     const bool ids_out = o.print_ids || o.n_samples > 1 || !nx_model_tokenizer(m);
     for (int32_t s = 0; s < o.n_samples; s++) {
@@ -128,6 +149,7 @@ int cli_run(int argc, char **argv) {
     rc = 0;
 done:
     nx_detok_free(detok);
+    nx_json_vocab_free(jv);
     nx_ctx_free(ctx);
     free(ids);
     nx_model_free(m);

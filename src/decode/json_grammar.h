@@ -1,0 +1,53 @@
+/* JSON mode's recogniser: a byte-level pushdown automaton for RFC 8259 text whose top-level value
+ * is an object, used to mask the tokens that cannot continue the output into valid JSON
+ * (OpenAI's response_format {"type": "json_object"}). Stricter than the RFC in four places, all
+ * still valid JSON: nesting stops at NX_JSON_MAX_DEPTH, whitespace runs at NX_JSON_MAX_WS bytes
+ * (so a model cannot pad forever), \u escapes of surrogates and of U+0000 are refused (raw UTF-8
+ * carries every character; strict parsers such as jansson reject lone surrogates and NUL), and
+ * nothing precedes the opening brace or follows the closing one. */
+#ifndef NX_DECODE_JSON_GRAMMAR_H
+#define NX_DECODE_JSON_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nextn.h"
+
+#define NX_JSON_MAX_DEPTH 32
+#define NX_JSON_MAX_WS 16
+
+typedef struct nx_json_state {
+    uint8_t stack[NX_JSON_MAX_DEPTH]; /* open containers: 'o' object, 'a' array */
+    uint8_t depth;
+    uint8_t mode;   /* what the next byte may be (json_grammar.c) */
+    uint8_t sub;    /* the step inside a string, number or literal */
+    uint8_t aux;    /* literal: which; \u: hex digits left; UTF-8: continuation bytes left */
+    uint8_t lo, hi; /* UTF-8: the range of the next continuation byte */
+    uint8_t ws;     /* whitespace bytes in the current run */
+    bool key;       /* the string being read is an object key */
+    uint16_t u;     /* \u escape: the value so far */
+} nx_json_state;
+
+/* The state before any output. */
+void nx_json_init(nx_json_state *s);
+/* Feeds one byte; false (and the state is dead) if no valid JSON object starts with the bytes fed. */
+bool nx_json_step(nx_json_state *s, uint8_t c);
+/* Feeds n bytes; false as soon as one is refused. */
+bool nx_json_feed(nx_json_state *s, const uint8_t *b, size_t n);
+/* The bytes fed so far are one complete JSON object. */
+bool nx_json_complete(const nx_json_state *s);
+
+/* A vocabulary's token bytes, for masking (nx_json_vocab in nextn.h). */
+struct nx_json_vocab {
+    int32_t n;           /* tokens */
+    uint8_t **bytes;     /* [n] the token's bytes, or NULL when it is not text (special) */
+    uint32_t *len;       /* [n] */
+    uint8_t *end;        /* [n] 1 for the ids that end a generation */
+};
+
+/* allow[i] = 1 for the tokens of v that may follow state s (end tokens once it is complete;
+ * if nothing else is possible, end tokens anyway); tokens past v->n get 0. */
+void nx_json_allowed(const nx_json_vocab *v, const nx_json_state *s, int32_t n_tokens, uint8_t *allow);
+
+#endif

@@ -1,0 +1,294 @@
+/* JSON mode: the recogniser against jansson (an independent, strict JSON parser) on a corpus, on
+ * invalid documents, on mutations of the corpus and on random walks the recogniser itself
+ * drives; the token mask on a small vocabulary; and the sampler's masked distribution. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/json_grammar.h"
+#include "nextn.h"
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static uint32_t rnd(uint32_t n) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)((rng >> 33) % n);
+}
+
+static const char *const corpus[] = {
+    "{}",
+    "{\"a\":1}",
+    "{\n  \"key\" : \"value\" ,\"n\":-0.5e+10, \"z\":0, \"e\":1E5 }",
+    "{\"arr\":[1,2,[3,[]],{\"x\":null}],\"t\":true,\"f\":false}",
+    "{\"esc\":\"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t \\u00e9 \\u4e2d\"}",
+    "{\"utf8\":\"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\xed\x9f\xbf\xef\xbf\xbd\"}",
+    "{\"deep\":[[[[[[[[[[{\"a\":[{}]}]]]]]]]]]]}",
+    "{\"nums\":[0,-0,0.0,12.5e-3,-7E+2,100]}",
+    "{\"\":\"\",\"k\":[\"\",[],{}]}",
+};
+
+/* Whether the recogniser takes all of doc and ends complete; *died_at = the refused byte's index
+ * (or len when all were taken). */
+static bool accepts(const char *doc, size_t len, size_t *died_at) {
+    nx_json_state s;
+    nx_json_init(&s);
+    for (size_t i = 0; i < len; i++)
+        if (!nx_json_step(&s, (uint8_t)doc[i])) {
+            if (died_at) *died_at = i;
+            return false;
+        }
+    if (died_at) *died_at = len;
+    return nx_json_complete(&s);
+}
+
+/* jansson's verdict: one object, the whole text. Numbers beyond a double's range are a limit of
+ * jansson's (it refuses them), not of JSON: *overflow reports them. */
+static bool jansson_object(const char *doc, size_t len, bool *overflow) {
+    json_error_t e;
+    json_t *v = json_loadb(doc, len, JSON_DECODE_INT_AS_REAL, &e);
+    if (overflow) *overflow = !v && strstr(e.text, "overflow");
+    bool ok = v && json_is_object(v);
+    json_decref(v);
+    return ok;
+}
+
+/* What the recogniser refuses on purpose although JSON allows it (json_grammar.h). */
+static bool outside_profile(const char *doc, size_t len) {
+    int ws = 0, depth = 0, maxdepth = 0;
+    for (size_t i = 0; i < len; i++) {
+        const char c = doc[i];
+        ws = (c == ' ' || c == '\t' || c == '\n' || c == '\r') ? ws + 1 : 0;
+        if (ws > NX_JSON_MAX_WS) return true;
+        if (c == '\\' && i + 1 < len && doc[i + 1] == 'u') return true;
+        if (c == '{' || c == '[') depth++;
+        if (c == '}' || c == ']') depth--;
+        if (depth > maxdepth) maxdepth = depth;
+    }
+    /* nothing before the opening brace or after the closing one, whitespace included */
+    const char first = len ? doc[0] : 0, last = len ? doc[len - 1] : 0;
+    return maxdepth > NX_JSON_MAX_DEPTH || last == ' ' || last == '\t' || last == '\n' || last == '\r' ||
+           first == ' ' || first == '\t' || first == '\n' || first == '\r';
+}
+
+static void test_corpus(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof corpus / sizeof *corpus; i++) {
+        const size_t len = strlen(corpus[i]);
+        assert_true(jansson_object(corpus[i], len, NULL));
+        size_t at = 0;
+        if (!accepts(corpus[i], len, &at)) fprintf(stderr, "refused: %s (at %zu)\n", corpus[i], at);
+        assert_true(accepts(corpus[i], len, NULL));
+        /* every proper prefix is alive and not complete */
+        for (size_t k = 0; k < len; k++) {
+            nx_json_state s;
+            nx_json_init(&s);
+            assert_true(nx_json_feed(&s, (const uint8_t *)corpus[i], k));
+            if (k > 0 && corpus[i][k - 1] != '}') assert_false(nx_json_complete(&s));
+        }
+    }
+}
+
+static void test_invalid(void **state) {
+    (void)state;
+    static const char *const bad[] = {
+        "", "{", "[1]", "\"s\"", "1", "{\"a\"}", "{\"a\":}", "{\"a\":01}", "{\"a\":-}", "{\"a\":1.}", "{\"a\":1e}",
+        "{\"a\":.5}", "{\"a\":+1}", "{\"a\":tru}", "{\"a\":nul}", "{\"a\":True}", "{\"a\":\"\\x\"}", "{\"a\":\"\x01\"}",
+        "{} ", " {}", "\n{}", "{}{}", "{\"a\":1,}", "{,}", "{\"a\":[1,]}", "{\"a\":[,1]}", "{\"a\" 1}", "{'a':1}", "{a:1}",
+        "{\"a\":\"\\ud800\"}", "{\"a\":\"\\u0000\"}", "{\"a\":\"\\u12\"}", "{\"a\":\"\xc0\x80\"}",
+        "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xf5\x80\x80\x80\"}", "{\"a\":\"\xe4\xb8\"}", "{\"a\":\"\x80\"}",
+        "{\"a\":[}", "{\"a\":{]}", "{\"a\":1]",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const size_t len = strlen(bad[i]);
+        assert_false(accepts(bad[i], len, NULL));
+    }
+    /* nesting and whitespace stop at their limits */
+    char deep[200] = "{\"a\":", ws[64] = "{";
+    size_t n = strlen(deep);
+    for (int d = 1; d < NX_JSON_MAX_DEPTH; d++) deep[n++] = '[';
+    nx_json_state s;
+    nx_json_init(&s);
+    assert_true(nx_json_feed(&s, (const uint8_t *)deep, n));
+    assert_false(nx_json_step(&s, '['));
+    memset(ws + 1, ' ', NX_JSON_MAX_WS); /* inside the object */
+    nx_json_init(&s);
+    assert_true(nx_json_feed(&s, (const uint8_t *)ws, 1 + NX_JSON_MAX_WS));
+    assert_false(nx_json_step(&s, ' '));
+    /* a dead state stays dead */
+    nx_json_init(&s);
+    assert_false(nx_json_step(&s, 'x'));
+    assert_false(nx_json_step(&s, '{'));
+}
+
+/* Mutations of the corpus: the recogniser's verdict is jansson's, inside the profile. */
+static void test_mutations(void **state) {
+    (void)state;
+    static const char alphabet[] = "{}[]:,\"\\ 0123456789.eE+-tfnulrsa\xc3\xa9\x01";
+    int agree_yes = 0, agree_no = 0;
+    for (int trial = 0; trial < 40000; trial++) {
+        const char *src = corpus[rnd(sizeof corpus / sizeof *corpus)];
+        char doc[256];
+        size_t len = strlen(src);
+        memcpy(doc, src, len);
+        for (int m = 0, nm = 1 + (int)rnd(3); m < nm; m++) {
+            const uint32_t op = rnd(3), at = rnd((uint32_t)len + 1);
+            const char c = alphabet[rnd(sizeof alphabet - 1)];
+            if (op == 0 && at < len) doc[at] = c;
+            else if (op == 1 && len < sizeof doc - 1) memmove(doc + at + 1, doc + at, len - at), doc[at] = c, len++;
+            else if (op == 2 && at < len) memmove(doc + at, doc + at + 1, len - at - 1), len--;
+        }
+        bool overflow = false;
+        const bool ours = accepts(doc, len, NULL), theirs = jansson_object(doc, len, &overflow);
+        if (ours && !theirs && overflow) continue;
+        if (!ours && theirs && outside_profile(doc, len)) continue;
+        if (ours != theirs) fprintf(stderr, "disagree (ours %d): %.*s\n", ours, (int)len, doc);
+        assert_int_equal(ours, theirs);
+        ours ? agree_yes++ : agree_no++;
+    }
+    assert_true(agree_yes > 1000 && agree_no > 1000); /* both verdicts were exercised */
+}
+
+/* Random walks driven by the recogniser (any byte it allows, closing more often as the text
+ * grows): every document it completes is a JSON object for jansson. */
+static void test_random_walks(void **state) {
+    (void)state;
+    int completed = 0;
+    for (int walk = 0; walk < 3000; walk++) {
+        char doc[600];
+        size_t len = 0;
+        nx_json_state s;
+        nx_json_init(&s);
+        while (!nx_json_complete(&s) && len < sizeof doc) {
+            uint8_t ok[256];
+            int n_ok = 0;
+            for (int c = 0; c < 256; c++) {
+                nx_json_state t = s;
+                if (nx_json_step(&t, (uint8_t)c)) ok[n_ok++] = (uint8_t)c;
+            }
+            assert_true(n_ok > 0); /* a live state always has a way on */
+            uint8_t c = ok[rnd((uint32_t)n_ok)];
+            /* past a length, prefer the bytes that end things */
+            if (len > 40 && rnd(2)) {
+                for (int i = 0; i < n_ok; i++)
+                    if (ok[i] == '"' || ok[i] == '}' || ok[i] == ']' || ok[i] == '1' || ok[i] == ',') {
+                        c = ok[i];
+                        if (ok[i] != ',' && ok[i] != '1') break;
+                    }
+            }
+            assert_true(nx_json_step(&s, c));
+            doc[len++] = (char)c;
+        }
+        if (!nx_json_complete(&s)) continue;
+        completed++;
+        bool overflow = false;
+        const bool theirs = jansson_object(doc, len, &overflow);
+        if (!theirs && !overflow) fprintf(stderr, "jansson refuses: %.*s\n", (int)len, doc);
+        assert_true(theirs || overflow);
+    }
+    assert_true(completed > 1000);
+}
+
+/* The mask over a small vocabulary, and through the sampler. */
+enum { TV = 10, T_END = 9 };
+static const char *const toks[TV] = {"{", "}", "\"a\"", ":", "1", " ", "{\"", "x", NULL, NULL};
+
+static nx_json_vocab *small_vocab(void) {
+    size_t lens[TV];
+    for (int i = 0; i < TV; i++) lens[i] = toks[i] ? strlen(toks[i]) : 0;
+    const int32_t end = T_END;
+    nx_json_vocab *v = NULL;
+    assert_int_equal(nx_json_vocab_from_bytes(toks, lens, TV, &end, 1, &v, NULL), NX_OK);
+    return v;
+}
+
+static void test_mask(void **state) {
+    (void)state;
+    nx_json_vocab *v = small_vocab();
+    uint8_t allow[TV + 2];
+    nx_json_state s;
+    nx_json_init(&s);
+    nx_json_allowed(v, &s, TV + 2, allow);
+    const uint8_t start[TV + 2] = {1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0}; /* "{", "{\"" */
+    assert_memory_equal(allow, start, sizeof start);
+    assert_true(nx_json_feed(&s, (const uint8_t *)"{\"a\":1", 6));
+    nx_json_allowed(v, &s, TV, allow);
+    const uint8_t mid[TV] = {0, 1, 0, 0, 1, 1, 0, 0, 0, 0}; /* "}", "1", " " */
+    assert_memory_equal(allow, mid, sizeof mid);
+    assert_true(nx_json_step(&s, '}'));
+    nx_json_allowed(v, &s, TV, allow);
+    const uint8_t done[TV] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1}; /* only the end token */
+    assert_memory_equal(allow, done, sizeof done);
+    /* bad arguments */
+    nx_json_vocab *w = NULL;
+    const int32_t bad_end = TV;
+    size_t lens[TV] = {0};
+    nx_error err = {0};
+    assert_int_equal(nx_json_vocab_from_bytes(toks, lens, TV, &bad_end, 1, &w, &err), NX_E_ARG);
+    assert_non_null(strstr(err.msg, "end token"));
+    nx_json_vocab_free(v);
+}
+
+/* The sampler's distribution under the mask: the allowed tokens keep their relative weights
+ * (softmax over them alone), the others get 0; the history and the extra tokens move the state;
+ * rewind restores it; json_wait starts the mask after its token. */
+static void test_sampler_mask(void **state) {
+    (void)state;
+    nx_json_vocab *v = small_vocab();
+    nx_sampler_params p;
+    nx_sampler_params_default(&p);
+    p.temperature = 1.0f;
+    p.json = v;
+    nx_sampler *s = NULL;
+    assert_int_equal(nx_sampler_new(&p, TV + 2, &s, NULL), NX_OK);
+    float logits[TV + 2], probs[TV + 2];
+    for (int i = 0; i < TV + 2; i++) logits[i] = 0.3f * (float)i - 1.0f;
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    double z = exp(logits[0]) + exp(logits[6]);
+    for (int i = 0; i < TV + 2; i++) {
+        const double want = (i == 0 || i == 6) ? exp(logits[i]) / z : 0.0;
+        assert_true(fabs(probs[i] - want) < 1e-6);
+    }
+    nx_sampler_accept(s, 0); /* "{" */
+    nx_sampler_accept(s, 2); /* "\"a\"" */
+    const int32_t extra[2] = {3, 4}; /* ":" "1" */
+    nx_sampler_probs(s, logits, extra, 2, probs);
+    for (int i = 0; i < TV + 2; i++) assert_true((probs[i] > 0) == (i == 1 || i == 4 || i == 5));
+    nx_sampler_accept(s, 3);
+    nx_sampler_accept(s, 4);
+    nx_sampler_accept(s, 1); /* "}": complete */
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    for (int i = 0; i < TV + 2; i++) assert_true((probs[i] > 0) == (i == T_END));
+    nx_sampler_rewind(s, 1); /* back to "{" */
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    for (int i = 0; i < TV + 2; i++) assert_true((probs[i] > 0) == (i == 1 || i == 2 || i == 5));
+    nx_sampler_free(s);
+    /* json_wait: free sampling until token 7 ("x"), then the mask from the start */
+    p.json_wait = true;
+    p.json_after = 7;
+    assert_int_equal(nx_sampler_new(&p, TV + 2, &s, NULL), NX_OK);
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    for (int i = 0; i < TV + 2; i++) assert_true(probs[i] > 0);
+    nx_sampler_accept(s, 4);
+    nx_sampler_accept(s, 7);
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    for (int i = 0; i < TV + 2; i++) assert_true((probs[i] > 0) == (i == 0 || i == 6));
+    nx_sampler_free(s);
+    nx_json_vocab_free(v);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_corpus),       cmocka_unit_test(test_invalid),     cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_random_walks), cmocka_unit_test(test_mask),        cmocka_unit_test(test_sampler_mask),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
