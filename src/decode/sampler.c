@@ -28,6 +28,8 @@
 #include "base/error.h"
 #include "decode/json_grammar.h"
 #include "decode/rng.h"
+
+#define NX_JSON_CACHE 8
 #include "decode/spec_rules.h"
 
 #include <math.h>
@@ -61,6 +63,14 @@ struct nx_sampler {
     nx_json_state js;     /* after the generated history */
     bool js_on;           /* the mask applies (json_wait: once json_after was generated) */
     uint8_t *allow;       /* [vocab] the tokens the mask keeps in the current call */
+    /* masks of recent states: inside a string, or at the same place in a structure, the state
+     * repeats from token to token (compared whole: nx_json_init zeroes it, padding included) */
+    struct {
+        nx_json_state st;
+        uint8_t *allow; /* [vocab], NULL while unused */
+        uint64_t used;
+    } jcache[NX_JSON_CACHE];
+    uint64_t jclock;
 };
 
 /* ---------------------------------------------------------------- parameters */
@@ -183,6 +193,7 @@ void nx_sampler_free(nx_sampler *s) {
     free(s->bias);
     free(s->bias_of);
     free(s->allow);
+    for (int i = 0; i < NX_JSON_CACHE; i++) free(s->jcache[i].allow);
     free(s);
 }
 
@@ -210,6 +221,27 @@ static void json_advance(const nx_sampler *s, nx_json_state *st, bool *on, int32
     }
     if (id >= 0 && id < v->n && v->bytes[id] && v->len[id] > 0) nx_json_feed(st, v->bytes[id], v->len[id]);
     else if (!(id >= 0 && id < v->n && v->end[id])) nx_json_step(st, 0);
+}
+
+/* The mask at state st: a cached one, or computed into the least recently used slot (into
+ * s->allow when a slot cannot be allocated). */
+static const uint8_t *json_mask(nx_sampler *s, const nx_json_state *st) {
+    int lru = 0;
+    for (int i = 0; i < NX_JSON_CACHE; i++) {
+        if (s->jcache[i].allow && memcmp(&s->jcache[i].st, st, sizeof *st) == 0) {
+            s->jcache[i].used = ++s->jclock;
+            return s->jcache[i].allow;
+        }
+        if (s->jcache[i].used < s->jcache[lru].used) lru = i;
+    }
+    if (!s->jcache[lru].allow && !(s->jcache[lru].allow = malloc((size_t)s->vocab))) {
+        nx_json_allowed(s->p.json, st, s->vocab, s->allow);
+        return s->allow;
+    }
+    nx_json_allowed(s->p.json, st, s->vocab, s->jcache[lru].allow);
+    s->jcache[lru].st = *st;
+    s->jcache[lru].used = ++s->jclock;
+    return s->jcache[lru].allow;
 }
 
 /* Replaces the prompt; generated history is untouched. Out-of-range ids are ignored. */
@@ -549,9 +581,9 @@ void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, 
         bool on = s->js_on;
         for (size_t i = 0; i < n_extra; i++) json_advance(s, &st, &on, extra[i]);
         if (on) {
-            nx_json_allowed(s->p.json, &st, V, s->allow);
+            const uint8_t *allow = json_mask(s, &st);
             for (int32_t i = 0; i < V; i++)
-                if (!s->allow[i]) x[i] = -INFINITY;
+                if (!allow[i]) x[i] = -INFINITY;
         }
     }
 

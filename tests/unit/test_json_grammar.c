@@ -285,10 +285,61 @@ static void test_sampler_mask(void **state) {
     nx_json_vocab_free(v);
 }
 
+/* A long-lived sampler (whose masks come from its cache of recent states) and a fresh one fed
+ * the same history give the same distribution at every step of random walks through a
+ * vocabulary of fragments, with extra tokens and rewinds. */
+static void test_mask_cache(void **state) {
+    (void)state;
+    static const char *const frag[] = {"{", "}", "[", "]", ",", ":", "\"", "\"k\"", "ab", "1", "0.", "e5", "-", " ",
+                                       "true", "null", "\"x\":", "{\"", "\"}", "2,", "]}", "\\n", "\xc3", "\xa9", NULL};
+    enum { NV = sizeof frag / sizeof *frag };
+    size_t lens[NV];
+    for (int i = 0; i < NV; i++) lens[i] = frag[i] ? strlen(frag[i]) : 0;
+    const int32_t end = NV - 1;
+    nx_json_vocab *v = NULL;
+    assert_int_equal(nx_json_vocab_from_bytes(frag, lens, NV, &end, 1, &v, NULL), NX_OK);
+    nx_sampler_params p;
+    nx_sampler_params_default(&p);
+    p.temperature = 1.0f;
+    p.json = v;
+    float logits[NV], a[NV], b[NV];
+    for (int walk = 0; walk < 200; walk++) {
+        nx_sampler *s = NULL;
+        assert_int_equal(nx_sampler_new(&p, NV, &s, NULL), NX_OK);
+        int32_t hist[80];
+        size_t n = 0;
+        for (int step = 0; step < 80; step++) {
+            for (int i = 0; i < NV; i++) logits[i] = (float)rnd(1000) / 300.0f;
+            const int32_t extra[1] = {(int32_t)rnd(NV)};
+            const size_t n_extra = rnd(3) == 0;
+            nx_sampler_probs(s, logits, extra, n_extra, a);
+            nx_sampler *f = NULL;
+            assert_int_equal(nx_sampler_new(&p, NV, &f, NULL), NX_OK);
+            for (size_t i = 0; i < n; i++) nx_sampler_accept(f, hist[i]);
+            nx_sampler_probs(f, logits, extra, n_extra, b);
+            nx_sampler_free(f);
+            assert_memory_equal(a, b, sizeof a);
+            if (n > 0 && rnd(10) == 0) { /* back a few tokens */
+                n -= 1 + rnd((uint32_t)n);
+                nx_sampler_rewind(s, n);
+                continue;
+            }
+            nx_sampler_probs(s, logits, NULL, 0, a);
+            const int32_t id = nx_sampler_draw(s, a);
+            if (id == end) break;
+            nx_sampler_accept(s, id);
+            hist[n++] = id;
+        }
+        nx_sampler_free(s);
+    }
+    nx_json_vocab_free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_corpus),       cmocka_unit_test(test_invalid),     cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_random_walks), cmocka_unit_test(test_mask),        cmocka_unit_test(test_sampler_mask),
+        cmocka_unit_test(test_mask_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
