@@ -147,6 +147,38 @@ async function main() {
   is(warm.choices[0].message.content, cold.choices[0].message.content, 'next turn: the same answer from scratch');
   nocache.stop();
 
+  // /tokenize and /detokenize (vLLM's and llama.cpp's shapes) against the independent
+  // @huggingface/tokenizers on the model's tokenizer.json; a chat's messages tokenize to the
+  // prompt the chat endpoint counts
+  const { Tokenizer } = require(path.join(lib.ROOT, 'node_modules', '@huggingface', 'tokenizers'));
+  const hf = new Tokenizer(JSON.parse(require('fs').readFileSync(path.join(lib.MODEL, 'tokenizer.json'), 'utf8')), {});
+  const post = async (route, body) => {
+    const r = await fetch(srv.base + route, { method: 'POST', body: JSON.stringify(body) });
+    return { status: r.status, body: await r.json() };
+  };
+  for (const text of ['Hello world', 'def f(x):\n    return x * 2  # ok', 'naïve café 中文 😀', '<｜hy_User:opensource｜>hi']) {
+    const want = hf.encode(text, { add_special_tokens: false }).ids;
+    const a = await post('/tokenize', { prompt: text });
+    const b = await post('/tokenize', { content: text, return_token_strs: true });
+    is(JSON.stringify(a.body.tokens), JSON.stringify(want), `/tokenize ${JSON.stringify(text)}: the reference's ids`);
+    ok(b.body.count === want.length && b.body.token_strs.length === want.length &&
+       b.body.token_strs.every((s, i) => s === hf.id_to_token(want[i])), '/tokenize: content, count, token_strs', b.body);
+    const d = await post('/detokenize', { tokens: want });
+    is(d.body.prompt, hf.decode(want, { skip_special_tokens: false, clean_up_tokenization_spaces: false }),
+       `/detokenize ${JSON.stringify(text)}: the reference's text`);
+  }
+  const chatUsage = (await client.chat.completions.create({ model, messages, max_tokens: 1, temperature: 0 })).usage;
+  const tm = await post('/tokenize', { model, messages });
+  is(tm.body.count, chatUsage.prompt_tokens, '/tokenize messages: the chat prompt the endpoint counts');
+  const badIds = await post('/detokenize', { tokens: [1, 1e9] });
+  ok(badIds.status === 400 && badIds.body.error.param === 'tokens', '/detokenize: an id past the vocabulary is a 400', badIds.body);
+  const bad2 = await post('/tokenize', { prompt: 7 });
+  ok(bad2.status === 400 && bad2.body.error.param === 'prompt', '/tokenize: a non-string prompt is a 400', bad2.body);
+  const bad3 = await post('/tokenize', { prompt: 'x', parse_special: 'yes' });
+  ok(bad3.status === 400 && bad3.body.error.param === 'parse_special', '/tokenize: a non-boolean flag is a 400', bad3.body);
+  const literal = await post('/tokenize', { prompt: '<｜hy_User:opensource｜>', parse_special: false });
+  ok(literal.body.count > 1, '/tokenize parse_special false: a special token\'s text is plain text', literal.body);
+
   // response_format json_object: every answer is a JSON object or a prefix of one cut by
   // max_tokens; the finished ones parse (the default model is no JSON expert: without the mask
   // none of the same samples does), streamed too; json_schema is refused by name
