@@ -236,6 +236,9 @@ const nx_tokenizer *nx_model_tokenizer(const nx_model *m);
 /* The chat template from tokenizer_config.json, or NULL. */
 const char *nx_model_chat_template(const nx_model *m);
 bool nx_model_is_eos(const nx_model *m, int32_t id);
+/* JSON mode's table for a model: its tokenizer's token bytes, ended by its end-of-sequence ids
+ * (an error naming the problem when the model ships no tokenizer). */
+nx_status nx_json_vocab_for_model(const nx_model *m, nx_json_vocab **out, nx_error *err);
 
 /* ---------------------------------------------------------------- contexts and generation */
 

@@ -319,6 +319,21 @@ nx_status nx_json_vocab_from_bytes(const char *const *tokens, const size_t *lens
     return NX_OK;
 }
 
+nx_status nx_json_vocab_for_model(const nx_model *m, nx_json_vocab **out, nx_error *err) {
+    *out = NULL;
+    const nx_tokenizer *tok = nx_model_tokenizer(m);
+    if (!tok) return nx_fail(err, NX_E_ARG, "JSON mode needs the model's tokenizer.json");
+    const int32_t nv = nx_tokenizer_vocab_size(tok);
+    int32_t *ends = malloc(sizeof(int32_t) * (size_t)(nv > 0 ? nv : 1));
+    if (!ends) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    size_t n_end = 0;
+    for (int32_t id = 0; id < nv; id++)
+        if (nx_model_is_eos(m, id)) ends[n_end++] = id;
+    nx_status st = nx_json_vocab_new(tok, ends, n_end, out, err);
+    free(ends);
+    return st;
+}
+
 nx_status nx_json_vocab_new(const nx_tokenizer *tok, const int32_t *end_ids, size_t n_end, nx_json_vocab **out,
                             nx_error *err) {
     nx_json_vocab *v;

@@ -954,125 +954,110 @@ static bool opt_flag(json_t *root, const char *key, bool *out, nx_oai_error *e) 
  * "return_token_strs" adds the vocabulary strings. The tokenizer adds no special tokens of its
  * own, so add_special_tokens / add_special change nothing (they are checked to be booleans).
  * Answers {"tokens", "count", "max_model_len"[, "token_strs"]}. */
-static enum MHD_Result handle_tokenize(nx_server *s, struct MHD_Connection *c, conn *cs) {
-    nx_oai_error e = {0};
-    json_error_t jerr;
-    json_t *root = json_loadb(cs->body.data ? cs->body.data : "", cs->body.len, 0, &jerr);
+static json_t *tokenize_body(nx_server *s, const conn *cs, json_t *root, nx_oai_error *e) {
     char *text = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
+    json_t *out = NULL;
     bool parse_special = true, strs = false, add_special = true;
-    if (!json_is_object(root)) {
-        nx_oai_error_set(&e, 400, "invalid_request_error", NULL, "invalid_json",
-                         "The body must be a JSON object (%s).", root ? "got another JSON value" : jerr.text);
-        goto fail;
-    }
-    if (!opt_flag(root, "parse_special", &parse_special, &e) || !opt_flag(root, "return_token_strs", &strs, &e) ||
-        !opt_flag(root, "add_special_tokens", &add_special, &e) || !opt_flag(root, "add_special", &add_special, &e))
-        goto fail;
+    if (!opt_flag(root, "parse_special", &parse_special, e) || !opt_flag(root, "return_token_strs", &strs, e) ||
+        !opt_flag(root, "add_special_tokens", &add_special, e) || !opt_flag(root, "add_special", &add_special, e))
+        return NULL;
     json_t *prompt = json_object_get(root, "prompt");
     if (!prompt) prompt = json_object_get(root, "content");
     if (json_object_get(root, "messages")) {
         nx_oai_request r;
-        if (nx_oai_request_parse(NX_OAI_CHAT, cs->body.data, cs->body.len, NULL, &r, &e) != NX_OK) goto fail;
+        if (nx_oai_request_parse(NX_OAI_CHAT, cs->body.data, cs->body.len, NULL, &r, e) != NX_OK) return NULL;
         nx_error err = {0};
         nx_status st = NX_E_ARG;
         pthread_mutex_lock(&s->prep_mu);
         if (!s->tmpl)
-            nx_oai_error_set(&e, 400, "invalid_request_error", "messages", "no_chat_template", "%s.", s->tmpl_error);
+            nx_oai_error_set(e, 400, "invalid_request_error", "messages", "no_chat_template", "%s.", s->tmpl_error);
         else if ((st = nx_chat_render_parsed(s->tmpl, r.messages, r.tools, r.add_generation_prompt, r.template_kwargs,
                                              s->bos, s->eos, &text, &err)) != NX_OK)
-            nx_oai_error_set(&e, 400, "invalid_request_error", "messages", "chat_template_error",
+            nx_oai_error_set(e, 400, "invalid_request_error", "messages", "chat_template_error",
                              "The chat template rejected the conversation: %s", err.msg);
         pthread_mutex_unlock(&s->prep_mu);
         nx_oai_request_free(&r);
-        if (st != NX_OK) goto fail;
+        if (st != NX_OK) return NULL;
     } else if (json_is_string(prompt)) {
         text = strndup(json_string_value(prompt), json_string_length(prompt));
     } else {
-        nx_oai_error_set(&e, 400, "invalid_request_error", "prompt", prompt ? "invalid_type" : "missing_required_parameter",
+        nx_oai_error_set(e, 400, "invalid_request_error", "prompt", prompt ? "invalid_type" : "missing_required_parameter",
                          "Send the text as a string 'prompt' (or 'content'), or a 'messages' list.");
-        goto fail;
+        return NULL;
     }
     nx_error err = {0};
-    if (!text || nx_tokenizer_encode(s->tok, text, strlen(text), parse_special, &ids, &n, &err) != NX_OK) {
-        nx_oai_error_set(&e, text ? 400 : 500, text ? "invalid_request_error" : "server_error", "prompt",
-                         text ? "invalid_prompt" : NULL, "The text cannot be tokenized: %s", text ? err.msg : "out of memory");
-        goto fail;
+    if (!text) {
+        nx_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    } else if (nx_tokenizer_encode(s->tok, text, strlen(text), parse_special, &ids, &n, &err) != NX_OK) {
+        nx_oai_error_set(e, 400, "invalid_request_error", "prompt", "invalid_prompt", "The text cannot be tokenized: %s",
+                         err.msg);
+    } else if ((out = json_pack("{s:[], s:I, s:i}", "tokens", "count", (json_int_t)n, "max_model_len",
+                                (int)s->o.n_ctx))) {
+        json_t *toks = json_object_get(out, "tokens"), *ts = strs ? json_array() : NULL;
+        for (size_t i = 0; i < n; i++) {
+            json_array_append_new(toks, json_integer(ids[i]));
+            const char *str = nx_tokenizer_token_str(s->tok, ids[i]);
+            json_t *js = ts ? json_stringn(str ? str : "", str ? strlen(str) : 0) : NULL;
+            if (ts) json_array_append_new(ts, js ? js : json_string(""));
+        }
+        if (ts) json_object_set_new(out, "token_strs", ts);
     }
-    json_t *out = json_pack("{s:[], s:I, s:i}", "tokens", "count", (json_int_t)n, "max_model_len", (int)s->o.n_ctx);
-    json_t *toks = out ? json_object_get(out, "tokens") : NULL, *ts = strs ? json_array() : NULL;
-    for (size_t i = 0; toks && i < n; i++) {
-        json_array_append_new(toks, json_integer(ids[i]));
-        const char *str = nx_tokenizer_token_str(s->tok, ids[i]);
-        json_t *js = ts ? json_stringn(str ? str : "", str ? strlen(str) : 0) : NULL;
-        if (ts) json_array_append_new(ts, js ? js : json_string(""));
-    }
-    if (out && ts) json_object_set_new(out, "token_strs", ts);
-    else json_decref(ts);
-    char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
-    json_decref(out);
-    json_decref(root);
     free(text);
     free(ids);
-    return respond(s, c, cs, 200, "application/json", body);
-fail:
-    json_decref(root);
-    free(text);
-    free(ids);
-    return respond_error(s, c, cs, &e);
+    return out;
 }
 
 /* POST /detokenize: {"tokens": [ids]} -> {"prompt": text} (vLLM), also as "content" (llama.cpp). */
-static enum MHD_Result handle_detokenize(nx_server *s, struct MHD_Connection *c, conn *cs) {
-    nx_oai_error e = {0};
-    json_error_t jerr;
-    json_t *root = json_loadb(cs->body.data ? cs->body.data : "", cs->body.len, 0, &jerr);
-    int32_t *ids = NULL;
-    char *text = NULL;
-    json_t *toks = json_is_object(root) ? json_object_get(root, "tokens") : NULL;
-    if (!json_is_object(root)) {
-        nx_oai_error_set(&e, 400, "invalid_request_error", NULL, "invalid_json",
-                         "The body must be a JSON object (%s).", root ? "got another JSON value" : jerr.text);
-        goto fail;
-    }
+static json_t *detokenize_body(nx_server *s, const conn *cs, json_t *root, nx_oai_error *e) {
+    (void)cs;
+    json_t *toks = json_object_get(root, "tokens"), *out = NULL;
     if (!json_is_array(toks)) {
-        nx_oai_error_set(&e, 400, "invalid_request_error", "tokens", toks ? "invalid_type" : "missing_required_parameter",
+        nx_oai_error_set(e, 400, "invalid_request_error", "tokens", toks ? "invalid_type" : "missing_required_parameter",
                          "'tokens' must be a list of token ids.");
-        goto fail;
+        return NULL;
     }
     const size_t n = json_array_size(toks);
     const int32_t V = nx_tokenizer_vocab_size(s->tok);
-    if (!(ids = malloc(sizeof(int32_t) * (n ? n : 1)))) {
-        nx_oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < n; i++) {
+    int32_t *ids = malloc(sizeof(int32_t) * (n ? n : 1));
+    char *text = NULL;
+    nx_error err = {0};
+    for (size_t i = 0; ids && i < n; i++) {
         json_t *v = json_array_get(toks, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= V) {
-            nx_oai_error_set(&e, 400, "invalid_request_error", "tokens", "invalid_value",
+            nx_oai_error_set(e, 400, "invalid_request_error", "tokens", "invalid_value",
                              "tokens[%zu] must be a token id in [0, %d).", i, (int)V);
-            goto fail;
+            free(ids);
+            return NULL;
         }
         ids[i] = (int32_t)json_integer_value(v);
     }
-    nx_error err = {0};
-    if (nx_tokenizer_decode(s->tok, ids, n, false, &text, &err) != NX_OK) {
-        nx_oai_error_set(&e, 500, "server_error", NULL, NULL, "%s", err.msg);
-        goto fail;
-    }
-    json_t *out = json_pack("{s:s, s:s}", "prompt", text, "content", text);
-    char *body = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    if (!ids) nx_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    else if (nx_tokenizer_decode(s->tok, ids, n, false, &text, &err) != NX_OK)
+        nx_oai_error_set(e, 500, "server_error", NULL, NULL, "%s", err.msg);
+    else out = json_pack("{s:s, s:s}", "prompt", text, "content", text);
+    free(ids);
+    free(text);
+    return out;
+}
+
+/* A JSON-in, JSON-out route: the body must be an object; `body` answers it or sets e. */
+static enum MHD_Result handle_json(nx_server *s, struct MHD_Connection *c, conn *cs,
+                                   json_t *(*body)(nx_server *, const conn *, json_t *, nx_oai_error *)) {
+    nx_oai_error e = {0};
+    json_error_t jerr;
+    json_t *root = json_loadb(cs->body.data ? cs->body.data : "", cs->body.len, 0, &jerr), *out = NULL;
+    if (!json_is_object(root))
+        nx_oai_error_set(&e, 400, "invalid_request_error", NULL, "invalid_json", "The body must be a JSON object (%s).",
+                         root ? "got another JSON value" : jerr.text);
+    else if (!(out = body(s, cs, root, &e)) && e.http_status == 0)
+        nx_oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
+    json_decref(root);
+    if (!out) return respond_error(s, c, cs, &e);
+    char *text = json_dumps(out, JSON_COMPACT);
     json_decref(out);
-    json_decref(root);
-    free(ids);
-    free(text);
-    return respond(s, c, cs, 200, "application/json", body);
-fail:
-    json_decref(root);
-    free(ids);
-    free(text);
-    return respond_error(s, c, cs, &e);
+    return respond(s, c, cs, 200, "application/json", text);
 }
 
 static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, conn *cs,
@@ -1252,8 +1237,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return respond(s, c, cs, 200, "text/plain; version=0.0.4",
                        nx_metrics_render(&s->metrics, &g));
     }
-    if (strcmp(cs->route, "/tokenize") == 0) return handle_tokenize(s, c, cs);
-    if (strcmp(cs->route, "/detokenize") == 0) return handle_detokenize(s, c, cs);
+    if (strcmp(cs->route, "/tokenize") == 0) return handle_json(s, c, cs, tokenize_body);
+    if (strcmp(cs->route, "/detokenize") == 0) return handle_json(s, c, cs, detokenize_body);
     return handle_generate(s, c, cs,
                            strcmp(cs->route, "/v1/chat/completions") == 0 ? NX_OAI_CHAT
                                                                           : NX_OAI_COMPLETION);
@@ -1358,20 +1343,7 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     }
     if ((st = nx_ctx_new(m, o->n_ctx, &s->ctx, err)) != NX_OK) goto fail;
     if ((st = nx_prompt_cache_new(o->cache_ram, &s->pcache, err)) != NX_OK) goto fail;
-    {
-        const int32_t nv = nx_tokenizer_vocab_size(s->tok);
-        int32_t *ends = malloc(sizeof(int32_t) * (size_t)(nv > 0 ? nv : 1));
-        size_t n_end = 0;
-        if (!ends) {
-            st = nx_fail(err, NX_E_NOMEM, "out of memory");
-            goto fail;
-        }
-        for (int32_t id = 0; id < nv; id++)
-            if (nx_model_is_eos(m, id)) ends[n_end++] = id;
-        st = nx_json_vocab_new(s->tok, ends, n_end, &s->json_vocab, err);
-        free(ends);
-        if (st != NX_OK) goto fail;
-    }
+    if ((st = nx_json_vocab_for_model(m, &s->json_vocab, err)) != NX_OK) goto fail;
     nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
         st = nx_fail(err, NX_E_NOMEM, "cannot start the generation worker");

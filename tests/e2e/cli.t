@@ -137,7 +137,7 @@ for seed in range(4):
         t.ok(ok, f"--json-object seed {seed} {extra}: a JSON object (or its start, cut by -n)", out)
 t.ok(finished >= 2, f"--json-object: {finished} of 8 runs closed their object and ended")
 expect_error("json object without a tokenizer", ["run", "-m", good, "--prompt-tokens", "1,2", "--json-object"],
-             "--json-object needs the model's tokenizer.json")
+             "--json-object: JSON mode needs the model's tokenizer.json")
 expect_error("logit bias: no sign", ["run", "-m", good, "--prompt-tokens", "1,2", "--logit-bias", "7=1"],
              "--logit-bias 7=1", "TOKEN_ID+BIAS")
 expect_error("logit bias: out of range", ["run", "-m", good, "--prompt-tokens", "1,2", "--logit-bias", "7+101"],

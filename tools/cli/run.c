@@ -95,20 +95,8 @@ int cli_run(int argc, char **argv) {
         goto done;
     }
     if (o.json_object) {
-        const nx_tokenizer *tok = nx_model_tokenizer(m);
-        if (!tok) {
-            fprintf(stderr, "nextn run: --json-object needs the model's tokenizer.json\n");
-            goto done;
-        }
-        const int32_t nv = nx_tokenizer_vocab_size(tok);
-        int32_t *ends = malloc(sizeof(int32_t) * (size_t)(nv > 0 ? nv : 1));
-        size_t n_end = 0;
-        for (int32_t id = 0; ends && id < nv; id++)
-            if (nx_model_is_eos(m, id)) ends[n_end++] = id;
-        const bool made = ends && nx_json_vocab_new(tok, ends, n_end, &jv, &err) == NX_OK;
-        free(ends);
-        if (!made) {
-            fprintf(stderr, "nextn run: %s\n", jv || err.msg[0] ? err.msg : "out of memory");
+        if (nx_json_vocab_for_model(m, &jv, &err) != NX_OK) {
+            fprintf(stderr, "nextn run: --json-object: %s\n", err.msg);
             goto done;
         }
         o.gen.sampling.json = jv;
