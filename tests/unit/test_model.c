@@ -338,6 +338,25 @@ static void test_greedy_mtp_equals_ar(void **state) {
     nx_model_free(m);
 }
 
+/* Generates from seq[0..6) with drafts 1, 2, 3 and auto under gp otherwise: each gives ref's
+ * tokens with the same probabilities, and the fixed lengths draft. Returns the drafts accepted. */
+static int64_t drafts_give_ref(nx_ctx *c, nx_gen_params *gp, const collect *ref) {
+    const int32_t drafts[] = {1, 2, 3, NX_DRAFT_AUTO};
+    int64_t accepted = 0;
+    for (int i = 0; i < 4; i++) {
+        collect got = {0};
+        nx_gen_stats st;
+        gp->draft = drafts[i];
+        assert_int_equal(nx_generate(c, seq, 6, gp, on_tok, &got, &st, NULL), NX_OK);
+        assert_int_equal(got.n, ref->n);
+        assert_memory_equal(got.ids, ref->ids, sizeof(int32_t) * (size_t)ref->n);
+        assert_memory_equal(got.p, ref->p, sizeof(float) * (size_t)ref->n);
+        if (drafts[i] > 0 && ref->n > 1) assert_true(st.n_drafted > 0);
+        accepted += st.n_accepted;
+    }
+    return accepted;
+}
+
 /* Match verification draws every token, drafts included, with the noise the seed assigns to its
  * output position: seeded sampling then gives plain decoding's tokens, with the same
  * probabilities, whatever the draft length (auto included), under plain and filtered,
@@ -360,18 +379,8 @@ static void test_match_seeded_reproducible(void **state) {
         gp.draft = 0;
         collect ref = {0};
         assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &ref, NULL, NULL), NX_OK);
-        const int32_t drafts[] = {1, 2, 3, NX_DRAFT_AUTO};
-        for (int i = 0; i < 4; i++) {
-            collect got = {0};
-            nx_gen_stats st;
-            gp.draft = drafts[i];
-            assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &got, &st, NULL), NX_OK);
-            assert_int_equal(got.n, 40);
-            assert_memory_equal(got.ids, ref.ids, sizeof(int32_t) * 40);
-            assert_memory_equal(got.p, ref.p, sizeof(float) * 40);
-            if (drafts[i] > 0) assert_true(st.n_drafted > 0);
-            accepted += st.n_accepted;
-        }
+        assert_int_equal(ref.n, 40);
+        accepted += drafts_give_ref(c, &gp, &ref);
         /* another seed samples something else */
         collect other = {0};
         gp.sampling.seed += 100;
@@ -423,16 +432,7 @@ static void test_json_mode(void **state) {
             }
             assert_true(nx_json_feed(&js, (const uint8_t *)toks[ref.ids[i]], lens[ref.ids[i]]));
         }
-        const int32_t drafts[] = {1, 2, 3, NX_DRAFT_AUTO};
-        for (int i = 0; i < 4; i++) {
-            collect got = {0};
-            nx_gen_stats st;
-            gp.draft = drafts[i];
-            assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &got, &st, NULL), NX_OK);
-            assert_int_equal(got.n, ref.n);
-            assert_memory_equal(got.ids, ref.ids, sizeof(int32_t) * (size_t)ref.n);
-            assert_memory_equal(got.p, ref.p, sizeof(float) * (size_t)ref.n);
-        }
+        drafts_give_ref(c, &gp, &ref);
     }
     nx_ctx_free(c);
     nx_model_free(m);
