@@ -117,6 +117,11 @@ typedef struct nx_sampler_params {
     const nx_json_vocab *json;
     bool json_wait;
     int32_t json_after;
+    /* The n_ban ids get no probability while fewer than ban_until tokens are generated (how
+     * nx_generate keeps the end tokens out before min_tokens); nx_sampler_new copies them. */
+    const int32_t *ban;
+    size_t n_ban;
+    int32_t ban_until;
 } nx_sampler_params;
 
 void nx_sampler_params_default(nx_sampler_params *p); /* greedy, everything off, seed 0 */
@@ -281,6 +286,7 @@ typedef struct nx_gen_params {
     bool ignore_eos;
     const int32_t *stop_ids; /* extra stop tokens */
     size_t n_stop_ids;
+    int32_t min_tokens; /* end-of-sequence and stop tokens are masked before this many tokens */
 } nx_gen_params;
 
 void nx_gen_params_default(nx_gen_params *p);

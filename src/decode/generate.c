@@ -376,7 +376,25 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
         s = nx_fail(err, NX_E_NOMEM, "out of memory");
         goto done;
     }
-    if ((s = nx_sampler_new(&p->sampling, V, &g.s, err)) != NX_OK) goto done;
+    /* min_tokens: the end tokens (the model's, then the caller's stop ids) are masked in the
+     * sampler, so drafts and verification see the same distributions */
+    nx_sampler_params sp = p->sampling;
+    int32_t *ban = NULL;
+    if (p->min_tokens > 0 && !(p->ignore_eos && p->n_stop_ids == 0)) {
+        if (!(ban = malloc(sizeof(int32_t) * ((size_t)V + p->n_stop_ids)))) {
+            s = nx_fail(err, NX_E_NOMEM, "out of memory");
+            goto done;
+        }
+        size_t nb = 0;
+        for (int32_t id = 0; id < V && !p->ignore_eos; id++)
+            if (nx_model_is_eos(m, id)) ban[nb++] = id;
+        for (size_t i = 0; i < p->n_stop_ids; i++)
+            if (p->stop_ids[i] >= 0 && p->stop_ids[i] < V) ban[nb++] = p->stop_ids[i];
+        sp.ban = ban, sp.n_ban = nb, sp.ban_until = p->min_tokens;
+    }
+    s = nx_sampler_new(&sp, V, &g.s, err);
+    free(ban);
+    if (s != NX_OK) goto done;
     nx_sampler_set_prompt(g.s, prompt, n_prompt);
     memcpy(g.toks, prompt, sizeof(int32_t) * n_prompt);
     /* keep the cached rows of the longest common prefix, less the prompt's last token */

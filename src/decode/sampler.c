@@ -57,6 +57,7 @@ struct nx_sampler {
     size_t n_gen, cap_gen;
     float *work;          /* [vocab] penalised logits of the current call */
     nx_logit_bias *bias;  /* the n_logit_bias entries (s->p.logit_bias points here) */
+    int32_t *ban;         /* the n_ban entries (s->p.ban points here) */
     float *bias_of;       /* [vocab] each token's total bias, or NULL when there is none */
     sampler_cand *cand;   /* [vocab] candidates of the current call */
     /* JSON mode */
@@ -142,6 +143,10 @@ nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_samp
         if (p->logit_bias[i].id >= vocab_size)
             return nx_fail(err, NX_E_ARG, "logit_bias: token id %d is out of range [0, %d)", (int)p->logit_bias[i].id,
                            (int)vocab_size);
+    if (p->n_ban > 0 && !p->ban) return nx_fail(err, NX_E_ARG, "ban: %zu entries but no array", p->n_ban);
+    for (size_t i = 0; i < p->n_ban; i++)
+        if (p->ban[i] < 0 || p->ban[i] >= vocab_size)
+            return nx_fail(err, NX_E_ARG, "ban: token id %d is out of range [0, %d)", (int)p->ban[i], (int)vocab_size);
     size_t v = (size_t)vocab_size;
     if (v > SIZE_MAX / sizeof(sampler_cand))
         return nx_fail(err, NX_E_NOMEM, "sampler: vocab_size %d too large", (int)vocab_size);
@@ -169,6 +174,12 @@ nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_samp
         for (size_t i = 0; i < p->n_logit_bias; i++) s->bias_of[s->bias[i].id] += s->bias[i].bias;
         s->p.logit_bias = s->bias;
     }
+    s->p.ban = NULL;
+    if (p->n_ban > 0) {
+        if (!(s->ban = malloc(p->n_ban * sizeof *s->ban))) goto nomem;
+        memcpy(s->ban, p->ban, p->n_ban * sizeof *s->ban);
+        s->p.ban = s->ban;
+    }
     if (p->json) {
         if (!(s->allow = malloc(v))) goto nomem;
         nx_json_init(&s->js);
@@ -193,6 +204,7 @@ void nx_sampler_free(nx_sampler *s) {
     free(s->bias);
     free(s->bias_of);
     free(s->allow);
+    free(s->ban);
     for (int i = 0; i < NX_JSON_CACHE; i++) free(s->jcache[i].allow);
     free(s);
 }
@@ -576,6 +588,8 @@ void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, 
     if (!extra) n_extra = 0;
     sampler_penalise(s, logits, extra, n_extra);
     float *x = s->work;
+    if (s->p.n_ban > 0 && s->n_gen + n_extra < (size_t)(s->p.ban_until > 0 ? s->p.ban_until : 0))
+        for (size_t i = 0; i < s->p.n_ban; i++) x[s->p.ban[i]] = -INFINITY;
     if (s->p.json) { /* JSON mode's mask, at the state after the history and the extra tokens */
         nx_json_state st = s->js;
         bool on = s->js_on;

@@ -779,6 +779,29 @@ static nx_status parse_common(json_t *root, const nx_oai_limits *lim, nx_oai_req
 
     if ((st = parse_speculative(root, r, e)) != NX_OK) return st;
     if ((st = opt_bool(root, "ignore_eos", &r->ignore_eos, e)) != NX_OK) return st;
+    int64_t min_tokens = 0;
+    if ((st = opt_int(root, "min_tokens", 0, 1 << 30, &min_tokens, NULL, e)) != NX_OK) return st;
+    r->min_tokens = (int32_t)min_tokens;
+    json_t *ids = field(root, "stop_token_ids");
+    if (ids) {
+        if (!json_is_array(ids)) return bad_type(e, "stop_token_ids", "an array of token ids", ids);
+        if (json_array_size(ids) > NX_OAI_MAX_STOP_IDS)
+            return bad_value(e, "stop_token_ids", "array_above_max_length", "stop_token_ids: at most %d ids.",
+                             NX_OAI_MAX_STOP_IDS);
+        const int64_t vocab = lim && lim->vocab_size > 0 ? lim->vocab_size : INT32_MAX;
+        r->stop_token_ids = malloc(sizeof(int32_t) * (json_array_size(ids) + 1));
+        if (!r->stop_token_ids) {
+            nx_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+            return NX_E_NOMEM;
+        }
+        for (size_t i = 0; i < json_array_size(ids); i++) {
+            json_t *v = json_array_get(ids, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab)
+                return bad_value(e, "stop_token_ids", "invalid_value",
+                                 "stop_token_ids[%zu] must be a token id in [0, %lld).", i, (long long)vocab);
+            r->stop_token_ids[r->n_stop_token_ids++] = (int32_t)json_integer_value(v);
+        }
+    }
     return NX_OK;
 }
 
@@ -853,6 +876,7 @@ void nx_oai_request_free(nx_oai_request *r) {
         for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->logit_bias);
+    free(r->stop_token_ids);
     memset(r, 0, sizeof *r);
 }
 

@@ -90,7 +90,12 @@ typedef struct nx_oai_request {
     bool has_verify;
     bool ignore_eos;
     bool json_object; /* response_format {"type": "json_object"}: the answer is one JSON object */
+    int32_t min_tokens;       /* vLLM's: end and stop tokens are masked before this many tokens */
+    int32_t *stop_token_ids;  /* vLLM's: tokens that end the answer (not included in it) */
+    size_t n_stop_token_ids;
 } nx_oai_request;
+
+#define NX_OAI_MAX_STOP_IDS 64
 
 /* Parses and validates a request body. On success fills *out (free with nx_oai_request_free)
  * and returns NX_OK; otherwise returns NX_E_ARG with e describing the 400 response (type,

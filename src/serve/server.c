@@ -431,6 +431,9 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     p.draft = j->draft;
     p.verify = j->verify;
     p.ignore_eos = j->req.ignore_eos;
+    p.stop_ids = j->req.stop_token_ids;
+    p.n_stop_ids = j->req.n_stop_token_ids;
+    p.min_tokens = j->req.min_tokens;
     if (i % j->n_per == 0) { /* the first choice of a prompt; the others share its rows anyway */
         nx_prompt_cache_prepare(s->pcache, s->ctx, j->ids[i], j->n_ids[i]);
         pthread_mutex_lock(&s->qmu);

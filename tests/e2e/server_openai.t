@@ -263,6 +263,20 @@ async function main() {
      'logit_bias -100 on the greedy answer\'s tokens changes it', banned.choices[0].text);
   await expectError(client.completions.create({ model, prompt: 'x', logit_bias: { 999999: 1 } }), 400,
                     OpenAI.BadRequestError, 'logit_bias: a token id past the vocabulary is a 400');
+  // vLLM's stop_token_ids and min_tokens: a forced stop token ends the answer at once, or right
+  // after min_tokens others (masked until then, for the drafts too)
+  for (const [min_tokens, draft] of [[0, 0], [5, 0], [5, 3], [5, 'auto']]) {
+    const f = await client.completions.create({ model, prompt: 'def fibonacci(n):', max_tokens: 20, temperature: 0.8,
+      seed: 2, logit_bias: { 2000: 100 }, stop_token_ids: [2000], min_tokens, speculative: { draft } });
+    ok(f.choices[0].finish_reason === 'stop' && f.usage.completion_tokens === min_tokens + 1 &&
+       f.choices[0].text.endsWith(forcedText) && !f.choices[0].text.slice(0, -forcedText.length).includes(forcedText),
+       `stop_token_ids with min_tokens ${min_tokens} (draft ${draft}): ${min_tokens} tokens, then the stop token`,
+       { text: f.choices[0].text, usage: f.usage });
+  }
+  await expectError(client.completions.create({ model, prompt: 'x', stop_token_ids: [5, -1] }), 400,
+                    OpenAI.BadRequestError, 'stop_token_ids: a negative id is a 400', (e) => e.param === 'stop_token_ids');
+  await expectError(client.completions.create({ model, prompt: 'x', min_tokens: -3 }), 400,
+                    OpenAI.BadRequestError, 'min_tokens < 0 is a 400', (e) => e.param === 'min_tokens');
 
   srv.stop();
   await lib.waitExit(srv);

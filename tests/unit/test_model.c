@@ -439,6 +439,40 @@ static void test_json_mode(void **state) {
     nx_json_vocab_free(jv);
 }
 
+/* min_tokens: a stop token that logit_bias all but forces comes exactly after min_tokens others,
+ * greedy and sampled, plain and with drafts (the mask is the sampler's, so drafts see it too). */
+static void test_min_tokens(void **state) {
+    (void)state;
+    nx_model *m = load(2);
+    nx_ctx *c = NULL;
+    assert_int_equal(nx_ctx_new(m, 128, &c, NULL), NX_OK);
+    const int32_t stop = 11;
+    const nx_logit_bias force = {stop, 30.0f};
+    for (int sampled = 0; sampled < 2; sampled++)
+        for (int draft = 0; draft < 3; draft++) {
+            nx_gen_params gp;
+            nx_gen_params_default(&gp);
+            gp.max_tokens = 30;
+            gp.ignore_eos = true;
+            gp.stop_ids = &stop;
+            gp.n_stop_ids = 1;
+            gp.min_tokens = 6;
+            gp.draft = draft == 2 ? NX_DRAFT_AUTO : draft * 2;
+            gp.sampling.logit_bias = &force;
+            gp.sampling.n_logit_bias = 1;
+            if (sampled) gp.sampling.temperature = 1.0f, gp.sampling.seed = 9;
+            collect got = {0};
+            nx_gen_stats st;
+            assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &got, &st, NULL), NX_OK);
+            assert_int_equal(got.n, 7);
+            for (int i = 0; i < 6; i++) assert_true(got.ids[i] != stop);
+            assert_int_equal(got.ids[6], stop);
+            assert_true(st.stopped_by_eos);
+        }
+    nx_ctx_free(c);
+    nx_model_free(m);
+}
+
 /* Prefix reuse: a generation on a context that holds part of its prompt (a chat's next turn, a
  * shorter prompt, another sample of the same one) keeps those rows and gives the same tokens,
  * with the same probabilities, as the same generation on an emptied context: greedy with drafts,
@@ -646,6 +680,7 @@ int main(void) {
         cmocka_unit_test(test_f16_cache),
         cmocka_unit_test(test_match_seeded_reproducible),
         cmocka_unit_test(test_json_mode),
+        cmocka_unit_test(test_min_tokens),
         cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_prompt_cache),
         cmocka_unit_test(test_bad_requests),

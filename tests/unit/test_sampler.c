@@ -730,6 +730,42 @@ static void test_nonfinite_logits(void **state) {
     nx_sampler_free(s);
 }
 
+/* The ban list (min_tokens): its ids get no probability while the history plus the extra tokens
+ * are shorter than ban_until, and their own weight afterwards; bad ids are refused. */
+static void test_ban(void **state) {
+    (void)state;
+    enum { BV = 8 };
+    const int32_t ban[2] = {2, 5};
+    nx_sampler_params p;
+    nx_sampler_params_default(&p);
+    p.temperature = 1.0f;
+    p.ban = ban;
+    p.n_ban = 2;
+    p.ban_until = 3;
+    nx_sampler *s = new_sampler(&p, BV);
+    float logits[BV], probs[BV];
+    for (int i = 0; i < BV; i++) logits[i] = 0.1f * (float)i;
+    const int32_t extra[2] = {1, 1};
+    for (size_t hist = 0; hist < 5; hist++) {
+        for (size_t n_extra = 0; n_extra <= 2; n_extra++) {
+            nx_sampler_probs(s, logits, extra, n_extra, probs);
+            const bool banned = hist + n_extra < 3;
+            assert_true((probs[2] == 0.0f) == banned);
+            assert_true((probs[5] == 0.0f) == banned);
+            assert_true(probs[3] > 0.0f);
+        }
+        nx_sampler_accept(s, 0);
+    }
+    nx_sampler_free(s);
+    const int32_t bad = BV;
+    p.ban = &bad;
+    p.n_ban = 1;
+    nx_sampler *t = NULL;
+    nx_error err = {0};
+    assert_int_equal(nx_sampler_new(&p, BV, &t, &err), NX_E_ARG);
+    assert_non_null(strstr(err.msg, "ban: token id 8"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_params_check),
@@ -745,6 +781,7 @@ int main(void) {
         cmocka_unit_test(test_seeded_determinism),
         cmocka_unit_test(test_nonfinite_logits),
         cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_ban),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
