@@ -88,6 +88,17 @@ typedef struct nx_logit_bias {
  * ids that end a generation, allowed only once the object is closed (src/decode/json_grammar.h
  * has the exact language). */
 typedef struct nx_json_vocab nx_json_vocab;
+/* A JSON Schema for JSON mode (OpenAI's response_format json_schema), compiled: the subset of
+ * OpenAI's structured outputs. type (one or a list) object / array / string / number / integer /
+ * boolean / null; properties (generated in their listed order; optional ones may be left out),
+ * required, additionalProperties false (or absent: no other keys either); items, minItems,
+ * maxItems (up to 255); enum and const of strings, booleans and null; description, title,
+ * default, examples, $schema, $id, strict are ignored. Any other keyword (anyOf, $ref, pattern,
+ * minimum, ...) is an error naming it and where it is, not silently dropped. The root must be an
+ * object schema. */
+typedef struct nx_json_schema nx_json_schema;
+nx_status nx_json_schema_new(const char *json, size_t len, nx_json_schema **out, nx_error *err);
+void nx_json_schema_free(nx_json_schema *s);
 /* From a tokenizer (special tokens are never text); end_ids: the model's end-of-sequence ids. */
 nx_status nx_json_vocab_new(const nx_tokenizer *tok, const int32_t *end_ids, size_t n_end, nx_json_vocab **out,
                             nx_error *err);
@@ -115,6 +126,7 @@ typedef struct nx_sampler_params {
      * must outlive the sampler. With json_wait the mask starts after token json_after is
      * generated (a reasoning section's end). */
     const nx_json_vocab *json;
+    const nx_json_schema *json_schema; /* with json: the object must match it (must outlive the sampler) */
     bool json_wait;
     int32_t json_after;
     /* The n_ban ids get no probability while fewer than ban_until tokens are generated (how

@@ -4,9 +4,44 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+#include <stdio.h>
+
 #include "base/error.h"
 
+/* ---------------------------------------------------------------- compiled schemas */
+
+enum { T_OBJECT = 1, T_ARRAY = 2, T_STRING = 4, T_NUMBER = 8, T_INTEGER = 16, T_BOOLEAN = 32, T_NULL = 64, T_ANY = 127 };
+
+typedef struct js_prop {
+    char *name;
+    uint32_t len;
+    int16_t node;
+    bool required;
+} js_prop;
+
+typedef struct js_node {
+    uint8_t types;       /* T_* the value may have */
+    bool keyed;          /* object with "properties": only those keys, in order */
+    int16_t items;       /* array: the items' node (-1: any value) */
+    int32_t prop0, n_props;
+    int32_t lit0, n_lits; /* enum / const: the values, serialised (then only those) */
+    uint8_t min_items, max_items; /* max 0: no limit */
+} js_node;
+
+struct nx_json_schema {
+    js_node *nodes;
+    int32_t n_nodes;
+    js_prop *props;
+    int32_t n_props;
+    char **lits;
+    uint32_t *lit_len;
+    int32_t n_lits;
+};
+
 enum {
+    M_KEY,       /* a key of a schema object, matched against its properties */
+    M_ENUM,      /* an enum value, matched against its literals */
     M_START,     /* before the top-level object: '{' */
     M_VALUE,     /* a value */
     M_OBJ_FIRST, /* after '{': a key or '}' */
@@ -26,9 +61,22 @@ enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };       /* nu
 
 static const char *const literals[3] = {"true", "false", "null"};
 
-void nx_json_init(nx_json_state *s) {
+void nx_json_init_schema(nx_json_state *s, const nx_json_schema *schema) {
     memset(s, 0, sizeof *s);
     s->mode = M_START;
+    s->schema = schema;
+    s->vnode = schema ? 0 : -1;
+}
+
+void nx_json_init(nx_json_state *s) { nx_json_init_schema(s, NULL); }
+
+static const js_node *node_of(const nx_json_state *s, int n) {
+    return s->schema && n >= 0 ? &s->schema->nodes[n] : NULL;
+}
+
+/* The schema node of the innermost open container, or NULL when it is unconstrained. */
+static const js_node *frame_node(const nx_json_state *s) {
+    return s->depth ? node_of(s, s->node[s->depth - 1]) : NULL;
 }
 
 bool nx_json_complete(const nx_json_state *s) { return s->mode == M_DONE; }
@@ -47,40 +95,131 @@ static int hex_value(uint8_t c) {
     return -1;
 }
 
-static bool push(nx_json_state *s, uint8_t kind) {
+static bool push(nx_json_state *s, uint8_t kind, int node) {
     if (s->depth == NX_JSON_MAX_DEPTH) return dead(s);
-    s->stack[s->depth++] = kind;
+    const js_node *nd = node_of(s, node);
+    if (kind == 'o' && nd && !nd->keyed) node = -1; /* an object schema without properties: any keys */
+    s->stack[s->depth] = kind;
+    s->node[s->depth] = (int16_t)node;
+    s->next[s->depth] = 0;
+    s->depth++;
     s->mode = kind == 'o' ? M_OBJ_FIRST : M_ARR_FIRST;
+    s->vnode = kind == 'a' && nd ? nd->items : -1;
     return true;
 }
 
-/* A value ends: back to its container, or done at the top. */
-static void value_done(nx_json_state *s) { s->mode = s->depth == 0 ? M_DONE : M_AFTER; }
+/* A value ends: back to its container (an array counts it), or done at the top. */
+static void value_done(nx_json_state *s) {
+    s->cand = 0, s->cpos = 0, s->integer = false;
+    if (s->depth == 0) {
+        s->mode = M_DONE;
+        return;
+    }
+    if (s->stack[s->depth - 1] == 'a' && s->next[s->depth - 1] < 255) s->next[s->depth - 1]++;
+    s->mode = M_AFTER;
+}
 
 static bool close_container(nx_json_state *s, uint8_t kind) {
     if (s->depth == 0 || s->stack[s->depth - 1] != kind) return dead(s);
+    const js_node *nd = frame_node(s);
+    const uint8_t n = s->next[s->depth - 1];
+    if (nd && kind == 'o')
+        for (int32_t i = n; i < nd->n_props; i++)
+            if (s->schema->props[nd->prop0 + i].required) return dead(s); /* a required key is missing */
+    if (nd && kind == 'a' && n < nd->min_items) return dead(s);
     s->depth--;
+    s->node[s->depth] = 0, s->next[s->depth] = 0, s->stack[s->depth] = 0;
     value_done(s);
     return true;
 }
 
-/* The first byte of a value (whitespace already skipped). */
+/* A key starts in a schema object: the candidates are the properties from the first one still
+ * allowed up to the first required one (which cannot be skipped). */
+static bool key_start(nx_json_state *s) {
+    const js_node *nd = frame_node(s);
+    s->key = true;
+    if (!nd) {
+        s->mode = M_STRING, s->sub = S_PLAIN;
+        return true;
+    }
+    s->cand = 0, s->cpos = 0;
+    for (int32_t i = s->next[s->depth - 1]; i < nd->n_props; i++) {
+        s->cand |= 1ull << i;
+        if (s->schema->props[nd->prop0 + i].required) break;
+    }
+    if (!s->cand) return dead(s);
+    s->mode = M_KEY;
+    return true;
+}
+
+static bool key_byte(nx_json_state *s, uint8_t c) {
+    const js_node *nd = frame_node(s);
+    const js_prop *pr = s->schema->props + nd->prop0;
+    uint64_t keep = 0;
+    for (int32_t i = 0; i < nd->n_props; i++) {
+        if (!(s->cand >> i & 1)) continue;
+        if (c == '"' && pr[i].len == s->cpos) { /* names are distinct: this one is the key */
+            s->next[s->depth - 1] = (uint8_t)(i + 1);
+            s->vnode = pr[i].node;
+            s->cand = 0, s->cpos = 0, s->key = false;
+            s->mode = M_COLON;
+            return true;
+        }
+        if (s->cpos < pr[i].len && (uint8_t)pr[i].name[s->cpos] == c) keep |= 1ull << i;
+    }
+    if (!keep) return dead(s);
+    s->cand = keep;
+    s->cpos++;
+    return true;
+}
+
+/* An enum value's next byte: literals are self-delimiting (strings end with their quote, the
+ * others are true, false and null), so the one that completes is the value. */
+static bool enum_byte(nx_json_state *s, uint8_t c) {
+    const js_node *nd = node_of(s, s->vnode);
+    uint64_t keep = 0;
+    for (int32_t i = 0; i < nd->n_lits; i++) {
+        const uint32_t len = s->schema->lit_len[nd->lit0 + i];
+        if ((s->cand >> i & 1) && s->cpos < len && (uint8_t)s->schema->lits[nd->lit0 + i][s->cpos] == c)
+            keep |= 1ull << i;
+    }
+    if (!keep) return dead(s);
+    s->cand = keep;
+    s->cpos++;
+    for (int32_t i = 0; i < nd->n_lits; i++)
+        if ((keep >> i & 1) && s->schema->lit_len[nd->lit0 + i] == s->cpos) {
+            value_done(s);
+            break;
+        }
+    return true;
+}
+
+/* The first byte of a value (whitespace already skipped), which must start one of the types
+ * its schema node allows (or one of its enum literals). */
 static bool value_start(nx_json_state *s, uint8_t c) {
+    const js_node *nd = node_of(s, s->vnode);
+    if (nd && nd->n_lits) {
+        s->cand = 0, s->cpos = 0;
+        for (int32_t i = 0; i < nd->n_lits; i++) s->cand |= 1ull << i;
+        s->mode = M_ENUM;
+        return enum_byte(s, c);
+    }
+    const uint8_t t = nd ? nd->types : T_ANY;
     switch (c) {
-    case '{': return push(s, 'o');
-    case '[': return push(s, 'a');
+    case '{': return t & T_OBJECT ? push(s, 'o', s->vnode) : dead(s);
+    case '[': return t & T_ARRAY ? push(s, 'a', s->vnode) : dead(s);
     case '"':
+        if (!(t & T_STRING)) return dead(s);
         s->mode = M_STRING, s->sub = S_PLAIN, s->key = false;
         return true;
-    case '-':
-        s->mode = M_NUMBER, s->sub = N_MINUS;
-        return true;
     case 't': case 'f': case 'n':
+        if (!(t & (c == 'n' ? T_NULL : T_BOOLEAN))) return dead(s);
         s->mode = M_LITERAL, s->aux = c == 't' ? 0 : c == 'f' ? 1 : 2, s->sub = 1;
         return true;
     default:
-        if (!is_digit(c)) return dead(s);
-        s->mode = M_NUMBER, s->sub = c == '0' ? N_ZERO : N_INT;
+        if (!(c == '-' || is_digit(c)) || !(t & (T_NUMBER | T_INTEGER))) return dead(s);
+        s->integer = !(t & T_NUMBER);
+        s->mode = M_NUMBER, s->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
         return true;
     }
 }
@@ -147,6 +286,7 @@ static bool string_byte(nx_json_state *s, uint8_t c) {
 /* A number's next byte; false with the state untouched when the byte ends the number instead
  * (the caller then checks that the number could end and hands the byte to its container). */
 static bool number_continues(nx_json_state *s, uint8_t c) {
+    if (s->integer && (c == '.' || c == 'e' || c == 'E')) return false;
     switch (s->sub) {
     case N_MINUS:
         if (!is_digit(c)) return false;
@@ -188,6 +328,8 @@ static bool number_can_end(const nx_json_state *s) {
 
 bool nx_json_step(nx_json_state *s, uint8_t c) {
     switch (s->mode) {
+    case M_KEY: return key_byte(s, c);
+    case M_ENUM: return enum_byte(s, c);
     case M_STRING: return string_byte(s, c);
     case M_NUMBER:
         if (number_continues(s, c)) return true;
@@ -200,7 +342,7 @@ bool nx_json_step(nx_json_state *s, uint8_t c) {
         if (lit[++s->sub] == 0) value_done(s);
         return true;
     }
-    case M_START: return c == '{' ? push(s, 'o') : dead(s);
+    case M_START: return c == '{' ? push(s, 'o', s->schema ? 0 : -1) : dead(s);
     case M_DONE:
     case M_DEAD: return dead(s);
     default: break;
@@ -215,10 +357,7 @@ bool nx_json_step(nx_json_state *s, uint8_t c) {
     case M_OBJ_FIRST:
         if (c == '}') return close_container(s, 'o');
         /* fall through */
-    case M_OBJ_KEY:
-        if (c != '"') return dead(s);
-        s->mode = M_STRING, s->sub = S_PLAIN, s->key = true;
-        return true;
+    case M_OBJ_KEY: return c == '"' ? key_start(s) : dead(s);
     case M_COLON:
         if (c != ':') return dead(s);
         s->mode = M_VALUE;
@@ -226,14 +365,21 @@ bool nx_json_step(nx_json_state *s, uint8_t c) {
     case M_ARR_FIRST:
         if (c == ']') return close_container(s, 'a');
         return value_start(s, c);
-    default: /* M_AFTER */
+    default: { /* M_AFTER */
+        const bool obj = s->stack[s->depth - 1] == 'o';
+        const js_node *nd = frame_node(s);
         if (c == ',') {
-            s->mode = s->stack[s->depth - 1] == 'o' ? M_OBJ_KEY : M_VALUE;
+            const uint8_t n = s->next[s->depth - 1];
+            if (nd && obj && n >= nd->n_props) return dead(s);                    /* no key is left */
+            if (nd && !obj && nd->max_items && n >= nd->max_items) return dead(s); /* the array is full */
+            s->mode = obj ? M_OBJ_KEY : M_VALUE;
+            if (!obj) s->vnode = nd ? nd->items : -1;
             return true;
         }
         if (c == '}') return close_container(s, 'o');
         if (c == ']') return close_container(s, 'a');
         return dead(s);
+    }
     }
 }
 
@@ -349,5 +495,217 @@ nx_status nx_json_vocab_new(const nx_tokenizer *tok, const int32_t *end_ids, siz
         v->len[i] = (uint32_t)len;
     }
     *out = v;
+    return NX_OK;
+}
+
+/* ---------------------------------------------------------------- schema compilation */
+
+void nx_json_schema_free(nx_json_schema *S) {
+    if (!S) return;
+    for (int32_t i = 0; i < S->n_props; i++) free(S->props[i].name);
+    for (int32_t i = 0; i < S->n_lits; i++) free(S->lits[i]);
+    free(S->nodes);
+    free(S->props);
+    free(S->lits);
+    free(S->lit_len);
+    free(S);
+}
+
+typedef struct compiler {
+    nx_json_schema *S;
+    int32_t cap_nodes, cap_props, cap_lits;
+    char path[256]; /* where in the schema, for messages: #/properties/a/items */
+    nx_error *err;
+} compiler;
+
+static bool grow(void **p, int32_t *cap, int32_t need, size_t size) {
+    if (need <= *cap) return true;
+    int32_t c = *cap ? *cap * 2 : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * size);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+static int bad_schema(compiler *C, const char *what) {
+    nx_fail(C->err, NX_E_ARG, "JSON schema at %s: %s", C->path, what);
+    return -1;
+}
+
+static int type_bit(const char *t) {
+    static const char *const names[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+    for (int i = 0; i < 7; i++)
+        if (strcmp(t, names[i]) == 0) return 1 << i;
+    return 0;
+}
+
+/* A literal of an enum or const: a string, boolean or null, serialised compactly. */
+static bool add_literal(compiler *C, json_t *v) {
+    nx_json_schema *S = C->S;
+    if (!(json_is_string(v) || json_is_boolean(v) || json_is_null(v))) return false;
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!text || !grow((void **)&S->lits, &C->cap_lits, S->n_lits + 1, sizeof *S->lits) ||
+        !(S->lit_len = realloc(S->lit_len, sizeof *S->lit_len * (size_t)C->cap_lits))) {
+        free(text);
+        return false;
+    }
+    S->lits[S->n_lits] = text;
+    S->lit_len[S->n_lits++] = (uint32_t)strlen(text);
+    return true;
+}
+
+static int compile_node(compiler *C, json_t *v, int depth);
+
+/* Compiles child schema `v` under path segment `seg` (restoring the path after). */
+static int compile_child(compiler *C, json_t *v, const char *seg, int depth) {
+    const size_t len = strlen(C->path);
+    snprintf(C->path + len, sizeof C->path - len, "/%s", seg);
+    const int n = compile_node(C, v, depth + 1);
+    if (n >= 0) C->path[len] = 0;
+    return n;
+}
+
+static int compile_node(compiler *C, json_t *v, int depth) {
+    nx_json_schema *S = C->S;
+    if (depth > NX_JSON_MAX_DEPTH) return bad_schema(C, "nested deeper than 32 levels");
+    if (json_is_true(v)) v = NULL; /* true: any value */
+    else if (!json_is_object(v)) return bad_schema(C, "a schema must be an object (or true)");
+    if (!grow((void **)&S->nodes, &C->cap_nodes, S->n_nodes + 1, sizeof *S->nodes) || S->n_nodes >= INT16_MAX)
+        return bad_schema(C, "too many schema nodes");
+    const int me = S->n_nodes++;
+    js_node nd = {.types = T_ANY, .items = -1};
+    if (!v) {
+        S->nodes[me] = nd;
+        return me;
+    }
+    static const char *const ignored[] = {"description", "title", "default", "examples", "$schema", "$id", "strict",
+                                          "$comment"};
+    static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items",
+                                        "enum", "const", "minItems", "maxItems"};
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val) {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof known / sizeof *known && !ok; i++) ok = strcmp(key, known[i]) == 0;
+        for (size_t i = 0; i < sizeof ignored / sizeof *ignored && !ok; i++) ok = strcmp(key, ignored[i]) == 0;
+        if (!ok) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "the keyword '%.60s' is not supported", key);
+            return bad_schema(C, msg);
+        }
+    }
+    json_t *type = json_object_get(v, "type"), *props = json_object_get(v, "properties"),
+           *items = json_object_get(v, "items"), *en = json_object_get(v, "enum"), *cn = json_object_get(v, "const");
+    if (type) {
+        nd.types = 0;
+        if (json_is_string(type)) nd.types = (uint8_t)type_bit(json_string_value(type));
+        else if (json_is_array(type))
+            for (size_t i = 0; i < json_array_size(type); i++) {
+                json_t *t = json_array_get(type, i);
+                const int b = json_is_string(t) ? type_bit(json_string_value(t)) : 0;
+                if (!b) return bad_schema(C, "type lists must name object, array, string, number, integer, boolean or null");
+                nd.types |= (uint8_t)b;
+            }
+        if (!nd.types) return bad_schema(C, "type must be object, array, string, number, integer, boolean or null");
+    } else if (props) {
+        nd.types = T_OBJECT;
+    } else if (items) {
+        nd.types = T_ARRAY;
+    }
+    if (en || cn) {
+        if (en && (!json_is_array(en) || json_array_size(en) == 0 || json_array_size(en) > NX_JSON_MAX_PROPS))
+            return bad_schema(C, "enum must be a list of 1 to 64 values");
+        nd.lit0 = S->n_lits;
+        const size_t n = en ? json_array_size(en) : 1;
+        for (size_t i = 0; i < n; i++)
+            if (!add_literal(C, en ? json_array_get(en, i) : cn))
+                return bad_schema(C, "enum and const values must be strings, booleans or null");
+        nd.n_lits = (int32_t)n;
+    }
+    json_t *ap = json_object_get(v, "additionalProperties");
+    if (ap && !json_is_false(ap)) return bad_schema(C, "additionalProperties must be false (only the listed keys)");
+    if (props) {
+        if (!json_is_object(props) || json_object_size(props) > NX_JSON_MAX_PROPS)
+            return bad_schema(C, "properties must be an object of at most 64 schemas");
+        nd.keyed = true;
+        nd.prop0 = S->n_props;
+        nd.n_props = (int32_t)json_object_size(props);
+        if (!grow((void **)&S->props, &C->cap_props, S->n_props + nd.n_props, sizeof *S->props))
+            return bad_schema(C, "out of memory");
+        memset(S->props + nd.prop0, 0, sizeof *S->props * (size_t)nd.n_props);
+        S->n_props += nd.n_props;
+        int32_t i = 0;
+        json_object_foreach(props, key, val) {
+            for (const char *k = key; *k; k++)
+                if (*k == '"' || *k == '\\' || (unsigned char)*k < 0x20)
+                    return bad_schema(C, "property names with quotes, backslashes or control characters are not supported");
+            js_prop pr = {.name = strdup(key), .len = (uint32_t)strlen(key)};
+            S->props[nd.prop0 + i] = pr; /* owned from here (freed with the schema) */
+            if (!pr.name) return bad_schema(C, "out of memory");
+            char seg[96];
+            snprintf(seg, sizeof seg, "properties/%.80s", key);
+            const int child = compile_child(C, val, seg, depth);
+            if (child < 0) return -1;
+            S->props[nd.prop0 + i].node = (int16_t)child;
+            i++;
+        }
+    }
+    json_t *req = json_object_get(v, "required");
+    if (req) {
+        if (!json_is_array(req)) return bad_schema(C, "required must be a list of property names");
+        for (size_t r = 0; r < json_array_size(req); r++) {
+            json_t *name = json_array_get(req, r);
+            int32_t hit = -1;
+            for (int32_t i = 0; json_is_string(name) && i < nd.n_props; i++)
+                if (strcmp(S->props[nd.prop0 + i].name, json_string_value(name)) == 0) hit = i;
+            if (hit < 0) return bad_schema(C, "required names a property the schema does not list");
+            S->props[nd.prop0 + hit].required = true;
+        }
+    }
+    if (items) {
+        if (json_is_array(items)) return bad_schema(C, "items must be one schema (tuples are not supported)");
+        const int child = compile_child(C, items, "items", depth);
+        if (child < 0) return -1;
+        nd.items = (int16_t)child;
+    }
+    for (int k = 0; k < 2; k++) {
+        json_t *m = json_object_get(v, k ? "maxItems" : "minItems");
+        if (!m) continue;
+        if (!json_is_integer(m) || json_integer_value(m) < 0 || json_integer_value(m) > 255)
+            return bad_schema(C, "minItems and maxItems must be integers in [0, 255]");
+        if (k) nd.max_items = (uint8_t)json_integer_value(m);
+        else nd.min_items = (uint8_t)json_integer_value(m);
+    }
+    if (json_object_get(v, "maxItems") && nd.max_items < nd.min_items)
+        return bad_schema(C, "maxItems is below minItems");
+    if (json_object_get(v, "maxItems") && nd.max_items == 0) nd.types &= (uint8_t)~T_ARRAY; /* no array fits */
+    S->nodes[me] = nd;
+    return me;
+}
+
+nx_status nx_json_schema_new(const char *json, size_t len, nx_json_schema **out, nx_error *err) {
+    *out = NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_DECODE_ANY, &jerr);
+    if (!root) return nx_fail(err, NX_E_ARG, "JSON schema: not JSON (%s)", jerr.text);
+    compiler C = {.err = err, .path = "#"};
+    nx_status st = NX_OK;
+    if (!(C.S = calloc(1, sizeof *C.S))) {
+        st = nx_fail(err, NX_E_NOMEM, "out of memory");
+    } else if (compile_node(&C, root, 0) < 0) {
+        st = NX_E_ARG;
+    } else if (!(C.S->nodes[0].types & T_OBJECT) || C.S->nodes[0].n_lits) {
+        snprintf(C.path, sizeof C.path, "#");
+        bad_schema(&C, "the root must be an object schema");
+        st = NX_E_ARG;
+    }
+    json_decref(root);
+    if (st != NX_OK) {
+        nx_json_schema_free(C.S);
+        return st;
+    }
+    *out = C.S;
     return NX_OK;
 }

@@ -4,7 +4,14 @@
  * still valid JSON: nesting stops at NX_JSON_MAX_DEPTH, whitespace runs at NX_JSON_MAX_WS bytes
  * (so a model cannot pad forever), \u escapes of surrogates and of U+0000 are refused (raw UTF-8
  * carries every character; strict parsers such as jansson reject lone surrogates and NUL), and
- * nothing precedes the opening brace or follows the closing one. */
+ * nothing precedes the opening brace or follows the closing one.
+ *
+ * With a schema (nx_json_schema_new: a subset of JSON Schema, the one OpenAI's structured outputs
+ * take) the automaton also tracks, per open container, the schema node it must match: a value's
+ * first byte must start one of its types, an enum is matched literal by literal, keys are
+ * matched against the properties in their listed order (an optional one may be skipped, a
+ * required one may not), '}' waits for the required properties, and arrays keep their item
+ * schema and their minItems / maxItems. */
 #ifndef NX_DECODE_JSON_GRAMMAR_H
 #define NX_DECODE_JSON_GRAMMAR_H
 
@@ -15,10 +22,18 @@
 #include "nextn.h"
 
 #define NX_JSON_MAX_DEPTH 32
+#define NX_JSON_MAX_PROPS 64 /* properties of one object schema, and literals of one enum */
 #define NX_JSON_MAX_WS 16
 
 typedef struct nx_json_state {
+    const nx_json_schema *schema;     /* NULL: any object */
     uint8_t stack[NX_JSON_MAX_DEPTH]; /* open containers: 'o' object, 'a' array */
+    int16_t node[NX_JSON_MAX_DEPTH];  /* each container's schema node (-1: unconstrained) */
+    uint8_t next[NX_JSON_MAX_DEPTH];  /* object: the first property still allowed; array: items */
+    int16_t vnode;                    /* the schema node of the value that starts next */
+    bool integer;                     /* the number being read must be an integer */
+    uint16_t cpos;                    /* key or enum literal: bytes matched so far */
+    uint64_t cand;                    /* key: candidate properties; enum: candidate literals */
     uint8_t depth;
     uint8_t mode;   /* what the next byte may be (json_grammar.c) */
     uint8_t sub;    /* the step inside a string, number or literal */
@@ -29,8 +44,9 @@ typedef struct nx_json_state {
     uint16_t u;     /* \u escape: the value so far */
 } nx_json_state;
 
-/* The state before any output. */
+/* The state before any output (schema NULL: any JSON object). */
 void nx_json_init(nx_json_state *s);
+void nx_json_init_schema(nx_json_state *s, const nx_json_schema *schema);
 /* Feeds one byte; false (and the state is dead) if no valid JSON object starts with the bytes fed. */
 bool nx_json_step(nx_json_state *s, uint8_t c);
 /* Feeds n bytes; false as soon as one is refused. */

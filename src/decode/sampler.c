@@ -182,7 +182,7 @@ nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_samp
     }
     if (p->json) {
         if (!(s->allow = malloc(v))) goto nomem;
-        nx_json_init(&s->js);
+        nx_json_init_schema(&s->js, s->p.json_schema);
         s->js_on = !p->json_wait;
     }
     *out = s;
@@ -302,7 +302,7 @@ void nx_sampler_rewind(nx_sampler *s, size_t n) {
         if (sampler_valid_id(s, id)) s->counts[id]--;
     }
     if (s->p.json) { /* replay what is left */
-        nx_json_init(&s->js);
+        nx_json_init_schema(&s->js, s->p.json_schema);
         s->js_on = !s->p.json_wait;
         for (size_t i = 0; i < s->n_gen; i++) json_advance(s, &s->js, &s->js_on, s->gen[i]);
     }

@@ -768,10 +768,23 @@ static nx_status parse_common(json_t *root, const nx_oai_limits *lim, nx_oai_req
         if (!json_is_string(t))
             return bad_value(e, "response_format", "invalid_value", "response_format.type must be a string.");
         if (strcmp(json_string_value(t), "json_object") == 0) r->json_object = true;
-        else if (strcmp(json_string_value(t), "json_schema") == 0)
-            return bad_value(e, "response_format", "unsupported_value",
-                             "json_schema is not supported; {\"type\": \"json_object\"} constrains the answer "
-                             "to one JSON object.");
+        else if (strcmp(json_string_value(t), "json_schema") == 0) {
+            json_t *js = json_object_get(rf, "json_schema");
+            json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+            if (!schema)
+                return bad_value(e, "response_format", "invalid_value",
+                                 "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}.");
+            char *text = json_dumps(schema, JSON_ENCODE_ANY | JSON_COMPACT);
+            nx_error err = {0};
+            nx_status cs = text ? nx_json_schema_new(text, strlen(text), &r->json_schema, &err) : NX_E_NOMEM;
+            free(text);
+            if (cs == NX_E_NOMEM) {
+                nx_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+                return NX_E_NOMEM;
+            }
+            if (cs != NX_OK) return bad_value(e, "response_format", "unsupported_value", "%s.", err.msg);
+            r->json_object = true;
+        }
         else if (strcmp(json_string_value(t), "text") != 0)
             return bad_value(e, "response_format", "invalid_value",
                              "response_format.type must be \"text\" or \"json_object\".");
@@ -877,6 +890,7 @@ void nx_oai_request_free(nx_oai_request *r) {
     free(r->stop);
     free(r->logit_bias);
     free(r->stop_token_ids);
+    nx_json_schema_free(r->json_schema);
     memset(r, 0, sizeof *r);
 }
 

@@ -89,7 +89,8 @@ typedef struct nx_oai_request {
     nx_verify verify; /* valid when has_verify */
     bool has_verify;
     bool ignore_eos;
-    bool json_object; /* response_format {"type": "json_object"}: the answer is one JSON object */
+    bool json_object; /* response_format json_object (or json_schema): the answer is one JSON object */
+    nx_json_schema *json_schema; /* response_format json_schema: the object matches it (owned) */
     int32_t min_tokens;       /* vLLM's: end and stop tokens are masked before this many tokens */
     int32_t *stop_token_ids;  /* vLLM's: tokens that end the answer (not included in it) */
     size_t n_stop_token_ids;

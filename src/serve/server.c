@@ -415,6 +415,7 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     p.sampling = j->req.sampling;
     if (j->req.json_object) {
         p.sampling.json = s->json_vocab;
+        p.sampling.json_schema = j->req.json_schema;
         /* a prompt that opens the reasoning: the object follows its end */
         const int32_t last = j->n_ids[i] ? j->ids[i][j->n_ids[i] - 1] : -1;
         if (last >= 0 && last == s->hy.id[NX_HY_THINK_OPEN] && s->hy.id[NX_HY_THINK_CLOSE] >= 0)

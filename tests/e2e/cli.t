@@ -136,6 +136,24 @@ for seed in range(4):
                 ok = False
         t.ok(ok, f"--json-object seed {seed} {extra}: a JSON object (or its start, cut by -n)", out)
 t.ok(finished >= 2, f"--json-object: {finished} of 8 runs closed their object and ended")
+# --json-schema: the object matches the schema (checked here field by field), or the run names the
+# unsupported keyword
+SCHEMA = json.dumps({"type": "object", "properties": {"kind": {"enum": ["river", "lake"]}, "deep": {"type": "boolean"},
+                                                      "n": {"type": "integer"}}, "required": ["kind", "deep"]})
+for seed in range(3):
+    r = nextn("run", "-m", DEFAULT, "-p", "JSON:", "-n", "400", "--temp", "0.7", "--seed", str(seed), "--quiet",
+              "--json-schema", SCHEMA, "--draft", "2")
+    out = r.stdout.rstrip("\n")
+    try:
+        v = json.loads(out[: -len(EOS)]) if out.endswith(EOS) else None
+    except ValueError:
+        v = None
+    matches = isinstance(v, dict) and v.get("kind") in ("river", "lake") and isinstance(v.get("deep"), bool) and \
+        set(v) <= {"kind", "deep", "n"} and (type(v.get("n", 0)) is int)
+    t.ok(matches, f"--json-schema seed {seed}: an object matching the schema", out)
+expect_error("json schema with an unsupported keyword",
+             ["run", "-m", DEFAULT, "-p", "x", "--json-schema", '{"type":"object","properties":{"a":{"oneOf":[]}}}'],
+             "--json-schema: JSON schema at #/properties/a: the keyword 'oneOf' is not supported")
 expect_error("json object without a tokenizer", ["run", "-m", good, "--prompt-tokens", "1,2", "--json-object"],
              "--json-object: JSON mode needs the model's tokenizer.json")
 expect_error("logit bias: no sign", ["run", "-m", good, "--prompt-tokens", "1,2", "--logit-bias", "7=1"],

@@ -200,9 +200,30 @@ async function main() {
       if (c.finish_reason) jf[c.index] = c.finish_reason;
     }
   ok(jt.every((t, i) => t.startsWith('{') && (jf[i] !== 'stop' || parses(t))), 'json_object stream: objects', jt);
+  // json_schema (the structured-outputs subset): the finished answers of 8 validate against the
+  // schema with ajv (an independent JSON Schema validator), every answer starts with the first
+  // required key, and the unconstrained answers do not validate; a keyword outside the subset
+  // is a 400 naming it
+  const Ajv = require('ajv');
+  // (no free-text strings: the default model rambles inside them, and the check needs finished answers)
+  const schema = { type: 'object', properties: { kind: { enum: ['river', 'lake', null] }, deep: { type: 'boolean' },
+    depth: { type: 'integer' }, tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
+    note: { type: 'null' } }, required: ['kind', 'deep', 'depth'], additionalProperties: false };
+  const check = new Ajv().compile(schema);
+  const sr = await client.chat.completions.create({ ...jreq, max_tokens: 400,
+    response_format: { type: 'json_schema', json_schema: { name: 'place', schema, strict: true } } });
+  const sdone = sr.choices.filter((c) => c.finish_reason === 'stop');
+  ok(sdone.length >= 1 && sdone.every((c) => { try { return check(JSON.parse(c.message.content)); } catch (e) { return false; } }),
+     `json_schema: the ${sdone.length} finished answers of 8 validate (ajv)`, sr.choices.map((c) => c.message.content));
+  ok(sr.choices.every((c) => /^\{\s*"kind"/.test(c.message.content)), 'json_schema: every answer opens with the first key');
+  ok(free.choices.every((c) => { try { return !check(JSON.parse(c.message.content)); } catch (e) { return true; } }),
+     'without response_format: no answer validates');
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
-    json_schema: { name: 'x', schema: {} } } }), 400, OpenAI.BadRequestError, 'json_schema: 400',
-                    (e) => e.param === 'response_format');
+    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^a' } } } } } }),
+                    400, OpenAI.BadRequestError, 'json_schema with pattern: 400 naming the keyword',
+                    (e) => e.param === 'response_format' && /'pattern'/.test(e.message) && /#\/properties\/a/.test(e.message));
+  await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema' } }),
+                    400, OpenAI.BadRequestError, 'json_schema without a schema: 400', (e) => e.param === 'response_format');
 
   // n: several choices per prompt. A seeded request's choice k uses seed + k, so choice 0 is the
   // n = 1 answer (with a fixed draft length: --draft auto's choices follow measured timings, and

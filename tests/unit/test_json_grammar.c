@@ -335,11 +335,200 @@ static void test_mask_cache(void **state) {
     nx_json_vocab_free(v);
 }
 
+/* ---------------------------------------------------------------- schemas */
+
+static const char *const SCHEMA =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"maxItems\":3},"
+    "\"kind\":{\"enum\":[\"a\",\"bc\",null,true]},\"extra\":{\"type\":\"object\"},"
+    "\"score\":{\"type\":[\"number\",\"null\"],\"description\":\"ignored\"},"
+    "\"pts\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\"},"
+    "\"y\":{\"type\":\"boolean\"}},\"required\":[\"y\"]},\"minItems\":1}},"
+    "\"required\":[\"name\",\"age\"],\"additionalProperties\":false}";
+
+static nx_json_schema *schema_of(const char *text) {
+    nx_json_schema *sc = NULL;
+    nx_error err = {0};
+    if (nx_json_schema_new(text, strlen(text), &sc, &err) != NX_OK) fprintf(stderr, "schema: %s\n", err.msg);
+    assert_non_null(sc);
+    return sc;
+}
+
+static bool schema_accepts(const nx_json_schema *sc, const char *doc) {
+    nx_json_state s;
+    nx_json_init_schema(&s, sc);
+    return nx_json_feed(&s, (const uint8_t *)doc, strlen(doc)) && nx_json_complete(&s);
+}
+
+/* An independent check of a parsed value against the schema's JSON (the subset's meaning, per
+ * value, as a validator reads it; nothing shared with the automaton). */
+static bool valid(json_t *sc, json_t *v) {
+    if (json_is_true(sc)) return true;
+    json_t *en = json_object_get(sc, "enum"), *cn = json_object_get(sc, "const");
+    if (cn && !json_equal(cn, v)) return false;
+    if (en) {
+        bool any = false;
+        for (size_t i = 0; i < json_array_size(en); i++) any |= json_equal(json_array_get(en, i), v);
+        if (!any) return false;
+    }
+    json_t *type = json_object_get(sc, "type");
+    if (type) {
+        bool ok = false;
+        for (size_t i = 0; i < (json_is_array(type) ? json_array_size(type) : 1); i++) {
+            const char *t = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
+            ok |= (!strcmp(t, "object") && json_is_object(v)) || (!strcmp(t, "array") && json_is_array(v)) ||
+                  (!strcmp(t, "string") && json_is_string(v)) || (!strcmp(t, "integer") && json_is_integer(v)) ||
+                  (!strcmp(t, "number") && json_is_number(v)) || (!strcmp(t, "boolean") && json_is_boolean(v)) ||
+                  (!strcmp(t, "null") && json_is_null(v));
+        }
+        if (!ok) return false;
+    }
+    json_t *props = json_object_get(sc, "properties");
+    if (json_is_object(v) && props) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            json_t *ps = json_object_get(props, k);
+            if (!ps || !valid(ps, x)) return false;
+        }
+        json_t *req = json_object_get(sc, "required");
+        for (size_t i = 0; i < json_array_size(req); i++)
+            if (!json_object_get(v, json_string_value(json_array_get(req, i)))) return false;
+    }
+    if (json_is_array(v)) {
+        json_t *items = json_object_get(sc, "items"), *mn = json_object_get(sc, "minItems"),
+               *mx = json_object_get(sc, "maxItems");
+        if (mn && json_array_size(v) < (size_t)json_integer_value(mn)) return false;
+        if (mx && json_array_size(v) > (size_t)json_integer_value(mx)) return false;
+        for (size_t i = 0; items && i < json_array_size(v); i++)
+            if (!valid(items, json_array_get(v, i))) return false;
+    }
+    return true;
+}
+
+static void test_schema_examples(void **state) {
+    (void)state;
+    nx_json_schema *sc = schema_of(SCHEMA);
+    static const char *const good[] = {
+        "{\"name\":\"x\",\"age\":3}",
+        "{\"name\":\"\", \"age\":-0, \"score\":1.5e3}",
+        "{\"name\":\"x\",\"age\":-3,\"tags\":[],\"kind\":\"bc\",\"extra\":{\"q\":[1,{}]},\"score\":null}",
+        "{\"name\":\"x\",\"age\":1,\"tags\":[\"a\",\"b\",\"c\"],\"kind\":null,\"pts\":[{\"y\":true},{\"x\":2,\"y\":false}]}",
+        "{\"name\":\"x\",\"age\":1,\"kind\":true}",
+    };
+    static const char *const bad[] = {
+        "{\"age\":3,\"name\":\"x\"}",                      /* out of the listed order */
+        "{\"name\":\"x\"}",                                 /* a required key missing */
+        "{}",
+        "{\"name\":\"x\",\"age\":3.5}",                     /* not an integer */
+        "{\"name\":\"x\",\"age\":1e3}",
+        "{\"name\":\"x\",\"age\":1,\"tags\":[\"a\",\"b\",\"c\",\"d\"]}", /* maxItems */
+        "{\"name\":\"x\",\"age\":1,\"tags\":[1]}",
+        "{\"name\":\"x\",\"age\":1,\"kind\":\"b\"}",        /* not in the enum */
+        "{\"name\":\"x\",\"age\":1,\"kind\":false}",
+        "{\"name\":\"x\",\"age\":1,\"other\":1}",           /* an unlisted key */
+        "{\"name\":1,\"age\":1}",
+        "{\"name\":\"x\",\"age\":1,\"score\":\"1\"}",
+        "{\"name\":\"x\",\"age\":1,\"pts\":[]}",            /* minItems */
+        "{\"name\":\"x\",\"age\":1,\"pts\":[{\"x\":1}]}",   /* y required */
+        "{\"name\":\"x\",\"age\":1,\"name\":\"y\"}",        /* a key twice */
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        if (!schema_accepts(sc, good[i])) fprintf(stderr, "refused: %s\n", good[i]);
+        assert_true(schema_accepts(sc, good[i]));
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (schema_accepts(sc, bad[i])) fprintf(stderr, "accepted: %s\n", bad[i]);
+        assert_false(schema_accepts(sc, bad[i]));
+    }
+    nx_json_schema_free(sc);
+}
+
+static void test_schema_errors(void **state) {
+    (void)state;
+    static const char *const cases[][2] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[]}}}", "#/properties/a: the keyword 'anyOf'"},
+        {"{\"type\":\"object\",\"additionalProperties\":true}", "additionalProperties must be false"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "required names a property"},
+        {"{\"type\":\"array\"}", "the root must be an object"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[1,2]}}}", "#/properties/a: enum and const values"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"items\":[{}]}}}", "tuples are not supported"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"minItems\":300}}}", "[0, 255]"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}", "'pattern'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\\\"b\":{}}}", "quotes"},
+        {"{\"type\":\"text\"}", "type must be"},
+        {"[1]", "must be an object"},
+        {"{not json", "not JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        nx_json_schema *sc = NULL;
+        nx_error err = {0};
+        assert_int_equal(nx_json_schema_new(cases[i][0], strlen(cases[i][0]), &sc, &err), NX_E_ARG);
+        if (!strstr(err.msg, cases[i][1])) fprintf(stderr, "%s -> %s\n", cases[i][0], err.msg);
+        assert_non_null(strstr(err.msg, cases[i][1]));
+        assert_null(sc);
+    }
+}
+
+/* Random walks under the schema (any byte the automaton allows, closing more often as the text
+ * grows): every completed document is valid for the independent check, and they cover the
+ * optional keys, the enum and the arrays. */
+static void test_schema_walks(void **state) {
+    (void)state;
+    nx_json_schema *sc = schema_of(SCHEMA);
+    json_t *sj = json_loads(SCHEMA, 0, NULL);
+    int completed = 0, with_pts = 0, with_kind = 0;
+    for (int walk = 0; walk < 3000; walk++) {
+        char doc[800];
+        size_t len = 0;
+        nx_json_state s;
+        nx_json_init_schema(&s, sc);
+        while (!nx_json_complete(&s) && len < sizeof doc) {
+            uint8_t ok[256];
+            int n_ok = 0;
+            for (int c = 0; c < 256; c++) {
+                nx_json_state t = s;
+                if (nx_json_step(&t, (uint8_t)c)) ok[n_ok++] = (uint8_t)c;
+            }
+            assert_true(n_ok > 0);
+            uint8_t c = ok[rnd((uint32_t)n_ok)];
+            if (len > 30 && rnd(3)) /* past a length, prefer the bytes that end things */
+                for (int i = 0; i < n_ok; i++)
+                    if (ok[i] == '"' || ok[i] == '}' || ok[i] == ']' || ok[i] == 'n' || ok[i] == 't') {
+                        c = ok[i];
+                        break;
+                    }
+            assert_true(nx_json_step(&s, c));
+            doc[len++] = (char)c;
+        }
+        if (!nx_json_complete(&s)) continue;
+        completed++;
+        json_error_t e;
+        json_t *v = json_loadb(doc, len, JSON_DECODE_INT_AS_REAL * 0, &e);
+        if (!v && strstr(e.text, "overflow")) continue;
+        if (!v || !valid(sj, v)) fprintf(stderr, "invalid: %.*s\n", (int)len, doc);
+        assert_non_null(v);
+        assert_true(valid(sj, v));
+        with_pts += json_object_get(v, "pts") != NULL;
+        with_kind += json_object_get(v, "kind") != NULL;
+        json_decref(v);
+    }
+    if (!(completed > 500 && with_pts > 5 && with_kind > 5))
+        fprintf(stderr, "completed %d, with pts %d, with kind %d\n", completed, with_pts, with_kind);
+    assert_true(completed > 500 && with_pts > 5 && with_kind > 5);
+    json_decref(sj);
+    nx_json_schema_free(sc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_corpus),       cmocka_unit_test(test_invalid),     cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_random_walks), cmocka_unit_test(test_mask),        cmocka_unit_test(test_sampler_mask),
         cmocka_unit_test(test_mask_cache),
+        cmocka_unit_test(test_schema_examples),
+        cmocka_unit_test(test_schema_errors),
+        cmocka_unit_test(test_schema_walks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -179,6 +179,15 @@ static void test_chat_speculative_auto_and_nulls(void **state) {
                            &r, &e),
                      NX_OK);
     assert_true(r.json_object);
+    assert_null(r.json_schema);
+    nx_oai_request_free(&r);
+    assert_int_equal(parse(NX_OAI_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+                           "\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"object\"}}}}",
+                           &r, &e),
+                     NX_OK);
+    assert_true(r.json_object);
+    assert_non_null(r.json_schema);
     nx_oai_request_free(&r);
     assert_int_equal(parse(NX_OAI_CHAT,
                            "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
@@ -261,7 +270,11 @@ static void test_request_error_matrix(void **state) {
     expect_400(C, "{\"logit_bias\":{\"5\":100.5}," MSGS "}", "logit_bias", "[-100, 100]");
     expect_400(C, "{\"logit_bias\":{\"5\":\"1\"}," MSGS "}", "logit_bias", "a string");
     expect_400(C, "{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}," MSGS "}", "response_format",
-               "json_schema is not supported");
+               "needs {\"json_schema\"");
+    expect_400(C,
+               "{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
+               "\"properties\":{\"a\":{\"minimum\":1}}}}}," MSGS "}",
+               "response_format", "#/properties/a: the keyword 'minimum' is not supported");
     expect_400(C, "{\"response_format\":{\"type\":\"yaml\"}," MSGS "}", "response_format", "\"json_object\"");
     expect_400(C, "{\"response_format\":{\"type\":7}," MSGS "}", "response_format", "a string");
     expect_400(C, "{\"response_format\":\"json\"," MSGS "}", "response_format", "an object");

@@ -24,7 +24,8 @@ typedef struct cli_opts {
     int32_t probe_k;
     int32_t simulate_from; /* probe */
     bool stats, print_ids, chat, json, quiet;
-    bool json_object; /* run --json-object */
+    bool json_object;        /* run --json-object */
+    const char *json_schema; /* run --json-schema */
     bool temp_set;
     nx_gen_params gen;       /* gen.sampling.logit_bias points into logit_bias */
     nx_logit_bias logit_bias[64]; /* --logit-bias, repeatable */

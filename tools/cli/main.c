@@ -26,6 +26,7 @@ enum {
     OPT_KV_TYPE,
     OPT_LOGIT_BIAS,
     OPT_JSON_OBJECT,
+    OPT_JSON_SCHEMA,
 };
 
 static const struct option long_opts[] = {
@@ -65,6 +66,7 @@ static const struct option long_opts[] = {
     {"mtp-logits", required_argument, 0, OPT_MTP_LOGITS},
     {"json", no_argument, 0, OPT_JSON},
     {"json-object", no_argument, 0, OPT_JSON_OBJECT},
+    {"json-schema", required_argument, 0, OPT_JSON_SCHEMA},
     {"prompt-tokens", required_argument, 0, OPT_PTOKENS},
     {"k", required_argument, 0, OPT_K},
     {"modes", required_argument, 0, OPT_MODES},
@@ -211,6 +213,7 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
         case OPT_MTP_LOGITS: o->mtp_logits_out = optarg; break;
         case OPT_JSON: o->json = true; break;
         case OPT_JSON_OBJECT: o->json_object = true; break;
+        case OPT_JSON_SCHEMA: o->json_schema = optarg, o->json_object = true; break;
         case OPT_PTOKENS: o->prompt_tokens = optarg; break;
         case OPT_K: INT_OPT("--k", 1, NX_MAX_DRAFT, o->probe_k); break;
         case OPT_MODES: o->modes = optarg; break;

@@ -20,6 +20,8 @@ static const char *usage =
     "      --seed S            RNG seed (default 0)\n"
     "      --logit-bias ID+B   add B (in [-100, 100]) to token ID's logit; ID-B subtracts; repeatable\n"
     "      --json-object       the output is one JSON object (the mask of OpenAI's json_object mode)\n"
+    "      --json-schema JSON  the output is one JSON object matching this JSON Schema (the subset of\n"
+    "                          OpenAI's structured outputs; other keywords are refused by name)\n"
     "      --draft auto|N      drafts per cycle: auto (default), 0 = plain decoding, 1..8\n"
     "      --verify residual|match   acceptance rule for sampled decoding (default residual;\n"
     "                          match: seeded output independent of the draft length)\n"
@@ -79,6 +81,7 @@ int cli_run(int argc, char **argv) {
     nx_ctx *ctx = NULL;
     nx_detok *detok = NULL;
     nx_json_vocab *jv = NULL;
+    nx_json_schema *schema = NULL;
     rc = 1;
     if (!cli_prompt_ids(&o, m, &ids, &n_ids)) goto done;
     if (n_ids == 0) {
@@ -100,6 +103,11 @@ int cli_run(int argc, char **argv) {
             goto done;
         }
         o.gen.sampling.json = jv;
+        if (o.json_schema && nx_json_schema_new(o.json_schema, strlen(o.json_schema), &schema, &err) != NX_OK) {
+            fprintf(stderr, "nextn run: --json-schema: %s\n", err.msg);
+            goto done;
+        }
+        o.gen.sampling.json_schema = schema;
     }
     const bool ids_out = o.print_ids || o.n_samples > 1 || !nx_model_tokenizer(m);
     for (int32_t s = 0; s < o.n_samples; s++) {
@@ -138,6 +146,7 @@ int cli_run(int argc, char **argv) {
 done:
     nx_detok_free(detok);
     nx_json_vocab_free(jv);
+    nx_json_schema_free(schema);
     nx_ctx_free(ctx);
     free(ids);
     nx_model_free(m);
