@@ -253,6 +253,8 @@ const nx_tokenizer *nx_model_tokenizer(const nx_model *m);
 /* The chat template from tokenizer_config.json, or NULL. */
 const char *nx_model_chat_template(const nx_model *m);
 bool nx_model_is_eos(const nx_model *m, int32_t id);
+/* The model's end-of-sequence ids (config.json's eos_token_id list): *ids points into the model. */
+size_t nx_model_eos_ids(const nx_model *m, const int32_t **ids);
 /* JSON mode's table for a model: its tokenizer's token bytes, ended by its end-of-sequence ids
  * (an error naming the problem when the model ships no tokenizer). */
 nx_status nx_json_vocab_for_model(const nx_model *m, nx_json_vocab **out, nx_error *err);

@@ -381,13 +381,15 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     nx_sampler_params sp = p->sampling;
     int32_t *ban = NULL;
     if (p->min_tokens > 0 && !(p->ignore_eos && p->n_stop_ids == 0)) {
-        if (!(ban = malloc(sizeof(int32_t) * ((size_t)V + p->n_stop_ids)))) {
+        const int32_t *eos;
+        const size_t n_eos = p->ignore_eos ? 0 : nx_model_eos_ids(m, &eos);
+        if (!(ban = malloc(sizeof(int32_t) * (n_eos + p->n_stop_ids + 1)))) {
             s = nx_fail(err, NX_E_NOMEM, "out of memory");
             goto done;
         }
         size_t nb = 0;
-        for (int32_t id = 0; id < V && !p->ignore_eos; id++)
-            if (nx_model_is_eos(m, id)) ban[nb++] = id;
+        for (size_t i = 0; i < n_eos; i++)
+            if (eos[i] >= 0 && eos[i] < V) ban[nb++] = eos[i];
         for (size_t i = 0; i < p->n_stop_ids; i++)
             if (p->stop_ids[i] >= 0 && p->stop_ids[i] < V) ban[nb++] = p->stop_ids[i];
         sp.ban = ban, sp.n_ban = nb, sp.ban_until = p->min_tokens;

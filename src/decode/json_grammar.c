@@ -469,12 +469,13 @@ nx_status nx_json_vocab_for_model(const nx_model *m, nx_json_vocab **out, nx_err
     *out = NULL;
     const nx_tokenizer *tok = nx_model_tokenizer(m);
     if (!tok) return nx_fail(err, NX_E_ARG, "JSON mode needs the model's tokenizer.json");
-    const int32_t nv = nx_tokenizer_vocab_size(tok);
-    int32_t *ends = malloc(sizeof(int32_t) * (size_t)(nv > 0 ? nv : 1));
+    const int32_t *eos;
+    const size_t n_eos = nx_model_eos_ids(m, &eos);
+    int32_t *ends = malloc(sizeof(int32_t) * (n_eos + 1));
     if (!ends) return nx_fail(err, NX_E_NOMEM, "out of memory");
     size_t n_end = 0;
-    for (int32_t id = 0; id < nv; id++)
-        if (nx_model_is_eos(m, id)) ends[n_end++] = id;
+    for (size_t i = 0; i < n_eos; i++) /* the tokenizer's ids only (the model's vocabulary may be padded) */
+        if (eos[i] >= 0 && eos[i] < nx_tokenizer_vocab_size(tok)) ends[n_end++] = eos[i];
     nx_status st = nx_json_vocab_new(tok, ends, n_end, out, err);
     free(ends);
     return st;

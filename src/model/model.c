@@ -235,6 +235,11 @@ const nx_model_info *nx_model_get_info(const nx_model *m) { return &m->info; }
 const nx_tokenizer *nx_model_tokenizer(const nx_model *m) { return m->tok; }
 const char *nx_model_chat_template(const nx_model *m) { return m->chat_template; }
 
+size_t nx_model_eos_ids(const nx_model *m, const int32_t **ids) {
+    *ids = m->cfg.eos_ids;
+    return m->cfg.n_eos > 0 ? (size_t)m->cfg.n_eos : 0;
+}
+
 bool nx_model_is_eos(const nx_model *m, int32_t id) {
     for (int32_t i = 0; i < m->cfg.n_eos; i++)
         if (m->cfg.eos_ids[i] == id) return true;
