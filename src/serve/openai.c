@@ -751,10 +751,7 @@ static nx_status parse_common(json_t *root, const nx_oai_limits *lim, nx_oai_req
         if ((st = opt_int(root, "logprobs", 0, 5, &lp, &has, e)) != NX_OK) return st;
         r->logprobs = has;
         r->top_logprobs = (int32_t)lp;
-        bool echo = false;
-        if ((st = opt_bool(root, "echo", &echo, e)) != NX_OK) return st;
-        if (echo)
-            return bad_value(e, "echo", "unsupported_value", "echo=true is not supported.");
+        if ((st = opt_bool(root, "echo", &r->echo, e)) != NX_OK) return st;
         json_t *suffix = field(root, "suffix");
         if (suffix && !(json_is_string(suffix) && json_string_length(suffix) == 0))
             return bad_value(e, "suffix", "unsupported_value", "suffix is not supported.");
@@ -980,9 +977,14 @@ static json_t *completion_logprobs(const nx_oai_meta *m, const nx_oai_choice *c)
         size_t n = token_bytes(m, lp->id, &b);
         json_array_append_new(tokens, jstr(b, n));
         free(b);
-        json_array_append_new(lps, jlogprob(lp->logprob));
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += n;
+        if (lp->none) { /* an echoed prompt's first token */
+            json_array_append_new(lps, json_null());
+            json_array_append_new(tops, json_null());
+            continue;
+        }
+        json_array_append_new(lps, jlogprob(lp->logprob));
         json_t *top = json_object();
         for (int32_t t = 0; t < lp->n_top && t < NX_OAI_MAX_TOP_LOGPROBS; t++) {
             n = token_bytes(m, lp->top_id[t], &b);

@@ -89,6 +89,7 @@ typedef struct nx_oai_request {
     nx_verify verify; /* valid when has_verify */
     bool has_verify;
     bool ignore_eos;
+    bool echo;        /* completions: the prompt comes back before the completion */
     bool json_object; /* response_format json_object (or json_schema): the answer is one JSON object */
     nx_json_schema *json_schema; /* response_format json_schema: the object matches it (owned) */
     int32_t min_tokens;       /* vLLM's: end and stop tokens are masked before this many tokens */
@@ -110,6 +111,7 @@ void nx_oai_request_free(nx_oai_request *r);
 /* One sampled token with its log-probability and the most likely alternatives, all under the
  * processed distribution the token was drawn from. */
 typedef struct nx_oai_logprob {
+    bool none; /* no log-probability (an echoed prompt's first token): null */
     int32_t id;
     float logprob;
     int32_t n_top;

@@ -321,6 +321,73 @@ static void record_logprob(gen_state *g, int32_t id, const float *probs) {
     for (int32_t t = 0; t < n; t++) e->top_logprob[t] = logf(top[t]);
 }
 
+/* A prompt token's entry under the model's raw distribution (log-softmax of `logits`, no
+ * sampling settings), with the top_logprobs most likely tokens (ties: lower id first). */
+static void record_prompt_logprob(gen_state *g, int32_t id, const float *logits, int32_t V) {
+    choice_out *o = g->out;
+    if (o->n_lp == o->cap_lp) {
+        size_t cap = o->cap_lp ? o->cap_lp * 2 : 16;
+        nx_oai_logprob *lp = realloc(o->lp, cap * sizeof *lp);
+        if (!lp) return;
+        o->lp = lp;
+        o->cap_lp = cap;
+    }
+    nx_oai_logprob *e = &o->lp[o->n_lp++];
+    memset(e, 0, sizeof *e);
+    e->id = id;
+    float mx = -INFINITY;
+    for (int32_t v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+    double z = 0.0;
+    for (int32_t v = 0; v < V; v++) z += exp((double)logits[v] - (double)mx);
+    const double lse = (double)mx + log(z);
+    e->logprob = (float)((double)logits[id] - lse);
+    const int32_t k = g->j->req.top_logprobs;
+    float top[NX_OAI_MAX_TOP_LOGPROBS];
+    int32_t n = 0;
+    for (int32_t v = 0; v < V && k > 0; v++) {
+        const float x = logits[v];
+        if (n == k && x <= top[k - 1]) continue;
+        int32_t pos = n < k ? n++ : k - 1;
+        while (pos > 0 && top[pos - 1] < x) {
+            top[pos] = top[pos - 1];
+            e->top_id[pos] = e->top_id[pos - 1];
+            pos--;
+        }
+        top[pos] = x;
+        e->top_id[pos] = v;
+    }
+    e->n_top = n;
+    for (int32_t t = 0; t < n; t++) e->top_logprob[t] = (float)((double)top[t] - lse);
+}
+
+/* Completions echo: the prompt's text before the completion's, and with logprobs each prompt
+ * token's log-probability given the ones before it (the first has none), from one teacher-forced
+ * pass over the prompt; the generation then keeps those rows (prefix reuse). */
+static nx_status echo_prompt(nx_server *s, gen_state *g, const int32_t *ids, size_t n, nx_error *err) {
+    job *j = g->j;
+    char *text = NULL;
+    nx_status st = nx_tokenizer_decode(s->tok, ids, n, false, &text, err);
+    if (st != NX_OK) return st;
+    nx_strbuf_puts(j->req.stream ? &g->released : &g->out->text, text);
+    free(text);
+    if (!j->req.logprobs || n == 0) return NX_OK;
+    const int32_t V = s->info->vocab_size, chunk = 32;
+    float *logits = malloc(sizeof(float) * (size_t)V * (size_t)chunk);
+    if (!logits) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    const size_t first = g->out->n_lp;
+    record_logprob(g, ids[0], NULL);
+    if (g->out->n_lp > first) g->out->lp[first].none = true;
+    nx_ctx_truncate(s->ctx, 0);
+    for (size_t done = 0; done < n && st == NX_OK; done += chunk) {
+        const int32_t T = n - done < (size_t)chunk ? (int32_t)(n - done) : chunk;
+        st = nx_ctx_eval(s->ctx, ids + done, T, (int32_t)done, logits, err);
+        for (int32_t r = 0; st == NX_OK && r < T && done + (size_t)r + 1 < n; r++)
+            record_prompt_logprob(g, ids[done + (size_t)r + 1], logits + (size_t)r * (size_t)V, V);
+    }
+    free(logits);
+    return st;
+}
+
 static int on_token(void *user, int32_t id, const float *probs) {
     gen_state *g = user;
     job *j = g->j;
@@ -440,6 +507,10 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
         pthread_mutex_lock(&s->qmu);
         nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
         pthread_mutex_unlock(&s->qmu);
+    }
+    if (j->req.echo) {
+        if ((rc = echo_prompt(s, &g, j->ids[i], j->n_ids[i], err)) != NX_OK) goto done;
+        if (j->req.stream) stream_emit(&g, NULL, NULL);
     }
     rc = nx_generate(s->ctx, j->ids[i], j->n_ids[i], &p, on_token, &g, st, err);
     if (rc != NX_OK || atomic_load(&j->cancel) != CANCEL_NONE) goto done;

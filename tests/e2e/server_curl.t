@@ -12,7 +12,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serverlib import Server, curl, long_context_model, metric, skip_all_unless_ready  # noqa: E402
-from tap import Tap  # noqa: E402
+from tap import Tap, nextn  # noqa: E402
 
 skip_all_unless_ready()
 t = Tap()
@@ -191,6 +191,44 @@ t.ok(s2["drafted"] > 0 and s2["verify"] == "match" and 0 <= s2["accepted"] <= s2
      abs(s2["acceptance_rate"] - s2["accepted"] / s2["drafted"]) < 1e-9,
      "speculative.draft 2 drafts and reports acceptance", s2)
 t.ok(r.json()["choices"][0]["text"] == base_text, "greedy text is the same with draft 2")
+
+# ---------------------------------------------------------------- echo
+# Completions echo (lm-eval's loglikelihood requests: echo + logprobs): the text is the prompt
+# then the completion; each prompt token after the first has the log-softmax of the model's
+# logits at the position before it, here checked against `nextn eval`'s logits (itself checked
+# against the reference forward by parity.t), and the top alternatives are the largest logits
+import numpy  # noqa: E402
+from serverlib import MODEL  # noqa: E402
+
+EPROMPT = "The river flows into the sea"
+r = curl(B + "/v1/completions", body={"prompt": EPROMPT, "max_tokens": 4, "temperature": 0})
+plain_text = r.json()["choices"][0]["text"] if r.status == 200 else None
+r = curl(B + "/v1/completions", body={"prompt": EPROMPT, "max_tokens": 4, "temperature": 0, "echo": True,
+                                      "logprobs": 3})
+ch = r.json()["choices"][0] if r.status == 200 else {}
+t.ok(ch.get("text") == EPROMPT + plain_text, "echo: the prompt, then the same completion", r.body[:300])
+ids = [int(x) for x in nextn("tokenize", "-m", MODEL, EPROMPT).stdout.split()]
+lp = ch.get("logprobs") or {}
+npath = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"nextn-echo-{os.getpid()}.npy")
+nextn("eval", "-m", MODEL, "--tokens", ",".join(map(str, ids)), "--logits", npath)
+L = numpy.load(npath).astype(numpy.float64)
+os.unlink(npath)
+ref = L - (L.max(axis=1, keepdims=True) + numpy.log(numpy.exp(L - L.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)))
+tl = lp.get("token_logprobs", [])
+good = len(tl) == len(ids) + 4 and tl[0] is None and lp.get("top_logprobs", [1])[0] is None and \
+    all(abs(tl[p] - ref[p - 1, ids[p]]) < 1e-4 for p in range(1, len(ids)))
+t.ok(good, f"echo logprobs: the {len(ids) - 1} prompt tokens match nextn eval's log-softmax", tl[:len(ids)])
+tops = lp.get("top_logprobs", [])
+good = all(len(tops[p]) >= 2 and
+           all(abs(a - b) < 1e-4 for a, b in zip(sorted(tops[p].values(), reverse=True), sorted(ref[p - 1], reverse=True)))
+           for p in range(1, len(ids)))
+t.ok(good, "echo top_logprobs: the largest logits' log-probabilities", tops[:3])
+t.ok(lp.get("text_offset", [None])[0] == 0 and lp["text_offset"][len(ids)] == len(EPROMPT.encode()),
+     "echo text_offset: the prompt from 0, the completion after it", lp.get("text_offset"))
+s = curl(B + "/v1/completions", body={"prompt": EPROMPT, "max_tokens": 4, "temperature": 0, "echo": True,
+                                      "stream": True})
+text, _, _, _ = stream_text(s, "completion")
+t.ok(text == EPROMPT + plain_text, "echo stream: the prompt, then the completion", text)
 
 # ---------------------------------------------------------------- metrics
 r = curl(B + "/metrics")

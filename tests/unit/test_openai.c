@@ -352,7 +352,7 @@ static void test_completion_prompts(void **state) {
     expect_400(P, "{\"prompt\":[{}]}", "prompt[0]", NULL);
     expect_400(P, "{\"prompt\":\"a\",\"logprobs\":6}", "logprobs", "<= 5");
     expect_400(P, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs", "expected an integer");
-    expect_400(P, "{\"prompt\":\"a\",\"echo\":true}", "echo", "not supported");
+    expect_400(P, "{\"prompt\":\"a\",\"echo\":\"yes\"}", "echo", "a boolean");
     expect_400(P, "{\"prompt\":\"a\",\"best_of\":3}", "best_of", "best_of=1");
     expect_400(P, "{\"prompt\":\"a\",\"suffix\":\"z\"}", "suffix", "not supported");
     expect_400(P, "{\"prompt\":\"a\",\"model\":\"other\"}", "model", "does not exist");
