@@ -1095,13 +1095,14 @@ char *nx_oai_stream_chunk(const nx_oai_meta *m, const nx_oai_choice *c, bool rol
         }
         if (c->reasoning_len > 0)
             json_object_set_new(delta, "reasoning_content", jstr(c->reasoning, c->reasoning_len));
-        if (calls) { /* each call whole, with its index in the list (OpenAI's delta form) */
+        if (calls) { /* OpenAI's delta form: each entry with its call's index (its place in the list
+                      * unless it names one) */
             json_t *arr = json_array();
             size_t k;
             const json_t *tc;
             json_array_foreach(c->tool_calls, k, tc) {
                 json_t *d = json_deep_copy(tc);
-                json_object_set_new(d, "index", json_integer((json_int_t)k));
+                if (!json_object_get(d, "index")) json_object_set_new(d, "index", json_integer((json_int_t)k));
                 json_array_append_new(arr, d);
             }
             json_object_set_new(delta, "tool_calls", arr);

@@ -28,6 +28,8 @@
 
 /* ================================================================ jobs */
 
+#define NX_STREAM_CALLS 32 /* tool calls streamed argument by argument; more arrive whole */
+
 enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
 enum { CANCEL_NONE = 0, CANCEL_CLIENT, CANCEL_TIMEOUT, CANCEL_SHUTDOWN };
 
@@ -249,6 +251,11 @@ typedef struct gen_state {
     nx_strbuf released;
     nx_hy_split split;           /* chat: where each token's text goes */
     nx_strbuf released_reasoning; /* streaming: reasoning not yet sent */
+    /* streaming tool calls: each call's id (sent with its name), and the argument text sent */
+    size_t n_calls;
+    char call_id[NX_STREAM_CALLS][40];
+    nx_strbuf call_args[NX_STREAM_CALLS];
+    bool call_stuck[NX_STREAM_CALLS]; /* its arguments stopped growing by appending (a key repeated) */
 } gen_state;
 
 static void meta_of(const job *j, nx_oai_meta *m) {
@@ -388,6 +395,51 @@ static nx_status echo_prompt(nx_server *s, gen_state *g, const int32_t *ids, siz
     return st;
 }
 
+/* Streams the tool calls parsed so far as OpenAI's deltas: a call's index, id, type and name
+ * once its name is complete, then its arguments as they grow. The arguments are the compact JSON
+ * of the complete key/value pairs, so until the end everything but the closing brace is a prefix
+ * of the final text; `final` sends the rest. */
+static void stream_tool_deltas(nx_server *s, gen_state *g, const json_t *calls, bool final) {
+    json_t *arr = json_array();
+    size_t k;
+    const json_t *c;
+    json_array_foreach(calls, k, c) {
+        const json_t *fn = json_object_get(c, "function");
+        const char *name = json_string_value(json_object_get(fn, "name")),
+                   *args = json_string_value(json_object_get(fn, "arguments"));
+        if (!arr || !name || !args || k >= NX_STREAM_CALLS || k > g->n_calls) break;
+        if (k == g->n_calls) {
+            snprintf(g->call_id[k], sizeof g->call_id[k], "call_%016llx", (unsigned long long)next_random(s));
+            g->n_calls++;
+            json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:{s:s, s:s}}", "index", (json_int_t)k, "id",
+                                                 g->call_id[k], "type", "function", "function", "name", name,
+                                                 "arguments", ""));
+        }
+        nx_strbuf *sent = &g->call_args[k];
+        const size_t len = strlen(args), ready = final || len == 0 ? len : len - 1; /* less the '}' */
+        if (g->call_stuck[k] || ready <= sent->len) continue;
+        if (sent->len && memcmp(args, sent->data, sent->len) != 0) {
+            g->call_stuck[k] = true;
+            continue;
+        }
+        json_array_append_new(arr, json_pack("{s:I, s:{s:s%}}", "index", (json_int_t)k, "function", "arguments",
+                                             args + sent->len, ready - sent->len));
+        nx_strbuf_append(sent, args + sent->len, ready - sent->len);
+    }
+    if (arr && json_array_size(arr) > 0) stream_emit(g, NULL, arr);
+    json_decref(arr);
+}
+
+/* While a stream is inside the tool-call section: the calls as far as they parse. */
+static void stream_tool_progress(nx_server *s, gen_state *g) {
+    size_t n = 0;
+    char *text = nx_oai_utf8_sanitize(g->out->tools.data, g->out->tools.len, &n);
+    json_t *calls = text ? nx_hy_parse_tool_calls(text, n, &s->hy, g->j->req.tools) : NULL;
+    if (calls) stream_tool_deltas(s, g, calls, false);
+    json_decref(calls);
+    free(text);
+}
+
 static int on_token(void *user, int32_t id, const float *probs) {
     gen_state *g = user;
     job *j = g->j;
@@ -423,6 +475,7 @@ static int on_token(void *user, int32_t id, const float *probs) {
     }
     free(piece);
     if (j->req.stream) stream_emit(g, NULL, NULL);
+    if (j->req.stream && part == NX_HY_TOOLS) stream_tool_progress(s, g);
     return g->stopped_by_string ? 1 : 0;
 }
 
@@ -440,7 +493,8 @@ static void tool_calls_done(nx_server *s, gen_state *g, nx_strbuf *dst) {
         size_t k;
         json_array_foreach(calls, k, c) {
             char id[40];
-            snprintf(id, sizeof id, "call_%016llx", (unsigned long long)next_random(s));
+            if (k < g->n_calls) snprintf(id, sizeof id, "%s", g->call_id[k]); /* as streamed */
+            else snprintf(id, sizeof id, "call_%016llx", (unsigned long long)next_random(s));
             json_array_append_new(with_ids, json_pack("{s:s, s:O, s:O}", "id", id, "type", json_object_get(c, "type"),
                                                       "function", json_object_get(c, "function")));
         }
@@ -531,8 +585,8 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     if (g.out->tools.len > 0) tool_calls_done(s, &g, dst);
     if (j->req.stream) {
         stream_emit(&g, NULL, NULL);
-        /* the calls whole in one chunk, then the finish reason alone, as OpenAI ends a stream */
-        if (g.out->tool_calls) stream_emit(&g, NULL, g.out->tool_calls);
+        /* the calls' remaining argument text, then the finish reason alone, as OpenAI ends a stream */
+        if (g.out->tool_calls) stream_tool_deltas(s, &g, g.out->tool_calls, true);
         stream_emit(&g, g.out->finish, NULL);
     }
 done:
@@ -540,6 +594,7 @@ done:
     nx_stop_free(&g.stop);
     nx_strbuf_free(&g.released);
     nx_strbuf_free(&g.released_reasoning);
+    for (size_t k = 0; k < g.n_calls; k++) nx_strbuf_free(&g.call_args[k]);
     return rc;
 }
 

@@ -6,8 +6,8 @@
 //   <arg_key>days</arg_key><arg_value>3</arg_value></tool_call></tool_calls>
 // with every marker the real special token of the shipped tokenizer (":opensource" suffix).
 // Checked: reasoning_content / content / tool_calls (typed by the request's schema) with
-// finish_reason "tool_calls", streaming and not (the client's own stream accumulator rebuilds
-// the message); no tools offered, or tool_choice "none": no split of the calls; cut short by
+// finish_reason "tool_calls", streaming and not (the calls stream as deltas: id and name first,
+// then the arguments pair by pair; the client's own stream accumulator rebuilds the message); no tools offered, or tool_choice "none": no split of the calls; cut short by
 // max_tokens: "length"; tool_choice "required" or a named function opens the call in the
 // prompt; --reasoning-format none leaves the reasoning in the content.
 'use strict';
@@ -66,12 +66,17 @@ async function main() {
 
   // streaming: the client's accumulator rebuilds the same message
   const stream = client.chat.completions.stream({ ...base, tools: TOOLS });
-  let reasoning = '', chunks = 0, lastFinish = null, callChunks = 0;
+  let reasoning = '', chunks = 0, lastFinish = null, callChunks = 0, firstCall = null;
+  const argParts = [];
   stream.on('chunk', (ch) => {
     chunks++;
     for (const x of ch.choices) {
       reasoning += x.delta.reasoning_content || '';
       if (x.delta.tool_calls) callChunks++;
+      for (const tc of x.delta.tool_calls || []) {
+        if (!firstCall) firstCall = tc;
+        if (tc.function && tc.function.arguments !== undefined) argParts.push(tc.function.arguments);
+      }
       if (x.finish_reason) lastFinish = x.finish_reason;
     }
   });
@@ -81,7 +86,13 @@ async function main() {
   is(lastFinish, 'tool_calls', 'stream: the last chunk carries it');
   is(fm.content, 'Sure', 'stream: content');
   is(reasoning, 'Hmm', 'stream: reasoning_content deltas');
-  ok(callChunks === 1 && fm.tool_calls && fm.tool_calls.length === 1, 'stream: the call in one chunk', fm.tool_calls);
+  // the call streams as OpenAI's deltas: its id and name once the name is complete, the
+  // arguments as each key/value pair completes, the closing brace at the end
+  ok(callChunks === 3 && fm.tool_calls && fm.tool_calls.length === 1, `stream: the call in ${callChunks} chunks`,
+     fm.tool_calls);
+  is(JSON.stringify(argParts), JSON.stringify(['', '{', '"days":3', '}']), 'stream: the argument fragments in order');
+  ok(firstCall && firstCall.id === fm.tool_calls[0].id && firstCall.function.name === 'get_weather' &&
+     firstCall.type === 'function', 'stream: the first delta names the call, with the id it keeps', firstCall);
   is(fm.tool_calls[0].function.name, 'get_weather', 'stream: function name');
   is(fm.tool_calls[0].function.arguments, '{"days":3}', 'stream: arguments');
   ok(/^call_[0-9a-f]{16}$/.test(fm.tool_calls[0].id), 'stream: call id', fm.tool_calls[0].id);
