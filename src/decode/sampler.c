@@ -9,6 +9,9 @@
  *      logit > 0 ? logit / r : logit * r. Then presence and frequency (OpenAI rule) over generated
  *      tokens only: logit -= frequency * count + presence * [count > 0]. The `extra` tokens of a
  *      call count as generated for that call only (the drafts that precede a verify row).
+ *      Then the masks set logits to -inf: the ban list (min_tokens' end tokens) while fewer than
+ *      ban_until tokens are generated, and JSON mode's (the tokens that cannot continue the text
+ *      into one JSON object, or one matching the schema).
  *   2. Temperature. 0 means greedy: a one-hot at the argmax of the penalised logits, lowest id on
  *      ties; the filters below do not apply to it.
  *   3. Top-k: the k largest penalised logits; ties at the boundary go to the lower id.
@@ -28,11 +31,11 @@
 #include "base/error.h"
 #include "decode/json_grammar.h"
 #include "decode/rng.h"
-
-#define NX_JSON_CACHE 8
 #include "decode/spec_rules.h"
 
 #include <math.h>
+
+#define NX_JSON_CACHE 8 /* JSON mode: masks of recent recogniser states kept */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
