@@ -293,28 +293,30 @@ static void stream_emit(gen_state *g, const char *finish, const json_t *calls) {
     nx_strbuf_consume(&g->released_reasoning, g->released_reasoning.len);
 }
 
-static void record_logprob(gen_state *g, int32_t id, const float *probs) {
+/* A new zeroed logprob entry for the choice, or NULL when memory is short (the entry is then
+ * left out). */
+static nx_oai_logprob *lp_append(gen_state *g, int32_t id) {
     choice_out *o = g->out;
     if (o->n_lp == o->cap_lp) {
         size_t cap = o->cap_lp ? o->cap_lp * 2 : 16;
         nx_oai_logprob *lp = realloc(o->lp, cap * sizeof *lp);
-        if (!lp) return;
+        if (!lp) return NULL;
         o->lp = lp;
         o->cap_lp = cap;
     }
     nx_oai_logprob *e = &o->lp[o->n_lp++];
     memset(e, 0, sizeof *e);
     e->id = id;
-    e->logprob = probs ? logf(probs[id]) : 0.0f;
-    int32_t k = g->j->req.top_logprobs, V = g->j->srv->info->vocab_size;
-    if (!probs || k <= 0) return;
-    /* insertion into a small sorted list (k <= 20), one pass over the vocabulary; ties keep
-     * the lower id first */
-    float top[NX_OAI_MAX_TOP_LOGPROBS];
+    return e;
+}
+
+/* The k (<= 20) largest scores of x[0..V) into top[] and e->top_id (insertion into a small sorted
+ * list, one pass; ties keep the lower id first; scores <= floor are skipped). Returns how many. */
+static int32_t top_scores(const float *x, int32_t V, int32_t k, float floor, float *top, nx_oai_logprob *e) {
     int32_t n = 0;
-    for (int32_t v = 0; v < V; v++) {
-        float p = probs[v];
-        if (p <= 0 || (n == k && p <= top[k - 1])) continue;
+    for (int32_t v = 0; v < V && k > 0; v++) {
+        const float p = x[v];
+        if (p <= floor || (n == k && p <= top[k - 1])) continue;
         int32_t pos = n < k ? n++ : k - 1;
         while (pos > 0 && top[pos - 1] < p) {
             top[pos] = top[pos - 1];
@@ -324,46 +326,34 @@ static void record_logprob(gen_state *g, int32_t id, const float *probs) {
         top[pos] = p;
         e->top_id[pos] = v;
     }
-    e->n_top = n;
+    return e->n_top = n;
+}
+
+/* A generated token's entry: its log-probability under the processed distribution `probs` (the
+ * one it was drawn from), with the top_logprobs most likely tokens. */
+static void record_logprob(gen_state *g, int32_t id, const float *probs) {
+    nx_oai_logprob *e = lp_append(g, id);
+    if (!e) return;
+    e->logprob = probs ? logf(probs[id]) : 0.0f;
+    if (!probs) return;
+    float top[NX_OAI_MAX_TOP_LOGPROBS];
+    const int32_t n = top_scores(probs, g->j->srv->info->vocab_size, g->j->req.top_logprobs, 0.0f, top, e);
     for (int32_t t = 0; t < n; t++) e->top_logprob[t] = logf(top[t]);
 }
 
 /* A prompt token's entry under the model's raw distribution (log-softmax of `logits`, no
- * sampling settings), with the top_logprobs most likely tokens (ties: lower id first). */
+ * sampling settings), with the top_logprobs most likely tokens. */
 static void record_prompt_logprob(gen_state *g, int32_t id, const float *logits, int32_t V) {
-    choice_out *o = g->out;
-    if (o->n_lp == o->cap_lp) {
-        size_t cap = o->cap_lp ? o->cap_lp * 2 : 16;
-        nx_oai_logprob *lp = realloc(o->lp, cap * sizeof *lp);
-        if (!lp) return;
-        o->lp = lp;
-        o->cap_lp = cap;
-    }
-    nx_oai_logprob *e = &o->lp[o->n_lp++];
-    memset(e, 0, sizeof *e);
-    e->id = id;
+    nx_oai_logprob *e = lp_append(g, id);
+    if (!e) return;
     float mx = -INFINITY;
     for (int32_t v = 0; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
     double z = 0.0;
     for (int32_t v = 0; v < V; v++) z += exp((double)logits[v] - (double)mx);
     const double lse = (double)mx + log(z);
     e->logprob = (float)((double)logits[id] - lse);
-    const int32_t k = g->j->req.top_logprobs;
     float top[NX_OAI_MAX_TOP_LOGPROBS];
-    int32_t n = 0;
-    for (int32_t v = 0; v < V && k > 0; v++) {
-        const float x = logits[v];
-        if (n == k && x <= top[k - 1]) continue;
-        int32_t pos = n < k ? n++ : k - 1;
-        while (pos > 0 && top[pos - 1] < x) {
-            top[pos] = top[pos - 1];
-            e->top_id[pos] = e->top_id[pos - 1];
-            pos--;
-        }
-        top[pos] = x;
-        e->top_id[pos] = v;
-    }
-    e->n_top = n;
+    const int32_t n = top_scores(logits, V, g->j->req.top_logprobs, -INFINITY, top, e);
     for (int32_t t = 0; t < n; t++) e->top_logprob[t] = (float)((double)top[t] - lse);
 }
 
@@ -381,9 +371,8 @@ static nx_status echo_prompt(nx_server *s, gen_state *g, const int32_t *ids, siz
     const int32_t V = s->info->vocab_size, chunk = 32;
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)chunk);
     if (!logits) return nx_fail(err, NX_E_NOMEM, "out of memory");
-    const size_t first = g->out->n_lp;
-    record_logprob(g, ids[0], NULL);
-    if (g->out->n_lp > first) g->out->lp[first].none = true;
+    nx_oai_logprob *e0 = lp_append(g, ids[0]);
+    if (e0) e0->none = true;
     nx_ctx_truncate(s->ctx, 0);
     for (size_t done = 0; done < n && st == NX_OK; done += chunk) {
         const int32_t T = n - done < (size_t)chunk ? (int32_t)(n - done) : chunk;

@@ -157,6 +157,32 @@ static void test_mutations(void **state) {
     assert_true(agree_yes > 1000 && agree_no > 1000); /* both verdicts were exercised */
 }
 
+/* Feeds s random bytes it allows (a live state always allows one) until it completes or cap
+ * bytes are written to doc; past `after` bytes, odds-1 times in odds it takes the first allowed
+ * byte of `prefer` (the bytes that end things) instead. Returns the bytes written. */
+static size_t random_walk(nx_json_state *s, char *doc, size_t cap, size_t after, uint32_t odds, const char *prefer) {
+    size_t len = 0;
+    while (!nx_json_complete(s) && len < cap) {
+        uint8_t ok[256];
+        int n_ok = 0;
+        for (int c = 0; c < 256; c++) {
+            nx_json_state t = *s;
+            if (nx_json_step(&t, (uint8_t)c)) ok[n_ok++] = (uint8_t)c;
+        }
+        assert_true(n_ok > 0);
+        uint8_t c = ok[rnd((uint32_t)n_ok)];
+        if (len > after && rnd(odds))
+            for (int i = 0; i < n_ok; i++)
+                if (strchr(prefer, ok[i]) && ok[i]) {
+                    c = ok[i];
+                    break;
+                }
+        assert_true(nx_json_step(s, c));
+        doc[len++] = (char)c;
+    }
+    return len;
+}
+
 /* Random walks driven by the recogniser (any byte it allows, closing more often as the text
  * grows): every document it completes is a JSON object for jansson. */
 static void test_random_walks(void **state) {
@@ -164,29 +190,9 @@ static void test_random_walks(void **state) {
     int completed = 0;
     for (int walk = 0; walk < 3000; walk++) {
         char doc[600];
-        size_t len = 0;
         nx_json_state s;
         nx_json_init(&s);
-        while (!nx_json_complete(&s) && len < sizeof doc) {
-            uint8_t ok[256];
-            int n_ok = 0;
-            for (int c = 0; c < 256; c++) {
-                nx_json_state t = s;
-                if (nx_json_step(&t, (uint8_t)c)) ok[n_ok++] = (uint8_t)c;
-            }
-            assert_true(n_ok > 0); /* a live state always has a way on */
-            uint8_t c = ok[rnd((uint32_t)n_ok)];
-            /* past a length, prefer the bytes that end things */
-            if (len > 40 && rnd(2)) {
-                for (int i = 0; i < n_ok; i++)
-                    if (ok[i] == '"' || ok[i] == '}' || ok[i] == ']' || ok[i] == '1' || ok[i] == ',') {
-                        c = ok[i];
-                        if (ok[i] != ',' && ok[i] != '1') break;
-                    }
-            }
-            assert_true(nx_json_step(&s, c));
-            doc[len++] = (char)c;
-        }
+        const size_t len = random_walk(&s, doc, sizeof doc, 40, 2, "\"}]1");
         if (!nx_json_complete(&s)) continue;
         completed++;
         bool overflow = false;
@@ -481,27 +487,9 @@ static void test_schema_walks(void **state) {
     int completed = 0, with_pts = 0, with_kind = 0;
     for (int walk = 0; walk < 3000; walk++) {
         char doc[800];
-        size_t len = 0;
         nx_json_state s;
         nx_json_init_schema(&s, sc);
-        while (!nx_json_complete(&s) && len < sizeof doc) {
-            uint8_t ok[256];
-            int n_ok = 0;
-            for (int c = 0; c < 256; c++) {
-                nx_json_state t = s;
-                if (nx_json_step(&t, (uint8_t)c)) ok[n_ok++] = (uint8_t)c;
-            }
-            assert_true(n_ok > 0);
-            uint8_t c = ok[rnd((uint32_t)n_ok)];
-            if (len > 30 && rnd(3)) /* past a length, prefer the bytes that end things */
-                for (int i = 0; i < n_ok; i++)
-                    if (ok[i] == '"' || ok[i] == '}' || ok[i] == ']' || ok[i] == 'n' || ok[i] == 't') {
-                        c = ok[i];
-                        break;
-                    }
-            assert_true(nx_json_step(&s, c));
-            doc[len++] = (char)c;
-        }
+        const size_t len = random_walk(&s, doc, sizeof doc, 30, 3, "\"}]nt");
         if (!nx_json_complete(&s)) continue;
         completed++;
         json_error_t e;
