@@ -635,7 +635,7 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         nd.n_props = (int32_t)json_object_size(props);
         if (!grow((void **)&S->props, &C->cap_props, S->n_props + nd.n_props, sizeof *S->props))
             return bad_schema(C, "out of memory");
-        memset(S->props + nd.prop0, 0, sizeof *S->props * (size_t)nd.n_props);
+        if (nd.n_props) memset(S->props + nd.prop0, 0, sizeof *S->props * (size_t)nd.n_props);
         S->n_props += nd.n_props;
         int32_t i = 0;
         json_object_foreach(props, key, val) {

@@ -449,6 +449,11 @@ static void test_schema_examples(void **state) {
         assert_false(schema_accepts(sc, bad[i]));
     }
     nx_json_schema_free(sc);
+    /* empty properties: only {} (found by fuzz_json_schema: the empty list was UB to clear) */
+    sc = schema_of("{\"properties\":{}}");
+    assert_true(schema_accepts(sc, "{}"));
+    assert_false(schema_accepts(sc, "{\"a\":1}"));
+    nx_json_schema_free(sc);
 }
 
 static void test_schema_errors(void **state) {
