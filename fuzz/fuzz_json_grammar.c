@@ -2,7 +2,7 @@
  * the recogniser completes is one JSON object for jansson (numbers beyond a double aside, which
  * jansson refuses), and a JSON object jansson reads is completed by the recogniser unless it is
  * outside the recogniser's profile (json_grammar.h: depth, whitespace runs, \u escapes, bytes
- * around the object). The token mask of a small vocabulary agrees with feeding each token. */
+ * around the object) or holds a NUL byte (which jansson skips between tokens). The token mask of a small vocabulary agrees with feeding each token. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static bool outside_profile(const uint8_t *d, size_t n) {
     int ws = 0, depth = 0;
     if (n == 0 || d[0] != '{' || d[n - 1] != '}') return true;
+    if (memchr(d, 0, n)) return true; /* jansson reads a NUL byte between tokens as nothing; JSON has none */
     for (size_t i = 0; i < n; i++) {
         const uint8_t c = d[i];
         ws = (c == ' ' || c == '\t' || c == '\n' || c == '\r') ? ws + 1 : 0;

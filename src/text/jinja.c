@@ -458,15 +458,15 @@ static int lex_string(parser *P, size_t *pos, tok *t) {
         case 'u':
         case 'U': {
             int want = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-            int32_t cp = 0;
+            uint32_t cp = 0; /* \U takes 8 digits: up to 0xFFFFFFFF */
             for (int k = 0; k < want; k++) {
                 int h = i + 1 + (size_t)k < end ? hexval(s[i + 1 + k]) : -1;
                 if (h < 0) return perr(P, i - 1, "truncated \\%c escape in string literal", c);
-                cp = cp * 16 + h;
+                cp = cp * 16 + (uint32_t)h;
             }
             i += (size_t)want;
             if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 0xFFFD;
-            o += utf8_put(cp, buf + o);
+            o += utf8_put((int32_t)cp, buf + o);
             break;
         }
         default:

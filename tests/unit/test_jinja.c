@@ -141,6 +141,8 @@ static void test_literals_and_arithmetic(void **state) {
           "None None True False it's [\"it's\"]");
     CHECK("{{ 'a\\nb\\t\\'c\\' \\\"d\\\" \\\\ \\u00e9 \\x41' }}|{{ '\\d' }}|{{ 'a' 'b' }}", NULL,
           "a\nb\t'c' \"d\" \\ \xc3\xa9 A|\\d|ab");
+    /* \U: 8 digits; beyond U+10FFFF (up to 0xFFFFFFFF, found by fuzz_jinja) the replacement char */
+    CHECK("{{ '\\U0001F600|\\UeDDDDDDD|\\UFFFFFFFF' }}", NULL, "\xf0\x9f\x98\x80|\xef\xbf\xbd|\xef\xbf\xbd");
     CHECK("{{ x }} {{ -x }} {{ +x }} {{ x * -1 }} {{ -(x + 1) }}", "{\"x\": 3}", "3 -3 3 -3 -4");
     CHECK("{{ {'a': {'b': 1}} }}", NULL, "{'a': {'b': 1}}");
 }
