@@ -2,12 +2,14 @@
  * the recogniser completes is one JSON object for jansson (numbers beyond a double aside, which
  * jansson refuses), and a JSON object jansson reads is completed by the recogniser unless it is
  * outside the recogniser's profile (json_grammar.h: depth, whitespace runs, \u escapes, bytes
- * around the object) or holds a NUL byte (which jansson skips between tokens). The token mask of a small vocabulary agrees with feeding each token. */
+ * around the object) or holds a NUL byte (which jansson skips between tokens). The token mask of
+ * a small vocabulary agrees with feeding each token (json_mask_check.h). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "decode/json_grammar.h"
+#include "json_mask_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -36,27 +38,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ours && !theirs && !strstr(e.text, "overflow")) abort();
     if (theirs && !ours && !outside_profile(data, size)) abort();
 
-    /* the mask over tokens cut from the input itself */
-    static const char *const frag[] = {"{", "}", "\"", ":", ",", "1", "[", "]", " ", "\"a\":", "true"};
-    enum { NF = sizeof frag / sizeof *frag };
-    const char *toks[NF + 1];
-    size_t lens[NF + 1];
-    for (int i = 0; i < NF; i++) toks[i] = frag[i], lens[i] = strlen(frag[i]);
-    toks[NF] = NULL, lens[NF] = 0;
-    const int32_t end = NF;
-    nx_json_vocab *jv = NULL;
-    if (nx_json_vocab_from_bytes(toks, lens, NF + 1, &end, 1, &jv, NULL) != NX_OK) abort();
+    /* the mask over a small vocabulary agrees with feeding each token, along the input */
     nx_json_init(&s);
-    for (size_t i = 0; i < size && i < 64; i++) {
-        uint8_t allow[NF + 1];
-        nx_json_allowed(jv, &s, NF + 1, allow);
-        for (int k = 0; k < NF; k++) {
-            nx_json_state t = s;
-            const bool fits = nx_json_feed(&t, (const uint8_t *)toks[k], lens[k]);
-            if (!nx_json_complete(&s) && allow[k] != fits) abort();
-        }
-        if (!nx_json_step(&s, data[i])) break;
-    }
-    nx_json_vocab_free(jv);
+    check_mask(&s, data, size, 64);
     return 0;
 }
