@@ -191,6 +191,7 @@ typedef struct qargs {
     int64_t in, group;
     const qlut *lut;
     qpf_window pf; /* where the weight prefetches may go */
+    spf_stream spf; /* and the scale and bias prefetches */
 } qargs;
 
 /* dot = Σ_g (s_g·Σ_{j∈g} q_j·x_j + b_g·X_g) with X_g = Σ_{j∈g} x_j precomputed per input row
@@ -336,6 +337,7 @@ AI void mk_quant_rows(const int BITS, const int R, const int TT, const qargs *a,
         b.w = a->w + (size_t)o * a->wstride;
         b.sc = a->sc + (size_t)o * a->sstride;
         b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
+        spf_hint(&b.spf, b.sc, (size_t)R * a->sstride);
         mk_quant(BITS, R, TT, &b, x, ldx, X, y + o, ldy);
     }
 }
@@ -393,6 +395,7 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
                    .group = W->group,
                    .lut = &lut,
                    .pf = pw};
+        a.spf = spf_stream_of(W, a.wstride, a.sstride);
         qpf_next_scales(next);
         /* Group sums of x live on the stack, so T is taken in chunks that fit; each chunk is
          * an independent matmul (rows never interact). */

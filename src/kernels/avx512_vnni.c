@@ -42,6 +42,7 @@ typedef struct vargs {
      * bit offset vpmultishiftqb pulls its element from */
     __m512i pick8, shift8;
     qpf_window pf; /* where the weight prefetches may go */
+    spf_stream spf; /* and the scale and bias prefetches */
 } vargs;
 
 /* 32 elements (within one group) rounded to int16 at scale 1/inv, in natural order. */
@@ -415,6 +416,7 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
         b.w = a->w + (size_t)o * a->wstride;
         b.sc = a->sc + (size_t)o * a->sstride;
         b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
+        spf_hint(&b.spf, b.sc, (size_t)R * a->sstride);
         mk_block(KIND, BITS, GPU, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy);
     }
 }
@@ -526,6 +528,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                .in = in,
                .group = W->group,
                .pf = qpf_window_of(W, o1, next)};
+    a.spf = spf_stream_of(W, a.wstride, a.sstride);
     qpf_next_scales(next);
     /* 3/5/6-bit (VBMI build): the lane tables of the activation width in use */
     const int odd = W->bits == 3 || W->bits == 5 || W->bits == 6;
