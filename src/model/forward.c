@@ -71,13 +71,13 @@ typedef struct attn_job {
     int32_t lo_min; /* positions below this are not attended (an MTP cache fed from here on) */
 } attn_job;
 
-/* hd elements of a key or value row into a cache of dtype dt at element offset at. */
-static void cache_put(nx_dtype dt, void *cache, size_t at, const float *src, int32_t hd) {
+/* hd elements of a key or value row into a cache row of dtype dt. */
+static void cache_put(nx_dtype dt, void *row, const float *src, int32_t hd) {
     if (dt == NX_DTYPE_F16) {
-        uint16_t *dst = (uint16_t *)cache + at;
+        uint16_t *dst = row;
         for (int32_t i = 0; i < hd; i++) dst[i] = nx_f32_to_f16(src[i]);
     } else {
-        memcpy((float *)cache + at, src, sizeof(float) * (size_t)hd);
+        memcpy(row, src, sizeof(float) * (size_t)hd);
     }
 }
 
@@ -99,9 +99,9 @@ static void qk_post(const attn_job *j, int64_t h0, int64_t h1) {
             float *k = c->k + (size_t)t * kvw + (size_t)h * hd;
             if (L->k_norm) nx_rmsnorm(k, L->k_norm, eps, hd, k);
             rope_neox(k, hd, cs_sn);
-            const size_t at = ((size_t)h * c->n_ctx + (size_t)(j->pos0 + t)) * hd;
-            cache_put(c->m->kv_dtype, j->kv->k, at, k, hd);
-            cache_put(c->m->kv_dtype, j->kv->v, at, c->v + (size_t)t * kvw + (size_t)h * hd, hd);
+            cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, h, j->pos0 + t), k, hd);
+            cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->v, h, j->pos0 + t), c->v + (size_t)t * kvw + (size_t)h * hd,
+                      hd);
         }
     }
 }
@@ -116,14 +116,13 @@ static void attend(const attn_job *j, float *sc, int32_t t, int32_t kvh) {
     if (lo < j->lo_min) lo = j->lo_min;
     const int32_t n = pos + 1 - lo;
     const nx_dtype kt = c->m->kv_dtype;
-    const size_t off = (((size_t)kvh * c->n_ctx + (size_t)lo) * j->hd) * nx_dtype_size(kt); /* bytes */
     const float *qv = c->q + (size_t)t * qw + (size_t)kvh * group * j->hd;
-    nx_attn_scores(qv, group, (const char *)j->kv->k + off, kt, j->hd, n, j->hd, 1.0f / sqrtf((float)j->hd), sc,
+    nx_attn_scores(qv, group, nx_kv_row(c, j->kv->k, kvh, lo), kt, j->hd, n, j->hd, 1.0f / sqrtf((float)j->hd), sc,
                    c->n_ctx);
     for (int32_t h = 0; h < group; h++) nx_softmax_f32(sc + (size_t)h * c->n_ctx, n);
     float *o = c->att + (size_t)t * qw + (size_t)kvh * group * j->hd;
     memset(o, 0, sizeof(float) * (size_t)group * (size_t)j->hd);
-    nx_attn_accum(sc, c->n_ctx, group, (const char *)j->kv->v + off, kt, j->hd, n, j->hd, o);
+    nx_attn_accum(sc, c->n_ctx, group, nx_kv_row(c, j->kv->v, kvh, lo), kt, j->hd, n, j->hd, o);
 }
 
 static float *thread_scores(const attn_job *j, int ith) {
