@@ -70,6 +70,8 @@ typedef struct job {
 
     nx_strbuf sse; /* streaming: events the client has not read yet */
     choice_out *out;
+    nx_oai_logprob *echo_lp; /* worker only: the echoed prompt's entries, for its other choices */
+    size_t n_echo_lp;
     nx_oai_usage usage;
     bool failed;
     nx_oai_error err;
@@ -147,6 +149,7 @@ static void job_unref(job *j) {
     free(j->ids);
     free(j->n_ids);
     free(j->out);
+    free(j->echo_lp);
     free(j->forced);
     nx_strbuf_free(&j->sse);
     nx_oai_request_free(&j->req);
@@ -359,7 +362,8 @@ static void record_prompt_logprob(gen_state *g, int32_t id, const float *logits,
 
 /* Completions echo: the prompt's text before the completion's, and with logprobs each prompt
  * token's log-probability given the ones before it (the first has none), from one teacher-forced
- * pass over the prompt; the generation then keeps those rows (prefix reuse). */
+ * pass over the prompt; the generation then keeps those rows (prefix reuse). The prompt's other
+ * choices (n > 1) copy the first choice's entries. */
 static nx_status echo_prompt(nx_server *s, gen_state *g, const int32_t *ids, size_t n, nx_error *err) {
     job *j = g->j;
     char *text = NULL;
@@ -368,6 +372,15 @@ static nx_status echo_prompt(nx_server *s, gen_state *g, const int32_t *ids, siz
     nx_strbuf_puts(j->req.stream ? &g->released : &g->out->text, text);
     free(text);
     if (!j->req.logprobs || n == 0) return NX_OK;
+    const bool first = g->index % j->n_per == 0;
+    if (!first && j->n_echo_lp == n) {
+        for (size_t k = 0; k < n; k++) {
+            nx_oai_logprob *e = lp_append(g, j->echo_lp[k].id);
+            if (e) *e = j->echo_lp[k];
+        }
+        return NX_OK;
+    }
+    const size_t lp0 = g->out->n_lp;
     const int32_t V = s->info->vocab_size, chunk = 32;
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)chunk);
     if (!logits) return nx_fail(err, NX_E_NOMEM, "out of memory");
@@ -381,6 +394,16 @@ static nx_status echo_prompt(nx_server *s, gen_state *g, const int32_t *ids, siz
             record_prompt_logprob(g, ids[done + (size_t)r + 1], logits + (size_t)r * (size_t)V, V);
     }
     free(logits);
+    if (st == NX_OK && first && j->n_per > 1) {
+        /* kept only when every entry was recorded (an entry is left out when memory is short) */
+        free(j->echo_lp);
+        j->n_echo_lp = 0;
+        j->echo_lp = g->out->n_lp - lp0 == n ? malloc(n * sizeof *j->echo_lp) : NULL;
+        if (j->echo_lp) {
+            memcpy(j->echo_lp, g->out->lp + lp0, n * sizeof *j->echo_lp);
+            j->n_echo_lp = n;
+        }
+    }
     return st;
 }
 

@@ -225,6 +225,45 @@ good = all(len(tops[p]) >= 2 and
 t.ok(good, "echo top_logprobs: the largest logits' log-probabilities", tops[:3])
 t.ok(lp.get("text_offset", [None])[0] == 0 and lp["text_offset"][len(ids)] == len(EPROMPT.encode()),
      "echo text_offset: the prompt from 0, the completion after it", lp.get("text_offset"))
+
+
+def echo_ref(prompt):
+    """The prompt's ids and each position's log-softmax, from `nextn eval`."""
+    pids = [int(x) for x in nextn("tokenize", "-m", MODEL, prompt).stdout.split()]
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"nextn-echo-{os.getpid()}.npy")
+    nextn("eval", "-m", MODEL, "--tokens", ",".join(map(str, pids)), "--logits", path)
+    x = numpy.load(path).astype(numpy.float64)
+    os.unlink(path)
+    mx = x.max(axis=1, keepdims=True)
+    return pids, x - (mx + numpy.log(numpy.exp(x - mx).sum(axis=1, keepdims=True)))
+
+
+# n > 1 over two prompts: every choice carries its own prompt's entries (the later choices of a
+# prompt reuse the first one's pass; the second prompt must not get the first prompt's)
+EPROMPT2 = "Once upon a time there was"
+refs = [echo_ref(EPROMPT), echo_ref(EPROMPT2)]
+r = curl(B + "/v1/completions", body={"prompt": [EPROMPT, EPROMPT2], "max_tokens": 3, "temperature": 0.9,
+                                      "seed": 5, "n": 2, "echo": True, "logprobs": 1})
+chs = sorted(r.json()["choices"], key=lambda c: c["index"]) if r.status == 200 else []
+good = len(chs) == 4
+for c in chs:
+    pids, pref = refs[c["index"] // 2]
+    tl = (c.get("logprobs") or {}).get("token_logprobs", [])
+    good = good and len(tl) == len(pids) + 3 and tl[0] is None and \
+        all(abs(tl[p] - pref[p - 1, pids[p]]) < 1e-4 for p in range(1, len(pids)))
+t.ok(good, "echo logprobs, n=2 over two prompts: each choice has its prompt's entries", r.body[:300])
+s = curl(B + "/v1/completions", body={"prompt": EPROMPT2, "max_tokens": 3, "temperature": 0.9, "seed": 5, "n": 2,
+                                      "echo": True, "logprobs": 1, "stream": True})
+per = {}
+for line in s.body.split("\n"):
+    if line.startswith("data: {"):
+        for c in json.loads(line[6:]).get("choices", []):
+            per.setdefault(c["index"], []).extend((c.get("logprobs") or {}).get("token_logprobs", []))
+pids, pref = refs[1]
+good = sorted(per) == [0, 1] and all(
+    len(v) == len(pids) + 3 and v[0] is None and all(abs(v[p] - pref[p - 1, pids[p]]) < 1e-4 for p in range(1, len(pids)))
+    for v in per.values())
+t.ok(good, "echo logprobs streamed, n=2: both choices' prompt entries", {k: v[:4] for k, v in per.items()})
 s = curl(B + "/v1/completions", body={"prompt": EPROMPT, "max_tokens": 4, "temperature": 0, "echo": True,
                                       "stream": True})
 text, _, _, _ = stream_text(s, "completion")
