@@ -1,6 +1,9 @@
 /* libFuzzer target for the Hy3 tool-call parser (model output is untrusted text): whatever the
  * bytes, the result is an array of calls, each with a non-empty name and arguments that are a
- * serialized JSON object. The same bytes, read as token ids, drive the output split. */
+ * serialized JSON object; the calls of the first half of the bytes are the first calls of the
+ * whole, with the same names and arguments that, less their closing brace, are a prefix of the
+ * whole's (what the server streams as deltas). The same bytes, read as token ids, drive the
+ * output split. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!json_is_object(a)) abort();
         json_decref(a);
     }
+    json_t *part = nx_hy_parse_tool_calls((const char *)data, size / 2, &m, tools);
+    if (!part || json_array_size(part) > json_array_size(calls)) abort();
+    json_array_foreach(part, i, c) {
+        const json_t *f = json_object_get(c, "function"), *g = json_object_get(json_array_get(calls, i), "function");
+        const char *pa = json_string_value(json_object_get(f, "arguments"));
+        const char *fa = json_string_value(json_object_get(g, "arguments"));
+        if (!pa || !fa || !json_equal(json_object_get(f, "name"), json_object_get(g, "name"))) abort();
+        const size_t pl = strlen(pa);
+        if (pl < 2 || pl > strlen(fa) || memcmp(pa, fa, pl - 1) != 0) abort();
+    }
+    json_decref(part);
     json_decref(calls);
     nx_hy_split s;
     nx_hy_split_init(&s, &m, true, true, size ? 200 + data[0] % 16 : -1);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/strbuf.h"
+
 /* Each marker as its opening ("<" or "</") and name: "<" name suffix ">". */
 static const char *const marker_open[NX_HY_N_MARKERS] = {
     [NX_HY_THINK_OPEN] = "<",  [NX_HY_THINK_CLOSE] = "</", [NX_HY_CALLS_OPEN] = "<", [NX_HY_CALLS_CLOSE] = "</",
@@ -203,14 +205,18 @@ static size_t find(const char *s, size_t n, size_t from, const char *needle) {
 }
 
 /* The arguments of one call's body s[0..n): <arg_key>K</arg_key> ws <arg_value>V</arg_value>,
- * repeated; pairs missing a part are skipped. */
-static json_t *parse_args(const char *s, size_t n, const nx_hy_markers *m, const json_t *tools, const char *name) {
-    json_t *args = json_object();
-    if (!args) return NULL;
+ * repeated; pairs missing a part are skipped. Returned as the compact JSON text OpenAI sends
+ * (malloc'd; NULL when memory is short), pairs in the order written. A repeated key stays
+ * repeated, so JSON readers take its last value (as a dict built pair by pair does), and the
+ * arguments of a growing text only ever gain pairs at the end: a stream of them (the server's
+ * tool-call deltas) never has to take back what it sent. */
+static char *parse_args(const char *s, size_t n, const nx_hy_markers *m, const json_t *tools, const char *name) {
+    nx_strbuf out = {0};
+    bool ok = nx_strbuf_puts(&out, "{") == NX_OK;
     const char *ko = m->text[NX_HY_KEY_OPEN], *kc = m->text[NX_HY_KEY_CLOSE];
     const char *vo = m->text[NX_HY_VALUE_OPEN], *vc = m->text[NX_HY_VALUE_CLOSE];
     size_t pos = 0;
-    for (;;) {
+    while (ok) {
         const size_t k0 = find(s, n, pos, ko);
         if (k0 == n) break;
         const size_t kb = k0 + strlen(ko), ke = find(s, n, kb, kc);
@@ -225,13 +231,24 @@ static json_t *parse_args(const char *s, size_t n, const nx_hy_markers *m, const
         if (vend == n) break;
         pos = vend + strlen(vc);
         char *key = strndup(s + kb, ke - kb);
-        json_t *val = key ? typed_value(s + vb, vend - vb, value_types(arg_schema(tools, name, key))) : NULL;
-        if (key && val) json_object_set_new(args, key, val); /* steals val, also when it fails (a key that is
-                                                           * not UTF-8): the pair is dropped */
-        else json_decref(val);
+        json_t *k = key ? json_string(key) : NULL; /* NULL also for a key that is not UTF-8 */
+        json_t *val = k ? typed_value(s + vb, vend - vb, value_types(arg_schema(tools, name, key))) : NULL;
+        char *ks = val ? json_dumps(k, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        char *vs = ks ? json_dumps(val, JSON_COMPACT | JSON_ENCODE_ANY) : NULL; /* NULL: text not UTF-8 */
+        if (vs)
+            ok = nx_strbuf_printf(&out, "%s%s:%s", out.len > 1 ? "," : "", ks, vs) == NX_OK;
+        free(vs);
+        free(ks);
+        json_decref(val);
+        json_decref(k);
         free(key);
     }
-    return args;
+    if (ok) ok = nx_strbuf_puts(&out, "}") == NX_OK;
+    if (!ok) {
+        nx_strbuf_free(&out);
+        return NULL;
+    }
+    return nx_strbuf_take(&out);
 }
 
 json_t *nx_hy_parse_tool_calls(const char *text, size_t len, const nx_hy_markers *m, const json_t *tools) {
@@ -256,12 +273,10 @@ json_t *nx_hy_parse_tool_calls(const char *text, size_t len, const nx_hy_markers
         json_t *valid = name && *name ? json_string(name) : NULL; /* NULL: empty, or not UTF-8 */
         if (!valid) continue;
         json_decref(valid);
-        json_t *args = parse_args(text + bb, be - bb, m, tools, name);
-        char *args_s = args ? json_dumps(args, JSON_COMPACT) : NULL;
+        char *args_s = parse_args(text + bb, be - bb, m, tools, name);
         json_t *call = args_s ? json_pack("{s:s, s:{s:s, s:s}}", "type", "function", "function", "name", name,
                                           "arguments", args_s)
                               : NULL;
-        json_decref(args);
         free(args_s);
         if (!call || json_array_append_new(calls, call) != 0) {
             json_decref(calls);

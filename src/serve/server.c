@@ -258,7 +258,8 @@ typedef struct gen_state {
     size_t n_calls;
     char call_id[NX_STREAM_CALLS][40];
     nx_strbuf call_args[NX_STREAM_CALLS];
-    bool call_stuck[NX_STREAM_CALLS]; /* its arguments stopped growing by appending (a key repeated) */
+    bool call_stuck[NX_STREAM_CALLS]; /* its arguments stopped growing by appending (not expected:
+                                       * the parser only appends pairs); nothing more is sent */
 } gen_state;
 
 static void meta_of(const job *j, nx_oai_meta *m) {

@@ -275,6 +275,43 @@ static void test_parse_broken(void **state) {
     json_decref(t);
 }
 
+/* A repeated key stays in the arguments' text (JSON readers take its last value), so the
+ * arguments of every prefix of a call's text are a prefix of the final arguments less its closing
+ * brace (what the server streams as deltas). */
+static void test_parse_repeated_key(void **state) {
+    (void)state;
+    json_t *t = tools();
+    char buf[4096] = "";
+    call_open(buf, sizeof buf, "get_weather");
+    arg(buf, sizeof buf, "city", "Oslo");
+    arg(buf, sizeof buf, "days", "3");
+    arg(buf, sizeof buf, "city", "Bergen");
+    arg(buf, sizeof buf, "units", "metric");
+    append(buf, sizeof buf, M.text[NX_HY_CALL_CLOSE]);
+    json_t *calls = nx_hy_parse_tool_calls(buf, strlen(buf), &M, t);
+    assert_int_equal(json_array_size(calls), 1);
+    assert_call(calls, 0, "get_weather", "{\"city\":\"Bergen\",\"days\":3,\"units\":\"metric\"}");
+    const char *final = json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"),
+                                                          "arguments"));
+    assert_non_null(final);
+    assert_string_equal(final, "{\"city\":\"Oslo\",\"days\":3,\"city\":\"Bergen\",\"units\":\"metric\"}");
+    const size_t flen = strlen(final);
+    for (size_t n = 1; n <= strlen(buf); n++) {
+        json_t *part = nx_hy_parse_tool_calls(buf, n, &M, t);
+        assert_non_null(part);
+        const json_t *c = json_array_get(part, 0);
+        const char *a = c ? json_string_value(json_object_get(json_object_get(c, "function"), "arguments")) : NULL;
+        if (a) {
+            const size_t alen = strlen(a);
+            assert_true(alen >= 1 && alen <= flen);
+            if (memcmp(a, final, alen - 1) != 0) fail_msg("prefix %zu: %s is not a prefix of %s", n, a, final);
+        }
+        json_decref(part);
+    }
+    json_decref(calls);
+    json_decref(t);
+}
+
 /* The bare spellings (Hy3-preview tokenizers) parse the same way. */
 static void test_parse_bare(void **state) {
     (void)state;
@@ -293,6 +330,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_markers),       cmocka_unit_test(test_split),         cmocka_unit_test(test_parse_calls),
         cmocka_unit_test(test_parse_fallbacks), cmocka_unit_test(test_parse_broken), cmocka_unit_test(test_parse_bare),
+        cmocka_unit_test(test_parse_repeated_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
