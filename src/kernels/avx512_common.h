@@ -21,16 +21,15 @@
 #define QPF_AHEAD 8192
 #endif
 
-/* The cache level the weight prefetches fill: L2 (prefetcht1), so a sweep QPF_LINEAR ahead
- * never evicts L1 lines still in use. Zen 4, A/B runs alternating binaries in the same
- * bandwidth phase: 4-bit model decode 73.0 -> 79.3 and 70.7 -> 73.0 tok/s, 4096x14336 decode
- * kernels (bf16, q4, q8) 24-27 -> 29-36 GB/s; 1024x512 (1 MB or less) within noise. Isolated
- * kernels on 2 MB pages stream up to 25% faster with prefetcht0 or prefetchnta, but model
- * decode does not follow: both settings in one process, alternating every 8 steps, T0 or NTA
- * on every matmul 0.95-0.99x in either bandwidth phase, on gate/up only 0.97x, on down only
- * 0.98x. */
+/* The cache level the weight prefetches fill: L1 (prefetcht0). Model decode, paired runs of two
+ * builds taken only while the bandwidth probe read the same phase before and after each pair
+ * (Zen 4 VM, 2 threads): 4-bit 1.07-1.08x (10 of 10 pairs) at ~80 GB/s, 1.01x at ~50 GB/s; bf16
+ * 1.21x (4 of 4) at ~80 GB/s, 1.03x at ~50. Before the scale and bias prefetch below existed,
+ * prefetcht1 (L2) was the better choice (t0 0.95-0.99x in model decode, though isolated kernels
+ * streamed up to 25% faster with it): the scale misses, not the weight lines, then bounded each
+ * core's stream. */
 #ifndef QPF_HINT
-#define QPF_HINT _MM_HINT_T1
+#define QPF_HINT _MM_HINT_T0
 #endif
 
 /* Where a call's prefetches may go: the call's own weight rows up to `end`, then the first
