@@ -137,6 +137,28 @@ static void attn_worker(void *arg, int ith, int nth) {
     for (long long it = b; it < e; it++) attend(j, thread_scores(j, ith), (int32_t)(it / j->n_kv), (int32_t)(it % j->n_kv));
 }
 
+/* The cached keys and values the attention over kv heads [h0, h1) reads first (up to KV_PF_BYTES
+ * per head and cache: the rows the attention kernels' own prefetch, running that far ahead of
+ * its reads, does not cover), hinted before the layer's projections so they arrive meanwhile.
+ * Thread 0's attention part of a 4-bit decode step (64 tokens): 1.8 µs less per layer. */
+#define KV_PF_BYTES 8192
+static void kv_prefetch(const attn_job *j, int64_t h0, int64_t h1) {
+    const nx_ctx *c = j->c;
+    int32_t lo = j->window > 0 && j->pos0 + 1 > j->window ? j->pos0 + 1 - j->window : 0;
+    if (lo < j->lo_min) lo = j->lo_min;
+    if (j->pos0 <= lo) return;
+    const size_t hb = (size_t)j->hd * nx_dtype_size(c->m->kv_dtype);
+    size_t bytes = (size_t)(j->pos0 - lo) * hb;
+    if (bytes > KV_PF_BYTES) bytes = KV_PF_BYTES;
+    for (int64_t h = h0; h < h1; h++) {
+        const char *k = nx_kv_row(c, j->kv->k, h, lo), *v = nx_kv_row(c, j->kv->v, h, lo);
+        for (size_t o = 0; o < bytes; o += 64) {
+            __builtin_prefetch(k + o, 0, 2);
+            __builtin_prefetch(v + o, 0, 2);
+        }
+    }
+}
+
 /* When the threads can share the kv heads evenly, each takes whole kv heads from the
  * projections on: its rows of q, k and v (the kernels' results do not depend on the row split),
  * norms, RoPE, cache writes and attention, in one job instead of a projection job, serial
@@ -150,6 +172,7 @@ static void attn_heads_worker(void *arg, int ith, int nth) {
     nx_pool_split(j->n_kv, ith, nth, &h0, &h1);
     if (h0 >= h1) return;
     const nx_rows k_rows = {&L->wk, h0 * hd, h1 * hd}, v_rows = {&L->wv, h0 * hd, h1 * hd};
+    kv_prefetch(j, h0, h1);
     nx_matmul_rows_then(&L->wq, c->xn, H, j->T, c->q, (int64_t)j->n_heads * hd, h0 * group * hd, h1 * group * hd,
                         &k_rows);
     nx_matmul_rows_then(&L->wk, c->xn, H, j->T, c->k, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd, &v_rows);
