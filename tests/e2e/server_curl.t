@@ -200,6 +200,18 @@ t.ok(r.json()["choices"][0]["text"] == base_text, "greedy text is the same with 
 import numpy  # noqa: E402
 from serverlib import MODEL  # noqa: E402
 
+
+def echo_ref(prompt):
+    """The prompt's ids and each position's log-softmax, from `nextn eval`."""
+    pids = [int(x) for x in nextn("tokenize", "-m", MODEL, prompt).stdout.split()]
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"nextn-echo-{os.getpid()}.npy")
+    nextn("eval", "-m", MODEL, "--tokens", ",".join(map(str, pids)), "--logits", path)
+    x = numpy.load(path).astype(numpy.float64)
+    os.unlink(path)
+    mx = x.max(axis=1, keepdims=True)
+    return pids, x - (mx + numpy.log(numpy.exp(x - mx).sum(axis=1, keepdims=True)))
+
+
 EPROMPT = "The river flows into the sea"
 r = curl(B + "/v1/completions", body={"prompt": EPROMPT, "max_tokens": 4, "temperature": 0})
 plain_text = r.json()["choices"][0]["text"] if r.status == 200 else None
@@ -207,13 +219,8 @@ r = curl(B + "/v1/completions", body={"prompt": EPROMPT, "max_tokens": 4, "tempe
                                       "logprobs": 3})
 ch = r.json()["choices"][0] if r.status == 200 else {}
 t.ok(ch.get("text") == EPROMPT + plain_text, "echo: the prompt, then the same completion", r.body[:300])
-ids = [int(x) for x in nextn("tokenize", "-m", MODEL, EPROMPT).stdout.split()]
+ids, ref = echo_ref(EPROMPT)
 lp = ch.get("logprobs") or {}
-npath = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"nextn-echo-{os.getpid()}.npy")
-nextn("eval", "-m", MODEL, "--tokens", ",".join(map(str, ids)), "--logits", npath)
-L = numpy.load(npath).astype(numpy.float64)
-os.unlink(npath)
-ref = L - (L.max(axis=1, keepdims=True) + numpy.log(numpy.exp(L - L.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)))
 tl = lp.get("token_logprobs", [])
 good = len(tl) == len(ids) + 4 and tl[0] is None and lp.get("top_logprobs", [1])[0] is None and \
     all(abs(tl[p] - ref[p - 1, ids[p]]) < 1e-4 for p in range(1, len(ids)))
@@ -227,21 +234,10 @@ t.ok(lp.get("text_offset", [None])[0] == 0 and lp["text_offset"][len(ids)] == le
      "echo text_offset: the prompt from 0, the completion after it", lp.get("text_offset"))
 
 
-def echo_ref(prompt):
-    """The prompt's ids and each position's log-softmax, from `nextn eval`."""
-    pids = [int(x) for x in nextn("tokenize", "-m", MODEL, prompt).stdout.split()]
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"nextn-echo-{os.getpid()}.npy")
-    nextn("eval", "-m", MODEL, "--tokens", ",".join(map(str, pids)), "--logits", path)
-    x = numpy.load(path).astype(numpy.float64)
-    os.unlink(path)
-    mx = x.max(axis=1, keepdims=True)
-    return pids, x - (mx + numpy.log(numpy.exp(x - mx).sum(axis=1, keepdims=True)))
-
-
 # n > 1 over two prompts: every choice carries its own prompt's entries (the later choices of a
 # prompt reuse the first one's pass; the second prompt must not get the first prompt's)
 EPROMPT2 = "Once upon a time there was"
-refs = [echo_ref(EPROMPT), echo_ref(EPROMPT2)]
+refs = [(ids, ref), echo_ref(EPROMPT2)]
 r = curl(B + "/v1/completions", body={"prompt": [EPROMPT, EPROMPT2], "max_tokens": 3, "temperature": 0.9,
                                       "seed": 5, "n": 2, "echo": True, "logprobs": 1})
 chs = sorted(r.json()["choices"], key=lambda c: c["index"]) if r.status == 200 else []
