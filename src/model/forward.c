@@ -106,14 +106,18 @@ static void qk_post(const attn_job *j, int64_t h0, int64_t h1) {
     }
 }
 
+/* The first cached position the row at pos attends to (sliding window, MTP cache start). */
+static int32_t attn_lo(const attn_job *j, int32_t pos) {
+    const int32_t lo = j->window > 0 && pos + 1 > j->window ? pos + 1 - j->window : 0;
+    return lo < j->lo_min ? j->lo_min : lo;
+}
+
 /* Row t's attention for the query heads of kv head kvh (computed together, so each cached key
  * and value is read once for all of them), with the (group, n_ctx) score scratch sc. */
 static void attend(const attn_job *j, float *sc, int32_t t, int32_t kvh) {
     nx_ctx *c = j->c;
     const int32_t qw = j->n_heads * j->hd, group = j->n_heads / j->n_kv;
-    const int32_t pos = j->pos0 + t;
-    int32_t lo = j->window > 0 && pos + 1 > j->window ? pos + 1 - j->window : 0;
-    if (lo < j->lo_min) lo = j->lo_min;
+    const int32_t pos = j->pos0 + t, lo = attn_lo(j, pos);
     const int32_t n = pos + 1 - lo;
     const nx_dtype kt = c->m->kv_dtype;
     const float *qv = c->q + (size_t)t * qw + (size_t)kvh * group * j->hd;
@@ -144,8 +148,7 @@ static void attn_worker(void *arg, int ith, int nth) {
 #define KV_PF_BYTES 8192
 static void kv_prefetch(const attn_job *j, int64_t h0, int64_t h1) {
     const nx_ctx *c = j->c;
-    int32_t lo = j->window > 0 && j->pos0 + 1 > j->window ? j->pos0 + 1 - j->window : 0;
-    if (lo < j->lo_min) lo = j->lo_min;
+    const int32_t lo = attn_lo(j, j->pos0);
     if (j->pos0 <= lo) return;
     const size_t hb = (size_t)j->hd * nx_dtype_size(c->m->kv_dtype);
     size_t bytes = (size_t)(j->pos0 - lo) * hb;
@@ -179,16 +182,17 @@ static void attn_heads_worker(void *arg, int ith, int nth) {
      * prefetch runs on into */
     long long o0, o1;
     nx_pool_split((L->wo.out + 15) / 16, ith, nth, &o0, &o1);
-    const nx_rows o_rows = {&L->wo, o0 * 16, o1 * 16 < L->wo.out ? o1 * 16 : L->wo.out};
+    nx_rows o_rows;
+    const int has_o = nx_rows_of_units(&L->wo, 16, 0, o0, o1, &o_rows);
     nx_matmul_rows_then(&L->wk, c->xn, H, j->T, c->k, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd, &v_rows);
     nx_matmul_rows_then(&L->wv, c->xn, H, j->T, c->v, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd,
-                        o_rows.r0 < o_rows.r1 ? &o_rows : NULL);
+                        has_o ? &o_rows : NULL);
     qk_post(j, h0, h1);
     for (int32_t t = 0; t < j->T; t++)
         for (long long h = h0; h < h1; h++) attend(j, thread_scores(j, ith), t, (int32_t)h);
     /* the output projection reads every head's result */
     nx_pool_barrier(c->m->pool, nth);
-    if (o_rows.r0 < o_rows.r1)
+    if (has_o)
         nx_matmul_rows(&L->wo, c->att, (int64_t)j->n_heads * hd, j->T, c->y, H, o_rows.r0, o_rows.r1);
 }
 
