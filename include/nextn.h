@@ -252,6 +252,9 @@ const nx_model_info *nx_model_get_info(const nx_model *m);
 const nx_tokenizer *nx_model_tokenizer(const nx_model *m);
 /* The chat template from tokenizer_config.json, or NULL. */
 const char *nx_model_chat_template(const nx_model *m);
+/* tokenizer_config.json's bos_token and eos_token strings (the template's), and its
+ * token_suffix (Hy3's output markers), each NULL when absent; they point into the model. */
+void nx_model_template_strings(const nx_model *m, const char **bos, const char **eos, const char **token_suffix);
 bool nx_model_is_eos(const nx_model *m, int32_t id);
 /* The model's end-of-sequence ids (config.json's eos_token_id list): *ids points into the model. */
 size_t nx_model_eos_ids(const nx_model *m, const int32_t **ids);

@@ -195,14 +195,13 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     if (file_exists(path) && (st = nx_tokenizer_load(path, &m->tok, err)) != NX_OK) goto fail;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     if (file_exists(path)) {
-        char *bos = NULL, *eos = NULL;
         nx_error cerr = {0};
-        if (nx_chat_template_from_config(path, &m->chat_template, &bos, &eos, &cerr) == NX_OK && eos && m->tok) {
-            int32_t id = nx_tokenizer_token_id(m->tok, eos);
+        if (nx_chat_template_from_config(path, &m->chat_template, &m->tmpl_bos, &m->tmpl_eos, &m->token_suffix,
+                                         &cerr) == NX_OK &&
+            m->tmpl_eos && m->tok) {
+            int32_t id = nx_tokenizer_token_id(m->tok, m->tmpl_eos);
             if (id >= 0 && m->cfg.n_eos < NX_MAX_EOS && !nx_model_is_eos(m, id)) m->cfg.eos_ids[m->cfg.n_eos++] = id;
         }
-        free(bos);
-        free(eos);
     }
 
     m->pool = nx_pool_new(p->n_threads);
@@ -225,6 +224,9 @@ void nx_model_free(nx_model *m) {
     nx_pool_free(m->pool);
     nx_tokenizer_free(m->tok);
     free(m->chat_template);
+    free(m->tmpl_bos);
+    free(m->tmpl_eos);
+    free(m->token_suffix);
     nx_weights_free(&m->w);
     nx_store_free(m->store);
     nx_config_free(&m->cfg);
@@ -234,6 +236,12 @@ void nx_model_free(nx_model *m) {
 const nx_model_info *nx_model_get_info(const nx_model *m) { return &m->info; }
 const nx_tokenizer *nx_model_tokenizer(const nx_model *m) { return m->tok; }
 const char *nx_model_chat_template(const nx_model *m) { return m->chat_template; }
+
+void nx_model_template_strings(const nx_model *m, const char **bos, const char **eos, const char **token_suffix) {
+    if (bos) *bos = m->tmpl_bos;
+    if (eos) *eos = m->tmpl_eos;
+    if (token_suffix) *token_suffix = m->token_suffix;
+}
 
 size_t nx_model_eos_ids(const nx_model *m, const int32_t **ids) {
     *ids = m->cfg.eos_ids;

@@ -17,6 +17,7 @@ struct nx_model {
     nx_weights w;
     nx_tokenizer *tok;
     char *chat_template;
+    char *tmpl_bos, *tmpl_eos, *token_suffix; /* tokenizer_config.json's strings (NULL: absent) */
     nx_pool *pool;
     nx_mtp_wiring wiring; /* resolved: no DEFAULT values left */
     int32_t draft_vocab;  /* rows of lm_head the MTP head computes (vocab_size = all) */

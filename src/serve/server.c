@@ -87,7 +87,6 @@ struct nx_server {
     nx_prompt_cache_stats pc_stats; /* its counters as of the last request, under qmu */
     nx_server_opts o;
     char *host, *api_key, *model_id;
-    char *chat_template; /* from tokenizer_config.json when the model has none loaded */
     char *bos, *eos;     /* the template's bos_token / eos_token strings */
     nx_jinja *tmpl;      /* the chat template, parsed once and rendered concurrently */
     char tmpl_error[400]; /* why there is no template, for chat requests */
@@ -1439,35 +1438,24 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     s->t_started = now_s();
     s->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s;
     byte_map_init(s);
-    /* From tokenizer_config.json: the template's special-token strings (else the config's ids,
-     * below), and the token_suffix Hy3's output markers are spelled with (":opensource" in the
-     * final release; else bare, as in Hy3-preview) */
+    /* From tokenizer_config.json (read by the model): the template's special-token strings
+     * (else the config's ids, below), and the token_suffix Hy3's output markers are spelled with
+     * (":opensource" in the final release; else bare, as in Hy3-preview) */
     nx_hy_markers_init(&s->hy, NULL, s->tok);
-    if (o->model_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/tokenizer_config.json", o->model_dir);
-        nx_error cerr = {0};
-        if (access(path, R_OK) == 0 &&
-            nx_chat_template_from_config(path, &s->chat_template, &s->bos, &s->eos, &cerr) != NX_OK) {
-            free(s->chat_template);
-            free(s->bos);
-            free(s->eos);
-            s->chat_template = s->bos = s->eos = NULL;
-        }
-        json_t *cfg = json_load_file(path, 0, NULL);
-        const char *suffix = json_string_value(json_object_get(cfg, "token_suffix"));
-        if (suffix) {
-            nx_hy_markers sm;
-            nx_hy_markers_init(&sm, suffix, s->tok);
-            if (nx_hy_markers_tools(&sm) || nx_hy_markers_reasoning(&sm)) s->hy = sm;
-        }
-        json_decref(cfg);
+    const char *cfg_bos, *cfg_eos, *suffix;
+    nx_model_template_strings(m, &cfg_bos, &cfg_eos, &suffix);
+    s->bos = dup_or_null(cfg_bos);
+    s->eos = dup_or_null(cfg_eos);
+    if (suffix) {
+        nx_hy_markers sm;
+        nx_hy_markers_init(&sm, suffix, s->tok);
+        if (nx_hy_markers_tools(&sm) || nx_hy_markers_reasoning(&sm)) s->hy = sm;
     }
     if (!s->bos && s->info->bos_id >= 0 && nx_tokenizer_token_str(s->tok, s->info->bos_id))
         s->bos = strdup(nx_tokenizer_token_str(s->tok, s->info->bos_id));
     if (!s->eos && s->info->eos_id >= 0 && nx_tokenizer_token_str(s->tok, s->info->eos_id))
         s->eos = strdup(nx_tokenizer_token_str(s->tok, s->info->eos_id));
-    const char *tsrc = nx_model_chat_template(m) ? nx_model_chat_template(m) : s->chat_template;
+    const char *tsrc = nx_model_chat_template(m);
     snprintf(s->tmpl_error, sizeof s->tmpl_error, "The model ships no chat template");
     if (tsrc) {
         nx_error terr = {0};
@@ -1559,7 +1547,6 @@ void nx_server_stop(nx_server *s) {
     free(s->api_key);
     free(s->model_id);
     nx_jinja_free(s->tmpl);
-    free(s->chat_template);
     free(s->bos);
     free(s->eos);
     free(s);

@@ -15,8 +15,6 @@ typedef struct nx_server_opts {
     int port;            /* 0 = an ephemeral port (see nx_server_port) */
     const char *api_key; /* NULL = no authentication; else "Authorization: Bearer KEY" */
     const char *model_id; /* the name clients send as "model" */
-    const char *model_dir; /* optional: its tokenizer_config.json names the template's
-                              bos_token/eos_token strings */
     size_t max_body;     /* request bytes before 413 */
     double timeout;      /* seconds a request may take, queueing included; 0 = unlimited */
     int queue;           /* requests that may wait for the worker before 503 */

@@ -107,10 +107,11 @@ static nx_status token_string(const json_t *root, const char *key, const char *p
 }
 
 nx_status nx_chat_template_from_config(const char *path, char **template_src, char **bos, char **eos,
-                                       nx_error *err) {
+                                       char **token_suffix, nx_error *err) {
     *template_src = NULL;
     if (bos) *bos = NULL;
     if (eos) *eos = NULL;
+    if (token_suffix) *token_suffix = NULL;
     char *text = NULL, *sibling = NULL;
     json_t *root = NULL;
     nx_status st = read_text_file(path, &text, err);
@@ -122,6 +123,8 @@ nx_status nx_chat_template_from_config(const char *path, char **template_src, ch
         st = nx_fail(err, NX_E_FORMAT, "%s: line %d: %s", path, root ? 1 : je.line, root ? "not a JSON object" : je.text);
         goto fail;
     }
+    const char *suffix = json_string_value(json_object_get(root, "token_suffix"));
+    if (token_suffix && suffix && !(*token_suffix = strdup(suffix))) goto nomem;
     const json_t *ct = json_object_get(root, "chat_template");
     if (json_is_string(ct)) {
         if (!(*template_src = strdup(json_string_value(ct)))) goto nomem;

@@ -32,9 +32,12 @@ nx_status nx_chat_render(const char *template_src, const json_t *messages, const
 /* Reads tokenizer_config.json: `chat_template` as a string, or a list of {name, template} from
  * which "default" is taken; when the key is absent, a chat_template.jinja file next to the
  * config is used (newer Hugging Face repositories). bos_token / eos_token may be strings or
- * {"content": ...} objects; an absent or null token yields NULL. All outputs are malloc'd and
- * owned by the caller; bos and eos may be NULL when not wanted. */
+ * {"content": ...} objects; an absent or null token yields NULL. token_suffix is the string Hy3
+ * spells its output markers with (":opensource"), NULL when absent; it is read whenever the file
+ * is a JSON object, even when the template then fails (a base model's config has none). All
+ * outputs are malloc'd and owned by the caller; bos, eos and token_suffix may be NULL when not
+ * wanted. */
 nx_status nx_chat_template_from_config(const char *tokenizer_config_json_path, char **template_src,
-                                       char **bos, char **eos, nx_error *err);
+                                       char **bos, char **eos, char **token_suffix, nx_error *err);
 
 #endif

@@ -72,7 +72,7 @@ static int mode_chat(const char *config, const char *cpath) {
     nx_error err = {0};
     char *tmpl = NULL, *bos = NULL, *eos = NULL, *out = NULL;
     int rc = 1;
-    if (nx_chat_template_from_config(config, &tmpl, &bos, &eos, &err) == NX_OK &&
+    if (nx_chat_template_from_config(config, &tmpl, &bos, &eos, NULL, &err) == NX_OK &&
         nx_chat_render(tmpl, json_object_get(conv, "messages"), json_object_get(conv, "tools"),
                        json_is_true(json_object_get(conv, "add_generation_prompt")), json_object_get(conv, "kwargs"),
                        bos, eos, &out, &err) == NX_OK)
@@ -506,7 +506,7 @@ static void test_chat_config(void **state) {
     char *t = NULL, *bos = NULL, *eos = NULL;
 
     write_file(path, "{\"chat_template\": \"T1\", \"bos_token\": \"<b>\", \"eos_token\": {\"content\": \"<e>\", \"lstrip\": false}}");
-    assert_int_equal(nx_chat_template_from_config(path, &t, &bos, &eos, &err), NX_OK);
+    assert_int_equal(nx_chat_template_from_config(path, &t, &bos, &eos, NULL, &err), NX_OK);
     assert_string_equal(t, "T1");
     assert_string_equal(bos, "<b>");
     assert_string_equal(eos, "<e>");
@@ -514,28 +514,41 @@ static void test_chat_config(void **state) {
 
     write_file(path, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"TU\"}, {\"name\": \"default\", "
                      "\"template\": \"D\"}], \"bos_token\": null}");
-    assert_int_equal(nx_chat_template_from_config(path, &t, &bos, &eos, &err), NX_OK);
+    assert_int_equal(nx_chat_template_from_config(path, &t, &bos, &eos, NULL, &err), NX_OK);
     assert_string_equal(t, "D");
     assert_null(bos);
     assert_null(eos);
     free(t);
 
     write_file(path, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"TU\"}]}");
-    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, NULL, &err), NX_E_CONFIG);
+    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, NULL, NULL, &err), NX_E_CONFIG);
     assert_null(t);
 
     write_file(path, "{\"eos_token\": \"</s>\"}");
-    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, &eos, &err), NX_E_CONFIG);
+    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, &eos, NULL, &err), NX_E_CONFIG);
+    /* token_suffix (Hy3's marker spelling) is read even when the template is missing */
+    char *sfx = NULL;
+    write_file(path, "{\"token_suffix\": \":opensource\", \"bos_token\": \"<b>\"}");
+    assert_int_equal(nx_chat_template_from_config(path, &t, &bos, NULL, &sfx, &err), NX_E_CONFIG);
+    assert_null(t);
+    assert_null(bos);
+    assert_string_equal(sfx, ":opensource");
+    free(sfx);
+    write_file(path, "{\"chat_template\": \"T\", \"token_suffix\": 7}");
+    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, NULL, &sfx, &err), NX_OK);
+    assert_null(sfx);
+    free(t);
+    write_file(path, "{\"eos_token\": \"</s>\"}");
     write_file(side, "{{ 'side' }}\n");
-    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, &eos, &err), NX_OK);
+    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, &eos, NULL, &err), NX_OK);
     assert_string_equal(t, "{{ 'side' }}\n");
     assert_string_equal(eos, "</s>");
     free(t), free(eos);
 
     write_file(path, "{not json");
-    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, NULL, &err), NX_E_FORMAT);
+    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, NULL, NULL, &err), NX_E_FORMAT);
     snprintf(side, sizeof side, "%s/missing.json", dir);
-    assert_int_equal(nx_chat_template_from_config(side, &t, NULL, NULL, &err), NX_E_IO);
+    assert_int_equal(nx_chat_template_from_config(side, &t, NULL, NULL, NULL, &err), NX_E_IO);
 
     snprintf(side, sizeof side, "%s/chat_template.jinja", dir);
     remove(side);
@@ -552,7 +565,7 @@ static void test_chat_qwen3(void **state) {
     fclose(f);
     nx_error err = {0};
     char *t = NULL, *bos = NULL, *eos = NULL, *out = NULL;
-    assert_int_equal(nx_chat_template_from_config(cfg, &t, &bos, &eos, &err), NX_OK);
+    assert_int_equal(nx_chat_template_from_config(cfg, &t, &bos, &eos, NULL, &err), NX_OK);
     assert_null(bos);
     assert_string_equal(eos, "<|im_end|>");
     json_t *msgs = json_loads("[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Q\"},"

@@ -218,7 +218,6 @@ int nx_cli_serve(int argc, char **argv) {
         so.n_ctx = (int32_t)in->max_positions;
     char *id = model_id ? strdup(model_id) : dir_name(dir);
     so.model_id = id;
-    so.model_dir = dir;
 
     /* Signals go to sigwait below, never to the server's threads (they inherit this mask). */
     sigset_t set;
