@@ -77,18 +77,31 @@ echo "== memory-bound model: AR vs MTP with synthetic acceptance 0.8"
 # This machine's bandwidth drifts from minute to minute (on shared VMs it can switch between two
 # levels within a run): each AR decode is held to the bandwidth measured right before and right
 # after it, the higher of the two, in ROUNDS separate rounds, and the median round is reported with
-# all of them, so one shift between the probe and the decode cannot make or break the figure.
+# all of them, so one shift between the probe and the decode cannot make or break the figure; a
+# round whose readings disagree by more than a quarter is taken again.
+# A round whose two readings differ by more than a quarter straddled a switch of level: it is
+# reported and taken again (up to 3 x ROUNDS tries), as neither reading describes the decode.
 ROUNDS=${NEXTN_BENCH_ROUNDS:-3}
 membw_now() { $B/bench/membw | grep -o "membw_gbs=[0-9.]*" | cut -d= -f2; }
 decode_vs_bw() { # NAME MODEL [nextn bench options...]
-    local name=$1 model=$2 rounds="" r out pre post
+    local name=$1 model=$2 rounds="" out pre post got=0 tries=0
     shift 2
-    for r in $(seq "$ROUNDS"); do
+    while [ "$got" -lt "$ROUNDS" ] && [ "$tries" -lt $((3 * ROUNDS)) ]; do
+        tries=$((tries + 1))
         pre=$(membw_now)
         out=$($NEXTN bench -m "$model" -n 48 --modes ar --repeat 2 "$@")
         post=$(membw_now)
+        if awk -v a="$pre" -v b="$post" 'BEGIN { lo = a < b ? a : b; hi = a < b ? b : a; exit !(lo < 0.75 * hi) }'; then
+            echo "  (a round skipped: the bandwidth read $pre GB/s before it and $post after)"
+            continue
+        fi
         rounds="$rounds $(echo "$out" | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2):$pre:$post:$(echo "$out" | grep -o 'dense_verify2/step=[0-9.]*' | cut -d= -f2)"
+        got=$((got + 1))
     done
+    if [ -z "$rounds" ]; then
+        echo "$name AR decode: no round with a steady bandwidth reading in $tries tries"
+        return 0
+    fi
     echo "$rounds" | tr ' ' '\n' | grep . | awk -F: -v n="$name" '{
         b = $2 > $3 ? $2 : $3; fr[NR] = $1 / b; dv[NR] = $4
         line = line sprintf("%s %.1f GB/s of %.1f (%.0f%%, verify %.2fx)", NR > 1 ? ";" : "", $1, b, 100 * $1 / b, $4)
