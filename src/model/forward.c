@@ -59,6 +59,11 @@ static void rope_neox(float *x, int32_t hd, const float *cs_sn) {
 }
 
 
+/* Output rows a thread takes at a time in this file's parallel jobs (the output projection, the
+ * MoE units): whole register blocks of the kernels, and no two threads writing one cache line of
+ * the result. */
+#define ROW_CHUNK 16
+
 /* ---------------------------------------------------------------- attention */
 
 typedef struct attn_job {
@@ -181,9 +186,9 @@ static void attn_heads_worker(void *arg, int ith, int nth) {
     /* this thread's rows of the output projection, whose first lines the v projection's
      * prefetch runs on into */
     long long o0, o1;
-    nx_pool_split((L->wo.out + 15) / 16, ith, nth, &o0, &o1);
+    nx_pool_split((L->wo.out + ROW_CHUNK - 1) / ROW_CHUNK, ith, nth, &o0, &o1);
     nx_rows o_rows;
-    const int has_o = nx_rows_of_units(&L->wo, 16, 0, o0, o1, &o_rows);
+    const int has_o = nx_rows_of_units(&L->wo, ROW_CHUNK, 0, o0, o1, &o_rows);
     nx_matmul_rows_then(&L->wk, c->xn, H, j->T, c->k, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd, &v_rows);
     nx_matmul_rows_then(&L->wv, c->xn, H, j->T, c->v, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd,
                         has_o ? &o_rows : NULL);
@@ -242,8 +247,6 @@ typedef struct ffn_job {
     const ffn_combine *comb;
 } ffn_job;
 
-#define FFN_CHUNK 16
-
 /* Units a thread claims at least per piece of a shared job (nx_pool_share_next): about 32 KB of
  * weights, so a piece's call stays long against its fixed cost (~0.3 µs: quantizing the input
  * row, streaming start-up). */
@@ -259,8 +262,8 @@ static int ffn_next_rows(const ffn_job *j, int down, long long nb, long long ne,
     long long base = 0;
     for (int i = 0; i < j->items && nb < ne; i++) {
         const nx_linear *W = down ? &j->f[i]->down : &j->f[i]->gate;
-        const long long nc = ((down ? H : W->out) + FFN_CHUNK - 1) / FFN_CHUNK;
-        if (nb < base + nc) return nx_rows_of_units(W, FFN_CHUNK, base, nb, ne, r);
+        const long long nc = ((down ? H : W->out) + ROW_CHUNK - 1) / ROW_CHUNK;
+        if (nb < base + nc) return nx_rows_of_units(W, ROW_CHUNK, base, nb, ne, r);
         base += nc;
     }
     return 0;
@@ -273,12 +276,12 @@ static void ffn_gate_up_units(ffn_job *j, long long b, long long e, long long nb
     long long base = 0;
     for (int i = 0; i < j->items && base < e; i++) {
         const int64_t F = j->f[i]->gate.out;
-        const long long nc = (F + FFN_CHUNK - 1) / FFN_CHUNK;
+        const long long nc = (F + ROW_CHUNK - 1) / ROW_CHUNK;
         nx_rows gr, ur, ng;
-        if (nx_rows_of_units(&j->f[i]->gate, FFN_CHUNK, base, b, e, &gr)) {
+        if (nx_rows_of_units(&j->f[i]->gate, ROW_CHUNK, base, b, e, &gr)) {
             const int64_t r0 = gr.r0, r1 = gr.r1;
             const int has_next =
-                (i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->gate, FFN_CHUNK, base + nc, b, e, &ng)) ||
+                (i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->gate, ROW_CHUNK, base + nc, b, e, &ng)) ||
                 (base + nc >= e && ffn_next_rows(j, 0, nb, ne, &ng));
             ur = (nx_rows){&j->f[i]->up, r0, r1};
             float *g = j->gs[i], *u = j->c->u + (g - j->c->g);
@@ -319,12 +322,12 @@ static void ffn_gate_up_worker(void *arg, int ith, int nth) {
 /* Down projections of units [b, e) (16-row chunks of each item's output in turn). */
 static void ffn_down_units(ffn_job *j, long long b, long long e, long long nb, long long ne) {
     const int32_t H = j->c->m->cfg.hidden_size;
-    const long long nc = (H + FFN_CHUNK - 1) / FFN_CHUNK;
+    const long long nc = (H + ROW_CHUNK - 1) / ROW_CHUNK;
     for (int i = (int)(b / nc); i < j->items && (long long)i * nc < e; i++) {
         nx_rows dr, nd;
-        nx_rows_of_units(&j->f[i]->down, FFN_CHUNK, i * nc, b, e, &dr);
+        nx_rows_of_units(&j->f[i]->down, ROW_CHUNK, i * nc, b, e, &dr);
         const int has_next =
-            (i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->down, FFN_CHUNK, (i + 1) * nc, b, e, &nd)) ||
+            (i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->down, ROW_CHUNK, (i + 1) * nc, b, e, &nd)) ||
             ((long long)(i + 1) * nc >= e && ffn_next_rows(j, 1, nb, ne, &nd));
         nx_matmul_rows_then(&j->f[i]->down, j->gs[i], j->f[i]->gate.out, j->n[i], j->out[i], H, dr.r0, dr.r1,
                             has_next ? &nd : NULL);
@@ -339,14 +342,14 @@ static void ffn_down_units(ffn_job *j, long long b, long long e, long long nb, l
 static void ffn_down_worker(void *arg, int ith, int nth) {
     ffn_job *j = arg;
     const int32_t H = j->c->m->cfg.hidden_size;
-    const long long nc = (H + FFN_CHUNK - 1) / FFN_CHUNK;
+    const long long nc = (H + ROW_CHUNK - 1) / ROW_CHUNK;
     ffn_run_units(j, ith, nth, nc * j->items, ffn_down_units);
     const ffn_combine *cb_ = j->comb;
     if (!cb_) return;
     nx_pool_barrier(j->c->m->pool, nth);
     long long cb, ce;
     nx_pool_split(nc, ith, nth, &cb, &ce);
-    const int64_t a = cb * FFN_CHUNK, z = ce * FFN_CHUNK < H ? ce * FFN_CHUNK : H;
+    const int64_t a = cb * ROW_CHUNK, z = ce * ROW_CHUNK < H ? ce * ROW_CHUNK : H;
     if (a >= z) return;
     for (int32_t r = 0; r < cb_->n_routed; r++)
         nx_axpy_f32(cb_->w[r], j->out[0] + (size_t)r * H + a, cb_->y + (size_t)cb_->row[r] * H + a, z - a);
@@ -369,7 +372,7 @@ static void ffn_many(nx_ctx *c, const nx_ffn *const *f, const float *const *x, c
         const int64_t F = f[i]->gate.out;
         j.gs[i] = c->g + off;
         off += (size_t)n[i] * (size_t)F;
-        j.units += (F + FFN_CHUNK - 1) / FFN_CHUNK;
+        j.units += (F + ROW_CHUNK - 1) / ROW_CHUNK;
         work += 3.0 * (double)F * (double)f[i]->gate.in * (double)n[i];
     }
     nx_pool *pool = c->m->pool;
@@ -380,13 +383,13 @@ static void ffn_many(nx_ctx *c, const nx_ffn *const *f, const float *const *x, c
     } else {
         const int32_t H = c->m->cfg.hidden_size;
         const int nth = nx_pool_size(pool);
-        const size_t gate_up_unit = FFN_CHUNK * (nx_linear_row_bytes(&f[0]->gate) + nx_linear_row_bytes(&f[0]->up));
+        const size_t gate_up_unit = ROW_CHUNK * (nx_linear_row_bytes(&f[0]->gate) + nx_linear_row_bytes(&f[0]->up));
         j.shared = nx_pool_share_reset(pool, nth, j.units, share_min_units(gate_up_unit),
-                                       (f[0]->gate.out + FFN_CHUNK - 1) / FFN_CHUNK) == 0;
+                                       (f[0]->gate.out + ROW_CHUNK - 1) / ROW_CHUNK) == 0;
         nx_pool_run(pool, ffn_gate_up_worker, &j);
-        j.shared = nx_pool_share_reset(pool, nth, (H + FFN_CHUNK - 1) / FFN_CHUNK * (long long)items,
-                                       share_min_units(FFN_CHUNK * nx_linear_row_bytes(&f[0]->down)),
-                                       (H + FFN_CHUNK - 1) / FFN_CHUNK) == 0;
+        j.shared = nx_pool_share_reset(pool, nth, (H + ROW_CHUNK - 1) / ROW_CHUNK * (long long)items,
+                                       share_min_units(ROW_CHUNK * nx_linear_row_bytes(&f[0]->down)),
+                                       (H + ROW_CHUNK - 1) / ROW_CHUNK) == 0;
         nx_pool_run(pool, ffn_down_worker, &j);
     }
 }

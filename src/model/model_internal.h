@@ -115,7 +115,6 @@ static inline void *nx_kv_row(const nx_ctx *c, void *cache, int64_t h, int64_t p
     return (char *)cache + ((size_t)h * (size_t)c->n_ctx + (size_t)pos) * hb;
 }
 
-
 /* rows = T: runs the trunk over tokens at positions n_past..n_past+T-1 (T ≤ n_batch), appends
  * to the caches, stores the MTP-fed hidden by position, and computes logits for rows
  * [logits_from, T) into logits (row-major, (T - logits_from, V)); logits may be NULL. */
