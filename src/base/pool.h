@@ -27,8 +27,10 @@ void nx_pool_split(long long n, int ith, int nth, long long *b, long long *e);
 
 /* Shares: [0, n) units split as nx_pool_split does, but claimed piece by piece, so a thread
  * that finishes early takes work another thread has not reached yet. The caller sets them up
- * before nx_pool_run (nth: the threads the job will run on, at most nx_pool_size; n < 2^32);
- * then in the job each thread calls nx_pool_share_next until it returns 0.
+ * before nx_pool_run (nth: the threads the job will run on, at most nx_pool_size; n < 2^32), or
+ * one thread of a running job does while no thread of it claims, and then publishes them (a
+ * barrier, or a release store the others acquire); then each thread calls nx_pool_share_next
+ * until it returns 0.
  * - A thread claims its own chunk from the front: up to the next multiple of `align` units
  *   while more than 2·align are left, then half of what is left (at least min_piece units).
  * - Once its own chunk is gone, it takes the back half of the largest chunk left, if that holds

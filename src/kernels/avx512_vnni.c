@@ -516,6 +516,22 @@ static int vnni_takes(const nx_linear *W) {
     return 0;
 }
 
+/* The last few input rows a thread quantized, kept with their image: decode multiplies one
+ * input by many matrices in a row (gate then up; at one row, every routed expert's gate and
+ * up), and quantizing a 1024-wide row costs about as much as streaming 8 KB of 4-bit weights.
+ * The image is reused only when the rows' bytes, their count and width, the group size and
+ * the layout all match, so results do not change. */
+#define QC_FLOATS 4096
+#define QC_GROUPS 256
+typedef struct qcache {
+    int64_t T, in, group;
+    int act, lay;
+    float x[QC_FLOATS];
+    int16_t xq[QC_FLOATS] __attribute__((aligned(64)));
+    float dg[QC_GROUPS], Xg[QC_GROUPS];
+} qcache;
+static _Thread_local qcache qc;
+
 static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                             int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
     if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, next);
@@ -555,14 +571,39 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
         a.pick8 = _mm512_loadu_si512(pick8);
         a.shift8 = _mm512_loadu_si512(shift8);
     }
-    int16_t xq[XQ_MAX] __attribute__((aligned(64)));
-    float dg[XG_MAX], Xg[XG_MAX];
+    int16_t xqs[XQ_MAX] __attribute__((aligned(64)));
+    float dgs[XG_MAX], Xgs[XG_MAX];
+    int16_t *xq = xqs;
+    float *dg = dgs, *Xg = Xgs;
     int64_t tc = XQ_MAX / in;
     if (tc > XG_MAX / ngroups) tc = XG_MAX / ngroups;
     const int64_t ob = nx_rows_per_block(a.wstride);
+    const int cached = T * in <= QC_FLOATS && T * ngroups <= QC_GROUPS;
+    if (cached) {
+        qcache *q = &qc;
+        const int lay = x_layout(act, W->bits, in, W->group);
+        int hit = q->T == T && q->in == in && q->group == W->group && q->act == act && q->lay == lay;
+        for (int64_t t = 0; hit && t < T; t++) hit = !memcmp(q->x + t * in, x + t * ldx, sizeof(float) * (size_t)in);
+        if (!hit) {
+            for (int64_t t = 0; t < T; t++) {
+                memcpy(q->x + t * in, x + t * ldx, sizeof(float) * (size_t)in);
+                quantize_row(x + t * ldx, in, W->group, act, W->bits, (char *)q->xq + t * in * act / 8,
+                             q->dg + t * ngroups, q->Xg + t * ngroups);
+            }
+            q->T = T;
+            q->in = in;
+            q->group = W->group;
+            q->act = act;
+            q->lay = lay;
+        }
+        xq = q->xq;
+        dg = q->dg;
+        Xg = q->Xg;
+        tc = T;
+    }
     for (int64_t c0 = 0; c0 < T; c0 += tc) {
         const int64_t c1 = c0 + tc < T ? c0 + tc : T;
-        for (int64_t t = c0; t < c1; t++)
+        for (int64_t t = c0; t < c1 && !cached; t++)
             quantize_row(x + t * ldx, in, W->group, act, W->bits, (char *)xq + (t - c0) * in * act / 8,
                          dg + (t - c0) * ngroups, Xg + (t - c0) * ngroups);
         for (int64_t b0 = o0; b0 < o1; b0 += ob) {

@@ -3,6 +3,7 @@
  * an f32 lm_head. The same code serves prefill, decode and the k+1 rows of a speculative verify;
  * every row's result is independent of the rows it shares a call with (batch invariance). */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -223,6 +224,13 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
 
 /* ---------------------------------------------------------------- feed-forward */
 
+/* One step of a spin-wait. */
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* How ffn_many folds its outputs into y (MoE): routed rows r < n_routed add w[r]·out[r] to
  * y[row[r]] in ascending r, then, if shared is set, y[t] += shared[t] for t < T. */
 typedef struct ffn_combine {
@@ -246,6 +254,10 @@ typedef struct ffn_job {
     int shared;      /* the running job's units are pool shares (else a static split) */
     const ffn_combine *comb;
 } ffn_job;
+
+/* Multiply-adds below which the feed-forward runs on the calling thread: a pool wake-up costs
+ * a few microseconds, not worth it for tiny experts. */
+#define FFN_POOL_MIN_MACS 98304
 
 /* Units a thread claims at least per piece of a shared job (nx_pool_share_next): about 32 KB of
  * weights, so a piece's call stays long against its fixed cost (~0.3 µs: quantizing the input
@@ -376,8 +388,7 @@ static void ffn_many(nx_ctx *c, const nx_ffn *const *f, const float *const *x, c
         work += 3.0 * (double)F * (double)f[i]->gate.in * (double)n[i];
     }
     nx_pool *pool = c->m->pool;
-    /* a pool wake-up costs a few microseconds: not worth it for tiny experts */
-    if (nx_pool_size(pool) <= 1 || work < 98304) {
+    if (nx_pool_size(pool) <= 1 || work < FFN_POOL_MIN_MACS) {
         ffn_gate_up_worker(&j, 0, 1);
         ffn_down_worker(&j, 0, 1);
     } else {
@@ -428,15 +439,11 @@ void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, 
     }
 }
 
-/* MoE over xn (T, H) → c->y. Rows are grouped by expert so each touched expert's weights are
- * read once per call, all touched experts (and the shared one) in one parallel job per
- * projection. Contributions are added in ascending expert id, then the shared expert, so every
- * row sums the same terms in the same order however the rows are batched. */
-static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
+/* The router's choices for T rows (c->sel, c->selw) and the statistics of their overlap with
+ * the previous rows' choices. The router runs on the calling thread when pool is NULL. */
+static void moe_select(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot, nx_pool *pool) {
     const nx_config *cfg = &c->m->cfg;
     const int32_t H = cfg->hidden_size, E = M->n_experts, k = cfg->top_k;
-    nx_pool *pool = c->m->pool;
-
     nx_matmul(&M->router, c->xn, H, T, c->router, E, pool);
     for (int32_t t = 0; t < T; t++)
         nx_moe_route(c->router + (size_t)t * E, M->expert_bias, E, k, cfg->route_norm,
@@ -456,55 +463,177 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
         }
     }
     memcpy(prev, c->sel + (size_t)(T - 1) * k, sizeof(int32_t) * (size_t)k);
+}
 
-    memset(c->y, 0, sizeof(float) * (size_t)T * H);
-    /* Gather: rows of expert e (ascending) packed into c->xe; c->rows / c->rows_w say whose.
-     * Consecutive rows (always, for a single row) are read where they are instead. */
+/* The items of ffn_many for a MoE layer: the routed experts in ascending id, then the shared
+ * expert (when the layer has one). */
+typedef struct moe_items {
     const nx_ffn *f[NX_MAX_EXPERTS_TOUCHED + 1];
     const float *xs[NX_MAX_EXPERTS_TOUCHED + 1];
     float *outs[NX_MAX_EXPERTS_TOUCHED + 1];
-    int32_t ns[NX_MAX_EXPERTS_TOUCHED + 1], items = 0, total = 0;
+    int32_t ns[NX_MAX_EXPERTS_TOUCHED + 1];
+    int items, total; /* total: routed rows so far */
+} moe_items;
+
+/* Appends the routed experts of c->sel to it, in ascending id. Rows of expert e are packed into
+ * c->xe (c->rows / c->rows_w say whose); consecutive rows (always, for a single row) are read
+ * where they are instead. When the list fills up and flush is set, the experts so far run at
+ * once (ffn_many) and the list starts again; without flush the caller guarantees room (T·k
+ * rows at most NX_MAX_EXPERTS_TOUCHED). */
+static void moe_gather(nx_ctx *c, const nx_moe *M, int32_t T, moe_items *it, int flush) {
+    const int32_t H = c->m->cfg.hidden_size, E = M->n_experts, k = c->m->cfg.top_k;
     for (int32_t e = 0; e < E; e++) {
         int32_t n = 0;
         for (int32_t t = 0; t < T; t++)
             for (int32_t i = 0; i < k; i++)
                 if (c->sel[(size_t)t * k + i] == e) {
-                    c->rows[total + n] = t;
-                    c->rows_w[total + n] = c->selw[(size_t)t * k + i];
+                    c->rows[it->total + n] = t;
+                    c->rows_w[it->total + n] = c->selw[(size_t)t * k + i];
                     n++;
                 }
         if (n == 0) continue;
         c->traffic.experts_touched++;
         c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->experts[e]);
-        f[items] = &M->experts[e];
-        const int32_t *rw = c->rows + total;
+        it->f[it->items] = &M->experts[e];
+        const int32_t *rw = c->rows + it->total;
         if (rw[n - 1] - rw[0] == n - 1) {
-            xs[items] = c->xn + (size_t)rw[0] * H;
+            it->xs[it->items] = c->xn + (size_t)rw[0] * H;
         } else {
             for (int32_t r = 0; r < n; r++)
-                memcpy(c->xe + (size_t)(total + r) * H, c->xn + (size_t)rw[r] * H, sizeof(float) * (size_t)H);
-            xs[items] = c->xe + (size_t)total * H;
+                memcpy(c->xe + (size_t)(it->total + r) * H, c->xn + (size_t)rw[r] * H, sizeof(float) * (size_t)H);
+            it->xs[it->items] = c->xe + (size_t)it->total * H;
         }
-        outs[items] = c->ye + (size_t)total * H;
-        ns[items++] = n;
-        total += n;
-        if (items == NX_MAX_EXPERTS_TOUCHED) { /* more experts than one job holds: flush */
-            const ffn_combine cb = {c->y, c->rows, c->rows_w, total, NULL, T};
-            ffn_many(c, f, xs, ns, outs, items, &cb);
-            items = total = 0;
+        it->outs[it->items] = c->ye + (size_t)it->total * H;
+        it->ns[it->items++] = n;
+        it->total += n;
+        if (flush && it->items == NX_MAX_EXPERTS_TOUCHED) { /* more experts than one job holds */
+            const ffn_combine cb = {c->y, c->rows, c->rows_w, it->total, NULL, T};
+            ffn_many(c, it->f, it->xs, it->ns, it->outs, it->items, &cb);
+            it->items = it->total = 0;
         }
     }
-    const int32_t routed = total;
+}
+
+/* A MoE layer as one pool job, for rows whose routed experts fit one job: thread 0 runs the
+ * router and the routing while the other threads compute the shared expert's gate and up
+ * (which do not depend on the routing); then every thread takes the routed experts' gate/up
+ * units as shares (thread 0 sets them up as soon as it has routed, and the others wait for
+ * that only if they finish the shared expert first), then every expert's down and the combine.
+ * Before, the other threads waited out the routing with the memory stream idle (~9 µs per
+ * layer on the 4-bit bench model: the router's rows, the routing and the gather, all cache
+ * misses), then the shared expert was one more item of the gate/up job. */
+typedef struct moe_job {
+    nx_ctx *c;
+    const nx_moe *M;
+    int32_t T, layer_slot;
+    moe_items it;       /* thread 0 fills it: the routed experts, then the shared one */
+    const nx_ffn *sf;   /* the shared expert as an item of its own */
+    const float *sx;
+    float *so;
+    int32_t sn;
+    ffn_job shared_gu;  /* gate/up of the shared expert alone */
+    ffn_job all;        /* every item: the routed ones' gate/up (items - 1), then all the downs */
+    ffn_combine cb;
+    _Atomic int routed_ready; /* thread 0 has set up all.* and the routed gate/up shares */
+} moe_job;
+
+/* Thread 0, once it has routed: the routed experts' gate/up as shares (their scratch rows
+ * from the start of c->g, the shared expert's behind all T·k routed rows, as shared_gu has
+ * them), then released to the other threads. */
+static void moe_job_routed(moe_job *mj) {
+    nx_ctx *c = mj->c;
+    nx_pool *pool = c->m->pool;
+    ffn_job *a = &mj->all;
+    size_t off = 0;
+    a->units = 0;
+    for (int i = 0; i < a->items - 1; i++) {
+        const int64_t F = a->f[i]->gate.out;
+        a->gs[i] = c->g + off;
+        off += (size_t)a->n[i] * (size_t)F;
+        a->units += (F + ROW_CHUNK - 1) / ROW_CHUNK;
+    }
+    a->gs[a->items - 1] = mj->shared_gu.gs[0];
+    const nx_ffn *f0 = a->f[0];
+    const size_t unit = ROW_CHUNK * (nx_linear_row_bytes(&f0->gate) + nx_linear_row_bytes(&f0->up));
+    a->shared = nx_pool_share_reset(pool, nx_pool_size(pool), a->units, share_min_units(unit),
+                                    (f0->gate.out + ROW_CHUNK - 1) / ROW_CHUNK) == 0;
+    atomic_store_explicit(&mj->routed_ready, 1, memory_order_release);
+}
+
+static void moe_worker(void *arg, int ith, int nth) {
+    moe_job *mj = arg;
+    nx_ctx *c = mj->c;
+    nx_pool *pool = c->m->pool;
+    if (ith == 0) {
+        moe_select(c, mj->M, mj->T, mj->layer_slot, NULL);
+        moe_items *it = &mj->it;
+        moe_gather(c, mj->M, mj->T, it, 0);
+        mj->cb = (ffn_combine){c->y, c->rows, c->rows_w, it->total, mj->so, mj->T};
+        it->f[it->items] = mj->sf;
+        it->xs[it->items] = mj->sx;
+        it->outs[it->items] = mj->so;
+        it->ns[it->items++] = mj->sn;
+        mj->all.items = it->items;
+        moe_job_routed(mj);
+    } else {
+        long long b, e;
+        nx_pool_split(mj->shared_gu.units, ith - 1, nth - 1, &b, &e);
+        ffn_gate_up_units(&mj->shared_gu, b, e, 0, 0);
+        while (!atomic_load_explicit(&mj->routed_ready, memory_order_acquire)) spin_pause();
+    }
+    ffn_run_units(&mj->all, ith, nth, mj->all.units, ffn_gate_up_units);
+    nx_pool_barrier(pool, nth);
+    if (ith == 0) {
+        const int32_t H = c->m->cfg.hidden_size;
+        ffn_job *a = &mj->all;
+        a->shared = nx_pool_share_reset(pool, nth, (H + ROW_CHUNK - 1) / ROW_CHUNK * (long long)a->items,
+                                        share_min_units(ROW_CHUNK * nx_linear_row_bytes(&a->f[0]->down)),
+                                        (H + ROW_CHUNK - 1) / ROW_CHUNK) == 0;
+    }
+    nx_pool_barrier(pool, nth);
+    ffn_down_worker(&mj->all, ith, nth);
+}
+
+/* MoE over xn (T, H) → c->y. Rows are grouped by expert so each touched expert's weights are
+ * read once per call: a few rows (decode, verify) as moe_worker's one job, more as ffn_many's
+ * gate/up and down jobs over all touched experts and the shared one. Contributions are added
+ * in ascending expert id, then the shared expert, so every row sums the same terms in the
+ * same order however the rows are batched. */
+static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
+    const nx_config *cfg = &c->m->cfg;
+    const int32_t H = cfg->hidden_size, k = cfg->top_k;
+    nx_pool *pool = c->m->pool;
+    memset(c->y, 0, sizeof(float) * (size_t)T * H);
+    const int64_t sF = M->shared.gate.out;
+    if (M->has_shared && nx_pool_size(pool) > 1 && (int64_t)T * k <= NX_MAX_EXPERTS_TOUCHED &&
+        3.0 * (double)sF * H * T >= FFN_POOL_MIN_MACS) {
+        /* the shared expert's rows sit behind the routed ones' T·k rows in every scratch buffer */
+        const int32_t routed = T * k;
+        moe_job mj = {.c = c, .M = M, .T = T, .layer_slot = layer_slot, .sf = &M->shared, .sx = c->xn,
+                      .so = c->ye + (size_t)routed * H, .sn = T};
+        moe_items *it = &mj.it;
+        c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->shared);
+        mj.shared_gu = (ffn_job){.c = c, .f = &mj.sf, .x = &mj.sx, .n = &mj.sn, .out = &mj.so, .items = 1};
+        mj.shared_gu.gs[0] = c->g + (size_t)routed * (size_t)M->experts[0].gate.out;
+        mj.shared_gu.units = (sF + ROW_CHUNK - 1) / ROW_CHUNK;
+        mj.all = (ffn_job){.c = c, .f = it->f, .x = it->xs, .n = it->ns, .out = it->outs, .comb = &mj.cb};
+        nx_pool_run(pool, moe_worker, &mj);
+        return;
+    }
+    moe_select(c, M, T, layer_slot, pool);
+    moe_items it = {.items = 0};
+    moe_gather(c, M, T, &it, 1);
+    const int32_t routed = it.total;
     if (M->has_shared) {
         c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->shared);
-        f[items] = &M->shared;
-        xs[items] = c->xn;
-        outs[items] = c->ye + (size_t)total * H;
-        ns[items++] = T;
+        it.f[it.items] = &M->shared;
+        it.xs[it.items] = c->xn;
+        it.outs[it.items] = c->ye + (size_t)it.total * H;
+        it.ns[it.items++] = T;
     }
     const ffn_combine cb = {c->y, c->rows, c->rows_w, routed,
                             M->has_shared ? c->ye + (size_t)routed * H : NULL, T};
-    if (items) ffn_many(c, f, xs, ns, outs, items, &cb);
+    if (it.items) ffn_many(c, it.f, it.xs, it.ns, it.outs, it.items, &cb);
 }
 
 /* ---------------------------------------------------------------- decoder layer */
