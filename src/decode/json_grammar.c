@@ -21,12 +21,15 @@ typedef struct js_prop {
 } js_prop;
 
 typedef struct js_node {
+    int16_t ref;         /* >= 0: this node is that node ($ref, a one-schema allOf); the rest unused */
     uint8_t types;       /* T_* the value may have */
     bool keyed;          /* object with "properties": only those keys, in order */
     int16_t items;       /* array: the items' node (-1: any value) */
     int32_t prop0, n_props;
     int32_t lit0, n_lits; /* enum / const: the values, serialised (then only those) */
     uint8_t min_items, max_items; /* max 0: no limit */
+    int32_t alt0, n_alts; /* anyOf / oneOf: the branches (alts[alt0..]), told apart by a value's
+                           * first byte; then only those */
 } js_node;
 
 struct nx_json_schema {
@@ -37,6 +40,9 @@ struct nx_json_schema {
     char **lits;
     uint32_t *lit_len;
     int32_t n_lits;
+    int16_t *alts;    /* anyOf branches' nodes */
+    uint8_t *alt_cls; /* and the C_* first bytes each can start with */
+    int32_t n_alts;
 };
 
 enum {
@@ -70,8 +76,14 @@ void nx_json_init_schema(nx_json_state *s, const nx_json_schema *schema) {
 
 void nx_json_init(nx_json_state *s) { nx_json_init_schema(s, NULL); }
 
+/* Node n, through its references (the compiler refuses reference cycles). */
+static const js_node *schema_node(const nx_json_schema *S, int n) {
+    while (S->nodes[n].ref >= 0) n = S->nodes[n].ref;
+    return &S->nodes[n];
+}
+
 static const js_node *node_of(const nx_json_state *s, int n) {
-    return s->schema && n >= 0 ? &s->schema->nodes[n] : NULL;
+    return s->schema && n >= 0 ? schema_node(s->schema, n) : NULL;
 }
 
 /* The schema node of the innermost open container, or NULL when it is unconstrained. */
@@ -194,10 +206,34 @@ static bool enum_byte(nx_json_state *s, uint8_t c) {
     return true;
 }
 
+/* The kinds of value a first byte starts (one C_* bit; 0 for none). */
+enum { C_OBJECT = 1, C_ARRAY = 2, C_STRING = 4, C_NUMBER = 8, C_TRUE = 16, C_FALSE = 32, C_NULL = 64 };
+static int first_class(uint8_t c) {
+    switch (c) {
+    case '{': return C_OBJECT;
+    case '[': return C_ARRAY;
+    case '"': return C_STRING;
+    case 't': return C_TRUE;
+    case 'f': return C_FALSE;
+    case 'n': return C_NULL;
+    default: return c == '-' || is_digit(c) ? C_NUMBER : 0;
+    }
+}
+
 /* The first byte of a value (whitespace already skipped), which must start one of the types
- * its schema node allows (or one of its enum literals). */
+ * its schema node allows (or one of its enum literals); an anyOf node hands the value to the
+ * branch that byte starts (the compiler made sure at most one can). */
 static bool value_start(nx_json_state *s, uint8_t c) {
     const js_node *nd = node_of(s, s->vnode);
+    while (nd && nd->n_alts) {
+        const int cls = first_class(c);
+        int hit = -1;
+        for (int32_t i = nd->alt0; i < nd->alt0 + nd->n_alts && hit < 0; i++)
+            if (s->schema->alt_cls[i] & cls) hit = s->schema->alts[i];
+        if (hit < 0) return dead(s);
+        s->vnode = (int16_t)hit;
+        nd = node_of(s, hit);
+    }
     if (nd && nd->n_lits) {
         s->cand = 0, s->cpos = 0;
         for (int32_t i = 0; i < nd->n_lits; i++) s->cand |= 1ull << i;
@@ -509,14 +545,23 @@ void nx_json_schema_free(nx_json_schema *S) {
     free(S->props);
     free(S->lits);
     free(S->lit_len);
+    free(S->alts);
+    free(S->alt_cls);
     free(S);
 }
 
 typedef struct compiler {
     nx_json_schema *S;
-    int32_t cap_nodes, cap_props, cap_lits;
+    int32_t cap_nodes, cap_props, cap_lits, cap_alts;
     char path[256]; /* where in the schema, for messages: #/properties/a/items */
     nx_error *err;
+    json_t *root;   /* for $ref */
+    char **refs;    /* the references met so far, and the node each compiled to */
+    int16_t *ref_node;
+    int32_t n_refs, cap_refs;
+    int16_t *any;   /* the anyOf nodes, and where each is, checked once all is compiled */
+    char **any_path;
+    int32_t n_any, cap_any;
 } compiler;
 
 static bool grow(void **p, int32_t *cap, int32_t need, size_t size) {
@@ -559,6 +604,99 @@ static bool add_literal(compiler *C, json_t *v) {
 
 static int compile_node(compiler *C, json_t *v, int depth);
 
+/* The node a local reference names: "#" (the root), "#/$defs/NAME" or "#/definitions/NAME".
+ * Each definition compiles once, when first referenced (so unused ones are not looked at), and
+ * its node is known before its body compiles, so a definition may refer to itself. */
+static int compile_ref(compiler *C, json_t *ref, int depth) {
+    if (!json_is_string(ref)) return bad_schema(C, "$ref must be a string");
+    const char *r = json_string_value(ref);
+    if (strcmp(r, "#") == 0) return 0;
+    const char *name = NULL;
+    json_t *defs = NULL;
+    if (strncmp(r, "#/$defs/", 8) == 0) name = r + 8, defs = json_object_get(C->root, "$defs");
+    else if (strncmp(r, "#/definitions/", 14) == 0) name = r + 14, defs = json_object_get(C->root, "definitions");
+    if (!name || !*name || strchr(name, '/') || strchr(name, '~'))
+        return bad_schema(C, "only local references are supported: \"#\", \"#/$defs/NAME\" or \"#/definitions/NAME\"");
+    for (int32_t i = 0; i < C->n_refs; i++)
+        if (strcmp(C->refs[i], r) == 0) return C->ref_node[i];
+    json_t *target = json_object_get(defs, name);
+    if (!target) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "$ref %.120s names no definition", r);
+        return bad_schema(C, msg);
+    }
+    if (!grow((void **)&C->refs, &C->cap_refs, C->n_refs + 1, sizeof *C->refs) ||
+        !(C->ref_node = realloc(C->ref_node, sizeof *C->ref_node * (size_t)C->cap_refs)) ||
+        !(C->refs[C->n_refs] = strdup(r)))
+        return bad_schema(C, "out of memory");
+    C->ref_node[C->n_refs++] = (int16_t)C->S->n_nodes; /* the node compile_node reserves first */
+    char saved[sizeof C->path];
+    memcpy(saved, C->path, sizeof saved);
+    snprintf(C->path, sizeof C->path, "%s", r);
+    const int n = compile_node(C, target, depth + 1);
+    if (n < 0) return -1; /* the message names the definition's path */
+    memcpy(C->path, saved, sizeof saved);
+    return n;
+}
+
+/* The C_* kinds of value node n can start with (through references and nested anyOfs), or -1
+ * when anyOfs nest through references deeper than the automaton could follow. */
+static int node_classes(const nx_json_schema *S, int n, int depth) {
+    if (depth > NX_JSON_MAX_DEPTH) return -1;
+    const js_node *nd = schema_node(S, n);
+    int cls = 0;
+    if (nd->n_alts) {
+        for (int32_t i = 0; i < nd->n_alts; i++) {
+            const int c = node_classes(S, S->alts[nd->alt0 + i], depth + 1);
+            if (c < 0) return -1;
+            cls |= c;
+        }
+        return cls;
+    }
+    if (nd->n_lits) {
+        for (int32_t i = 0; i < nd->n_lits; i++) cls |= first_class((uint8_t)S->lits[nd->lit0 + i][0]);
+        return cls;
+    }
+    if (nd->types & T_OBJECT) cls |= C_OBJECT;
+    if (nd->types & T_ARRAY) cls |= C_ARRAY;
+    if (nd->types & T_STRING) cls |= C_STRING;
+    if (nd->types & (T_NUMBER | T_INTEGER)) cls |= C_NUMBER;
+    if (nd->types & T_BOOLEAN) cls |= C_TRUE | C_FALSE;
+    if (nd->types & T_NULL) cls |= C_NULL;
+    return cls;
+}
+
+/* Once every node is compiled: no reference chain may loop without reaching a schema, and the
+ * branches of each anyOf must start with different kinds of value (which is what lets the
+ * automaton pick the branch at a value's first byte, without backtracking). */
+static int check_compiled(compiler *C) {
+    nx_json_schema *S = C->S;
+    for (int32_t i = 0; i < S->n_nodes; i++) {
+        int n = i, hops = 0;
+        while (S->nodes[n].ref >= 0 && hops++ <= S->n_nodes) n = S->nodes[n].ref;
+        if (S->nodes[n].ref >= 0) {
+            snprintf(C->path, sizeof C->path, "#");
+            return bad_schema(C, "a $ref cycle that never reaches a schema");
+        }
+    }
+    if (!(S->alt_cls = malloc((size_t)(S->n_alts > 0 ? S->n_alts : 1)))) return bad_schema(C, "out of memory");
+    for (int32_t a = 0; a < C->n_any; a++) {
+        const js_node *nd = &S->nodes[C->any[a]];
+        snprintf(C->path, sizeof C->path, "%s", C->any_path[a]);
+        int seen = 0;
+        for (int32_t i = nd->alt0; i < nd->alt0 + nd->n_alts; i++) {
+            const int cls = node_classes(S, S->alts[i], 0);
+            if (cls < 0) return bad_schema(C, "anyOf nested deeper than 32 levels");
+            if (cls & seen)
+                return bad_schema(C, "anyOf / oneOf branches must start with different kinds of value (object, "
+                                     "array, string, number, true, false, null): two of them overlap");
+            seen |= cls;
+            S->alt_cls[i] = (uint8_t)cls;
+        }
+    }
+    return 0;
+}
+
 /* Compiles child schema `v` under path segment `seg` (restoring the path after). */
 static int compile_child(compiler *C, json_t *v, const char *seg, int depth) {
     const size_t len = strlen(C->path);
@@ -576,15 +714,14 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     if (!grow((void **)&S->nodes, &C->cap_nodes, S->n_nodes + 1, sizeof *S->nodes) || S->n_nodes >= INT16_MAX)
         return bad_schema(C, "too many schema nodes");
     const int me = S->n_nodes++;
-    js_node nd = {.types = T_ANY, .items = -1};
-    if (!v) {
-        S->nodes[me] = nd;
-        return me;
-    }
+    js_node nd = {.ref = -1, .types = T_ANY, .items = -1};
+    S->nodes[me] = nd;
+    if (!v) return me;
     static const char *const ignored[] = {"description", "title", "default", "examples", "$schema", "$id", "strict",
-                                          "$comment"};
+                                          "$comment", "$defs", "definitions"};
     static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items",
-                                        "enum", "const", "minItems", "maxItems"};
+                                        "enum", "const", "minItems", "maxItems", "$ref", "anyOf", "oneOf",
+                                        "allOf"};
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -596,6 +733,61 @@ static int compile_node(compiler *C, json_t *v, int depth) {
             snprintf(msg, sizeof msg, "the keyword '%.60s' is not supported", key);
             return bad_schema(C, msg);
         }
+    }
+    /* $ref, anyOf / oneOf and allOf stand alone (beside annotations) */
+    static const char *const combinators[] = {"$ref", "anyOf", "oneOf", "allOf"};
+    int n_comb = 0, n_other = 0;
+    const char *comb = NULL;
+    json_object_foreach(v, key, val) {
+        bool is_comb = false, is_ignored = false;
+        for (size_t i = 0; i < 4; i++)
+            if (strcmp(key, combinators[i]) == 0) is_comb = true, comb = combinators[i];
+        for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) is_ignored |= strcmp(key, ignored[i]) == 0;
+        n_comb += is_comb;
+        n_other += !is_comb && !is_ignored;
+    }
+    if (n_comb && (n_comb > 1 || n_other))
+        return bad_schema(C, "$ref, anyOf, oneOf and allOf are supported standing alone (beside annotations "
+                             "such as description), not combined with other keywords");
+    if (comb && comb[0] == '$') {
+        const int target = compile_ref(C, json_object_get(v, "$ref"), depth);
+        if (target < 0) return -1;
+        nd.ref = (int16_t)target;
+        S->nodes[me] = nd;
+        return me;
+    }
+    if (comb) {
+        json_t *list = json_object_get(v, comb);
+        const bool all = comb[1] == 'l';
+        if (!json_is_array(list) || json_array_size(list) == 0 || json_array_size(list) > (all ? 1 : NX_JSON_MAX_PROPS)) {
+            char msg[120];
+            snprintf(msg, sizeof msg, all ? "allOf must be a list of one schema" : "%s must be a list of 1 to 64 schemas",
+                     comb);
+            return bad_schema(C, msg);
+        }
+        const int32_t n = (int32_t)json_array_size(list);
+        int32_t alt0 = 0;
+        if (!all) {
+            alt0 = S->n_alts;
+            if (!grow((void **)&S->alts, &C->cap_alts, S->n_alts + n, sizeof *S->alts) ||
+                !grow((void **)&C->any, &C->cap_any, C->n_any + 1, sizeof *C->any) ||
+                !(C->any_path = realloc(C->any_path, sizeof *C->any_path * (size_t)C->cap_any)) ||
+                !(C->any_path[C->n_any] = strdup(C->path)))
+                return bad_schema(C, "out of memory");
+            C->any[C->n_any++] = (int16_t)me;
+            S->n_alts += n;
+        }
+        for (int32_t i = 0; i < n; i++) {
+            char seg[32];
+            snprintf(seg, sizeof seg, "%s/%d", comb, (int)i);
+            const int child = compile_child(C, json_array_get(list, (size_t)i), seg, depth);
+            if (child < 0) return -1;
+            if (all) nd.ref = (int16_t)child;
+            else S->alts[alt0 + i] = (int16_t)child;
+        }
+        if (!all) nd.alt0 = alt0, nd.n_alts = n;
+        S->nodes[me] = nd;
+        return me;
     }
     json_t *type = json_object_get(v, "type"), *props = json_object_get(v, "properties"),
            *items = json_object_get(v, "items"), *en = json_object_get(v, "enum"), *cn = json_object_get(v, "const");
@@ -691,17 +883,26 @@ nx_status nx_json_schema_new(const char *json, size_t len, nx_json_schema **out,
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_DECODE_ANY, &jerr);
     if (!root) return nx_fail(err, NX_E_ARG, "JSON schema: not JSON (%s)", jerr.text);
-    compiler C = {.err = err, .path = "#"};
+    compiler C = {.err = err, .path = "#", .root = root};
     nx_status st = NX_OK;
     if (!(C.S = calloc(1, sizeof *C.S))) {
         st = nx_fail(err, NX_E_NOMEM, "out of memory");
-    } else if (compile_node(&C, root, 0) < 0) {
+    } else if (compile_node(&C, root, 0) < 0 || check_compiled(&C) < 0) {
         st = NX_E_ARG;
-    } else if (!(C.S->nodes[0].types & T_OBJECT) || C.S->nodes[0].n_lits) {
-        snprintf(C.path, sizeof C.path, "#");
-        bad_schema(&C, "the root must be an object schema");
-        st = NX_E_ARG;
+    } else {
+        const js_node *top = schema_node(C.S, 0);
+        if (!(top->types & T_OBJECT) || top->n_lits || top->n_alts) {
+            snprintf(C.path, sizeof C.path, "#");
+            bad_schema(&C, "the root must be an object schema");
+            st = NX_E_ARG;
+        }
     }
+    for (int32_t i = 0; i < C.n_refs; i++) free(C.refs[i]);
+    for (int32_t i = 0; i < C.n_any; i++) free(C.any_path[i]);
+    free(C.refs);
+    free(C.ref_node);
+    free(C.any);
+    free(C.any_path);
     json_decref(root);
     if (st != NX_OK) {
         nx_json_schema_free(C.S);

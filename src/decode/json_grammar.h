@@ -11,7 +11,10 @@
  * first byte must start one of its types, an enum is matched literal by literal, keys are
  * matched against the properties in their listed order (an optional one may be skipped, a
  * required one may not), '}' waits for the required properties, and arrays keep their item
- * schema and their minItems / maxItems. */
+ * schema and their minItems / maxItems. References ($ref to #/$defs/NAME, #/definitions/NAME or
+ * #) are nodes that stand for another node, so recursive schemas are finite graphs; an anyOf /
+ * oneOf node hands a value to the one branch its first byte can start (the compiler refuses
+ * branches that could start alike), so the automaton never needs to backtrack. */
 #ifndef NX_DECODE_JSON_GRAMMAR_H
 #define NX_DECODE_JSON_GRAMMAR_H
 

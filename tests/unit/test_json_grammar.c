@@ -353,6 +353,25 @@ static const char *const SCHEMA =
     "\"y\":{\"type\":\"boolean\"}},\"required\":[\"y\"]},\"minItems\":1}},"
     "\"required\":[\"name\",\"age\"],\"additionalProperties\":false}";
 
+/* Definitions and references (a recursive one too), anyOf / oneOf with branches of different
+ * kinds, a one-schema allOf: the shapes Pydantic's model_json_schema() writes. */
+static const char *const SCHEMA_DEFS =
+    "{\"$defs\":{"
+    "\"Node\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/Node\"},\"maxItems\":2}},"
+    "\"required\":[\"name\"],\"additionalProperties\":false},"
+    "\"Color\":{\"enum\":[\"red\",\"green\"],\"title\":\"Color\"},"
+    "\"Unused\":{\"pattern\":\"never compiled\"}},"
+    "\"type\":\"object\",\"properties\":{"
+    "\"root\":{\"$ref\":\"#/$defs/Node\"},"
+    "\"color\":{\"anyOf\":[{\"$ref\":\"#/$defs/Color\"},{\"type\":\"null\"}],\"default\":null},"
+    "\"n\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"boolean\"}}},"
+    "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"boolean\"},{\"type\":\"string\"}]},\"maxItems\":3}]},"
+    "\"w\":{\"allOf\":[{\"$ref\":\"#/definitions/Flag\"}],\"description\":\"d\"},"
+    "\"self\":{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}},"
+    "\"definitions\":{\"Flag\":{\"type\":\"boolean\"}},"
+    "\"required\":[\"root\"],\"additionalProperties\":false}";
+
 static nx_json_schema *schema_of(const char *text) {
     nx_json_schema *sc = NULL;
     nx_error err = {0};
@@ -368,9 +387,24 @@ static bool schema_accepts(const nx_json_schema *sc, const char *doc) {
 }
 
 /* An independent check of a parsed value against the schema's JSON (the subset's meaning, per
- * value, as a validator reads it; nothing shared with the automaton). */
-static bool valid(json_t *sc, json_t *v) {
+ * value, as a validator reads it; nothing shared with the automaton). root: for $ref. */
+static bool valid_in(json_t *root, json_t *sc, json_t *v) {
     if (json_is_true(sc)) return true;
+    json_t *ref = json_object_get(sc, "$ref");
+    if (ref) {
+        const char *r = json_string_value(ref);
+        if (!strcmp(r, "#")) return valid_in(root, root, v);
+        const bool defs = !strncmp(r, "#/$defs/", 8);
+        return valid_in(root, json_object_get(json_object_get(root, defs ? "$defs" : "definitions"), r + (defs ? 8 : 14)), v);
+    }
+    json_t *anyof = json_object_get(sc, "anyOf"), *one = json_object_get(sc, "oneOf"), *all = json_object_get(sc, "allOf");
+    if (anyof || one) {
+        int hits = 0;
+        for (size_t i = 0; i < json_array_size(anyof ? anyof : one); i++) hits += valid_in(root, json_array_get(anyof ? anyof : one, i), v);
+        return anyof ? hits > 0 : hits == 1;
+    }
+    for (size_t i = 0; i < json_array_size(all); i++)
+        if (!valid_in(root, json_array_get(all, i), v)) return false;
     json_t *en = json_object_get(sc, "enum"), *cn = json_object_get(sc, "const");
     if (cn && !json_equal(cn, v)) return false;
     if (en) {
@@ -396,7 +430,7 @@ static bool valid(json_t *sc, json_t *v) {
         json_t *x;
         json_object_foreach(v, k, x) {
             json_t *ps = json_object_get(props, k);
-            if (!ps || !valid(ps, x)) return false;
+            if (!ps || !valid_in(root, ps, x)) return false;
         }
         json_t *req = json_object_get(sc, "required");
         for (size_t i = 0; i < json_array_size(req); i++)
@@ -408,10 +442,12 @@ static bool valid(json_t *sc, json_t *v) {
         if (mn && json_array_size(v) < (size_t)json_integer_value(mn)) return false;
         if (mx && json_array_size(v) > (size_t)json_integer_value(mx)) return false;
         for (size_t i = 0; items && i < json_array_size(v); i++)
-            if (!valid(items, json_array_get(v, i))) return false;
+            if (!valid_in(root, items, json_array_get(v, i))) return false;
     }
     return true;
 }
+
+static bool valid(json_t *sc, json_t *v) { return valid_in(sc, sc, v); }
 
 static void test_schema_examples(void **state) {
     (void)state;
@@ -456,10 +492,85 @@ static void test_schema_examples(void **state) {
     nx_json_schema_free(sc);
 }
 
+static void test_schema_defs(void **state) {
+    (void)state;
+    nx_json_schema *sc = schema_of(SCHEMA_DEFS);
+    static const char *const good[] = {
+        "{\"root\":{\"name\":\"a\"}}",
+        "{\"root\":{\"name\":\"a\",\"kids\":[{\"name\":\"b\",\"kids\":[{\"name\":\"c\"}]},{\"name\":\"d\"}]}}",
+        "{\"root\":{\"name\":\"a\"},\"color\":\"green\",\"n\":-7,\"w\":false}",
+        "{\"root\":{\"name\":\"a\"},\"color\":null,\"n\":{\"k\":true}}",
+        "{\"root\":{\"name\":\"a\"},\"n\":[true,\"x\",false]}",
+        "{\"root\":{\"name\":\"a\"},\"self\":{\"root\":{\"name\":\"b\"},\"self\":null}}",
+    };
+    static const char *const bad[] = {
+        "{\"root\":{}}",                                          /* Node requires name */
+        "{\"root\":{\"name\":\"a\",\"kids\":[{\"name\":\"b\"},{\"name\":\"c\"},{\"name\":\"d\"}]}}", /* maxItems */
+        "{\"root\":{\"name\":\"a\",\"kids\":[{\"nom\":\"b\"}]}}",
+        "{\"root\":{\"name\":\"a\"},\"color\":\"blue\"}",     /* not in the enum */
+        "{\"root\":{\"name\":\"a\"},\"color\":true}",           /* neither branch */
+        "{\"root\":{\"name\":\"a\"},\"n\":1.5}",                /* integer */
+        "{\"root\":{\"name\":\"a\"},\"n\":\"x\"}",
+        "{\"root\":{\"name\":\"a\"},\"n\":[1]}",
+        "{\"root\":{\"name\":\"a\"},\"w\":1}",
+        "{\"root\":{\"name\":\"a\"},\"self\":{}}",              /* the root requires root */
+        "{\"root\":{\"name\":\"a\"},\"x\":1}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        if (!schema_accepts(sc, good[i])) fprintf(stderr, "refused: %s\n", good[i]);
+        assert_true(schema_accepts(sc, good[i]));
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (schema_accepts(sc, bad[i])) fprintf(stderr, "accepted: %s\n", bad[i]);
+        assert_false(schema_accepts(sc, bad[i]));
+    }
+    /* random walks: every completed document is valid for the independent check, and they reach
+     * the recursion and each branch */
+    json_t *sj = json_loads(SCHEMA_DEFS, 0, NULL);
+    int completed = 0, nested = 0, n_obj = 0, n_arr = 0, n_int = 0, colors = 0, selfs = 0;
+    for (int walk = 0; walk < 3000; walk++) {
+        char doc[1200];
+        nx_json_state s;
+        nx_json_init_schema(&s, sc);
+        const size_t len = random_walk(&s, doc, sizeof doc, 100, 3, "\"}]nt");
+        if (!nx_json_complete(&s)) continue;
+        completed++;
+        json_error_t e;
+        json_t *v = json_loadb(doc, len, 0, &e);
+        if (!v && strstr(e.text, "overflow")) continue;
+        if (!v || !valid(sj, v)) fprintf(stderr, "invalid: %.*s\n", (int)len, doc);
+        assert_non_null(v);
+        assert_true(valid(sj, v));
+        json_t *kids = json_object_get(json_object_get(v, "root"), "kids"), *n = json_object_get(v, "n");
+        nested += json_array_size(kids) > 0 && json_object_get(json_array_get(kids, 0), "kids") != NULL;
+        n_obj += json_is_object(n), n_arr += json_is_array(n), n_int += json_is_integer(n);
+        colors += json_is_string(json_object_get(v, "color"));
+        selfs += json_is_object(json_object_get(v, "self"));
+        json_decref(v);
+    }
+    if (!(completed > 300 && nested > 3 && n_obj > 3 && n_arr > 3 && n_int > 3 && colors > 3 && selfs > 3))
+        fprintf(stderr, "completed %d nested %d n: obj %d arr %d int %d, colors %d, selfs %d\n", completed, nested,
+                n_obj, n_arr, n_int, colors, selfs);
+    assert_true(completed > 300 && nested > 3 && n_obj > 3 && n_arr > 3 && n_int > 3 && colors > 3 && selfs > 3);
+    json_decref(sj);
+    nx_json_schema_free(sc);
+}
+
 static void test_schema_errors(void **state) {
     (void)state;
     static const char *const cases[][2] = {
-        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[]}}}", "#/properties/a: the keyword 'anyOf'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[]}}}", "#/properties/a: anyOf must be a list of 1 to 64"},
+        {"{\"properties\":{\"a\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}}",
+         "#/properties/a: anyOf / oneOf branches must start with different kinds of value"},
+        {"{\"properties\":{\"a\":{\"oneOf\":[{\"enum\":[\"x\",true]},{\"type\":\"boolean\"}]}}}", "two of them overlap"},
+        {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/B\"}}}", "#/properties/a: $ref #/$defs/B names no definition"},
+        {"{\"properties\":{\"a\":{\"$ref\":\"http://x/s.json\"}}}", "only local references"},
+        {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/B\",\"type\":\"object\"}},\"$defs\":{\"B\":{}}}", "standing alone"},
+        {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"$ref\":\"#/$defs/A\"}}}", "$ref cycle"},
+        {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"pattern\":\"x\"}}}",
+         "#/$defs/A: the keyword 'pattern'"},
+        {"{\"properties\":{\"a\":{\"allOf\":[{},{}]}}}", "allOf must be a list of one schema"},
+        {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"}]}", "the root must be an object"},
         {"{\"type\":\"object\",\"additionalProperties\":true}", "additionalProperties must be false"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "required names a property"},
         {"{\"type\":\"array\"}", "the root must be an object"},
@@ -522,6 +633,7 @@ int main(void) {
         cmocka_unit_test(test_schema_examples),
         cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_schema_walks),
+        cmocka_unit_test(test_schema_defs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
