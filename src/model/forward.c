@@ -375,32 +375,49 @@ static void ffn_down_worker(void *arg, int ith, int nth) {
  * items' outputs must then be consecutive rows from out[0]). Gate, up and SwiGLU of every item
  * run as one parallel job, down and the combine as another. Scratch: c->g / c->u hold
  * (Σ n[i], F). */
+/* Items [0, n) of j: their gate outputs' scratch rows, consecutive from c->g, and their gate/up
+ * units (j->units). Returns their multiply-adds. */
+static double ffn_layout(ffn_job *j, int n) {
+    size_t off = 0;
+    double work = 0;
+    j->units = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t F = j->f[i]->gate.out;
+        j->gs[i] = j->c->g + off;
+        off += (size_t)j->n[i] * (size_t)F;
+        j->units += (F + ROW_CHUNK - 1) / ROW_CHUNK;
+        work += 3.0 * (double)F * (double)j->f[i]->gate.in * (double)j->n[i];
+    }
+    return work;
+}
+
+/* j's gate/up units, then every item's down rows, as pool shares for nth threads (whole items
+ * at a time while enough is left). */
+static void ffn_share_gate_up(ffn_job *j, int nth) {
+    const nx_ffn *f0 = j->f[0];
+    const size_t unit = ROW_CHUNK * (nx_linear_row_bytes(&f0->gate) + nx_linear_row_bytes(&f0->up));
+    j->shared = nx_pool_share_reset(j->c->m->pool, nth, j->units, share_min_units(unit),
+                                    (f0->gate.out + ROW_CHUNK - 1) / ROW_CHUNK) == 0;
+}
+
+static void ffn_share_down(ffn_job *j, int nth) {
+    const long long nc = (j->c->m->cfg.hidden_size + ROW_CHUNK - 1) / ROW_CHUNK;
+    j->shared = nx_pool_share_reset(j->c->m->pool, nth, nc * j->items,
+                                    share_min_units(ROW_CHUNK * nx_linear_row_bytes(&j->f[0]->down)), nc) == 0;
+}
+
 static void ffn_many(nx_ctx *c, const nx_ffn *const *f, const float *const *x, const int32_t *n,
                      float *const *out, int items, const ffn_combine *comb) {
     ffn_job j = {.c = c, .f = f, .x = x, .n = n, .out = out, .items = items, .comb = comb};
-    size_t off = 0;
-    double work = 0;
-    for (int i = 0; i < items; i++) {
-        const int64_t F = f[i]->gate.out;
-        j.gs[i] = c->g + off;
-        off += (size_t)n[i] * (size_t)F;
-        j.units += (F + ROW_CHUNK - 1) / ROW_CHUNK;
-        work += 3.0 * (double)F * (double)f[i]->gate.in * (double)n[i];
-    }
+    const double work = ffn_layout(&j, items);
     nx_pool *pool = c->m->pool;
     if (nx_pool_size(pool) <= 1 || work < FFN_POOL_MIN_MACS) {
         ffn_gate_up_worker(&j, 0, 1);
         ffn_down_worker(&j, 0, 1);
     } else {
-        const int32_t H = c->m->cfg.hidden_size;
-        const int nth = nx_pool_size(pool);
-        const size_t gate_up_unit = ROW_CHUNK * (nx_linear_row_bytes(&f[0]->gate) + nx_linear_row_bytes(&f[0]->up));
-        j.shared = nx_pool_share_reset(pool, nth, j.units, share_min_units(gate_up_unit),
-                                       (f[0]->gate.out + ROW_CHUNK - 1) / ROW_CHUNK) == 0;
+        ffn_share_gate_up(&j, nx_pool_size(pool));
         nx_pool_run(pool, ffn_gate_up_worker, &j);
-        j.shared = nx_pool_share_reset(pool, nth, (H + ROW_CHUNK - 1) / ROW_CHUNK * (long long)items,
-                                       share_min_units(ROW_CHUNK * nx_linear_row_bytes(&f[0]->down)),
-                                       (H + ROW_CHUNK - 1) / ROW_CHUNK) == 0;
+        ffn_share_down(&j, nx_pool_size(pool));
         nx_pool_run(pool, ffn_down_worker, &j);
     }
 }
@@ -541,22 +558,10 @@ typedef struct moe_job {
  * from the start of c->g, the shared expert's behind all T·k routed rows, as shared_gu has
  * them), then released to the other threads. */
 static void moe_job_routed(moe_job *mj) {
-    nx_ctx *c = mj->c;
-    nx_pool *pool = c->m->pool;
     ffn_job *a = &mj->all;
-    size_t off = 0;
-    a->units = 0;
-    for (int i = 0; i < a->items - 1; i++) {
-        const int64_t F = a->f[i]->gate.out;
-        a->gs[i] = c->g + off;
-        off += (size_t)a->n[i] * (size_t)F;
-        a->units += (F + ROW_CHUNK - 1) / ROW_CHUNK;
-    }
+    ffn_layout(a, a->items - 1);
     a->gs[a->items - 1] = mj->shared_gu.gs[0];
-    const nx_ffn *f0 = a->f[0];
-    const size_t unit = ROW_CHUNK * (nx_linear_row_bytes(&f0->gate) + nx_linear_row_bytes(&f0->up));
-    a->shared = nx_pool_share_reset(pool, nx_pool_size(pool), a->units, share_min_units(unit),
-                                    (f0->gate.out + ROW_CHUNK - 1) / ROW_CHUNK) == 0;
+    ffn_share_gate_up(a, nx_pool_size(mj->c->m->pool));
     atomic_store_explicit(&mj->routed_ready, 1, memory_order_release);
 }
 
@@ -583,13 +588,7 @@ static void moe_worker(void *arg, int ith, int nth) {
     }
     ffn_run_units(&mj->all, ith, nth, mj->all.units, ffn_gate_up_units);
     nx_pool_barrier(pool, nth);
-    if (ith == 0) {
-        const int32_t H = c->m->cfg.hidden_size;
-        ffn_job *a = &mj->all;
-        a->shared = nx_pool_share_reset(pool, nth, (H + ROW_CHUNK - 1) / ROW_CHUNK * (long long)a->items,
-                                        share_min_units(ROW_CHUNK * nx_linear_row_bytes(&a->f[0]->down)),
-                                        (H + ROW_CHUNK - 1) / ROW_CHUNK) == 0;
-    }
+    if (ith == 0) ffn_share_down(&mj->all, nth);
     nx_pool_barrier(pool, nth);
     ffn_down_worker(&mj->all, ith, nth);
 }

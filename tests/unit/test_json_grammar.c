@@ -449,6 +449,19 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
 
 static bool valid(json_t *sc, json_t *v) { return valid_in(sc, sc, v); }
 
+/* The schema takes every document of good and none of bad. */
+static void accepts_exactly(const nx_json_schema *sc, const char *const *good, size_t n_good, const char *const *bad,
+                            size_t n_bad) {
+    for (size_t i = 0; i < n_good; i++) {
+        if (!schema_accepts(sc, good[i])) fprintf(stderr, "refused: %s\n", good[i]);
+        assert_true(schema_accepts(sc, good[i]));
+    }
+    for (size_t i = 0; i < n_bad; i++) {
+        if (schema_accepts(sc, bad[i])) fprintf(stderr, "accepted: %s\n", bad[i]);
+        assert_false(schema_accepts(sc, bad[i]));
+    }
+}
+
 static void test_schema_examples(void **state) {
     (void)state;
     nx_json_schema *sc = schema_of(SCHEMA);
@@ -476,14 +489,7 @@ static void test_schema_examples(void **state) {
         "{\"name\":\"x\",\"age\":1,\"pts\":[{\"x\":1}]}",   /* y required */
         "{\"name\":\"x\",\"age\":1,\"name\":\"y\"}",        /* a key twice */
     };
-    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-        if (!schema_accepts(sc, good[i])) fprintf(stderr, "refused: %s\n", good[i]);
-        assert_true(schema_accepts(sc, good[i]));
-    }
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        if (schema_accepts(sc, bad[i])) fprintf(stderr, "accepted: %s\n", bad[i]);
-        assert_false(schema_accepts(sc, bad[i]));
-    }
+    accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
     nx_json_schema_free(sc);
     /* empty properties: only {} (found by fuzz_json_schema: the empty list was UB to clear) */
     sc = schema_of("{\"properties\":{}}");
@@ -516,14 +522,7 @@ static void test_schema_defs(void **state) {
         "{\"root\":{\"name\":\"a\"},\"self\":{}}",              /* the root requires root */
         "{\"root\":{\"name\":\"a\"},\"x\":1}",
     };
-    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-        if (!schema_accepts(sc, good[i])) fprintf(stderr, "refused: %s\n", good[i]);
-        assert_true(schema_accepts(sc, good[i]));
-    }
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        if (schema_accepts(sc, bad[i])) fprintf(stderr, "accepted: %s\n", bad[i]);
-        assert_false(schema_accepts(sc, bad[i]));
-    }
+    accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
     /* random walks: every completed document is valid for the independent check, and they reach
      * the recursion and each branch */
     json_t *sj = json_loads(SCHEMA_DEFS, 0, NULL);
