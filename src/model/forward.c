@@ -492,6 +492,14 @@ typedef struct moe_items {
     int items, total; /* total: routed rows so far */
 } moe_items;
 
+/* Appends item f: n rows at x, its outputs to out. */
+static void moe_items_push(moe_items *it, const nx_ffn *f, const float *x, float *out, int32_t n) {
+    it->f[it->items] = f;
+    it->xs[it->items] = x;
+    it->outs[it->items] = out;
+    it->ns[it->items++] = n;
+}
+
 /* Appends the routed experts of c->sel to it, in ascending id. Rows of expert e are packed into
  * c->xe (c->rows / c->rows_w say whose); consecutive rows (always, for a single row) are read
  * where they are instead. When the list fills up and flush is set, the experts so far run at
@@ -511,17 +519,14 @@ static void moe_gather(nx_ctx *c, const nx_moe *M, int32_t T, moe_items *it, int
         if (n == 0) continue;
         c->traffic.experts_touched++;
         c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->experts[e]);
-        it->f[it->items] = &M->experts[e];
         const int32_t *rw = c->rows + it->total;
-        if (rw[n - 1] - rw[0] == n - 1) {
-            it->xs[it->items] = c->xn + (size_t)rw[0] * H;
-        } else {
+        const float *x = c->xn + (size_t)rw[0] * H;
+        if (rw[n - 1] - rw[0] != n - 1) {
             for (int32_t r = 0; r < n; r++)
                 memcpy(c->xe + (size_t)(it->total + r) * H, c->xn + (size_t)rw[r] * H, sizeof(float) * (size_t)H);
-            it->xs[it->items] = c->xe + (size_t)it->total * H;
+            x = c->xe + (size_t)it->total * H;
         }
-        it->outs[it->items] = c->ye + (size_t)it->total * H;
-        it->ns[it->items++] = n;
+        moe_items_push(it, &M->experts[e], x, c->ye + (size_t)it->total * H, n);
         it->total += n;
         if (flush && it->items == NX_MAX_EXPERTS_TOUCHED) { /* more experts than one job holds */
             const ffn_combine cb = {c->y, c->rows, c->rows_w, it->total, NULL, T};
@@ -574,10 +579,7 @@ static void moe_worker(void *arg, int ith, int nth) {
         moe_items *it = &mj->it;
         moe_gather(c, mj->M, mj->T, it, 0);
         mj->cb = (ffn_combine){c->y, c->rows, c->rows_w, it->total, mj->so, mj->T};
-        it->f[it->items] = mj->sf;
-        it->xs[it->items] = mj->sx;
-        it->outs[it->items] = mj->so;
-        it->ns[it->items++] = mj->sn;
+        moe_items_push(it, mj->sf, mj->sx, mj->so, mj->sn);
         mj->all.items = it->items;
         moe_job_routed(mj);
     } else {
@@ -625,10 +627,7 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
     const int32_t routed = it.total;
     if (M->has_shared) {
         c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->shared);
-        it.f[it.items] = &M->shared;
-        it.xs[it.items] = c->xn;
-        it.outs[it.items] = c->ye + (size_t)it.total * H;
-        it.ns[it.items++] = T;
+        moe_items_push(&it, &M->shared, c->xn, c->ye + (size_t)it.total * H, T);
     }
     const ffn_combine cb = {c->y, c->rows, c->rows_w, routed,
                             M->has_shared ? c->ye + (size_t)routed * H : NULL, T};

@@ -449,6 +449,42 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
 
 static bool valid(json_t *sc, json_t *v) { return valid_in(sc, sc, v); }
 
+/* 3000 random walks under sc, closing more often past `after` bytes: every completed document
+ * must parse (an integer too large for jansson aside) and satisfy the independent check against
+ * the schema's text; visit counts what each reached. Returns how many completed. */
+static int schema_walks(nx_json_schema *sc, const char *schema, size_t after, void (*visit)(json_t *, int *),
+                        int *counts) {
+    json_t *sj = json_loads(schema, 0, NULL);
+    assert_non_null(sj);
+    int completed = 0;
+    for (int walk = 0; walk < 3000; walk++) {
+        char doc[1200];
+        nx_json_state s;
+        nx_json_init_schema(&s, sc);
+        const size_t len = random_walk(&s, doc, sizeof doc, after, 3, "\"}]nt");
+        if (!nx_json_complete(&s)) continue;
+        completed++;
+        json_error_t e;
+        json_t *v = json_loadb(doc, len, 0, &e);
+        if (!v && strstr(e.text, "overflow")) continue;
+        if (!v || !valid(sj, v)) fprintf(stderr, "invalid: %.*s\n", (int)len, doc);
+        assert_non_null(v);
+        assert_true(valid(sj, v));
+        visit(v, counts);
+        json_decref(v);
+    }
+    json_decref(sj);
+    return completed;
+}
+
+static void visit_defs(json_t *v, int *n) {
+    json_t *kids = json_object_get(json_object_get(v, "root"), "kids"), *x = json_object_get(v, "n");
+    n[0] += json_array_size(kids) > 0 && json_object_get(json_array_get(kids, 0), "kids") != NULL;
+    n[1] += json_is_object(x), n[2] += json_is_array(x), n[3] += json_is_integer(x);
+    n[4] += json_is_string(json_object_get(v, "color"));
+    n[5] += json_is_object(json_object_get(v, "self"));
+}
+
 /* The schema takes every document of good and none of bad. */
 static void accepts_exactly(const nx_json_schema *sc, const char *const *good, size_t n_good, const char *const *bad,
                             size_t n_bad) {
@@ -525,33 +561,12 @@ static void test_schema_defs(void **state) {
     accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
     /* random walks: every completed document is valid for the independent check, and they reach
      * the recursion and each branch */
-    json_t *sj = json_loads(SCHEMA_DEFS, 0, NULL);
-    int completed = 0, nested = 0, n_obj = 0, n_arr = 0, n_int = 0, colors = 0, selfs = 0;
-    for (int walk = 0; walk < 3000; walk++) {
-        char doc[1200];
-        nx_json_state s;
-        nx_json_init_schema(&s, sc);
-        const size_t len = random_walk(&s, doc, sizeof doc, 100, 3, "\"}]nt");
-        if (!nx_json_complete(&s)) continue;
-        completed++;
-        json_error_t e;
-        json_t *v = json_loadb(doc, len, 0, &e);
-        if (!v && strstr(e.text, "overflow")) continue;
-        if (!v || !valid(sj, v)) fprintf(stderr, "invalid: %.*s\n", (int)len, doc);
-        assert_non_null(v);
-        assert_true(valid(sj, v));
-        json_t *kids = json_object_get(json_object_get(v, "root"), "kids"), *n = json_object_get(v, "n");
-        nested += json_array_size(kids) > 0 && json_object_get(json_array_get(kids, 0), "kids") != NULL;
-        n_obj += json_is_object(n), n_arr += json_is_array(n), n_int += json_is_integer(n);
-        colors += json_is_string(json_object_get(v, "color"));
-        selfs += json_is_object(json_object_get(v, "self"));
-        json_decref(v);
-    }
-    if (!(completed > 300 && nested > 3 && n_obj > 3 && n_arr > 3 && n_int > 3 && colors > 3 && selfs > 3))
-        fprintf(stderr, "completed %d nested %d n: obj %d arr %d int %d, colors %d, selfs %d\n", completed, nested,
-                n_obj, n_arr, n_int, colors, selfs);
-    assert_true(completed > 300 && nested > 3 && n_obj > 3 && n_arr > 3 && n_int > 3 && colors > 3 && selfs > 3);
-    json_decref(sj);
+    int n[6] = {0}; /* nested, n: object, array, integer; colors, selfs */
+    const int completed = schema_walks(sc, SCHEMA_DEFS, 100, visit_defs, n);
+    if (!(completed > 300 && n[0] > 3 && n[1] > 3 && n[2] > 3 && n[3] > 3 && n[4] > 3 && n[5] > 3))
+        fprintf(stderr, "completed %d nested %d n: obj %d arr %d int %d, colors %d, selfs %d\n", completed, n[0],
+                n[1], n[2], n[3], n[4], n[5]);
+    assert_true(completed > 300 && n[0] > 3 && n[1] > 3 && n[2] > 3 && n[3] > 3 && n[4] > 3 && n[5] > 3);
     nx_json_schema_free(sc);
 }
 
@@ -595,32 +610,19 @@ static void test_schema_errors(void **state) {
 /* Random walks under the schema (any byte the automaton allows, closing more often as the text
  * grows): every completed document is valid for the independent check, and they cover the
  * optional keys, the enum and the arrays. */
+static void visit_plain(json_t *v, int *n) {
+    n[0] += json_object_get(v, "pts") != NULL;
+    n[1] += json_object_get(v, "kind") != NULL;
+}
+
 static void test_schema_walks(void **state) {
     (void)state;
     nx_json_schema *sc = schema_of(SCHEMA);
-    json_t *sj = json_loads(SCHEMA, 0, NULL);
-    int completed = 0, with_pts = 0, with_kind = 0;
-    for (int walk = 0; walk < 3000; walk++) {
-        char doc[800];
-        nx_json_state s;
-        nx_json_init_schema(&s, sc);
-        const size_t len = random_walk(&s, doc, sizeof doc, 30, 3, "\"}]nt");
-        if (!nx_json_complete(&s)) continue;
-        completed++;
-        json_error_t e;
-        json_t *v = json_loadb(doc, len, JSON_DECODE_INT_AS_REAL * 0, &e);
-        if (!v && strstr(e.text, "overflow")) continue;
-        if (!v || !valid(sj, v)) fprintf(stderr, "invalid: %.*s\n", (int)len, doc);
-        assert_non_null(v);
-        assert_true(valid(sj, v));
-        with_pts += json_object_get(v, "pts") != NULL;
-        with_kind += json_object_get(v, "kind") != NULL;
-        json_decref(v);
-    }
-    if (!(completed > 500 && with_pts > 5 && with_kind > 5))
-        fprintf(stderr, "completed %d, with pts %d, with kind %d\n", completed, with_pts, with_kind);
-    assert_true(completed > 500 && with_pts > 5 && with_kind > 5);
-    json_decref(sj);
+    int n[2] = {0}; /* with pts, with kind */
+    const int completed = schema_walks(sc, SCHEMA, 30, visit_plain, n);
+    if (!(completed > 500 && n[0] > 5 && n[1] > 5))
+        fprintf(stderr, "completed %d, with pts %d, with kind %d\n", completed, n[0], n[1]);
+    assert_true(completed > 500 && n[0] > 5 && n[1] > 5);
     nx_json_schema_free(sc);
 }
 
