@@ -115,6 +115,10 @@ decode_vs_bw() { # NAME MODEL [nextn bench options...]
         printf "  rounds:%s\n", line
     }'
     echo "  weights on 2 MB pages (last round): $(echo "$out" | grep -o 'weights_on_2MB_pages=[0-9.]*' | cut -d= -f2)"
+    echo "$out" | grep '^mode=ar' | tr ' ' '\n' | awk -F= '{ v[$1] = $2 } END {
+        printf "  a step (last round, %.0f us): attention %.0f us at %.1f GB/s, feed-forward %.0f us at %.1f GB/s, head %.0f us at %.1f GB/s, norms and residuals %.0f us, between steps %.0f us\n",
+            v["ar_step_us"], v["attn_us"], v["attn_GB_s"], v["ffn_us"], v["ffn_GB_s"], v["head_us"], v["head_GB_s"], v["rest_us"], v["outside_us"]
+    }'
 }
 $NEXTN bench -m "$BIG" -n 48 --modes ar,1,2 --synthetic-accept 0.8 --repeat 3
 decode_vs_bw "bf16" "$BIG"

@@ -308,6 +308,12 @@ typedef struct nx_gen_params {
 
 void nx_gen_params_default(nx_gen_params *p);
 
+/* The parts of a trunk forward whose time and weight bytes are kept apart: attention (the
+ * q/k/v/o projections and the attention over the cache), the feed-forward (router and experts,
+ * or the dense FFN) and the output head (final norm and lm_head). The rest of a forward is the
+ * embedding lookup, norms and residual adds. */
+enum { NX_PHASE_ATTN, NX_PHASE_FFN, NX_PHASE_HEAD, NX_PHASES };
+
 /* Speculative and cost counters (mtp.md §3). */
 typedef struct nx_gen_stats {
     int64_t n_prompt, n_generated;
@@ -331,6 +337,9 @@ typedef struct nx_gen_stats {
     double mtp_bytes;                /* weight bytes read by MTP forwards (dense + experts) */
     double topk_overlap_sum; /* shared top-k experts between consecutive rows, summed */
     int64_t topk_overlap_n;
+    /* where plain one-row steps' time went, summed over them (n_ar_steps): wall seconds and
+     * weight bytes per NX_PHASE_*; cost_rows[1] holds the whole forwards */
+    double ar_phase_s[NX_PHASES], ar_phase_bytes[NX_PHASES];
     bool stopped_by_eos;
 } nx_gen_stats;
 

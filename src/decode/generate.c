@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "decode/spec_rules.h"
 #include "model/model_internal.h"
@@ -30,12 +31,6 @@ void nx_gen_params_default(nx_gen_params *p) {
     p->draft = NX_DRAFT_AUTO;
     p->verify = NX_VERIFY_RESIDUAL;
     p->synthetic_accept = -1.0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef struct gen {
@@ -89,11 +84,15 @@ static void record_trunk_cost(gen *g, int32_t rows, double dt) {
         st->cost_rows[rows] += dt;
         st->cost_rows_n[rows]++;
     }
-    const nx_moe_traffic *tr = &g->c->traffic;
+    const nx_traffic *tr = &g->c->traffic;
     if (rows == 1) {
         st->n_ar_steps++;
         st->expert_bytes_ar += tr->expert_bytes;
         st->experts_touched_ar += (double)tr->experts_touched;
+        for (int p = 0; p < NX_PHASES; p++) {
+            st->ar_phase_s[p] += tr->phase_s[p];
+            st->ar_phase_bytes[p] += tr->phase_bytes[p];
+        }
     } else {
         st->n_verify_steps++;
         st->expert_bytes_verify += tr->expert_bytes;
@@ -203,16 +202,16 @@ static int32_t target_draw(gen *g, const float *probs) {
 
 static nx_status ar_step(gen *g, nx_error *err) {
     g->since_ar = 0;
-    double t0 = now_s();
+    double t0 = nx_now_s();
     nx_status st = nx_forward_trunk(g->c, &g->toks[g->L], 1, g->logits, 0, err);
     if (st != NX_OK) return st;
-    double t1 = now_s();
+    double t1 = nx_now_s();
     record_trunk_cost(g, 1, t1 - t0);
     g->st->t_verify += t1 - t0;
     g->st->n_steps++;
     nx_sampler_probs(g->s, g->logits, NULL, 0, g->probs);
     int32_t y = target_draw(g, g->probs);
-    g->st->t_sample += now_s() - t1;
+    g->st->t_sample += nx_now_s() - t1;
     emit(g, y, g->probs);
     return NX_OK;
 }
@@ -227,7 +226,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     g->since_ar++;
 
     /* Draft: catch the MTP cache up to row L-1 = (h[L-1], t[L]); its logits give q1. */
-    double t0 = now_s();
+    double t0 = nx_now_s();
     if (g->p->draft == NX_DRAFT_AUTO && c->mtp_past > 0 && L - c->mtp_past > AUTO_REFEED_MAX) {
         /* After a long stretch of plain decoding, re-feeding every skipped row would cost more
          * than the drafts can win back: feed only the recent rows and attend from there. */
@@ -237,7 +236,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     int32_t before = c->mtp_past;
     if (before >= L) return nx_fail(err, NX_E_STATE, "MTP cache (%d rows) ahead of the sequence (%d)", before, L);
     if ((s = nx_mtp_catch_up(c, &g->toks[before + 1], L, g->mlogits, false, err)) != NX_OK) return s;
-    const double t_catch = now_s() - t0;
+    const double t_catch = nx_now_s() - t0;
     st->cost_mtp_row += t_catch;
     st->cost_mtp_n++;
     /* the steady-state head cost: a catch-up of one or two rows (longer ones follow plain
@@ -259,17 +258,17 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
                                    : nx_sampler_draw(g->s, q);
         n++;
         if (n == k) break;
-        double tm = now_s();
+        double tm = nx_now_s();
         const float *hm = c->mtp_out + (size_t)(c->mtp_rows - 1) * (size_t)c->m->cfg.hidden_size;
         if ((s = nx_forward_mtp(c, hm, &drafts[n - 1], 1, c->mtp_past, g->mlogits, 0, err)) != NX_OK)
             return s;
-        const double t_row = now_s() - tm;
+        const double t_row = nx_now_s() - tm;
         st->cost_mtp_row += t_row;
         st->cost_mtp_n++;
         hist_add(g, 0, t_row);
         st->mtp_bytes += mtp_dense + c->traffic.expert_bytes;
     }
-    double t1 = now_s();
+    double t1 = nx_now_s();
     st->t_draft += t1 - t0;
     c->mtp_past = L; /* drop the provisional chain rows; committed rows stay */
     if (n == 0) return ar_step(g, err);
@@ -279,7 +278,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     rows[0] = g->toks[L];
     memcpy(rows + 1, drafts, sizeof(int32_t) * (size_t)n);
     if ((s = nx_forward_trunk(c, rows, n + 1, g->logits, 0, err)) != NX_OK) return s;
-    double t2 = now_s();
+    double t2 = nx_now_s();
     record_trunk_cost(g, n + 1, t2 - t1);
     st->t_verify += t2 - t1;
     st->n_steps++;
@@ -318,7 +317,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     note_acceptance(g, n, acc);
     /* Commit: the trunk keeps t_L and the accepted drafts. */
     nx_ctx_truncate(c, L + acc + 1);
-    st->t_sample += now_s() - t2;
+    st->t_sample += nx_now_s() - t2;
     return NX_OK;
 }
 
@@ -407,7 +406,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     st->n_prompt = (int64_t)n_prompt;
     st->n_cached = keep;
 
-    double t0 = now_s();
+    double t0 = nx_now_s();
     const bool can_draft = m->w.has_mtp && p->draft != 0;
     if ((s = prefill(&g, keep, n_prompt, err)) != NX_OK) goto done;
     /* The head's prefill: teacher-forced rows (h_p, t[p+1]) over the whole prompt, so its cache
@@ -415,7 +414,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     if (can_draft && p->max_tokens > 1 && (s = nx_mtp_catch_up(c, g.toks + 1, (int32_t)n_prompt - 1, NULL, false, err)) != NX_OK)
         goto done;
     g.L = (int32_t)n_prompt - 1;
-    t1 = now_s();
+    t1 = nx_now_s();
     st->t_prefill = t1 - t0;
     if (p->max_tokens == 0) goto done;
     nx_sampler_probs(g.s, g.logits, NULL, 0, g.probs);
@@ -433,7 +432,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
         if (s != NX_OK) goto done;
     }
 done:
-    if (s == NX_OK && t1 > 0.0) st->t_decode = now_s() - t1;
+    if (s == NX_OK && t1 > 0.0) st->t_decode = nx_now_s() - t1;
     nx_sampler_free(g.s);
     free(g.toks);
     free(g.logits);

@@ -6,14 +6,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "model/model_internal.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
@@ -55,7 +50,7 @@ nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds,
     double best = 0, nbytes = 0;
     for (int rep = -1; rep < reps; rep++) {
         nbytes = 0;
-        const double t0 = now_s();
+        const double t0 = nx_now_s();
         for (int32_t l = 0; l < w->n_layers; l++) {
             const nx_layer *L = &w->layers[l];
             const nx_matmul_task qkv[3] = {{&L->wq, x, H, T, y, L->wq.out},
@@ -79,7 +74,7 @@ nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds,
         }
         nx_matmul(&w->lm_head, x, H, T, y, w->lm_head.out, m->pool);
         nbytes += (double)nx_linear_bytes(&w->lm_head);
-        const double dt = now_s() - t0;
+        const double dt = nx_now_s() - t0;
         if (rep >= 0 && (best == 0 || dt < best)) best = dt;
     }
     free(x);

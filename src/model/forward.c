@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "io/quantize.h"
 #include "model/forward.h"
@@ -640,16 +641,26 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
                       int32_t window, double theta, int32_t layer_slot) {
     const nx_config *cfg = &c->m->cfg;
     const int32_t H = cfg->hidden_size;
+    nx_traffic *tr = &c->traffic;
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm(c->x + (size_t)t * H, L->attn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
+    const double t0 = nx_now_s();
     attention(c, L, kv, T, pos0, window, kv == &c->mtp_kv ? c->mtp_lo : 0, theta);
+    const double t1 = nx_now_s();
+    tr->phase_s[NX_PHASE_ATTN] += t1 - t0;
+    tr->phase_bytes[NX_PHASE_ATTN] += (double)(nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) +
+                                               nx_linear_bytes(&L->wv) + nx_linear_bytes(&L->wo));
     for (int64_t i = 0; i < (int64_t)T * H; i++) c->x[i] += c->y[i];
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm(c->x + (size_t)t * H, L->ffn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
+    const double t2 = nx_now_s(), experts0 = tr->expert_bytes;
     if (L->is_moe)
         moe(c, &L->moe, T, layer_slot);
     else
         ffn(c, &L->dense, c->xn, T, c->y);
+    tr->phase_s[NX_PHASE_FFN] += nx_now_s() - t2;
+    tr->phase_bytes[NX_PHASE_FFN] += L->is_moe ? (double)nx_linear_bytes(&L->moe.router) + tr->expert_bytes - experts0
+                                               : (double)nx_ffn_bytes(&L->dense);
     for (int64_t i = 0; i < (int64_t)T * H; i++) c->x[i] += c->y[i];
 }
 
@@ -677,15 +688,19 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
         nx_layer_forward(c, &m->w.layers[l], &c->kv[l], T, pos0, 0, cfg->rope_theta, l);
     c->n_past += T;
 
+    const double t0 = nx_now_s();
     memcpy(c->hpre, c->x, sizeof(float) * (size_t)T * H);
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm(c->x + (size_t)t * H, m->w.final_norm, cfg->rms_eps, H, c->hpost + (size_t)t * H);
     const float *fed = m->wiring.hidden == NX_MTP_HIDDEN_PRE_NORM ? c->hpre : c->hpost;
     memcpy(c->hidden + (size_t)pos0 * H, fed, sizeof(float) * (size_t)T * H);
 
-    if (logits && logits_from < T)
+    if (logits && logits_from < T) {
         nx_matmul(&m->w.lm_head, c->hpost + (size_t)logits_from * H, H, T - logits_from, logits, V,
                   m->pool);
+        c->traffic.phase_bytes[NX_PHASE_HEAD] += (double)nx_linear_bytes(&m->w.lm_head);
+    }
+    c->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
     return NX_OK;
 }
 

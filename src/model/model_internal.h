@@ -35,13 +35,15 @@ typedef struct nx_kv {
     void *k, *v;
 } nx_kv;
 
-/* Per-forward MoE traffic, accumulated over the layers of one forward call. */
-typedef struct nx_moe_traffic {
+/* Per-forward traffic and time, accumulated over the layers of one forward call. */
+typedef struct nx_traffic {
     double expert_bytes;   /* routed + shared expert weight bytes read */
     int64_t experts_touched; /* distinct routed experts, summed over layers */
     int64_t overlap;       /* shared top-k experts between consecutive rows, summed */
     int64_t overlap_pairs;
-} nx_moe_traffic;
+    /* wall seconds and weight bytes of each part of the forward (NX_PHASE_*) */
+    double phase_s[NX_PHASES], phase_bytes[NX_PHASES];
+} nx_traffic;
 
 /* What --draft auto has measured on a context (decode/generate.c), kept across generations:
  * costs belong to the model and the machine, not to a request, so later requests start from
@@ -106,7 +108,7 @@ struct nx_ctx {
     float *mtp_out; /* (n_batch, H) output hidden fed back when chaining */
     int32_t mtp_rows; /* rows in mtp_out from the last MTP forward */
 
-    nx_moe_traffic traffic; /* of the last forward */
+    nx_traffic traffic; /* of the last forward */
 };
 
 /* Row pos of kv head h in one layer's k or v cache (nx_kv's layout, in one place). */

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/strbuf.h"
 #include "serve/hy_output.h"
@@ -112,12 +113,6 @@ struct nx_server {
     /* byte-level BPE: code point -> byte, for the raw bytes of logprob tokens */
     int16_t byte_of_cp[324];
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t next_random(nx_server *s) {
     /* splitmix64 under qmu: ids and default seeds, nothing cryptographic */
@@ -457,13 +452,13 @@ static int on_token(void *user, int32_t id, const float *probs) {
     job *j = g->j;
     nx_server *s = j->srv;
     if (g->stopped_by_string || atomic_load(&j->cancel) != CANCEL_NONE) return 1;
-    if (j->deadline > 0 && now_s() > j->deadline) {
+    if (j->deadline > 0 && nx_now_s() > j->deadline) {
         atomic_store(&j->cancel, CANCEL_TIMEOUT);
         return 1;
     }
     if (g->first_token) {
         g->first_token = false;
-        if (g->index == 0) j->t_first = now_s(); /* time to first token, for metrics */
+        if (g->index == 0) j->t_first = nx_now_s(); /* time to first token, for metrics */
     }
     bool eos = !j->req.ignore_eos && nx_model_is_eos(s->model, id);
     if (eos) return 0; /* the engine stops after it; an end token is neither text nor logprob */
@@ -679,7 +674,7 @@ static void *worker_main(void *arg) {
             s->n_queued--;
             s->n_active++;
             s->running = j;
-            j->t_picked = now_s();
+            j->t_picked = nx_now_s();
         }
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->qmu);
@@ -689,7 +684,7 @@ static void *worker_main(void *arg) {
         j->state = JOB_RUNNING;
         pthread_mutex_unlock(&j->mu);
         if (stopping) atomic_store(&j->cancel, CANCEL_SHUTDOWN);
-        if (j->deadline > 0 && now_s() > j->deadline) atomic_store(&j->cancel, CANCEL_TIMEOUT);
+        if (j->deadline > 0 && nx_now_s() > j->deadline) atomic_store(&j->cancel, CANCEL_TIMEOUT);
         int cancel = atomic_load(&j->cancel);
         if (cancel == CANCEL_NONE) {
             run_job(s, j);
@@ -787,7 +782,7 @@ static void wait_tick(job *j) {
 static void watch_job(nx_server *s, job *j) {
     if (atomic_load(&j->cancel) != CANCEL_NONE) return;
     if (client_gone(j->fd)) cancel_job(s, j, CANCEL_CLIENT);
-    else if (j->deadline > 0 && now_s() > j->deadline) cancel_job(s, j, CANCEL_TIMEOUT);
+    else if (j->deadline > 0 && nx_now_s() > j->deadline) cancel_job(s, j, CANCEL_TIMEOUT);
 }
 
 /* ================================================================ HTTP */
@@ -1215,7 +1210,7 @@ static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, c
     j->n_per = 1;
     j->state = JOB_QUEUED;
     atomic_init(&j->cancel, CANCEL_NONE);
-    j->t_arrival = now_s();
+    j->t_arrival = nx_now_s();
     j->deadline = s->o.timeout > 0 ? j->t_arrival + s->o.timeout : 0;
     j->created = (int64_t)time(NULL);
     snprintf(j->id, sizeof j->id, "%s-%016llx", kind == NX_OAI_CHAT ? "chatcmpl" : "cmpl",
@@ -1370,7 +1365,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_lock(&s->qmu);
         nx_metrics_gauges g = {.model_id = s->model_id, .mtp = s->info->mtp, .draft = s->o.draft,
                                .queue_depth = s->n_queued, .queue_capacity = s->o.queue,
-                               .active = s->n_active, .uptime = now_s() - s->t_started,
+                               .active = s->n_active, .uptime = nx_now_s() - s->t_started,
                                .pcache = s->pc_stats};
         pthread_mutex_unlock(&s->qmu);
         /* count this scrape before rendering so it sees itself */
@@ -1435,7 +1430,7 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     s->has_mtp = s->info->mtp && strncmp(s->info->mtp, "none", 4) != 0 &&
                  strcmp(s->info->mtp, "disabled") != 0;
     s->t_created = (int64_t)time(NULL);
-    s->t_started = now_s();
+    s->t_started = nx_now_s();
     s->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s;
     byte_map_init(s);
     /* From tokenizer_config.json (read by the model): the template's special-token strings

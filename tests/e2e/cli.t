@@ -4,6 +4,7 @@ checkpoint, a wrong config, an out-of-range parameter or a malformed token list 
 error naming the problem and a non-zero exit, never a crash."""
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -183,6 +184,35 @@ try:
 except (KeyError, ValueError):
     dense, ok = None, False
 t.ok(ok, f"bench: dense-part timing line {dense}", r.stdout)
+# the plain steps' split: the parts add up to the step, and the attention's and head's read
+# rates times their times give the bytes of the checkpoint's q/k/v/o projections and lm_head
+def tensor_bytes(d, pattern):
+    n_layers = json.load(open(os.path.join(d, "config.json")))["num_hidden_layers"]
+    total = 0
+    for fn in os.listdir(d):
+        if not fn.endswith(".safetensors"):
+            continue
+        with open(os.path.join(d, fn), "rb") as f:
+            hdr = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        for name, v in hdr.items():
+            m = re.fullmatch(pattern, name)
+            if m and (not m.groups() or int(m.group(1)) < n_layers):
+                total += v["data_offsets"][1] - v["data_offsets"][0]
+    return total
+
+try:
+    ar = dict(kv.split("=", 1) for kv in lines[[i for i, ln in enumerate(lines) if ln.startswith("mode=ar")][0]].split())
+    sp = {k: float(ar[k]) for k in ("ar_step_us", "attn_us", "ffn_us", "head_us", "rest_us", "attn_GB_s", "head_GB_s")}
+    attn = tensor_bytes(good, r"model\.layers\.(\d+)\.self_attn\.[qkvo]_proj\.(?:weight|scales|biases)")
+    head = tensor_bytes(good, r"lm_head\.weight")
+    ok = all(sp[k] > 0 for k in ("attn_us", "ffn_us", "head_us")) and sp["rest_us"] > -0.02
+    ok = ok and abs(sp["attn_us"] + sp["ffn_us"] + sp["head_us"] + sp["rest_us"] - sp["ar_step_us"]) < 0.05
+    ok = ok and abs(sp["attn_GB_s"] * sp["attn_us"] * 1e3 / attn - 1) < 0.02
+    ok = ok and abs(sp["head_GB_s"] * sp["head_us"] * 1e3 / head - 1) < 0.04
+    ok = ok and float(ar["outside_us"]) > 0 and "outside_us" not in lines[1]
+except (KeyError, ValueError, IndexError):
+    sp, ok = None, False
+t.ok(ok, f"bench: the plain step's split {sp}", r.stdout)
 try:
     huge = float(fields["weights_on_2MB_pages"][0])
 except (KeyError, ValueError):

@@ -20,6 +20,10 @@ static const char *usage =
     "whatever the head says: the loop's speed ceiling on models whose head is meaningless.\n"
     "--repeat R runs each mode R times and keeps the fastest. --draft auto keeps what it measures\n"
     "from one generation to the next on a context (as a server does); each mode starts afresh.\n"
+    "Where a mode ran one-row steps, ar_step_us splits their trunk forward into attention,\n"
+    "feed-forward (router and experts, or dense FFN) and head (final norm, lm_head), each with\n"
+    "its microseconds and weight read rate, and the rest (embedding, norms, residual adds);\n"
+    "outside_us (plain decoding) is the time per token spent outside the forward (sampling).\n"
     "The last line times the step's routing-independent matmuls (attention, router, shared\n"
     "expert or dense FFN, lm_head) alone at 1 row and at 2 rows (a k = 1 verify).\n";
 
@@ -70,6 +74,28 @@ static void add_stats(nx_gen_stats *a, const nx_gen_stats *b) {
     a->experts_touched_ar += b->experts_touched_ar;
     a->experts_touched_verify += b->experts_touched_verify;
     a->mtp_bytes += b->mtp_bytes;
+    for (int p = 0; p < NX_PHASES; p++) {
+        a->ar_phase_s[p] += b->ar_phase_s[p];
+        a->ar_phase_bytes[p] += b->ar_phase_bytes[p];
+    }
+}
+
+/* Where a plain step's time went: per NX_PHASE_* its microseconds and weight read rate, the
+ * rest of the forward (embedding, norms, residuals), and, in plain decoding, the time between
+ * forwards (sampling, bookkeeping). */
+static void print_ar_split(const nx_gen_stats *a, double decode_s, bool plain) {
+    static const char *const names[NX_PHASES] = {"attn", "ffn", "head"};
+    const double n = (double)a->n_ar_steps, step = a->cost_rows[1] / n;
+    double parts = 0;
+    printf(" ar_step_us=%.2f", step * 1e6);
+    for (int p = 0; p < NX_PHASES; p++) {
+        const double t = a->ar_phase_s[p] / n;
+        parts += t;
+        printf(" %s_us=%.2f %s_GB_s=%.2f", names[p], t * 1e6, names[p],
+               a->ar_phase_s[p] > 0 ? a->ar_phase_bytes[p] / a->ar_phase_s[p] / 1e9 : 0.0);
+    }
+    printf(" rest_us=%.2f", (step - parts) * 1e6);
+    if (plain) printf(" outside_us=%.1f", (decode_s / n - step) * 1e6);
 }
 
 static double avg(double s, int64_t n) { return n > 0 ? s / (double)n : 0.0; }
@@ -213,6 +239,8 @@ int cli_bench(int argc, char **argv) {
         if (a->n_verify_steps > 0 && a->expert_bytes_verify > 0)
             printf(" expert_MB_verify=%.3f experts_verify=%.1f", avg(a->expert_bytes_verify, a->n_verify_steps) / 1e6,
                    avg(a->experts_touched_verify, a->n_verify_steps));
+        if (a->n_ar_steps > 0 && a->cost_rows_n[1] == a->n_ar_steps)
+            print_ar_split(a, r->seconds, a->n_verify_steps == 0 && a->n_drafts == 0);
         printf("\n");
         fflush(stdout);
     }
