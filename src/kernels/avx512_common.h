@@ -21,15 +21,17 @@
 #define QPF_AHEAD 8192
 #endif
 
-/* The cache level the weight prefetches fill: L1 (prefetcht0). Model decode, paired runs of two
- * builds taken only while the bandwidth probe read the same phase before and after each pair
- * (Zen 4 VM, 2 threads): 4-bit 1.07-1.08x (10 of 10 pairs) at ~80 GB/s, 1.01x at ~50 GB/s; bf16
- * 1.21x (4 of 4) at ~80 GB/s, 1.03x at ~50. Before the scale and bias prefetch below existed,
- * prefetcht1 (L2) was the better choice (t0 0.95-0.99x in model decode, though isolated kernels
- * streamed up to 25% faster with it): the scale misses, not the weight lines, then bounded each
- * core's stream. */
+/* How the weight prefetches fill: into L1 as non-temporal (prefetchnta). Weights are read once
+ * per step and a step reads hundreds of MB, so lines filled as ordinary ones only push out what
+ * the step does reuse (the KV cache, routers, norms, activations, the scale rows) from L2 and
+ * L3; non-temporal lines leave those caches alone. Model decode against prefetcht0 (bench/ab.sh,
+ * Zen 4 VM, 2 threads): 4-bit 1.061x median (8 pairs, ~45 GB/s level; attention and the
+ * feed-forward both faster in `nextn bench`'s split), 1.020x at the ~75 GB/s level (8 filtered
+ * pairs), bf16 1.038x (6 pairs). The scale and bias hints below stay prefetcht0 (non-temporal
+ * there: 1.02x median, means equal). prefetcht0 itself was 1.07-1.08x over prefetcht1 for
+ * 4-bit, 1.21x for bf16 at ~80 GB/s once the scale hints existed. */
 #ifndef QPF_HINT
-#define QPF_HINT _MM_HINT_T0
+#define QPF_HINT _MM_HINT_NTA
 #endif
 
 /* Where a call's prefetches may go: the call's own weight rows up to `end`, then the first
