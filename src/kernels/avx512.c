@@ -690,3 +690,26 @@ const nx_kernel_table nx_kernels_avx512 = {
     .matmul_rows = avx512_matmul_rows,
     NX_AVX512_VECTOR_HELPERS,
 };
+
+/* nx_rmsnorm_f32: the 8 partial sums of squares are the 8 double lanes (mul then add, no fused
+ * step, as the scalar reference compiles without contraction), so the bits match it. */
+void nx_avx512_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out) {
+    __m512d acc = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+        acc = _mm512_add_pd(acc, _mm512_mul_pd(v, v));
+    }
+    double part[8];
+    _mm512_storeu_pd(part, acc);
+    for (; i < n; i++) part[0] += (double)x[i] * x[i];
+    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
+    const __m512 rv = _mm512_set1_ps(r);
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), rv);
+        if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i));
+        _mm512_mask_storeu_ps(out + i, m, v);
+    }
+}

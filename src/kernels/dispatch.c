@@ -268,6 +268,25 @@ void nx_softmax_f32(float *x, int64_t n) {
     else softmax_scalar(x, n);
 }
 
+/* The scalar RMSNorm: the reference, and the path of ISAs without their own. */
+static void rmsnorm_scalar(const float *x, const float *w, float eps, int64_t n, float *out) {
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) part[l] += (double)x[i + l] * x[i + l];
+    for (; i < n; i++) part[0] += (double)x[i] * x[i];
+    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
+}
+
+void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out) {
+    if (n <= 0) return;
+    const nx_kernel_table *t = table_get();
+    if (t->rmsnorm_f32) t->rmsnorm_f32(x, w, eps, n, out);
+    else rmsnorm_scalar(x, w, eps, n, out);
+}
+
 void nx_swiglu_f32(float *g, const float *u, int64_t n) {
     if (n <= 0) return;
     const nx_kernel_table *t = table_get();

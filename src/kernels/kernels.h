@@ -125,6 +125,11 @@ void nx_softmax_f32(float *x, int64_t n);
  * nx_softmax_f32. */
 void nx_swiglu_f32(float *g, const float *u, int64_t n);
 
+/* out[i] ← x[i]·r·w[i] (w NULL: 1) with r = 1/sqrt(mean(x²) + eps), the sum of squares taken in
+ * double as 8 partial sums (element i in sum i mod 8, the tail past the last whole 8 in sum 0)
+ * added in a fixed tree: the same bits on every ISA. out may be x. */
+void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out);
+
 /* Precision of the activations the integer kernels (avx512vnni/avx512vbmi) multiply quantized
  * weights with. 8 (the default): 4-bit weights (rows of whole 128-element blocks), 2-bit weights
  * (whole 256-element blocks) and, with VBMI, 3/5/6-bit weights take int8 activations, each

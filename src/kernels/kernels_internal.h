@@ -28,6 +28,7 @@ typedef struct nx_kernel_table {
                        int64_t n, int64_t hd, float *o);
     void (*softmax_f32)(float *x, int64_t n);
     void (*swiglu_f32)(float *g, const float *u, int64_t n);
+    void (*rmsnorm_f32)(const float *x, const float *w, float eps, int64_t n, float *out);
 } nx_kernel_table;
 
 extern const nx_kernel_table nx_kernels_ref;

@@ -15,16 +15,7 @@
 /* ---------------------------------------------------------------- primitives */
 
 void nx_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *out) {
-    /* the sum of squares in double, over 8 independent partial sums (one long chain of
-     * dependent adds cost ~1 µs per 1024-wide row, serial work between parallel jobs) */
-    double part[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) part[l] += (double)x[i + l] * x[i + l];
-    for (; i < n; i++) part[0] += (double)x[i] * x[i];
-    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-    float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-    for (i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
+    nx_rmsnorm_f32(x, w, eps, n, out);
 }
 
 /* cos and sin of the neox RoPE angles at positions pos0..pos0+T-1 into c->rope (per row: half
@@ -650,7 +641,7 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     tr->phase_s[NX_PHASE_ATTN] += t1 - t0;
     tr->phase_bytes[NX_PHASE_ATTN] += (double)(nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) +
                                                nx_linear_bytes(&L->wv) + nx_linear_bytes(&L->wo));
-    for (int64_t i = 0; i < (int64_t)T * H; i++) c->x[i] += c->y[i];
+    nx_axpy_f32(1.0f, c->y, c->x, (int64_t)T * H); /* x += y, the same bits */
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm(c->x + (size_t)t * H, L->ffn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
     const double t2 = nx_now_s(), experts0 = tr->expert_bytes;
@@ -661,7 +652,7 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     tr->phase_s[NX_PHASE_FFN] += nx_now_s() - t2;
     tr->phase_bytes[NX_PHASE_FFN] += L->is_moe ? (double)nx_linear_bytes(&L->moe.router) + tr->expert_bytes - experts0
                                                : (double)nx_ffn_bytes(&L->dense);
-    for (int64_t i = 0; i < (int64_t)T * H; i++) c->x[i] += c->y[i];
+    nx_axpy_f32(1.0f, c->y, c->x, (int64_t)T * H); /* x += y, the same bits */
 }
 
 /* ---------------------------------------------------------------- trunk */

@@ -401,6 +401,47 @@ static void test_swiglu(void **state) {
     use_isa(default_isa);
 }
 
+/* RMSNorm: every ISA gives the bits of the definition in nx_rmsnorm_f32's contract (8 partial
+ * double sums of squares, the tail in sum 0, a fixed tree; (x·r)·w in float), computed here
+ * separately, for lengths around the vector widths, with and without weights, in place; and it
+ * is within 1e-6 of the exact RMSNorm in long double. */
+static void test_rmsnorm(void **state) {
+    (void)state;
+    for (int k = 0; k < n_isas; k++) {
+        assert_int_equal(use_isa(isas[k]), 0);
+        for (int64_t n = 1; n <= 70; n++)
+            for (int weighted = 0; weighted < 2; weighted++) {
+                float *x = rnd_vec(n), *w = weighted ? rnd_vec(n) : NULL, *out = rnd_vec(n + 1);
+                for (int64_t i = 0; i < n; i++) x[i] *= i % 3 == 0 ? 40.0f : 1.0f;
+                out[n] = 777.0f;
+                double part[8] = {0};
+                for (int64_t i = 0; i < n; i++) part[i < n - n % 8 ? i % 8 : 0] += (double)x[i] * (double)x[i];
+                const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+                const float r = (float)(1.0 / sqrt(ss / (double)n + 1e-6));
+                long double exact = 0;
+                for (int64_t i = 0; i < n; i++) exact += (long double)x[i] * x[i];
+                const long double re = 1.0L / sqrtl(exact / n + 1e-6L);
+                nx_rmsnorm_f32(x, w, 1e-6f, n, out);
+                for (int64_t i = 0; i < n; i++) {
+                    float want = x[i] * r;
+                    if (w) want *= w[i];
+                    if (memcmp(&out[i], &want, sizeof want) != 0)
+                        fail_msg("%s n %lld w %d: out[%lld] = %.9g, want %.9g", isas[k], (long long)n, weighted,
+                                 (long long)i, out[i], want);
+                    const long double e = (long double)x[i] * re * (w ? w[i] : 1.0f);
+                    assert_true(fabsl(out[i] - e) <= 1e-6L * fabsl(e) + 1e-30L);
+                }
+                assert_true(out[n] == 777.0f);
+                nx_rmsnorm_f32(x, w, 1e-6f, n, x); /* in place */
+                assert_memory_equal(x, out, (size_t)n * sizeof *x);
+                free(out);
+                free(w);
+                free(x);
+            }
+    }
+    use_isa(default_isa);
+}
+
 /* ------------------------------------------------------------------ matmul vs reference */
 
 /* Runs W·x on `isa` with padded leading dimensions; checks y's padding is untouched. */
@@ -852,6 +893,7 @@ int main(void) {
         cmocka_unit_test(test_attn_helpers),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_matmul_float_vs_ref),
         cmocka_unit_test(test_matmul_quant_vs_ref),
         cmocka_unit_test(test_matmul_quant_activations),
