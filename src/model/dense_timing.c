@@ -4,7 +4,6 @@
 #include "model/dense_timing.h"
 
 #include <stdlib.h>
-#include <time.h>
 
 #include "base/clock.h"
 #include "base/error.h"

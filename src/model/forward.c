@@ -14,10 +14,6 @@
 
 /* ---------------------------------------------------------------- primitives */
 
-void nx_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *out) {
-    nx_rmsnorm_f32(x, w, eps, n, out);
-}
-
 /* cos and sin of the neox RoPE angles at positions pos0..pos0+T-1 into c->rope (per row: half
  * cosines, then half sines); kept while the key matches, so the layers of one forward call
  * compute them once. */
@@ -91,11 +87,11 @@ static void qk_post(const attn_job *j, int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; h++) {
             for (int64_t qh = h * group; qh < (h + 1) * group; qh++) {
                 float *q = c->q + (size_t)t * qw + (size_t)qh * hd;
-                if (L->q_norm) nx_rmsnorm(q, L->q_norm, eps, hd, q);
+                if (L->q_norm) nx_rmsnorm_f32(q, L->q_norm, eps, hd, q);
                 rope_neox(q, hd, cs_sn);
             }
             float *k = c->k + (size_t)t * kvw + (size_t)h * hd;
-            if (L->k_norm) nx_rmsnorm(k, L->k_norm, eps, hd, k);
+            if (L->k_norm) nx_rmsnorm_f32(k, L->k_norm, eps, hd, k);
             rope_neox(k, hd, cs_sn);
             cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, h, j->pos0 + t), k, hd);
             cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->v, h, j->pos0 + t), c->v + (size_t)t * kvw + (size_t)h * hd,
@@ -634,7 +630,7 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     const int32_t H = cfg->hidden_size;
     nx_traffic *tr = &c->traffic;
     for (int32_t t = 0; t < T; t++)
-        nx_rmsnorm(c->x + (size_t)t * H, L->attn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
+        nx_rmsnorm_f32(c->x + (size_t)t * H, L->attn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
     const double t0 = nx_now_s();
     attention(c, L, kv, T, pos0, window, kv == &c->mtp_kv ? c->mtp_lo : 0, theta);
     const double t1 = nx_now_s();
@@ -643,7 +639,7 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
                                                nx_linear_bytes(&L->wv) + nx_linear_bytes(&L->wo));
     nx_axpy_f32(1.0f, c->y, c->x, (int64_t)T * H); /* x += y, the same bits */
     for (int32_t t = 0; t < T; t++)
-        nx_rmsnorm(c->x + (size_t)t * H, L->ffn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
+        nx_rmsnorm_f32(c->x + (size_t)t * H, L->ffn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
     const double t2 = nx_now_s(), experts0 = tr->expert_bytes;
     if (L->is_moe)
         moe(c, &L->moe, T, layer_slot);
@@ -682,7 +678,7 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
     const double t0 = nx_now_s();
     memcpy(c->hpre, c->x, sizeof(float) * (size_t)T * H);
     for (int32_t t = 0; t < T; t++)
-        nx_rmsnorm(c->x + (size_t)t * H, m->w.final_norm, cfg->rms_eps, H, c->hpost + (size_t)t * H);
+        nx_rmsnorm_f32(c->x + (size_t)t * H, m->w.final_norm, cfg->rms_eps, H, c->hpost + (size_t)t * H);
     const float *fed = m->wiring.hidden == NX_MTP_HIDDEN_PRE_NORM ? c->hpre : c->hpost;
     memcpy(c->hidden + (size_t)pos0 * H, fed, sizeof(float) * (size_t)T * H);
 
@@ -716,9 +712,9 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
         float *row = c->mtp_in + (size_t)r * 2 * H;
         float *e = row + (embed_first ? 0 : H), *h = row + (embed_first ? H : 0);
         nx_linear_get_row(&m->w.embed, tokens[r], e);
-        nx_rmsnorm(e, mw->enorm, cfg->rms_eps, H, e);
+        nx_rmsnorm_f32(e, mw->enorm, cfg->rms_eps, H, e);
         if (m->wiring.hnorm)
-            nx_rmsnorm(hidden + (size_t)r * H, mw->hnorm, cfg->rms_eps, H, h);
+            nx_rmsnorm_f32(hidden + (size_t)r * H, mw->hnorm, cfg->rms_eps, H, h);
         else
             memcpy(h, hidden + (size_t)r * H, sizeof(float) * (size_t)H);
     }
@@ -729,7 +725,7 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
                      cfg->n_layers);
     c->mtp_past += R;
     for (int32_t r = 0; r < R; r++)
-        nx_rmsnorm(c->x + (size_t)r * H, mw->final_norm, cfg->rms_eps, H, c->hpost + (size_t)r * H);
+        nx_rmsnorm_f32(c->x + (size_t)r * H, mw->final_norm, cfg->rms_eps, H, c->hpost + (size_t)r * H);
     const float *back = m->wiring.recycle == NX_MTP_RECYCLE_RAW ? c->x : c->hpost;
     memcpy(c->mtp_out, back, sizeof(float) * (size_t)R * H);
     c->mtp_rows = R;

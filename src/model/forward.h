@@ -1,5 +1,5 @@
 /* Building blocks of the forward pass, exposed for the MTP head and for unit tests
- * (router vs brute force, RMSNorm). */
+ * (router vs brute force). RMSNorm is a kernel (nx_rmsnorm_f32). */
 #ifndef NX_MODEL_FORWARD_H
 #define NX_MODEL_FORWARD_H
 
@@ -7,9 +7,6 @@
 #include <stdint.h>
 
 #include "model/model_internal.h"
-
-/* out = w ⊙ x / rms(x) in f32 (w may be NULL: unit weight). out may alias x. */
-void nx_rmsnorm(const float *x, const float *w, float eps, int64_t n, float *out);
 
 /* hy_v3 routing of one row: top-k of sigmoid(logits) + bias (ties → lower id), weights from the
  * unbiased sigmoid, renormalised when renorm (and k > 1), times scaling. idx/w are [k],
