@@ -28,6 +28,8 @@ typedef struct js_node {
     int32_t prop0, n_props;
     int32_t lit0, n_lits; /* enum / const: the values, serialised (then only those) */
     uint8_t min_items, max_items; /* max 0: no limit */
+    uint16_t min_len;             /* string values: code points at least, */
+    int32_t max_len;              /* and at most (-1: no limit) */
     int32_t alt0, n_alts; /* anyOf / oneOf: the branches (alts[alt0..]), told apart by a value's
                            * first byte; then only those */
 } js_node;
@@ -246,7 +248,7 @@ static bool value_start(nx_json_state *s, uint8_t c) {
     case '[': return t & T_ARRAY ? push(s, 'a', s->vnode) : dead(s);
     case '"':
         if (!(t & T_STRING)) return dead(s);
-        s->mode = M_STRING, s->sub = S_PLAIN, s->key = false;
+        s->mode = M_STRING, s->sub = S_PLAIN, s->key = false, s->chars = 0;
         return true;
     case 't': case 'f': case 'n':
         if (!(t & (c == 'n' ? T_NULL : T_BOOLEAN))) return dead(s);
@@ -287,13 +289,19 @@ static bool string_byte(nx_json_state *s, uint8_t c) {
         s->lo = 0x80, s->hi = 0xBF;
         if (--s->aux == 0) s->sub = S_PLAIN;
         return true;
-    default:
+    default: {
+        /* a value string's length bounds, in code points (an escape is one; surrogate escapes
+         * are refused, so \uXXXX is always one) */
+        const js_node *nd = s->key ? NULL : node_of(s, s->vnode);
         if (c == '"') {
+            if (nd && s->chars < nd->min_len) return dead(s);
             if (s->key) s->mode = M_COLON;
             else value_done(s);
             s->key = false;
             return true;
         }
+        if (nd && nd->max_len >= 0 && s->chars >= nd->max_len) return dead(s);
+        if (s->chars < UINT16_MAX) s->chars++;
         if (c == '\\') {
             s->sub = S_ESC;
             return true;
@@ -316,6 +324,7 @@ static bool string_byte(nx_json_state *s, uint8_t c) {
         }
         s->sub = S_UTF8;
         return true;
+    }
     }
 }
 
@@ -714,14 +723,14 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     if (!grow((void **)&S->nodes, &C->cap_nodes, S->n_nodes + 1, sizeof *S->nodes) || S->n_nodes >= INT16_MAX)
         return bad_schema(C, "too many schema nodes");
     const int me = S->n_nodes++;
-    js_node nd = {.ref = -1, .types = T_ANY, .items = -1};
+    js_node nd = {.ref = -1, .types = T_ANY, .items = -1, .max_len = -1};
     S->nodes[me] = nd;
     if (!v) return me;
     static const char *const ignored[] = {"description", "title", "default", "examples", "$schema", "$id", "strict",
                                           "$comment", "$defs", "definitions"};
     static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items",
-                                        "enum", "const", "minItems", "maxItems", "$ref", "anyOf", "oneOf",
-                                        "allOf"};
+                                        "enum", "const", "minItems", "maxItems", "minLength", "maxLength",
+                                        "$ref", "anyOf", "oneOf", "allOf"};
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -874,6 +883,16 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     if (json_object_get(v, "maxItems") && nd.max_items < nd.min_items)
         return bad_schema(C, "maxItems is below minItems");
     if (json_object_get(v, "maxItems") && nd.max_items == 0) nd.types &= (uint8_t)~T_ARRAY; /* no array fits */
+    for (int k = 0; k < 2; k++) {
+        json_t *m = json_object_get(v, k ? "maxLength" : "minLength");
+        if (!m) continue;
+        if (!json_is_integer(m) || json_integer_value(m) < 0 || json_integer_value(m) > UINT16_MAX)
+            return bad_schema(C, "minLength and maxLength must be integers in [0, 65535]");
+        if (nd.n_lits) return bad_schema(C, "minLength and maxLength beside enum or const are not supported");
+        if (k) nd.max_len = (int32_t)json_integer_value(m);
+        else nd.min_len = (uint16_t)json_integer_value(m);
+    }
+    if (nd.max_len >= 0 && nd.max_len < nd.min_len) return bad_schema(C, "maxLength is below minLength");
     S->nodes[me] = nd;
     return me;
 }

@@ -11,7 +11,8 @@
  * first byte must start one of its types, an enum is matched literal by literal, keys are
  * matched against the properties in their listed order (an optional one may be skipped, a
  * required one may not), '}' waits for the required properties, and arrays keep their item
- * schema and their minItems / maxItems. References ($ref to #/$defs/NAME, #/definitions/NAME or
+ * schema and their minItems / maxItems; a string value counts its code points against its
+ * minLength / maxLength (an escape is one). References ($ref to #/$defs/NAME, #/definitions/NAME or
  * #) are nodes that stand for another node, so recursive schemas are finite graphs; an anyOf /
  * oneOf node hands a value to the one branch its first byte can start (the compiler refuses
  * branches that could start alike), so the automaton never needs to backtrack. */
@@ -45,6 +46,7 @@ typedef struct nx_json_state {
     uint8_t ws;     /* whitespace bytes in the current run */
     bool key;       /* the string being read is an object key */
     uint16_t u;     /* \u escape: the value so far */
+    uint16_t chars; /* value string: code points so far (for minLength / maxLength) */
 } nx_json_state;
 
 /* The state before any output (schema NULL: any JSON object). */

@@ -436,6 +436,13 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
         for (size_t i = 0; i < json_array_size(req); i++)
             if (!json_object_get(v, json_string_value(json_array_get(req, i)))) return false;
     }
+    if (json_is_string(v)) { /* lengths in code points: the bytes that do not continue a UTF-8 sequence */
+        json_t *mn = json_object_get(sc, "minLength"), *mx = json_object_get(sc, "maxLength");
+        const char *str = json_string_value(v);
+        json_int_t n = 0;
+        for (size_t i = 0; i < json_string_length(v); i++) n += ((uint8_t)str[i] & 0xC0) != 0x80;
+        if ((mn && n < json_integer_value(mn)) || (mx && n > json_integer_value(mx))) return false;
+    }
     if (json_is_array(v)) {
         json_t *items = json_object_get(sc, "items"), *mn = json_object_get(sc, "minItems"),
                *mx = json_object_get(sc, "maxItems");
@@ -584,6 +591,11 @@ static void test_schema_errors(void **state) {
         {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"pattern\":\"x\"}}}",
          "#/$defs/A: the keyword 'pattern'"},
         {"{\"properties\":{\"a\":{\"allOf\":[{},{}]}}}", "allOf must be a list of one schema"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":-1}}}", "#/properties/a: minLength and maxLength must be integers in [0, 65535]"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":65536}}}", "[0, 65535]"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":\"3\"}}}", "[0, 65535]"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}}}", "maxLength is below minLength"},
+        {"{\"properties\":{\"a\":{\"enum\":[\"x\"],\"maxLength\":2}}}", "beside enum or const"},
         {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"}]}", "the root must be an object"},
         {"{\"type\":\"object\",\"additionalProperties\":true}", "additionalProperties must be false"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "required names a property"},
@@ -626,6 +638,58 @@ static void test_schema_walks(void **state) {
     nx_json_schema_free(sc);
 }
 
+/* String lengths: minLength / maxLength count code points (an escape, a UTF-8 sequence and an
+ * ASCII byte are one each), in properties, array items and anyOf branches. */
+static const char *const SCHEMA_LEN =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"id\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":3},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":1},\"maxItems\":3},"
+    "\"note\":{\"anyOf\":[{\"type\":\"string\",\"minLength\":1},{\"type\":\"null\"}]},"
+    "\"any\":{\"type\":\"string\"}},"
+    "\"required\":[\"id\"],\"additionalProperties\":false}";
+
+static void visit_len(json_t *v, int *n) {
+    const json_t *id = json_object_get(v, "id");
+    const char *s = json_string_value(id);
+    size_t cps = 0;
+    for (size_t i = 0; s && i < json_string_length(id); i++) cps += ((uint8_t)s[i] & 0xC0) != 0x80;
+    n[0] += cps == 2, n[1] += cps == 3;
+    n[2] += json_array_size(json_object_get(v, "tags")) > 0;
+    n[3] += json_is_string(json_object_get(v, "note"));
+}
+
+static void test_schema_lengths(void **state) {
+    (void)state;
+    nx_json_schema *sc = schema_of(SCHEMA_LEN);
+    static const char *const good[] = {
+        "{\"id\":\"ab\"}",
+        "{\"id\":\"abc\"}",
+        "{\"id\":\"\\n\\u00e9\"}",                /* two escapes: two code points */
+        "{\"id\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"}", /* é € 😀: three code points, 9 bytes */
+        "{\"id\":\"ab\",\"tags\":[\"\",\"x\",\"\\t\"]}",
+        "{\"id\":\"ab\",\"note\":\"n\"}",
+        "{\"id\":\"ab\",\"note\":null,\"any\":\"\"}",
+        "{\"id\":\"ab\",\"any\":\"a string longer than every bound here\"}",
+    };
+    static const char *const bad[] = {
+        "{\"id\":\"a\"}",
+        "{\"id\":\"\"}",
+        "{\"id\":\"abcd\"}",
+        "{\"id\":\"\\u00e9\"}",
+        "{\"id\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80!\"}",
+        "{\"id\":\"ab\",\"tags\":[\"xy\"]}",
+        "{\"id\":\"ab\",\"tags\":[\"\\u0041\\u0042\"]}",
+        "{\"id\":\"ab\",\"note\":\"\"}",
+    };
+    accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
+    int n[4] = {0}; /* id of 2 and of 3 code points, tags, a note */
+    const int completed = schema_walks(sc, SCHEMA_LEN, 30, visit_len, n);
+    if (!(completed > 500 && n[0] > 5 && n[1] > 5 && n[2] > 5 && n[3] > 5))
+        fprintf(stderr, "completed %d, id of 2: %d, of 3: %d, tags %d, notes %d\n", completed, n[0], n[1], n[2], n[3]);
+    assert_true(completed > 500 && n[0] > 5 && n[1] > 5 && n[2] > 5 && n[3] > 5);
+    nx_json_schema_free(sc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_corpus),       cmocka_unit_test(test_invalid),     cmocka_unit_test(test_mutations),
@@ -634,6 +698,7 @@ int main(void) {
         cmocka_unit_test(test_schema_examples),
         cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_schema_walks),
+        cmocka_unit_test(test_schema_lengths),
         cmocka_unit_test(test_schema_defs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
