@@ -379,7 +379,7 @@ bool nx_json_step(nx_json_state *s, uint8_t c) {
     case M_NUMBER:
         if (number_continues(s, c)) return true;
         if (!number_can_end(s)) return dead(s);
-        s->mode = M_AFTER; /* the byte belongs to the container: fall through to it */
+        value_done(s); /* an array counts it; the byte belongs to the container: fall through to it */
         break;
     case M_LITERAL: {
         const char *lit = literals[s->aux];

@@ -639,13 +639,15 @@ static void test_schema_walks(void **state) {
 }
 
 /* String lengths: minLength / maxLength count code points (an escape, a UTF-8 sequence and an
- * ASCII byte are one each), in properties, array items and anyOf branches. */
+ * ASCII byte are one each), in properties, array items and anyOf branches; and arrays of
+ * numbers count their items for minItems / maxItems like any others. */
 static const char *const SCHEMA_LEN =
     "{\"type\":\"object\",\"properties\":{"
     "\"id\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":3},"
     "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":1},\"maxItems\":3},"
     "\"note\":{\"anyOf\":[{\"type\":\"string\",\"minLength\":1},{\"type\":\"null\"}]},"
-    "\"any\":{\"type\":\"string\"}},"
+    "\"any\":{\"type\":\"string\"},"
+    "\"nums\":{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"minItems\":2,\"maxItems\":3}},"
     "\"required\":[\"id\"],\"additionalProperties\":false}";
 
 static void visit_len(json_t *v, int *n) {
@@ -656,6 +658,7 @@ static void visit_len(json_t *v, int *n) {
     n[0] += cps == 2, n[1] += cps == 3;
     n[2] += json_array_size(json_object_get(v, "tags")) > 0;
     n[3] += json_is_string(json_object_get(v, "note"));
+    n[4] += json_array_size(json_object_get(v, "nums")) == 3;
 }
 
 static void test_schema_lengths(void **state) {
@@ -670,6 +673,8 @@ static void test_schema_lengths(void **state) {
         "{\"id\":\"ab\",\"note\":\"n\"}",
         "{\"id\":\"ab\",\"note\":null,\"any\":\"\"}",
         "{\"id\":\"ab\",\"any\":\"a string longer than every bound here\"}",
+        "{\"id\":\"ab\",\"nums\":[1,-2.5e3]}",
+        "{\"id\":\"ab\",\"nums\":[0 , 1 ,2]}",
     };
     static const char *const bad[] = {
         "{\"id\":\"a\"}",
@@ -680,13 +685,16 @@ static void test_schema_lengths(void **state) {
         "{\"id\":\"ab\",\"tags\":[\"xy\"]}",
         "{\"id\":\"ab\",\"tags\":[\"\\u0041\\u0042\"]}",
         "{\"id\":\"ab\",\"note\":\"\"}",
+        "{\"id\":\"ab\",\"nums\":[1]}",
+        "{\"id\":\"ab\",\"nums\":[1,2,3,4]}",
     };
     accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
-    int n[4] = {0}; /* id of 2 and of 3 code points, tags, a note */
+    int n[5] = {0}; /* id of 2 and of 3 code points, tags, a note, 3 numbers */
     const int completed = schema_walks(sc, SCHEMA_LEN, 30, visit_len, n);
-    if (!(completed > 500 && n[0] > 5 && n[1] > 5 && n[2] > 5 && n[3] > 5))
-        fprintf(stderr, "completed %d, id of 2: %d, of 3: %d, tags %d, notes %d\n", completed, n[0], n[1], n[2], n[3]);
-    assert_true(completed > 500 && n[0] > 5 && n[1] > 5 && n[2] > 5 && n[3] > 5);
+    if (!(completed > 500 && n[0] > 5 && n[1] > 5 && n[2] > 5 && n[3] > 5 && n[4] > 5))
+        fprintf(stderr, "completed %d, id of 2: %d, of 3: %d, tags %d, notes %d, 3 numbers %d\n", completed, n[0], n[1],
+                n[2], n[3], n[4]);
+    assert_true(completed > 500 && n[0] > 5 && n[1] > 5 && n[2] > 5 && n[3] > 5 && n[4] > 5);
     nx_json_schema_free(sc);
 }
 
