@@ -1,6 +1,7 @@
 /* JSON mode: the recogniser (see json_grammar.h) and the vocabulary tables it masks with. */
 #include "decode/json_grammar.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,8 @@ typedef struct js_node {
     uint8_t min_items, max_items; /* max 0: no limit */
     uint16_t min_len;             /* string values: code points at least, */
     int32_t max_len;              /* and at most (-1: no limit) */
+    bool has_min, has_max;        /* integer values: bounds (within ±10^15) */
+    int64_t imin, imax;
     int32_t alt0, n_alts; /* anyOf / oneOf: the branches (alts[alt0..]), told apart by a value's
                            * first byte; then only those */
 } js_node;
@@ -208,6 +211,30 @@ static bool enum_byte(nx_json_state *s, uint8_t c) {
     return true;
 }
 
+/* Integer bounds. An integer's digits so far spell magnitude v; with j more digits it becomes
+ * one of [v·10^j, (v+1)·10^j − 1], so a prefix can still end within the bounds when one of those
+ * ranges meets the magnitudes the bounds allow on its sign's side. */
+#define NUM_SAT 100000000000000000ull /* magnitudes saturate here, past every bound (10^15) */
+
+static bool int_in_range(const js_node *nd, uint64_t v, bool neg) {
+    const int64_t x = neg ? -(int64_t)v : (int64_t)v;
+    return (!nd->has_min || x >= nd->imin) && (!nd->has_max || x <= nd->imax);
+}
+
+static bool int_feasible(const js_node *nd, uint64_t v, bool neg) {
+    /* the magnitudes allowed on this side: [lo, hi], hi unbounded when that bound is absent */
+    const bool bounded = neg ? nd->has_min : nd->has_max;
+    const int64_t far = neg ? -nd->imin : nd->imax, near = neg ? (nd->has_max ? -nd->imax : 0)
+                                                                  : (nd->has_min ? nd->imin : 0);
+    const uint64_t lo = near > 0 ? (uint64_t)near : 0;
+    if (!bounded) return true; /* enough digits pass any bound on the near side */
+    if (far < 1) return false;
+    const uint64_t hi = (uint64_t)far;
+    for (uint64_t a = v, b = v; a <= hi; a *= 10, b = b * 10 + 9)
+        if (b >= lo) return true;
+    return false;
+}
+
 /* The kinds of value a first byte starts (one C_* bit; 0 for none). */
 enum { C_OBJECT = 1, C_ARRAY = 2, C_STRING = 4, C_NUMBER = 8, C_TRUE = 16, C_FALSE = 32, C_NULL = 64 };
 static int first_class(uint8_t c) {
@@ -258,6 +285,12 @@ static bool value_start(nx_json_state *s, uint8_t c) {
         if (!(c == '-' || is_digit(c)) || !(t & (T_NUMBER | T_INTEGER))) return dead(s);
         s->integer = !(t & T_NUMBER);
         s->mode = M_NUMBER, s->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
+        s->neg = c == '-', s->num = c == '-' ? 0 : (uint64_t)(c - '0');
+        if (nd && (nd->has_min || nd->has_max)) { /* -: a negative integer or -0 must fit; 0 is whole */
+            if (c == '-') return !nd->has_min || nd->imin <= 0 ? true : dead(s);
+            if (c == '0') return int_in_range(nd, 0, false) ? true : dead(s);
+            return int_feasible(nd, s->num, false) ? true : dead(s);
+        }
         return true;
     }
 }
@@ -332,6 +365,13 @@ static bool string_byte(nx_json_state *s, uint8_t c) {
  * (the caller then checks that the number could end and hands the byte to its container). */
 static bool number_continues(nx_json_state *s, uint8_t c) {
     if (s->integer && (c == '.' || c == 'e' || c == 'E')) return false;
+    const js_node *nd = node_of(s, s->vnode);
+    const bool bounded = nd && s->integer && (nd->has_min || nd->has_max);
+    if (is_digit(c) && (s->sub == N_MINUS || s->sub == N_INT)) {
+        const uint64_t v = s->num >= NUM_SAT / 10 ? NUM_SAT : s->num * 10 + (uint64_t)(c - '0');
+        if (bounded && (v == 0 ? !int_in_range(nd, 0, true) : !int_feasible(nd, v, s->neg))) return false;
+        s->num = v;
+    }
     switch (s->sub) {
     case N_MINUS:
         if (!is_digit(c)) return false;
@@ -368,6 +408,8 @@ static bool number_continues(nx_json_state *s, uint8_t c) {
 }
 
 static bool number_can_end(const nx_json_state *s) {
+    const js_node *nd = node_of(s, s->vnode);
+    if (nd && s->integer && (nd->has_min || nd->has_max) && !int_in_range(nd, s->num, s->neg)) return false;
     return s->sub == N_ZERO || s->sub == N_INT || s->sub == N_FRAC || s->sub == N_EXP;
 }
 
@@ -730,7 +772,8 @@ static int compile_node(compiler *C, json_t *v, int depth) {
                                           "$comment", "$defs", "definitions"};
     static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items",
                                         "enum", "const", "minItems", "maxItems", "minLength", "maxLength",
-                                        "$ref", "anyOf", "oneOf", "allOf"};
+                                        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref",
+                                        "anyOf", "oneOf", "allOf"};
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -893,6 +936,23 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         else nd.min_len = (uint16_t)json_integer_value(m);
     }
     if (nd.max_len >= 0 && nd.max_len < nd.min_len) return bad_schema(C, "maxLength is below minLength");
+    static const char *const bound_kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (int k = 0; k < 4; k++) {
+        json_t *b = json_object_get(v, bound_kw[k]);
+        if (!b) continue;
+        if (!json_is_number(b) || !(fabs(json_number_value(b)) <= 1e15))
+            return bad_schema(C, "minimum, maximum, exclusiveMinimum and exclusiveMaximum must be numbers within "
+                                 "±10^15");
+        if (nd.types & T_NUMBER)
+            return bad_schema(C, "minimum and maximum are supported on integers (type integer), not on numbers");
+        if (nd.n_lits) return bad_schema(C, "minimum and maximum beside enum or const are not supported");
+        const double x = json_number_value(b);
+        /* the integers the bound allows start (end) at */
+        const int64_t at = (int64_t)(k == 0 ? ceil(x) : k == 1 ? floor(x) + 1 : k == 2 ? floor(x) : ceil(x) - 1);
+        if (k < 2) nd.imin = nd.has_min && nd.imin > at ? nd.imin : at, nd.has_min = true;
+        else nd.imax = nd.has_max && nd.imax < at ? nd.imax : at, nd.has_max = true;
+    }
+    if (nd.has_min && nd.has_max && nd.imin > nd.imax) return bad_schema(C, "no integer lies within the bounds");
     S->nodes[me] = nd;
     return me;
 }

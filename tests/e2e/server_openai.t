@@ -208,7 +208,7 @@ async function main() {
   // (free text only with a maxLength: the default model rambles inside an unbounded string, and
   // the check needs finished answers; ajv counts code points as the automaton does)
   const schema = { type: 'object', properties: { kind: { enum: ['river', 'lake', null] }, deep: { type: 'boolean' },
-    depth: { type: 'integer' }, label: { type: 'string', minLength: 2, maxLength: 6 },
+    depth: { type: 'integer', minimum: -3, maximum: 40 }, label: { type: 'string', minLength: 2, maxLength: 6 },
     tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
     note: { type: 'null' } }, required: ['kind', 'deep', 'depth', 'label'], additionalProperties: false };
   const check = new Ajv().compile(schema);

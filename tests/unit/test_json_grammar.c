@@ -436,6 +436,14 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
         for (size_t i = 0; i < json_array_size(req); i++)
             if (!json_object_get(v, json_string_value(json_array_get(req, i)))) return false;
     }
+    if (json_is_number(v)) {
+        const double x = json_number_value(v);
+        json_t *b;
+        if ((b = json_object_get(sc, "minimum")) && x < json_number_value(b)) return false;
+        if ((b = json_object_get(sc, "maximum")) && x > json_number_value(b)) return false;
+        if ((b = json_object_get(sc, "exclusiveMinimum")) && x <= json_number_value(b)) return false;
+        if ((b = json_object_get(sc, "exclusiveMaximum")) && x >= json_number_value(b)) return false;
+    }
     if (json_is_string(v)) { /* lengths in code points: the bytes that do not continue a UTF-8 sequence */
         json_t *mn = json_object_get(sc, "minLength"), *mx = json_object_get(sc, "maxLength");
         const char *str = json_string_value(v);
@@ -456,15 +464,15 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
 
 static bool valid(json_t *sc, json_t *v) { return valid_in(sc, sc, v); }
 
-/* 3000 random walks under sc, closing more often past `after` bytes: every completed document
+/* `walks` random walks under sc, closing more often past `after` bytes: every completed document
  * must parse (an integer too large for jansson aside) and satisfy the independent check against
  * the schema's text; visit counts what each reached. Returns how many completed. */
-static int schema_walks(nx_json_schema *sc, const char *schema, size_t after, void (*visit)(json_t *, int *),
-                        int *counts) {
+static int schema_walks(nx_json_schema *sc, const char *schema, int walks, size_t after,
+                        void (*visit)(json_t *, int *), int *counts) {
     json_t *sj = json_loads(schema, 0, NULL);
     assert_non_null(sj);
     int completed = 0;
-    for (int walk = 0; walk < 3000; walk++) {
+    for (int walk = 0; walk < walks; walk++) {
         char doc[1200];
         nx_json_state s;
         nx_json_init_schema(&s, sc);
@@ -569,7 +577,7 @@ static void test_schema_defs(void **state) {
     /* random walks: every completed document is valid for the independent check, and they reach
      * the recursion and each branch */
     int n[6] = {0}; /* nested, n: object, array, integer; colors, selfs */
-    const int completed = schema_walks(sc, SCHEMA_DEFS, 100, visit_defs, n);
+    const int completed = schema_walks(sc, SCHEMA_DEFS, 3000, 100, visit_defs, n);
     if (!(completed > 300 && n[0] > 3 && n[1] > 3 && n[2] > 3 && n[3] > 3 && n[4] > 3 && n[5] > 3))
         fprintf(stderr, "completed %d nested %d n: obj %d arr %d int %d, colors %d, selfs %d\n", completed, n[0],
                 n[1], n[2], n[3], n[4], n[5]);
@@ -596,6 +604,12 @@ static void test_schema_errors(void **state) {
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":\"3\"}}}", "[0, 65535]"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}}}", "maxLength is below minLength"},
         {"{\"properties\":{\"a\":{\"enum\":[\"x\"],\"maxLength\":2}}}", "beside enum or const"},
+        {"{\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":0}}}", "#/properties/a: minimum and maximum are supported on integers"},
+        {"{\"properties\":{\"a\":{\"minimum\":0}}}", "supported on integers"},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\",\"maximum\":1e16}}}", "within ±10^15"},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\",\"exclusiveMinimum\":true}}}", "within ±10^15"},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":1.9}}}", "no integer lies within the bounds"},
+        {"{\"properties\":{\"a\":{\"type\":\"integer\",\"exclusiveMinimum\":3,\"exclusiveMaximum\":4}}}", "no integer lies"},
         {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"}]}", "the root must be an object"},
         {"{\"type\":\"object\",\"additionalProperties\":true}", "additionalProperties must be false"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "required names a property"},
@@ -631,26 +645,30 @@ static void test_schema_walks(void **state) {
     (void)state;
     nx_json_schema *sc = schema_of(SCHEMA);
     int n[2] = {0}; /* with pts, with kind */
-    const int completed = schema_walks(sc, SCHEMA, 30, visit_plain, n);
+    const int completed = schema_walks(sc, SCHEMA, 3000, 30, visit_plain, n);
     if (!(completed > 500 && n[0] > 5 && n[1] > 5))
         fprintf(stderr, "completed %d, with pts %d, with kind %d\n", completed, n[0], n[1]);
     assert_true(completed > 500 && n[0] > 5 && n[1] > 5);
     nx_json_schema_free(sc);
 }
 
-/* String lengths: minLength / maxLength count code points (an escape, a UTF-8 sequence and an
- * ASCII byte are one each), in properties, array items and anyOf branches; and arrays of
- * numbers count their items for minItems / maxItems like any others. */
-static const char *const SCHEMA_LEN =
+/* Bounds. String lengths: minLength / maxLength count code points (an escape, a UTF-8 sequence
+ * and an ASCII byte are one each), in properties, array items and anyOf branches; integers:
+ * minimum / maximum and the exclusive ones (fractional bounds round inwards); arrays of numbers
+ * count their items for minItems / maxItems like any others. */
+static const char *const SCHEMA_BOUNDS =
     "{\"type\":\"object\",\"properties\":{"
     "\"id\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":3},"
     "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":1},\"maxItems\":3},"
     "\"note\":{\"anyOf\":[{\"type\":\"string\",\"minLength\":1},{\"type\":\"null\"}]},"
     "\"any\":{\"type\":\"string\"},"
-    "\"nums\":{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"minItems\":2,\"maxItems\":3}},"
+    "\"nums\":{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"minItems\":2,\"maxItems\":3},"
+    "\"score\":{\"type\":\"integer\",\"minimum\":-5,\"exclusiveMaximum\":120},"
+    "\"pct\":{\"anyOf\":[{\"type\":\"integer\",\"exclusiveMinimum\":0.5,\"maximum\":100.7},{\"type\":\"null\"}]},"
+    "\"neg\":{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"maximum\":-10,\"minimum\":-2000}}},"
     "\"required\":[\"id\"],\"additionalProperties\":false}";
 
-static void visit_len(json_t *v, int *n) {
+static void visit_bounds(json_t *v, int *n) {
     const json_t *id = json_object_get(v, "id");
     const char *s = json_string_value(id);
     size_t cps = 0;
@@ -659,11 +677,14 @@ static void visit_len(json_t *v, int *n) {
     n[2] += json_array_size(json_object_get(v, "tags")) > 0;
     n[3] += json_is_string(json_object_get(v, "note"));
     n[4] += json_array_size(json_object_get(v, "nums")) == 3;
+    const json_int_t sc = json_integer_value(json_object_get(v, "score")), pc = json_integer_value(json_object_get(v, "pct"));
+    n[5] += sc == -5 || sc == 119, n[6] += sc < 0, n[7] += pc >= 10;
+    n[8] += json_array_size(json_object_get(v, "neg")) > 0;
 }
 
-static void test_schema_lengths(void **state) {
+static void test_schema_bounds(void **state) {
     (void)state;
-    nx_json_schema *sc = schema_of(SCHEMA_LEN);
+    nx_json_schema *sc = schema_of(SCHEMA_BOUNDS);
     static const char *const good[] = {
         "{\"id\":\"ab\"}",
         "{\"id\":\"abc\"}",
@@ -675,6 +696,10 @@ static void test_schema_lengths(void **state) {
         "{\"id\":\"ab\",\"any\":\"a string longer than every bound here\"}",
         "{\"id\":\"ab\",\"nums\":[1,-2.5e3]}",
         "{\"id\":\"ab\",\"nums\":[0 , 1 ,2]}",
+        "{\"id\":\"ab\",\"score\":-5,\"pct\":1}",
+        "{\"id\":\"ab\",\"score\":119,\"pct\":100}",
+        "{\"id\":\"ab\",\"score\":-0,\"pct\":null,\"neg\":[-10,-2000,-999]}",
+        "{\"id\":\"ab\",\"score\":0 ,\"neg\":[]}",
     };
     static const char *const bad[] = {
         "{\"id\":\"a\"}",
@@ -687,14 +712,31 @@ static void test_schema_lengths(void **state) {
         "{\"id\":\"ab\",\"note\":\"\"}",
         "{\"id\":\"ab\",\"nums\":[1]}",
         "{\"id\":\"ab\",\"nums\":[1,2,3,4]}",
+        "{\"id\":\"ab\",\"score\":-6}",
+        "{\"id\":\"ab\",\"score\":120}",
+        "{\"id\":\"ab\",\"score\":1200}",
+        "{\"id\":\"ab\",\"score\":1.5}",
+        "{\"id\":\"ab\",\"score\":-00}",
+        "{\"id\":\"ab\",\"pct\":0}",
+        "{\"id\":\"ab\",\"pct\":101}",
+        "{\"id\":\"ab\",\"pct\":-1}",
+        "{\"id\":\"ab\",\"neg\":[-9]}",
+        "{\"id\":\"ab\",\"neg\":[-2001]}",
+        "{\"id\":\"ab\",\"neg\":[0]}",
+        "{\"id\":\"ab\",\"neg\":[5]}",
     };
     accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
-    int n[5] = {0}; /* id of 2 and of 3 code points, tags, a note, 3 numbers */
-    const int completed = schema_walks(sc, SCHEMA_LEN, 30, visit_len, n);
-    if (!(completed > 500 && n[0] > 5 && n[1] > 5 && n[2] > 5 && n[3] > 5 && n[4] > 5))
-        fprintf(stderr, "completed %d, id of 2: %d, of 3: %d, tags %d, notes %d, 3 numbers %d\n", completed, n[0], n[1],
-                n[2], n[3], n[4]);
-    assert_true(completed > 500 && n[0] > 5 && n[1] > 5 && n[2] > 5 && n[3] > 5 && n[4] > 5);
+    /* id of 2 and of 3 code points, tags, a note, 3 numbers, a score at a bound, a negative score,
+     * a pct of 2 digits or more, negatives */
+    int n[9] = {0};
+    const int completed = schema_walks(sc, SCHEMA_BOUNDS, 20000, 30, visit_bounds, n);
+    /* every walk completes: no byte the automaton allows leads where no bound can be met */
+    bool reached = completed == 20000;
+    for (int i = 0; i < 9; i++) reached = reached && n[i] > 3;
+    if (!reached)
+        fprintf(stderr, "completed %d, reached %d %d %d %d %d %d %d %d %d\n", completed, n[0], n[1], n[2], n[3], n[4], n[5],
+                n[6], n[7], n[8]);
+    assert_true(reached);
     nx_json_schema_free(sc);
 }
 
@@ -706,7 +748,7 @@ int main(void) {
         cmocka_unit_test(test_schema_examples),
         cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_schema_walks),
-        cmocka_unit_test(test_schema_lengths),
+        cmocka_unit_test(test_schema_bounds),
         cmocka_unit_test(test_schema_defs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
