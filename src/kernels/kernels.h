@@ -130,6 +130,11 @@ void nx_swiglu_f32(float *g, const float *u, int64_t n);
  * added in a fixed tree: the same bits on every ISA. out may be x. */
 void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out);
 
+/* x[i] ← e^x[i] in double, in place: within 1 ulp of the exact value (compared with libm's exp,
+ * 2 ulp), the same bits on every ISA; below -745.13 it is 0 (-inf included), above 709.78 +inf,
+ * NaN stays NaN. The sampler's token weights exp((x - max)/T). */
+void nx_exp_f64(double *x, int64_t n);
+
 /* Precision of the activations the integer kernels (avx512vnni/avx512vbmi) multiply quantized
  * weights with. 8 (the default): 4-bit weights (rows of whole 128-element blocks), 2-bit weights
  * (whole 256-element blocks) and, with VBMI, 3/5/6-bit weights take int8 activations, each
