@@ -533,7 +533,12 @@ static void sampler_filter(nx_sampler *s, double m, double inv_t, float *probs) 
     const nx_sampler_params *p = &s->p;
     size_t n = 0;
 
-    if (p->top_k > 0 && p->top_k < V) {
+    /* the weights and the mass z of the top-k set (or of everything: top-p's reference); without
+     * top-k they come straight from the logits, and candidates are made only of the tokens that
+     * pass the cut below (a -inf logit weighs 0 and adds nothing to z) */
+    double z = 0.0, *dw = s->dw;
+    const bool topk = p->top_k > 0 && p->top_k < V;
+    if (topk) {
         size_t k = (size_t)p->top_k;
         if (k <= TOPK_HEAP_MAX) {
             n = topk_heap(x, V, k, c);
@@ -545,17 +550,19 @@ static void sampler_filter(nx_sampler *s, double m, double inv_t, float *probs) 
                 n = k;
             }
         }
+        for (size_t j = 0; j < n; j++) dw[j] = ((double)c[j].x - m) * inv_t;
+        nx_exp_f64(dw, (int64_t)n);
+        for (size_t j = 0; j < n; j++) {
+            c[j].w = dw[j];
+            z += c[j].w;
+        }
     } else {
-        for (int32_t i = 0; i < V; i++)
-            if (x[i] > -INFINITY) c[n++] = (sampler_cand){0.0, x[i], i};
-    }
-    double z = 0.0; /* mass of the top-k set (or of everything): top-p's reference */
-    double *dw = s->dw;
-    for (size_t j = 0; j < n; j++) dw[j] = ((double)c[j].x - m) * inv_t;
-    nx_exp_f64(dw, (int64_t)n);
-    for (size_t j = 0; j < n; j++) {
-        c[j].w = dw[j];
-        z += c[j].w;
+        for (int32_t i = 0; i < V; i++) {
+            dw[i] = ((double)x[i] - m) * inv_t;
+            n += x[i] > -INFINITY;
+        }
+        nx_exp_f64(dw, V);
+        for (int32_t i = 0; i < V; i++) z += dw[i];
     }
 
     /* Tokens whose weight is below thr cannot survive top-p / min-p, so they leave the list
@@ -567,9 +574,14 @@ static void sampler_filter(nx_sampler *s, double m, double inv_t, float *probs) 
     if (p->min_p > 0.0f) thr = (double)p->min_p;
     if (p->top_p < 1.0f && n > 0) thr = fmax(thr, (1.0 - (double)p->top_p) * z / (2.0 * (double)n));
     size_t o = 0;
-    for (size_t j = 0; j < n; j++) { /* branch-free: the outcome is a coin flip when flat */
-        c[o] = c[j];
-        o += c[j].w >= thr && c[j].w > 0.0;
+    if (topk) {
+        for (size_t j = 0; j < n; j++) { /* branch-free: the outcome is a coin flip when flat */
+            c[o] = c[j];
+            o += c[j].w >= thr && c[j].w > 0.0;
+        }
+    } else {
+        for (int32_t i = 0; i < V; i++)
+            if (dw[i] >= thr && dw[i] > 0.0) c[o++] = (sampler_cand){dw[i], x[i], i};
     }
     n = o;
 
