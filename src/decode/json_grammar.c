@@ -216,6 +216,8 @@ static bool enum_byte(nx_json_state *s, uint8_t c) {
  * ranges meets the magnitudes the bounds allow on its sign's side. */
 #define NUM_SAT 100000000000000000ull /* magnitudes saturate here, past every bound (10^15) */
 
+static bool int_bounded(const js_node *nd) { return nd && (nd->has_min || nd->has_max); }
+
 static bool int_in_range(const js_node *nd, uint64_t v, bool neg) {
     const int64_t x = neg ? -(int64_t)v : (int64_t)v;
     return (!nd->has_min || x >= nd->imin) && (!nd->has_max || x <= nd->imax);
@@ -286,7 +288,7 @@ static bool value_start(nx_json_state *s, uint8_t c) {
         s->integer = !(t & T_NUMBER);
         s->mode = M_NUMBER, s->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
         s->neg = c == '-', s->num = c == '-' ? 0 : (uint64_t)(c - '0');
-        if (nd && (nd->has_min || nd->has_max)) { /* -: a negative integer or -0 must fit; 0 is whole */
+        if (int_bounded(nd)) { /* -: a negative integer or -0 must fit; 0 is whole */
             if (c == '-') return !nd->has_min || nd->imin <= 0 ? true : dead(s);
             if (c == '0') return int_in_range(nd, 0, false) ? true : dead(s);
             return int_feasible(nd, s->num, false) ? true : dead(s);
@@ -366,7 +368,7 @@ static bool string_byte(nx_json_state *s, uint8_t c) {
 static bool number_continues(nx_json_state *s, uint8_t c) {
     if (s->integer && (c == '.' || c == 'e' || c == 'E')) return false;
     const js_node *nd = node_of(s, s->vnode);
-    const bool bounded = nd && s->integer && (nd->has_min || nd->has_max);
+    const bool bounded = s->integer && int_bounded(nd);
     if (is_digit(c) && (s->sub == N_MINUS || s->sub == N_INT)) {
         const uint64_t v = s->num >= NUM_SAT / 10 ? NUM_SAT : s->num * 10 + (uint64_t)(c - '0');
         if (bounded && (v == 0 ? !int_in_range(nd, 0, true) : !int_feasible(nd, v, s->neg))) return false;
@@ -409,7 +411,7 @@ static bool number_continues(nx_json_state *s, uint8_t c) {
 
 static bool number_can_end(const nx_json_state *s) {
     const js_node *nd = node_of(s, s->vnode);
-    if (nd && s->integer && (nd->has_min || nd->has_max) && !int_in_range(nd, s->num, s->neg)) return false;
+    if (s->integer && int_bounded(nd) && !int_in_range(nd, s->num, s->neg)) return false;
     return s->sub == N_ZERO || s->sub == N_INT || s->sub == N_FRAC || s->sub == N_EXP;
 }
 
