@@ -625,15 +625,8 @@ void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, 
     }
 
     /* Max scan; NaN becomes -inf so that it can never win or carry mass. */
-    float m = -INFINITY;
-    int32_t arg = 0;
-    for (int32_t i = 0; i < V; i++) {
-        if (isnan(x[i])) x[i] = -INFINITY;
-        if (x[i] > m) {
-            m = x[i];
-            arg = i;
-        }
-    }
+    float m;
+    const int32_t arg = (int32_t)nx_argmax_f32(x, V, &m);
     if (s->p.temperature == 0.0f || m == -INFINITY) {
         probs_one_hot(s, probs, arg);
         return;

@@ -742,3 +742,29 @@ void nx_avx512_exp_f64(double *x, int64_t n) {
         _mm512_mask_storeu_pd(x + i, m, y);
     }
 }
+
+/* nx_argmax_f32 on 16 lanes: each lane keeps its first largest element (strictly greater
+ * replaces), then the lanes holding the overall largest give their smallest index. */
+int64_t nx_avx512_argmax_f32(float *x, int64_t n, float *max) {
+    __m512 best = _mm512_set1_ps(-INFINITY);
+    __m512i at = _mm512_setzero_si512(), idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i step = _mm512_set1_epi32(16);
+    int64_t i = 0;
+    for (; i < n; i += 16, idx = _mm512_add_epi32(idx, step)) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i);
+        const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        if (nan) {
+            v = _mm512_mask_blend_ps(nan, v, _mm512_set1_ps(-INFINITY));
+            _mm512_mask_storeu_ps(x + i, (__mmask16)(nan & m), v);
+        }
+        const __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+        best = _mm512_mask_blend_ps(gt, best, v);
+        at = _mm512_mask_blend_epi32(gt, at, idx);
+    }
+    const float mx = _mm512_reduce_max_ps(best);
+    *max = mx;
+    if (mx == -INFINITY) return 0;
+    const __mmask16 hit = _mm512_cmp_ps_mask(best, _mm512_set1_ps(mx), _CMP_EQ_OQ);
+    return (int64_t)_mm512_mask_reduce_min_epi32(hit, at);
+}

@@ -307,6 +307,22 @@ void nx_exp_f64(double *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = exp_scalar(x[i]);
 }
 
+int64_t nx_argmax_f32(float *x, int64_t n, float *max) {
+    const nx_kernel_table *t = table_get();
+    if (t->argmax_f32 && n > 0 && n <= INT32_MAX) return t->argmax_f32(x, n, max);
+    float m = -INFINITY;
+    int64_t arg = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i])) x[i] = -INFINITY;
+        if (x[i] > m) {
+            m = x[i];
+            arg = i;
+        }
+    }
+    *max = m;
+    return arg;
+}
+
 void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out) {
     if (n <= 0) return;
     const nx_kernel_table *t = table_get();

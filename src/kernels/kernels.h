@@ -135,6 +135,10 @@ void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float 
  * NaN stays NaN. The sampler's token weights exp((x - max)/T). */
 void nx_exp_f64(double *x, int64_t n);
 
+/* The first index of x's largest element (0 when every element is -inf, or n is 0), its value in
+ * *max; NaN elements become -inf in place first, so they never win. */
+int64_t nx_argmax_f32(float *x, int64_t n, float *max);
+
 /* Precision of the activations the integer kernels (avx512vnni/avx512vbmi) multiply quantized
  * weights with. 8 (the default): 4-bit weights (rows of whole 128-element blocks), 2-bit weights
  * (whole 256-element blocks) and, with VBMI, 3/5/6-bit weights take int8 activations, each

@@ -30,6 +30,7 @@ typedef struct nx_kernel_table {
     void (*swiglu_f32)(float *g, const float *u, int64_t n);
     void (*rmsnorm_f32)(const float *x, const float *w, float eps, int64_t n, float *out);
     void (*exp_f64)(double *x, int64_t n);
+    int64_t (*argmax_f32)(float *x, int64_t n, float *max);
 } nx_kernel_table;
 
 /* nx_exp_f64's constants, shared by the scalar reference and the SIMD kernels so that every ISA

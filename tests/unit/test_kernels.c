@@ -487,6 +487,48 @@ static void test_exp_f64(void **state) {
     free(got);
 }
 
+/* Argmax: every ISA returns the reference's index and maximum and leaves the same array (NaN
+ * turned to -inf), over lengths around the vector width, ties (the first wins), NaNs, -inf,
+ * an all -inf row (index 0) and a long row. */
+static void test_argmax(void **state) {
+    (void)state;
+    for (int64_t n = 1; n <= 600; n += n < 70 ? 1 : 53) {
+        for (int kind = 0; kind < 4; kind++) {
+            float *x = rnd_vec(n), *got = malloc((size_t)n * sizeof *got);
+            assert_non_null(got);
+            for (int64_t i = 0; i < n; i++) {
+                if (kind == 1) x[i] = floorf(x[i] * 3.0f); /* many ties */
+                if (kind == 2 && i % 7 == 3) x[i] = NAN;
+                if (kind == 2 && i % 11 == 5) x[i] = -INFINITY;
+                if (kind == 3) x[i] = i % 5 == 0 ? NAN : -INFINITY; /* nothing but -inf once cleaned */
+            }
+            /* the definition, written here: NaN → -inf, then the first strict maximum */
+            int64_t want = 0;
+            float wmax = -INFINITY;
+            for (int64_t i = 0; i < n; i++) {
+                const float v = isnan(x[i]) ? -INFINITY : x[i];
+                if (v > wmax) wmax = v, want = i;
+            }
+            for (int k = 0; k < n_isas; k++) {
+                assert_int_equal(use_isa(isas[k]), 0);
+                memcpy(got, x, (size_t)n * sizeof *x);
+                float mx = 0.0f;
+                const int64_t arg = nx_argmax_f32(got, n, &mx);
+                if (arg != want || !(mx == wmax))
+                    fail_msg("%s n %lld kind %d: %lld (%g), want %lld (%g)", isas[k], (long long)n, kind, (long long)arg,
+                             mx, (long long)want, wmax);
+                for (int64_t i = 0; i < n; i++) {
+                    const float v = isnan(x[i]) ? -INFINITY : x[i];
+                    assert_true(memcmp(&got[i], &v, sizeof v) == 0);
+                }
+            }
+            free(got);
+            free(x);
+        }
+    }
+    use_isa(default_isa);
+}
+
 /* ------------------------------------------------------------------ matmul vs reference */
 
 /* Runs W·x on `isa` with padded leading dimensions; checks y's padding is untouched. */
@@ -940,6 +982,7 @@ int main(void) {
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_exp_f64),
+        cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_matmul_float_vs_ref),
         cmocka_unit_test(test_matmul_quant_vs_ref),
         cmocka_unit_test(test_matmul_quant_activations),
