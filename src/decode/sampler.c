@@ -42,8 +42,7 @@
 #include <string.h>
 
 /* A token still in the running after top-k: its penalised logit x orders candidates (exactly,
- * before any rounding in exp), w = exp((x - max) / T) is its unnormalised weight (nx_exp_f64:
- * vectorised, within 1 ulp, the same bits on every ISA). */
+ * before any rounding in exp), w = exp((x - max) / T) is its unnormalised weight. */
 typedef struct sampler_cand {
     double w;
     float x;
@@ -65,7 +64,7 @@ struct nx_sampler {
     int32_t *ban;         /* the n_ban entries (s->p.ban points here) */
     float *bias_of;       /* [vocab] each token's total bias, or NULL when there is none */
     sampler_cand *cand;   /* [vocab] candidates of the current call */
-    double *dw;           /* [vocab] exponents, then weights, of the current call (nx_exp_f64) */
+    double *dw;           /* [vocab] weights of the current call's tokens (no top-k) */
     /* JSON mode */
     nx_json_state js;     /* after the generated history */
     bool js_on;           /* the mask applies (json_wait: once json_after was generated) */
@@ -550,19 +549,16 @@ static void sampler_filter(nx_sampler *s, double m, double inv_t, float *probs) 
                 n = k;
             }
         }
-        for (size_t j = 0; j < n; j++) dw[j] = ((double)c[j].x - m) * inv_t;
-        nx_exp_f64(dw, (int64_t)n);
         for (size_t j = 0; j < n; j++) {
-            c[j].w = dw[j];
+            c[j].w = exp(((double)c[j].x - m) * inv_t);
             z += c[j].w;
         }
     } else {
         for (int32_t i = 0; i < V; i++) {
-            dw[i] = ((double)x[i] - m) * inv_t;
+            dw[i] = exp(((double)x[i] - m) * inv_t);
             n += x[i] > -INFINITY;
+            z += dw[i];
         }
-        nx_exp_f64(dw, V);
-        for (int32_t i = 0; i < V; i++) z += dw[i];
     }
 
     /* Tokens whose weight is below thr cannot survive top-p / min-p, so they leave the list
@@ -642,12 +638,11 @@ void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, 
         sampler_filter(s, (double)m, inv_t, probs);
         return;
     }
-    double z = 0.0, *dw = s->dw;
-    for (int32_t i = 0; i < V; i++) dw[i] = ((double)x[i] - (double)m) * inv_t;
-    nx_exp_f64(dw, V);
+    double z = 0.0;
     for (int32_t i = 0; i < V; i++) {
-        probs[i] = (float)dw[i];
-        z += dw[i];
+        double w = exp(((double)x[i] - (double)m) * inv_t);
+        probs[i] = (float)w;
+        z += w;
     }
     /* Dividing the float copy again keeps one pass of exp; the double rounding costs < 2 ulp. */
     const double inv_z = 1.0 / z;

@@ -714,35 +714,6 @@ void nx_avx512_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n,
     }
 }
 
-/* nx_exp_f64 on 8 lanes: exp_scalar's steps (dispatch.c), one vector operation each. */
-void nx_avx512_exp_f64(double *x, int64_t n) {
-    for (int64_t i = 0; i < n; i += 8) {
-        const __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);
-        const __m512d v = _mm512_maskz_loadu_pd(m, x + i);
-        const __mmask8 nan = _mm512_cmp_pd_mask(v, v, _CMP_UNORD_Q), lo = _mm512_cmp_pd_mask(v, _mm512_set1_pd(NX_EXP_MIN), _CMP_LT_OQ),
-                       hi = _mm512_cmp_pd_mask(v, _mm512_set1_pd(NX_EXP_MAX), _CMP_GT_OQ);
-        /* the lanes past the bounds compute on 0 and are replaced below */
-        const __m512d a = _mm512_mask_blend_pd((__mmask8)(nan | lo | hi), v, _mm512_setzero_pd());
-        const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(a, _mm512_set1_pd(NX_EXP_LOG2E)),
-                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(NX_EXP_LN2_LO), _mm512_fnmadd_pd(k, _mm512_set1_pd(NX_EXP_LN2_HI), a));
-        __m512d p = _mm512_set1_pd(1.0);
-        for (int j = NX_EXP_TAYLOR; j >= 1; j--)
-            p = _mm512_fmadd_pd(p, _mm512_mul_pd(r, _mm512_set1_pd(1.0 / j)), _mm512_set1_pd(1.0));
-        const __m512i ki = _mm512_cvtpd_epi64(k); /* k is whole: exact */
-        const __m512i k1 = _mm512_srai_epi64(_mm512_add_epi64(ki, _mm512_srli_epi64(ki, 63)), 1); /* ki / 2, toward 0 */
-        const __m512i k2 = _mm512_sub_epi64(ki, k1);
-        const __m512i bias = _mm512_set1_epi64(1023);
-        const __m512d s1 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(k1, bias), 52));
-        const __m512d s2 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(k2, bias), 52));
-        __m512d y = _mm512_mul_pd(_mm512_mul_pd(p, s1), s2);
-        y = _mm512_mask_blend_pd(lo, y, _mm512_setzero_pd());
-        y = _mm512_mask_blend_pd(hi, y, _mm512_set1_pd(INFINITY));
-        y = _mm512_mask_blend_pd(nan, y, v);
-        _mm512_mask_storeu_pd(x + i, m, y);
-    }
-}
-
 /* nx_argmax_f32 on 16 lanes: each lane keeps its first largest element (strictly greater
  * replaces), then the lanes holding the overall largest give their smallest index. */
 int64_t nx_avx512_argmax_f32(float *x, int64_t n, float *max) {

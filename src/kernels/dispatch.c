@@ -280,33 +280,6 @@ static void rmsnorm_scalar(const float *x, const float *w, float eps, int64_t n,
     for (i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
 }
 
-/* The scalar e^x (nx_exp_f64): the reference, and the path of ISAs without their own. */
-static double exp_scalar(double x) {
-    if (x != x) return x;
-    if (x < NX_EXP_MIN) return 0.0;
-    if (x > NX_EXP_MAX) return INFINITY;
-    const double k = nearbyint(x * NX_EXP_LOG2E);
-    const double r = fma(-k, NX_EXP_LN2_LO, fma(-k, NX_EXP_LN2_HI, x));
-    double p = 1.0;
-    for (int i = NX_EXP_TAYLOR; i >= 1; i--) p = fma(p, r * (1.0 / i), 1.0);
-    const int64_t ki = (int64_t)k, k1 = ki / 2, k2 = ki - k1;
-    uint64_t b1 = (uint64_t)(k1 + 1023) << 52, b2 = (uint64_t)(k2 + 1023) << 52;
-    double s1, s2;
-    memcpy(&s1, &b1, 8);
-    memcpy(&s2, &b2, 8);
-    return p * s1 * s2;
-}
-
-void nx_exp_f64(double *x, int64_t n) {
-    if (n <= 0) return;
-    const nx_kernel_table *t = table_get();
-    if (t->exp_f64) {
-        t->exp_f64(x, n);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) x[i] = exp_scalar(x[i]);
-}
-
 int64_t nx_argmax_f32(float *x, int64_t n, float *max) {
     const nx_kernel_table *t = table_get();
     if (t->argmax_f32 && n > 0 && n <= INT32_MAX) return t->argmax_f32(x, n, max);

@@ -130,11 +130,6 @@ void nx_swiglu_f32(float *g, const float *u, int64_t n);
  * added in a fixed tree: the same bits on every ISA. out may be x. */
 void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out);
 
-/* x[i] ← e^x[i] in double, in place: within 1 ulp of the exact value (compared with libm's exp,
- * 2 ulp), the same bits on every ISA; below -745.13 it is 0 (-inf included), above 709.78 +inf,
- * NaN stays NaN. The sampler's token weights exp((x - max)/T). */
-void nx_exp_f64(double *x, int64_t n);
-
 /* The first index of x's largest element (0 when every element is -inf, or n is 0), its value in
  * *max; NaN elements become -inf in place first, so they never win. */
 int64_t nx_argmax_f32(float *x, int64_t n, float *max);

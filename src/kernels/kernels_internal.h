@@ -29,21 +29,9 @@ typedef struct nx_kernel_table {
     void (*softmax_f32)(float *x, int64_t n);
     void (*swiglu_f32)(float *g, const float *u, int64_t n);
     void (*rmsnorm_f32)(const float *x, const float *w, float eps, int64_t n, float *out);
-    void (*exp_f64)(double *x, int64_t n);
     int64_t (*argmax_f32)(float *x, int64_t n, float *max);
 } nx_kernel_table;
 
-/* nx_exp_f64's constants, shared by the scalar reference and the SIMD kernels so that every ISA
- * runs the same operations: e^x = 2^k · e^r with k = round(x·log2 e), r = x − k·ln2 (ln2 in
- * two parts, each step one fused multiply-add), e^r by its Taylor series to r^13/13! in Horner
- * form (|r| <= ln2/2: the first term left out is below 2^-58), then 2^k in two halves so a
- * subnormal result is reached without an out-of-range exponent. */
-#define NX_EXP_LOG2E 1.4426950408889634074
-#define NX_EXP_LN2_HI 6.93147180369123816490e-01
-#define NX_EXP_LN2_LO 1.90821492927058770002e-10
-#define NX_EXP_MAX 709.782712893384  /* above: +inf */
-#define NX_EXP_MIN -745.1332191019412 /* below: 0 */
-#define NX_EXP_TAYLOR 13
 
 extern const nx_kernel_table nx_kernels_ref;
 extern const nx_kernel_table nx_kernels_avx2;
