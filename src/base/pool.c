@@ -56,12 +56,6 @@ static void futex_wake(void *addr, int n) {
     syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 static int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -76,7 +70,7 @@ static int spin_more(int spins, int64_t *t0) {
         if (*t0 == 0) *t0 = t;
         else if (t - *t0 > POOL_SPIN_NS) return 0;
     }
-    cpu_relax();
+    nx_cpu_relax();
     return 1;
 }
 
@@ -190,7 +184,7 @@ void nx_pool_barrier(nx_pool *p, int nth) {
         atomic_fetch_add_explicit(&p->bar_phase, 1, memory_order_release);
         return;
     }
-    while (atomic_load_explicit(&p->bar_phase, memory_order_acquire) == phase) cpu_relax();
+    while (atomic_load_explicit(&p->bar_phase, memory_order_acquire) == phase) nx_cpu_relax();
 }
 
 void nx_pool_split(long long n, int ith, int nth, long long *b, long long *e) {

@@ -44,4 +44,12 @@ int nx_pool_share_next(nx_pool *p, int ith, long long *b, long long *e);
  * next piece most likely starts, for prefetching. */
 void nx_pool_share_peek(const nx_pool *p, int ith, long long *b, long long *e);
 
+/* One step of a spin-wait (pause where the CPU has it): the pool's own waits, and a job's wait
+ * for a flag another thread of the job sets. */
+static inline void nx_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 #endif

@@ -212,13 +212,6 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
 
 /* ---------------------------------------------------------------- feed-forward */
 
-/* One step of a spin-wait. */
-static inline void spin_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 /* How ffn_many folds its outputs into y (MoE): routed rows r < n_routed add w[r]·out[r] to
  * y[row[r]] in ascending r, then, if shared is set, y[t] += shared[t] for t < T. */
 typedef struct ffn_combine {
@@ -574,7 +567,7 @@ static void moe_worker(void *arg, int ith, int nth) {
         long long b, e;
         nx_pool_split(mj->shared_gu.units, ith - 1, nth - 1, &b, &e);
         ffn_gate_up_units(&mj->shared_gu, b, e, 0, 0);
-        while (!atomic_load_explicit(&mj->routed_ready, memory_order_acquire)) spin_pause();
+        while (!atomic_load_explicit(&mj->routed_ready, memory_order_acquire)) nx_cpu_relax();
     }
     ffn_run_units(&mj->all, ith, nth, mj->all.units, ffn_gate_up_units);
     nx_pool_barrier(pool, nth);
