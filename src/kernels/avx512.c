@@ -702,10 +702,7 @@ void nx_avx512_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n,
     }
     double part[8];
     _mm512_storeu_pd(part, acc);
-    for (; i < n; i++) part[0] += (double)x[i] * x[i];
-    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-    const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
-    const __m512 rv = _mm512_set1_ps(r);
+    const __m512 rv = _mm512_set1_ps(nx_rmsnorm_scale(part, x, i, n, eps));
     for (i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
         __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), rv);

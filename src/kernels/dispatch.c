@@ -274,9 +274,7 @@ static void rmsnorm_scalar(const float *x, const float *w, float eps, int64_t n,
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) part[l] += (double)x[i + l] * x[i + l];
-    for (; i < n; i++) part[0] += (double)x[i] * x[i];
-    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-    const float r = (float)(1.0 / sqrt(ss / (double)n + eps));
+    const float r = nx_rmsnorm_scale(part, x, i, n, eps);
     for (i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
 }
 

@@ -4,6 +4,7 @@
 #ifndef NX_KERNELS_INTERNAL_H
 #define NX_KERNELS_INTERNAL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -38,6 +39,15 @@ extern const nx_kernel_table nx_kernels_avx2;
 extern const nx_kernel_table nx_kernels_avx512;
 extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + int16 VNNI for 2/4/8-bit weights */
 extern const nx_kernel_table nx_kernels_avx512vbmi; /* the same + 3/5/6-bit weights (needs VBMI) */
+
+/* nx_rmsnorm_f32's scale r from the 8 partial sums of squares of x[0..i) (element j in sum
+ * j mod 8): the tail x[i..n) goes into sum 0, then the fixed tree. Every ISA ends here, so the
+ * order is written once. */
+static inline float nx_rmsnorm_scale(double part[8], const float *x, int64_t i, int64_t n, float eps) {
+    for (; i < n; i++) part[0] += (double)x[i] * x[i];
+    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    return (float)(1.0 / sqrt(ss / (double)n + eps));
+}
 
 /* Bytes of one output row of the weight itself (packed words for quantized weights; no
  * scales or biases). */
