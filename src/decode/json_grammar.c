@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
+#include "decode/pattern.h"
 
 /* ---------------------------------------------------------------- compiled schemas */
 
@@ -33,6 +34,7 @@ typedef struct js_node {
     int32_t max_len;              /* and at most (-1: no limit) */
     bool has_min, has_max;        /* integer values: bounds (within ±10^15) */
     int64_t imin, imax;
+    int32_t pattern;              /* string values: patterns[pattern] (-1: none), lengths included */
     int32_t alt0, n_alts; /* anyOf / oneOf: the branches (alts[alt0..]), told apart by a value's
                            * first byte; then only those */
 } js_node;
@@ -48,6 +50,8 @@ struct nx_json_schema {
     int16_t *alts;    /* anyOf branches' nodes */
     uint8_t *alt_cls; /* and the C_* first bytes each can start with */
     int32_t n_alts;
+    nx_pattern **patterns;
+    int32_t n_patterns;
 };
 
 enum {
@@ -278,6 +282,7 @@ static bool value_start(nx_json_state *s, uint8_t c) {
     case '"':
         if (!(t & T_STRING)) return dead(s);
         s->mode = M_STRING, s->sub = S_PLAIN, s->key = false, s->chars = 0;
+        s->pst = nd && nd->pattern >= 0 ? s->schema->patterns[nd->pattern]->start : 0;
         return true;
     case 't': case 'f': case 'n':
         if (!(t & (c == 'n' ? T_NULL : T_BOOLEAN))) return dead(s);
@@ -297,16 +302,46 @@ static bool value_start(nx_json_state *s, uint8_t c) {
     }
 }
 
+/* The pattern automaton of the value string being read (NULL: none). */
+static const nx_pattern *string_pattern(const nx_json_state *s) {
+    const js_node *nd = s->key ? NULL : node_of(s, s->vnode);
+    return nd && nd->pattern >= 0 ? s->schema->patterns[nd->pattern] : NULL;
+}
+
+/* Feeds one byte of the string's text (escapes decoded) to its pattern automaton, if any. */
+static bool pattern_byte(nx_json_state *s, uint8_t b) {
+    const nx_pattern *p = string_pattern(s);
+    if (!p) return true;
+    s->pst = nx_pattern_step(p, s->pst, b);
+    return s->pst ? true : dead(s);
+}
+
+/* The one-letter escapes of JSON strings and the characters they stand for. */
+static const char ESC_LETTERS[] = "\"\\/bfnrt", ESC_VALUES[] = "\"\\/\b\f\n\r\t";
+
+/* Whether a string under pattern p, in state st, may go on with one of the one-letter escapes
+ * (else a backslash would lead nowhere). */
+static bool pattern_escapes(const nx_pattern *p, uint16_t st) {
+    for (const char *v = ESC_VALUES; *v; v++)
+        if (nx_pattern_step(p, st, (uint8_t)*v)) return true;
+    return false;
+}
+
 static bool string_byte(nx_json_state *s, uint8_t c) {
     switch (s->sub) {
-    case S_ESC:
+    case S_ESC: {
+        /* under a pattern, no \u: a character must be decided as it starts (every character a
+         * pattern can need is raw UTF-8 or one of the one-letter escapes) */
         if (c == 'u') {
+            if (string_pattern(s)) return dead(s);
             s->sub = S_HEX, s->aux = 4, s->u = 0;
             return true;
         }
-        if (!strchr("\"\\/bfnrt", c) || c == 0) return dead(s);
+        const char *e = c ? strchr(ESC_LETTERS, c) : NULL;
+        if (!e) return dead(s);
         s->sub = S_PLAIN;
-        return true;
+        return pattern_byte(s, (uint8_t)ESC_VALUES[e - ESC_LETTERS]);
+    }
     case S_HEX: {
         const int h = hex_value(c);
         if (h < 0) return dead(s);
@@ -323,13 +358,14 @@ static bool string_byte(nx_json_state *s, uint8_t c) {
         if (c < s->lo || c > s->hi) return dead(s);
         s->lo = 0x80, s->hi = 0xBF;
         if (--s->aux == 0) s->sub = S_PLAIN;
-        return true;
+        return pattern_byte(s, c);
     default: {
         /* a value string's length bounds, in code points (an escape is one; surrogate escapes
          * are refused, so \uXXXX is always one) */
         const js_node *nd = s->key ? NULL : node_of(s, s->vnode);
         if (c == '"') {
             if (nd && s->chars < nd->min_len) return dead(s);
+            if (nd && nd->pattern >= 0 && !s->schema->patterns[nd->pattern]->accept[s->pst]) return dead(s);
             if (s->key) s->mode = M_COLON;
             else value_done(s);
             s->key = false;
@@ -338,10 +374,13 @@ static bool string_byte(nx_json_state *s, uint8_t c) {
         if (nd && nd->max_len >= 0 && s->chars >= nd->max_len) return dead(s);
         if (s->chars < UINT16_MAX) s->chars++;
         if (c == '\\') {
+            const nx_pattern *p = string_pattern(s);
+            if (p && !pattern_escapes(p, s->pst)) return dead(s);
             s->sub = S_ESC;
             return true;
         }
         if (c < 0x20) return dead(s);
+        if (!pattern_byte(s, c)) return false;
         if (c < 0x80) return true;
         /* UTF-8 lead bytes and the range of the byte after them (RFC 3629) */
         s->lo = 0x80, s->hi = 0xBF;
@@ -600,6 +639,8 @@ void nx_json_schema_free(nx_json_schema *S) {
     free(S->lit_len);
     free(S->alts);
     free(S->alt_cls);
+    for (int32_t i = 0; i < S->n_patterns; i++) nx_pattern_free(S->patterns[i]);
+    free(S->patterns);
     free(S);
 }
 
@@ -615,6 +656,7 @@ typedef struct compiler {
     int16_t *any;   /* the anyOf nodes, and where each is, checked once all is compiled */
     char **any_path;
     int32_t n_any, cap_any;
+    int32_t cap_patterns;
 } compiler;
 
 static bool grow(void **p, int32_t *cap, int32_t need, size_t size) {
@@ -767,7 +809,7 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     if (!grow((void **)&S->nodes, &C->cap_nodes, S->n_nodes + 1, sizeof *S->nodes) || S->n_nodes >= INT16_MAX)
         return bad_schema(C, "too many schema nodes");
     const int me = S->n_nodes++;
-    js_node nd = {.ref = -1, .types = T_ANY, .items = -1, .max_len = -1};
+    js_node nd = {.ref = -1, .types = T_ANY, .items = -1, .max_len = -1, .pattern = -1};
     S->nodes[me] = nd;
     if (!v) return me;
     static const char *const ignored[] = {"description", "title", "default", "examples", "$schema", "$id", "strict",
@@ -775,7 +817,7 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items",
                                         "enum", "const", "minItems", "maxItems", "minLength", "maxLength",
                                         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref",
-                                        "anyOf", "oneOf", "allOf"};
+                                        "anyOf", "oneOf", "allOf", "pattern"};
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -955,6 +997,23 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         else nd.imax = nd.has_max && nd.imax < at ? nd.imax : at, nd.has_max = true;
     }
     if (nd.has_min && nd.has_max && nd.imin > nd.imax) return bad_schema(C, "no integer lies within the bounds");
+    json_t *pat = json_object_get(v, "pattern");
+    if (pat) {
+        if (!json_is_string(pat)) return bad_schema(C, "pattern must be a string");
+        if (nd.n_lits) return bad_schema(C, "pattern beside enum or const is not supported");
+        if (!grow((void **)&S->patterns, &C->cap_patterns, S->n_patterns + 1, sizeof *S->patterns))
+            return bad_schema(C, "out of memory");
+        char why[200];
+        nx_pattern *p = nx_pattern_compile(json_string_value(pat), json_string_length(pat), nd.min_len, nd.max_len, why,
+                                           sizeof why);
+        if (!p) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "pattern: %s", why);
+            return bad_schema(C, msg);
+        }
+        nd.pattern = S->n_patterns;
+        S->patterns[S->n_patterns++] = p;
+    }
     S->nodes[me] = nd;
     return me;
 }

@@ -210,7 +210,8 @@ async function main() {
   const schema = { type: 'object', properties: { kind: { enum: ['river', 'lake', null] }, deep: { type: 'boolean' },
     depth: { type: 'integer', minimum: -3, maximum: 40 }, label: { type: 'string', minLength: 2, maxLength: 6 },
     tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
-    note: { type: 'null' } }, required: ['kind', 'deep', 'depth', 'label'], additionalProperties: false };
+    code: { type: 'string', pattern: '^[A-Z]{2}-[0-9]{1,3}$' }, note: { type: 'null' } },
+    required: ['kind', 'deep', 'depth', 'label', 'code'], additionalProperties: false };
   const check = new Ajv().compile(schema);
   const sr = await client.chat.completions.create({ ...jreq, max_tokens: 400,
     response_format: { type: 'json_schema', json_schema: { name: 'place', schema, strict: true } } });
@@ -241,9 +242,13 @@ async function main() {
                     400, OpenAI.BadRequestError, 'json_schema with an anyOf whose branches overlap: 400 saying so',
                     (e) => e.param === 'response_format' && /overlap/.test(e.message) && /#\/properties\/a/.test(e.message));
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
-    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^a' } } } } } }),
-                    400, OpenAI.BadRequestError, 'json_schema with pattern: 400 naming the keyword',
-                    (e) => e.param === 'response_format' && /'pattern'/.test(e.message) && /#\/properties\/a/.test(e.message));
+    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', format: 'email' } } } } } }),
+                    400, OpenAI.BadRequestError, 'json_schema with format: 400 naming the keyword',
+                    (e) => e.param === 'response_format' && /'format'/.test(e.message) && /#\/properties\/a/.test(e.message));
+  await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
+    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '(?<=a)b' } } } } } }),
+                    400, OpenAI.BadRequestError, 'json_schema with a lookbehind pattern: 400 saying which part',
+                    (e) => e.param === 'response_format' && /pattern: lookarounds/.test(e.message) && /#\/properties\/a/.test(e.message));
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema' } }),
                     400, OpenAI.BadRequestError, 'json_schema without a schema: 400', (e) => e.param === 'response_format');
 

@@ -9,6 +9,8 @@
 
 #include <jansson.h>
 #include <math.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,6 +388,26 @@ static bool schema_accepts(const nx_json_schema *sc, const char *doc) {
     return nx_json_feed(&s, (const uint8_t *)doc, strlen(doc)) && nx_json_complete(&s);
 }
 
+/* Whether PCRE2 (an independent regex engine, set up for ECMA-262's \u escapes and `$`) finds
+ * re in the string s. The patterns checked here stay where the two agree (no \s, no `.` on
+ * U+2028 / U+2029). */
+static bool pcre2_finds(const char *re, const char *s, size_t n) {
+    pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
+    pcre2_set_newline(cc, PCRE2_NEWLINE_ANYCRLF);
+    pcre2_set_compile_extra_options(cc, PCRE2_EXTRA_ALT_BSUX);
+    int ec;
+    PCRE2_SIZE off;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_ALT_BSUX,
+                                     &ec, &off, cc);
+    pcre2_compile_context_free(cc);
+    assert_non_null(code);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
+    const int rc = pcre2_match(code, (PCRE2_SPTR)s, n, 0, 0, md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(code);
+    return rc >= 0;
+}
+
 /* An independent check of a parsed value against the schema's JSON (the subset's meaning, per
  * value, as a validator reads it; nothing shared with the automaton). root: for $ref. */
 static bool valid_in(json_t *root, json_t *sc, json_t *v) {
@@ -450,6 +472,8 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
         json_int_t n = 0;
         for (size_t i = 0; i < json_string_length(v); i++) n += ((uint8_t)str[i] & 0xC0) != 0x80;
         if ((mn && n < json_integer_value(mn)) || (mx && n > json_integer_value(mx))) return false;
+        json_t *pat = json_object_get(sc, "pattern");
+        if (pat && !pcre2_finds(json_string_value(pat), str, json_string_length(v))) return false;
     }
     if (json_is_array(v)) {
         json_t *items = json_object_get(sc, "items"), *mn = json_object_get(sc, "minItems"),
@@ -596,8 +620,8 @@ static void test_schema_errors(void **state) {
         {"{\"properties\":{\"a\":{\"$ref\":\"http://x/s.json\"}}}", "only local references"},
         {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/B\",\"type\":\"object\"}},\"$defs\":{\"B\":{}}}", "standing alone"},
         {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"$ref\":\"#/$defs/A\"}}}", "$ref cycle"},
-        {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"pattern\":\"x\"}}}",
-         "#/$defs/A: the keyword 'pattern'"},
+        {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"format\":\"email\"}}}",
+         "#/$defs/A: the keyword 'format'"},
         {"{\"properties\":{\"a\":{\"allOf\":[{},{}]}}}", "allOf must be a list of one schema"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":-1}}}", "#/properties/a: minLength and maxLength must be integers in [0, 65535]"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":65536}}}", "[0, 65535]"},
@@ -617,7 +641,12 @@ static void test_schema_errors(void **state) {
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[1,2]}}}", "#/properties/a: enum and const values"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"items\":[{}]}}}", "tuples are not supported"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"minItems\":300}}}", "[0, 255]"},
-        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"x\"}}}", "'pattern'"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(x\"}}}",
+         "#/properties/a: pattern: missing ')'"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}", "pattern: lookarounds"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":3}}}", "pattern must be a string"},
+        {"{\"properties\":{\"a\":{\"enum\":[\"x\"],\"pattern\":\"x\"}}}", "pattern beside enum"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":0}}}", "matches no string"},
         {"{\"type\":\"object\",\"properties\":{\"a\\\"b\":{}}}", "quotes"},
         {"{\"type\":\"text\"}", "type must be"},
         {"[1]", "must be an object"},
@@ -740,6 +769,66 @@ static void test_schema_bounds(void **state) {
     nx_json_schema_free(sc);
 }
 
+/* Patterns: each string value matches its pattern (checked by PCRE2), unanchored ones anywhere,
+ * with minLength / maxLength on top; escapes count as the characters they stand for, and \u
+ * escapes are refused under a pattern (the character must be known as it starts). */
+static const char *const SCHEMA_PATTERN =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"id\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3,4}$\"},"
+    "\"tag\":{\"type\":\"string\",\"pattern\":\"^(x|yz)*$\",\"maxLength\":5},"
+    "\"note\":{\"type\":\"string\",\"pattern\":\"[0-9]\",\"minLength\":2},"
+    "\"mark\":{\"type\":\"string\",\"pattern\":\"^(\\u00e9|\\\\n|a)+$\"},"
+    "\"codes\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-c\\u20ac]$\"},\"maxItems\":3},"
+    "\"v\":{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"^v[0-9]+(\\\\.[0-9]+)?$\"},{\"type\":\"integer\"}]}},"
+    "\"required\":[\"id\",\"note\"],\"additionalProperties\":false}";
+
+static void visit_pattern(json_t *v, int *n) {
+    const char *id = json_string_value(json_object_get(v, "id"));
+    n[0] += id && strlen(id) == 7, n[1] += id && strlen(id) == 6;
+    n[2] += json_string_length(json_object_get(v, "tag")) > 1;
+    const char *mark = json_string_value(json_object_get(v, "mark"));
+    n[3] += mark && strchr(mark, '\n') != NULL, n[4] += mark && strstr(mark, "\xc3\xa9") != NULL;
+    n[5] += json_array_size(json_object_get(v, "codes")) > 0;
+    n[6] += json_is_string(json_object_get(v, "v")), n[7] += json_is_integer(json_object_get(v, "v"));
+    n[8] += json_string_length(json_object_get(v, "note")) > 3;
+}
+
+static void test_schema_pattern(void **state) {
+    (void)state;
+    nx_json_schema *sc = schema_of(SCHEMA_PATTERN);
+    static const char *const good[] = {
+        "{\"id\":\"AB-123\",\"note\":\"t1\"}",
+        "{\"id\":\"ZZ-0000\",\"tag\":\"xyzx\",\"note\":\"a 9 b\",\"mark\":\"a\\na\"}", /* \n escape: a newline */
+        "{\"id\":\"AB-123\",\"tag\":\"\",\"note\":\"\xc3\xa9" "5\",\"mark\":\"\xc3\xa9\",\"codes\":[\"a\",\"\xe2\x82\xac\"]}",
+        "{\"id\":\"AB-123\",\"note\":\"0\\t\",\"v\":\"v1.25\"}",
+        "{\"id\":\"AB-123\",\"note\":\"\\\"7\",\"v\":7}",
+    };
+    static const char *const bad[] = {
+        "{\"id\":\"AB-12\",\"note\":\"t1\"}",
+        "{\"id\":\"ab-123\",\"note\":\"t1\"}",
+        "{\"id\":\"AB-123 \",\"note\":\"t1\"}",
+        "{\"id\":\"AB-123\",\"note\":\"1\"}",                 /* one code point, minLength 2 */
+        "{\"id\":\"AB-123\",\"note\":\"ab\"}",                /* no digit */
+        "{\"id\":\"AB-123\",\"note\":\"a\\u0031\"}",          /* \u under a pattern */
+        "{\"id\":\"AB-123\",\"tag\":\"xyzxyz\",\"note\":\"t1\"}", /* 6 > maxLength */
+        "{\"id\":\"AB-123\",\"tag\":\"y\",\"note\":\"t1\"}",
+        "{\"id\":\"AB-123\",\"note\":\"t1\",\"mark\":\"\"}",
+        "{\"id\":\"AB-123\",\"note\":\"t1\",\"mark\":\"a\\t\"}",
+        "{\"id\":\"AB-123\",\"note\":\"t1\",\"codes\":[\"d\"]}",
+        "{\"id\":\"AB-123\",\"note\":\"t1\",\"v\":\"v1.\"}",
+    };
+    accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
+    int n[9] = {0};
+    const int completed = schema_walks(sc, SCHEMA_PATTERN, 3000, 30, visit_pattern, n);
+    bool reached = completed > 2900; /* a walk stops unfinished only at 1200 bytes */
+    for (int i = 0; i < 9; i++) reached = reached && n[i] > 3;
+    if (!reached)
+        fprintf(stderr, "completed %d, reached %d %d %d %d %d %d %d %d %d\n", completed, n[0], n[1], n[2], n[3], n[4], n[5],
+                n[6], n[7], n[8]);
+    assert_true(reached);
+    nx_json_schema_free(sc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_corpus),       cmocka_unit_test(test_invalid),     cmocka_unit_test(test_mutations),
@@ -749,6 +838,7 @@ int main(void) {
         cmocka_unit_test(test_schema_errors),
         cmocka_unit_test(test_schema_walks),
         cmocka_unit_test(test_schema_bounds),
+        cmocka_unit_test(test_schema_pattern),
         cmocka_unit_test(test_schema_defs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
