@@ -13,6 +13,9 @@
 #define NFA_MAX 20000 /* NFA states; past this the pattern is refused as too large */
 #define REP_MAX 1000  /* the largest count a {n,m} may give */
 #define NEST_MAX 64   /* groups and classes nested */
+/* Steps (NFA states visited, set words hashed) the subset construction may take: a hostile
+ * pattern is refused in well under a second rather than holding up a request. */
+#define WORK_MAX 200000000ll
 
 /* ---------------------------------------------------------------- code point sets */
 
@@ -157,7 +160,7 @@ static rx *fail(parser *P, const char *fmt, ...) {
     return NULL;
 }
 
-/* One UTF-8 character of the pattern (jansson hands valid UTF-8). */
+/* One UTF-8 character of the pattern (checked well-formed before parsing). */
 static uint32_t next_cp(parser *P) {
     const uint8_t *s = (const uint8_t *)P->p;
     uint32_t c = s[0];
@@ -756,8 +759,35 @@ static bool feedable(int b) { return b >= 0x20 || b == 0x08 || b == 0x09 || b ==
 
 static bool is_lead(int b) { return b < 0x80 || b >= 0xC0; }
 
+/* Well-formed UTF-8 (RFC 3629: no overlongs, surrogates or code points past U+10FFFF). */
+static bool utf8_ok(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        const uint8_t c = s[i];
+        int k;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c < 0x80) k = 0;
+        else if (c >= 0xC2 && c <= 0xDF) k = 1;
+        else if (c >= 0xE0 && c <= 0xEF) k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4) k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        else return false;
+        if ((size_t)k >= n - i) return false;
+        for (int j = 1; j <= k; j++, lo = 0x80, hi = 0xBF)
+            if (s[i + (size_t)j] < lo || s[i + (size_t)j] > hi) return false;
+        i += (size_t)k + 1;
+    }
+    return true;
+}
+
 nx_pattern *nx_pattern_compile(const char *re, size_t len, int32_t min_len, int32_t max_len, char *err,
                                size_t errcap) {
+    if (!utf8_ok((const uint8_t *)re, len)) {
+        snprintf(err, errcap, "the pattern is not valid UTF-8");
+        return NULL;
+    }
+    if (min_len < 0 || (max_len >= 0 && max_len < min_len)) {
+        snprintf(err, errcap, "bad length limits %d..%d", min_len, max_len);
+        return NULL;
+    }
     parser P = {re, re + len, err, errcap, false, 0};
     rx *tree = parse_alt(&P, true);
     if (tree && P.p < P.end) { /* a ')' with no '(' */
@@ -811,6 +841,7 @@ nx_pattern *nx_pattern_compile(const char *re, size_t len, int32_t min_len, int3
         if (s0 < 0) why = "out of memory";
         else p->start = (uint16_t)s0;
     }
+    long long work = 0;
     for (int32_t d = 0; !why && d < B.n; d++) {
         if ((d + 1) * nc > next_cap) {
             next_cap = 2 * (d + 1) * nc;
@@ -828,11 +859,17 @@ nx_pattern *nx_pattern_compile(const char *re, size_t len, int32_t min_len, int3
             const bool counts = is_lead(b);
             if (d != 0 && !(counts && max_len >= 0 && cnt >= max_len)) {
                 memset(tmp, 0, (size_t)B.words * 8);
+                work += 2 * B.words;
+                if (work > WORK_MAX) {
+                    why = "the pattern is too complex (its automaton takes too long to build)";
+                    break;
+                }
                 bool any = false;
                 const uint64_t *set = B.sets + (size_t)d * B.words;
                 for (int32_t w = 0; w < B.words; w++)
                     for (uint64_t m = set[w]; m; m &= m - 1) {
                         const nstate *s = &N.s[w * 64 + __builtin_ctzll(m)];
+                        work++;
                         if (s->kind == N_BYTE && b >= s->lo && b <= s->hi) {
                             tmp[s->out / 64] |= 1ull << (s->out % 64);
                             any = true;
