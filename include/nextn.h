@@ -94,10 +94,11 @@ typedef struct nx_json_vocab nx_json_vocab;
  * required, additionalProperties false (or absent: no other keys either); items, minItems,
  * maxItems (up to 255); minLength, maxLength of strings (code points, up to 65535); minimum,
  * maximum, exclusiveMinimum, exclusiveMaximum of integers (within ±10^15); pattern of strings
- * (an ECMA-262 subset, src/decode/pattern.h); enum and const of strings, booleans and null; $ref to #/$defs/NAME, #/definitions/NAME or #; anyOf / oneOf
+ * (an ECMA-262 subset, src/decode/pattern.h) and format (date, time, date-time, uuid, ipv4,
+ * email); enum and const of strings, booleans and null; $ref to #/$defs/NAME, #/definitions/NAME or #; anyOf / oneOf
  * whose branches start with different kinds of value; allOf of one schema; description, title,
- * default, examples, $schema, $id, strict, $comment are ignored. Any other keyword (format,
- * patternProperties, ...) is an error naming it and where it is, not silently dropped. The root
+ * default, examples, $schema, $id, strict, $comment are ignored. Any other keyword
+ * (patternProperties, uniqueItems, ...) is an error naming it and where it is, not silently dropped. The root
  * must be an object schema. */
 typedef struct nx_json_schema nx_json_schema;
 nx_status nx_json_schema_new(const char *json, size_t len, nx_json_schema **out, nx_error *err);

@@ -801,6 +801,32 @@ static int compile_child(compiler *C, json_t *v, const char *seg, int depth) {
     return n;
 }
 
+/* The strings a format takes, as a pattern: each a strict subset of what RFC 3339 (date, time,
+ * date-time: real calendar days, leap years included; hours to 23, a time zone always),
+ * RFC 4122 (uuid, lower case), dotted-quad ipv4 and email (dot-separated letters and digits,
+ * a top-level domain of letters) validators such as ajv-formats accept. NULL: not supported. */
+static const char *format_pattern(const char *f) {
+#define DATE_RE                                                                                                   \
+    "(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-"     \
+    "(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+#define TIME_RE "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+#define OCTET_RE "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+    static const char *const formats[][2] = {
+        {"date", "^" DATE_RE "$"},
+        {"time", "^" TIME_RE "$"},
+        {"date-time", "^" DATE_RE "T" TIME_RE "$"},
+        {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
+        {"ipv4", "^(?:" OCTET_RE "\\.){3}" OCTET_RE "$"},
+        {"email", "^[a-z0-9]+(?:[._+-][a-z0-9]+)*@[a-z0-9]+(?:-[a-z0-9]+)*(?:\\.[a-z0-9]+(?:-[a-z0-9]+)*)*\\.[a-z]{2,24}$"},
+    };
+#undef DATE_RE
+#undef TIME_RE
+#undef OCTET_RE
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
+        if (strcmp(f, formats[i][0]) == 0) return formats[i][1];
+    return NULL;
+}
+
 static int compile_node(compiler *C, json_t *v, int depth) {
     nx_json_schema *S = C->S;
     if (depth > NX_JSON_MAX_DEPTH) return bad_schema(C, "nested deeper than 32 levels");
@@ -817,7 +843,7 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items",
                                         "enum", "const", "minItems", "maxItems", "minLength", "maxLength",
                                         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref",
-                                        "anyOf", "oneOf", "allOf", "pattern"};
+                                        "anyOf", "oneOf", "allOf", "pattern", "format"};
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -997,18 +1023,34 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         else nd.imax = nd.has_max && nd.imax < at ? nd.imax : at, nd.has_max = true;
     }
     if (nd.has_min && nd.has_max && nd.imin > nd.imax) return bad_schema(C, "no integer lies within the bounds");
-    json_t *pat = json_object_get(v, "pattern");
+    json_t *pat = json_object_get(v, "pattern"), *fmt = json_object_get(v, "format");
+    const char *ptext = NULL;
+    size_t plen = 0;
     if (pat) {
         if (!json_is_string(pat)) return bad_schema(C, "pattern must be a string");
-        if (nd.n_lits) return bad_schema(C, "pattern beside enum or const is not supported");
+        ptext = json_string_value(pat), plen = json_string_length(pat);
+    }
+    if (fmt) {
+        if (!json_is_string(fmt)) return bad_schema(C, "format must be a string");
+        if (pat) return bad_schema(C, "pattern beside format is not supported");
+        ptext = format_pattern(json_string_value(fmt));
+        if (!ptext) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "format '%.40s' is not supported (date, time, date-time, uuid, ipv4 and email are)",
+                     json_string_value(fmt));
+            return bad_schema(C, msg);
+        }
+        plen = strlen(ptext);
+    }
+    if (ptext) {
+        if (nd.n_lits) return bad_schema(C, "pattern or format beside enum or const is not supported");
         if (!grow((void **)&S->patterns, &C->cap_patterns, S->n_patterns + 1, sizeof *S->patterns))
             return bad_schema(C, "out of memory");
         char why[200];
-        nx_pattern *p = nx_pattern_compile(json_string_value(pat), json_string_length(pat), nd.min_len, nd.max_len, why,
-                                           sizeof why);
+        nx_pattern *p = nx_pattern_compile(ptext, plen, nd.min_len, nd.max_len, why, sizeof why);
         if (!p) {
             char msg[300];
-            snprintf(msg, sizeof msg, "pattern: %s", why);
+            snprintf(msg, sizeof msg, "%s: %s", pat ? "pattern" : "format", why);
             return bad_schema(C, msg);
         }
         nd.pattern = S->n_patterns;

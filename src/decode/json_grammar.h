@@ -12,8 +12,8 @@
  * matched against the properties in their listed order (an optional one may be skipped, a
  * required one may not), '}' waits for the required properties, and arrays keep their item
  * schema and their minItems / maxItems; a string value counts its code points against its
- * minLength / maxLength (an escape is one) and, with a pattern, walks the pattern's automaton
- * (pattern.h) over the characters' bytes, and an integer its magnitude against its minimum /
+ * minLength / maxLength (an escape is one) and, with a pattern or a format, walks the pattern's
+ * automaton (pattern.h) over the characters' bytes, and an integer its magnitude against its minimum /
  * maximum (a digit only where the number can still end within them). References ($ref to #/$defs/NAME, #/definitions/NAME or
  * #) are nodes that stand for another node, so recursive schemas are finite graphs; an anyOf /
  * oneOf node hands a value to the one branch its first byte can start (the compiler refuses

@@ -210,9 +210,11 @@ async function main() {
   const schema = { type: 'object', properties: { kind: { enum: ['river', 'lake', null] }, deep: { type: 'boolean' },
     depth: { type: 'integer', minimum: -3, maximum: 40 }, label: { type: 'string', minLength: 2, maxLength: 6 },
     tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
-    code: { type: 'string', pattern: '^[A-Z]{2}-[0-9]{1,3}$' }, note: { type: 'null' } },
-    required: ['kind', 'deep', 'depth', 'label', 'code'], additionalProperties: false };
-  const check = new Ajv().compile(schema);
+    code: { type: 'string', pattern: '^[A-Z]{2}-[0-9]{1,3}$' }, when: { type: 'string', format: 'date' },
+    note: { type: 'null' } }, required: ['kind', 'deep', 'depth', 'label', 'code', 'when'], additionalProperties: false };
+  const ajv = new Ajv();
+  require('ajv-formats')(ajv); // real calendar dates (leap years), as RFC 3339 has them
+  const check = ajv.compile(schema);
   const sr = await client.chat.completions.create({ ...jreq, max_tokens: 400,
     response_format: { type: 'json_schema', json_schema: { name: 'place', schema, strict: true } } });
   const sdone = sr.choices.filter((c) => c.finish_reason === 'stop');
@@ -242,9 +244,9 @@ async function main() {
                     400, OpenAI.BadRequestError, 'json_schema with an anyOf whose branches overlap: 400 saying so',
                     (e) => e.param === 'response_format' && /overlap/.test(e.message) && /#\/properties\/a/.test(e.message));
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
-    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', format: 'email' } } } } } }),
-                    400, OpenAI.BadRequestError, 'json_schema with format: 400 naming the keyword',
-                    (e) => e.param === 'response_format' && /'format'/.test(e.message) && /#\/properties\/a/.test(e.message));
+    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', format: 'hostname' } } } } } }),
+                    400, OpenAI.BadRequestError, 'json_schema with an unsupported format: 400 naming it',
+                    (e) => e.param === 'response_format' && /format 'hostname'/.test(e.message) && /#\/properties\/a/.test(e.message));
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
     json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '(?<=a)b' } } } } } }),
                     400, OpenAI.BadRequestError, 'json_schema with a lookbehind pattern: 400 saying which part',

@@ -11,6 +11,8 @@
 #include <math.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,6 +410,67 @@ static bool pcre2_finds(const char *re, const char *s, size_t n) {
     return rc >= 0;
 }
 
+/* Formats, checked by hand (calendar arithmetic, inet_pton), not by the patterns the automaton
+ * uses for them. */
+static bool digits_at(const char *s, int n) {
+    for (int i = 0; i < n; i++)
+        if (!isdigit((unsigned char)s[i])) return false;
+    return true;
+}
+
+static bool date_ok(const char *s) {
+    if (strlen(s) != 10 || !digits_at(s, 4) || s[4] != '-' || !digits_at(s + 5, 2) || s[7] != '-' || !digits_at(s + 8, 2))
+        return false;
+    const int y = atoi(s), m = atoi(s + 5), d = atoi(s + 8);
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    const bool leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    return m >= 1 && m <= 12 && d >= 1 && d <= days[m - 1] + (m == 2 && leap);
+}
+
+static bool time_ok(const char *s) {
+    if (strlen(s) < 9 || !digits_at(s, 2) || s[2] != ':' || !digits_at(s + 3, 2) || s[5] != ':' || !digits_at(s + 6, 2))
+        return false;
+    if (atoi(s) > 23 || atoi(s + 3) > 59 || atoi(s + 6) > 59) return false;
+    const char *p = s + 8;
+    if (*p == '.') {
+        const char *q = ++p;
+        while (isdigit((unsigned char)*p)) p++;
+        if (p == q) return false;
+    }
+    if (!strcmp(p, "Z") || !strcmp(p, "z")) return true;
+    return (p[0] == '+' || p[0] == '-') && strlen(p) == 6 && digits_at(p + 1, 2) && p[3] == ':' && digits_at(p + 4, 2) &&
+           atoi(p + 1) <= 23 && atoi(p + 4) <= 59;
+}
+
+static bool format_ok(const char *fmt, const char *s) {
+    if (!strcmp(fmt, "date")) return date_ok(s);
+    if (!strcmp(fmt, "time")) return time_ok(s);
+    if (!strcmp(fmt, "date-time")) {
+        char d[11];
+        if (strlen(s) < 11 || (s[10] != 'T' && s[10] != 't')) return false;
+        memcpy(d, s, 10), d[10] = 0;
+        return date_ok(d) && time_ok(s + 11);
+    }
+    if (!strcmp(fmt, "uuid")) {
+        if (strlen(s) != 36) return false;
+        for (int i = 0; i < 36; i++)
+            if ((i == 8 || i == 13 || i == 18 || i == 23) ? s[i] != '-' : !isxdigit((unsigned char)s[i])) return false;
+        return true;
+    }
+    if (!strcmp(fmt, "ipv4")) {
+        struct in_addr a;
+        return inet_pton(AF_INET, s, &a) == 1;
+    }
+    if (!strcmp(fmt, "email")) {
+        const char *at = strchr(s, '@'), *dot = at ? strrchr(at, '.') : NULL;
+        if (!at || at == s || strchr(at + 1, '@') || !dot || dot == at + 1 || strlen(dot + 1) < 2) return false;
+        for (const char *p = dot + 1; *p; p++)
+            if (!isalpha((unsigned char)*p)) return false;
+        return s[0] != '.' && at[-1] != '.' && !strstr(s, "..");
+    }
+    return false;
+}
+
 /* An independent check of a parsed value against the schema's JSON (the subset's meaning, per
  * value, as a validator reads it; nothing shared with the automaton). root: for $ref. */
 static bool valid_in(json_t *root, json_t *sc, json_t *v) {
@@ -474,6 +537,8 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
         if ((mn && n < json_integer_value(mn)) || (mx && n > json_integer_value(mx))) return false;
         json_t *pat = json_object_get(sc, "pattern");
         if (pat && !pcre2_finds(json_string_value(pat), str, json_string_length(v))) return false;
+        json_t *fmt = json_object_get(sc, "format");
+        if (fmt && !format_ok(json_string_value(fmt), str)) return false;
     }
     if (json_is_array(v)) {
         json_t *items = json_object_get(sc, "items"), *mn = json_object_get(sc, "minItems"),
@@ -620,8 +685,12 @@ static void test_schema_errors(void **state) {
         {"{\"properties\":{\"a\":{\"$ref\":\"http://x/s.json\"}}}", "only local references"},
         {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/B\",\"type\":\"object\"}},\"$defs\":{\"B\":{}}}", "standing alone"},
         {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"$ref\":\"#/$defs/A\"}}}", "$ref cycle"},
-        {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"format\":\"email\"}}}",
-         "#/$defs/A: the keyword 'format'"},
+        {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/A\"}},\"$defs\":{\"A\":{\"format\":\"hostname\"}}}",
+         "#/$defs/A: format 'hostname' is not supported"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"1\"}}}", "pattern beside format"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"date\",\"maxLength\":9}}}", "format: the pattern matches no"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"format\":7}}}", "format must be a string"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"patternProperties\":{}}}}", "the keyword 'patternProperties'"},
         {"{\"properties\":{\"a\":{\"allOf\":[{},{}]}}}", "allOf must be a list of one schema"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":-1}}}", "#/properties/a: minLength and maxLength must be integers in [0, 65535]"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":65536}}}", "[0, 65535]"},
@@ -645,7 +714,7 @@ static void test_schema_errors(void **state) {
          "#/properties/a: pattern: missing ')'"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}", "pattern: lookarounds"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":3}}}", "pattern must be a string"},
-        {"{\"properties\":{\"a\":{\"enum\":[\"x\"],\"pattern\":\"x\"}}}", "pattern beside enum"},
+        {"{\"properties\":{\"a\":{\"enum\":[\"x\"],\"pattern\":\"x\"}}}", "pattern or format beside enum"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":0}}}", "matches no string"},
         {"{\"type\":\"object\",\"properties\":{\"a\\\"b\":{}}}", "quotes"},
         {"{\"type\":\"text\"}", "type must be"},
@@ -829,6 +898,65 @@ static void test_schema_pattern(void **state) {
     nx_json_schema_free(sc);
 }
 
+/* Formats: each value is a real date / time / date-time (checked with calendar arithmetic), a
+ * uuid, an ipv4 address (inet_pton) or an email address. */
+static const char *const SCHEMA_FORMAT =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"d\":{\"type\":\"string\",\"format\":\"date\"},"
+    "\"t\":{\"type\":\"string\",\"format\":\"time\"},"
+    "\"dt\":{\"type\":\"string\",\"format\":\"date-time\"},"
+    "\"u\":{\"type\":\"string\",\"format\":\"uuid\"},"
+    "\"ip\":{\"type\":\"string\",\"format\":\"ipv4\"},"
+    "\"e\":{\"type\":\"string\",\"format\":\"email\",\"maxLength\":12}},"
+    "\"required\":[\"d\",\"t\",\"dt\",\"u\",\"ip\",\"e\"]}";
+
+static void visit_format(json_t *v, int *n) {
+    const char *d = json_string_value(json_object_get(v, "d"));
+    n[0] += d && !strcmp(d + 4, "-02-28"), n[1] += d && d[8] == '3';
+    const char *t = json_string_value(json_object_get(v, "t"));
+    n[2] += t && strchr(t, '.') != NULL, n[3] += t && t[strlen(t) - 1] != 'Z';
+    const char *ip = json_string_value(json_object_get(v, "ip"));
+    n[4] += ip && strstr(ip, "25") != NULL;
+}
+
+static void test_schema_format(void **state) {
+    (void)state;
+    nx_json_schema *sc = schema_of(SCHEMA_FORMAT);
+    static const char *const good[] = {
+        "{\"d\":\"2024-02-29\",\"t\":\"23:59:59Z\",\"dt\":\"2000-02-29T00:00:00.5+05:30\","
+        "\"u\":\"123e4567-e89b-12d3-a456-426614174000\",\"ip\":\"255.0.10.199\",\"e\":\"a.b@c-d.io\"}",
+        "{\"d\":\"1999-12-31\",\"t\":\"00:00:00-12:00\",\"dt\":\"2023-04-30T12:30:00Z\","
+        "\"u\":\"00000000-0000-0000-0000-000000000000\",\"ip\":\"0.0.0.0\",\"e\":\"x@y.zz\"}",
+    };
+    static const char *const bad[] = {
+        "{\"d\":\"2023-02-29\",\"t\":\"23:59:59Z\",\"dt\":\"2000-02-29T00:00:00Z\","
+        "\"u\":\"123e4567-e89b-12d3-a456-426614174000\",\"ip\":\"1.2.3.4\",\"e\":\"a@b.io\"}",
+        "{\"d\":\"1900-02-29\"", /* not a leap year */
+        "{\"d\":\"2023-04-31\"",
+        "{\"d\":\"2023-13-01\"",
+        "{\"d\":\"2023-01-01\",\"t\":\"24:00:00Z\"",
+        "{\"d\":\"2023-01-01\",\"t\":\"12:00:00\"", /* a time zone is required */
+        "{\"d\":\"2023-01-01\",\"t\":\"12:00:00Z\",\"dt\":\"2023-01-01 12:00:00Z\"",
+        "{\"d\":\"2023-01-01\",\"t\":\"12:00:00Z\",\"dt\":\"2023-01-01T12:00:00Z\",\"u\":\"123E4567",
+        "{\"d\":\"2023-01-01\",\"t\":\"12:00:00Z\",\"dt\":\"2023-01-01T12:00:00Z\","
+        "\"u\":\"123e4567-e89b-12d3-a456-426614174000\",\"ip\":\"256.1.1.1\"",
+        "{\"d\":\"2023-01-01\",\"t\":\"12:00:00Z\",\"dt\":\"2023-01-01T12:00:00Z\","
+        "\"u\":\"123e4567-e89b-12d3-a456-426614174000\",\"ip\":\"01.1.1.1\"",
+        "{\"d\":\"2023-01-01\",\"t\":\"12:00:00Z\",\"dt\":\"2023-01-01T12:00:00Z\","
+        "\"u\":\"123e4567-e89b-12d3-a456-426614174000\",\"ip\":\"1.1.1.1\",\"e\":\"a@b\"}",
+        "{\"d\":\"2023-01-01\",\"t\":\"12:00:00Z\",\"dt\":\"2023-01-01T12:00:00Z\","
+        "\"u\":\"123e4567-e89b-12d3-a456-426614174000\",\"ip\":\"1.1.1.1\",\"e\":\"abcdefgh@ij.kl\"}",
+    };
+    accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
+    int n[5] = {0};
+    const int completed = schema_walks(sc, SCHEMA_FORMAT, 3000, 30, visit_format, n);
+    bool reached = completed > 2900;
+    for (int i = 0; i < 5; i++) reached = reached && n[i] > 3;
+    if (!reached) fprintf(stderr, "completed %d, reached %d %d %d %d %d\n", completed, n[0], n[1], n[2], n[3], n[4]);
+    assert_true(reached);
+    nx_json_schema_free(sc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_corpus),       cmocka_unit_test(test_invalid),     cmocka_unit_test(test_mutations),
@@ -839,6 +967,7 @@ int main(void) {
         cmocka_unit_test(test_schema_walks),
         cmocka_unit_test(test_schema_bounds),
         cmocka_unit_test(test_schema_pattern),
+        cmocka_unit_test(test_schema_format),
         cmocka_unit_test(test_schema_defs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
