@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/unicode.h"
+
 #define CP_MAX 0x10FFFFu
 #define NFA_MAX 20000 /* NFA states; past this the pattern is refused as too large */
 #define REP_MAX 1000  /* the largest count a {n,m} may give */
@@ -160,17 +162,11 @@ static rx *fail(parser *P, const char *fmt, ...) {
     return NULL;
 }
 
-/* One UTF-8 character of the pattern (checked well-formed before parsing). */
+/* One character of the pattern (checked well-formed before parsing). */
 static uint32_t next_cp(parser *P) {
-    const uint8_t *s = (const uint8_t *)P->p;
-    uint32_t c = s[0];
-    int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if (P->p + n > P->end) n = 1;
-    if (n > 1) {
-        c &= 0xFFu >> (n + 1);
-        for (int i = 1; i < n; i++) c = c << 6 | (s[i] & 0x3Fu);
-    }
-    P->p += n;
+    uint32_t c = 0;
+    const size_t n = nx_utf8_next(P->p, (size_t)(P->end - P->p), &c);
+    P->p += n ? n : 1;
     return c;
 }
 
@@ -554,16 +550,6 @@ typedef struct frag {
 
 static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
 
-static void utf8_enc(uint32_t c, uint8_t *b) {
-    const int n = utf8_len(c);
-    if (n == 1) {
-        b[0] = (uint8_t)c;
-        return;
-    }
-    for (int i = n - 1; i > 0; i--) b[i] = (uint8_t)(0x80 | (c & 0x3F)), c >>= 6;
-    b[0] = (uint8_t)((0xF00u >> n) | c);
-}
-
 /* The byte sequences of code points [lo, hi] as paths from `from` to `to` (split so that each
  * path is one byte range per position, as RE2 and Rust's regex do). */
 static void emit_range(nfa *N, uint32_t lo, uint32_t hi, int32_t from, int32_t to) {
@@ -590,9 +576,9 @@ static void emit_range(nfa *N, uint32_t lo, uint32_t hi, int32_t from, int32_t t
             }
         }
     }
-    uint8_t a[4], b[4];
-    utf8_enc(lo, a);
-    utf8_enc(hi, b);
+    char a[4], b[4];
+    nx_utf8_put(lo, a);
+    nx_utf8_put(hi, b);
     /* from --eps/split--> b0 --> b1 ... --> to */
     const int32_t split = nfa_add(N, N_EPS, 0, 0);
     if (split < 0) return;
@@ -600,7 +586,7 @@ static void emit_range(nfa *N, uint32_t lo, uint32_t hi, int32_t from, int32_t t
     N->s[from].out = split; /* prepend to from's chain of alternatives */
     int32_t prev = split;
     for (int k = 0; k < n; k++) {
-        const int32_t st = nfa_add(N, N_BYTE, a[k], b[k]);
+        const int32_t st = nfa_add(N, N_BYTE, (uint8_t)a[k], (uint8_t)b[k]);
         if (st < 0) return;
         if (k == 0) N->s[prev].out2 = st;
         else N->s[prev].out = st;
@@ -759,28 +745,9 @@ static bool feedable(int b) { return b >= 0x20 || b == 0x08 || b == 0x09 || b ==
 
 static bool is_lead(int b) { return b < 0x80 || b >= 0xC0; }
 
-/* Well-formed UTF-8 (RFC 3629: no overlongs, surrogates or code points past U+10FFFF). */
-static bool utf8_ok(const uint8_t *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        const uint8_t c = s[i];
-        int k;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c < 0x80) k = 0;
-        else if (c >= 0xC2 && c <= 0xDF) k = 1;
-        else if (c >= 0xE0 && c <= 0xEF) k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        else return false;
-        if ((size_t)k >= n - i) return false;
-        for (int j = 1; j <= k; j++, lo = 0x80, hi = 0xBF)
-            if (s[i + (size_t)j] < lo || s[i + (size_t)j] > hi) return false;
-        i += (size_t)k + 1;
-    }
-    return true;
-}
-
 nx_pattern *nx_pattern_compile(const char *re, size_t len, int32_t min_len, int32_t max_len, char *err,
                                size_t errcap) {
-    if (!utf8_ok((const uint8_t *)re, len)) {
+    if (!nx_utf8_valid(re, len, NULL)) {
         snprintf(err, errcap, "the pattern is not valid UTF-8");
         return NULL;
     }

@@ -9,8 +9,6 @@
 
 #include <jansson.h>
 #include <math.h>
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <stdio.h>
@@ -19,6 +17,7 @@
 
 #include "decode/json_grammar.h"
 #include "nextn.h"
+#include "regex_oracle.h"
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
 static uint32_t rnd(uint32_t n) {
@@ -390,24 +389,13 @@ static bool schema_accepts(const nx_json_schema *sc, const char *doc) {
     return nx_json_feed(&s, (const uint8_t *)doc, strlen(doc)) && nx_json_complete(&s);
 }
 
-/* Whether PCRE2 (an independent regex engine, set up for ECMA-262's \u escapes and `$`) finds
- * re in the string s. The patterns checked here stay where the two agree (no \s, no `.` on
- * U+2028 / U+2029). */
+/* Whether PCRE2 (regex_oracle.h) finds re in the string s. */
 static bool pcre2_finds(const char *re, const char *s, size_t n) {
-    pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
-    pcre2_set_newline(cc, PCRE2_NEWLINE_ANYCRLF);
-    pcre2_set_compile_extra_options(cc, PCRE2_EXTRA_ALT_BSUX);
-    int ec;
-    PCRE2_SIZE off;
-    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_ALT_BSUX,
-                                     &ec, &off, cc);
-    pcre2_compile_context_free(cc);
-    assert_non_null(code);
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
-    const int rc = pcre2_match(code, (PCRE2_SPTR)s, n, 0, 0, md, NULL);
-    pcre2_match_data_free(md);
-    pcre2_code_free(code);
-    return rc >= 0;
+    oracle o = oracle_new(re);
+    const int m = oracle_matches(&o, s, n);
+    oracle_free(&o);
+    assert_true(m >= 0);
+    return m == 1;
 }
 
 /* Formats, checked by hand (calendar arithmetic, inet_pton), not by the patterns the automaton
