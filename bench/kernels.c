@@ -12,14 +12,9 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/pool.h"
 #include "kernels/kernels.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
@@ -76,9 +71,9 @@ static double measure_membw(nx_pool *pool) {
     bw_job j = {.buf = buf, .n = n};
     double best = 0;
     for (int r = 0; r < 4; r++) {
-        double t0 = now_s();
+        double t0 = nx_now_s();
         nx_pool_run(pool, bw_fn, &j);
-        double g = (double)n * 8 / (now_s() - t0) / 1e9;
+        double g = (double)n * 8 / (nx_now_s() - t0) / 1e9;
         if (g > best) best = g;
     }
     free(buf);
@@ -186,11 +181,11 @@ int main(int argc, char **argv) {
             nx_matmul(&Ws[0], x, in, T, y, out, pool); /* warm-up */
             double best = 1e30, sum = 0;
             int calls = 0;
-            double start = now_s();
-            while ((now_s() - start) * 1e3 < budget_ms || calls < 3) {
-                double t0 = now_s();
+            double start = nx_now_s();
+            while ((nx_now_s() - start) * 1e3 < budget_ms || calls < 3) {
+                double t0 = nx_now_s();
                 nx_matmul(&Ws[calls % ncopies], x, in, T, y, out, pool);
-                double dt = now_s() - t0;
+                double dt = nx_now_s() - t0;
                 if (dt < best) best = dt;
                 sum += dt;
                 calls++;

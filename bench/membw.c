@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/pool.h"
 
 typedef struct read_job {
@@ -73,12 +74,6 @@ static void read_prefetch_fn(void *arg, int ith, int nth) {
     j->sink[ith] = out[0] + out[1];
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv) {
     long mb = 1024, runs = 5;
     int threads = 0;
@@ -108,9 +103,9 @@ int main(int argc, char **argv) {
     uint64_t sink = 0;
     for (long r = 0; r < runs; r++)
         for (int pat = 0; pat < 2; pat++) {
-            double t0 = now_s();
+            double t0 = nx_now_s();
             nx_pool_run(pool, pat ? read_prefetch_fn : read_fn, &j);
-            double gbs = (double)n / (now_s() - t0) / 1e9;
+            double gbs = (double)n / (nx_now_s() - t0) / 1e9;
             if (gbs > best[pat]) best[pat] = gbs;
             for (int i = 0; i < 64; i++) sink += j.sink[i];
         }
