@@ -548,8 +548,6 @@ typedef struct frag {
     int32_t start, end;
 } frag;
 
-static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
-
 /* The byte sequences of code points [lo, hi] as paths from `from` to `to` (split so that each
  * path is one byte range per position, as RE2 and Rust's regex do). */
 static void emit_range(nfa *N, uint32_t lo, uint32_t hi, int32_t from, int32_t to) {
@@ -560,7 +558,9 @@ static void emit_range(nfa *N, uint32_t lo, uint32_t hi, int32_t from, int32_t t
             emit_range(N, bound[i] + 1, hi, from, to);
             return;
         }
-    const int n = utf8_len(lo);
+    char a[4], b[4];
+    const int n = (int)nx_utf8_put(lo, a); /* lo and hi now have the same length */
+    nx_utf8_put(hi, b);
     for (int i = 1; i < n; i++) {
         const uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
@@ -576,9 +576,6 @@ static void emit_range(nfa *N, uint32_t lo, uint32_t hi, int32_t from, int32_t t
             }
         }
     }
-    char a[4], b[4];
-    nx_utf8_put(lo, a);
-    nx_utf8_put(hi, b);
     /* from --eps/split--> b0 --> b1 ... --> to */
     const int32_t split = nfa_add(N, N_EPS, 0, 0);
     if (split < 0) return;
@@ -683,7 +680,6 @@ static frag build(nfa *N, const rx *x) {
 
 typedef struct dfa_build {
     const nfa *N;
-    int32_t match;     /* the NFA's accepting state */
     int32_t words;     /* 64-bit words per state set */
     uint64_t *sets;    /* [cap][words] */
     int32_t *count;    /* [cap]: code points so far (capped) */
@@ -789,7 +785,7 @@ nx_pattern *nx_pattern_compile(const char *re, size_t len, int32_t min_len, int3
     nc++;
 
     const int32_t cap_count = max_len >= 0 ? max_len : min_len;
-    dfa_build B = {.N = &N, .match = match, .words = (N.n + 63) / 64, .cap = 64, .hcap = 2 * NX_PATTERN_MAX_STATES};
+    dfa_build B = {.N = &N, .words = (N.n + 63) / 64, .cap = 64, .hcap = 2 * NX_PATTERN_MAX_STATES};
     B.sets = malloc((size_t)B.cap * (size_t)B.words * 8);
     B.count = malloc((size_t)B.cap * sizeof *B.count);
     B.hash = calloc((size_t)B.hcap, sizeof *B.hash);
