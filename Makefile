@@ -4,7 +4,7 @@ BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  ?=
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2 -Werror
-DEPS    := jansson libpcre2-8 libutf8proc libmicrohttpd
+DEPS    := jansson libpcre2-8 libutf8proc libmicrohttpd zlib
 BASE    := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fno-strict-aliasing -Iinclude -Isrc \
            $(shell pkg-config --cflags $(DEPS)) $(SAN) $(CFLAGS)
 LIBS    := $(shell pkg-config --libs $(DEPS)) -lm -lpthread

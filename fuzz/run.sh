@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-20}
 out=build-fuzz
 mkdir -p "$out/obj"
-deps="jansson libpcre2-8 libutf8proc libmicrohttpd"
+deps="jansson libpcre2-8 libutf8proc libmicrohttpd zlib"
 cflags="-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -Iinclude -Isrc $(pkg-config --cflags $deps)"
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 libs="$(pkg-config --libs $deps) -lm -lpthread"

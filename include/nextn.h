@@ -274,6 +274,8 @@ typedef struct nx_ctx nx_ctx;
 nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err);
 void nx_ctx_free(nx_ctx *c);
 int32_t nx_ctx_n_ctx(const nx_ctx *c);
+/* Positions the context's caches hold (the rows nx_generate may keep). */
+int32_t nx_ctx_n_past(const nx_ctx *c);
 
 /* Trunk forward over n tokens at positions n_past.. (teacher forcing). The context's KV cache
  * must hold exactly n_past rows before the call. Writes logits [n, vocab] if non-NULL. */
@@ -387,6 +389,27 @@ void nx_prompt_cache_free(nx_prompt_cache *pc);
  * from an empty context. Entries are used only with contexts of the model they came from. */
 int32_t nx_prompt_cache_prepare(nx_prompt_cache *pc, nx_ctx *c, const int32_t *prompt, size_t n_prompt);
 void nx_prompt_cache_get_stats(const nx_prompt_cache *pc, nx_prompt_cache_stats *st);
+
+/* ---------------------------------------------------------------- state files */
+
+/* A context's rows written to a file and read back, across processes (llama.cpp's
+ * --prompt-cache and its server's slot save/restore): the tokens, every trunk layer's key and
+ * value rows and the hidden states the MTP head is fed (its own cache is rebuilt from them by
+ * nx_generate, as after any prefix reuse), behind a header with the model's shape, a fingerprint
+ * of its weights and the KV element type, and a CRC-32 of the rows. Restored rows are the saved
+ * bits, so generation continues as from the context that saved them. */
+
+/* Writes rows [0, n) of c (n < 0 or more than the context holds: all of them) to path,
+ * atomically: a temporary file beside it, renamed over path once complete. *n_saved and *bytes
+ * (either may be NULL) receive the rows written and the file's size. */
+nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n_saved, int64_t *bytes,
+                        nx_error *err);
+/* Loads the state file at path into c, which then holds its rows (at most the context's size:
+ * the longest prefix that fits). A file that is not a state file, was saved from another model
+ * or with another KV element type, is truncated or corrupt, or holds out-of-range tokens is an
+ * error naming the problem (NX_E_IO, NX_E_FORMAT or NX_E_ARG), and c is left as it was.
+ * *n_loaded and *bytes (either may be NULL) receive the rows loaded and the file's size. */
+nx_status nx_state_load(nx_ctx *c, const char *path, int32_t *n_loaded, int64_t *bytes, nx_error *err);
 
 /* Prints the stats block of `nextn run --stats` to f (a FILE *). */
 void nx_gen_stats_print(const nx_gen_stats *s, void *file);

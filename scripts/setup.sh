@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential pkg-config clang libclang-rt-14-dev
-      libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcmocka-dev
+      libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcmocka-dev zlib1g-dev
       python3 python3-numpy python3-torch python3-regex libopenblas0-pthread
       curl perl)
 command -v node >/dev/null || pkgs+=(nodejs)

@@ -131,6 +131,7 @@ void nx_ctx_free(nx_ctx *c) {
 }
 
 int32_t nx_ctx_n_ctx(const nx_ctx *c) { return c->n_ctx; }
+int32_t nx_ctx_n_past(const nx_ctx *c) { return c->n_past; }
 
 void nx_ctx_reset_auto(nx_ctx *c) { memset(&c->autos, 0, sizeof c->autos); }
 

@@ -219,5 +219,40 @@ except (KeyError, ValueError):
     huge = None
 t.ok(huge is not None and 0.0 <= huge <= 1.0, f"bench: share of the weights on 2 MB pages {huge}", r.stdout)
 
+# --prompt-cache: a second run of the same prompt (sampled, seeded) reuses the saved rows and
+# prints the same text as the first; a longer prompt reuses them as its prefix and prints what a
+# run without the cache prints; a broken cache file is reported by name and ignored.
+pc = os.path.join(tmp, "prompt.state")
+prompt = "static int compare(const void *a, const void *b) {"
+gen = ["run", "-p", prompt, "-n", "24", "--temp", "0.7", "--seed", "5"]
+r1 = nextn(*gen, "--prompt-cache", pc, check=False)
+r2 = nextn(*gen, "--prompt-cache", pc, check=False)
+m1 = re.search(r"prompt cache: (\d+) rows saved", r1.stderr)
+m2 = re.search(r"prefill: (\d+) tokens \((\d+) cached\)", r2.stderr)
+t.ok(r1.returncode == 0 and r2.returncode == 0 and m1 and os.path.getsize(pc) > 96 and m2
+     and int(m2.group(2)) == int(m2.group(1)) - 1 and r1.stdout == r2.stdout,
+     "run --prompt-cache: the second run reuses the prompt's rows and prints the same text", r1.stderr + r2.stderr)
+longer = ["run", "-p", prompt + " return 0;", "-n", "24", "--temp", "0.7", "--seed", "5"]
+before = os.path.getmtime(pc), os.path.getsize(pc)
+r3 = nextn(*longer, "--prompt-cache", pc, "--prompt-cache-ro", check=False)
+r4 = nextn(*longer, check=False)
+m3 = re.search(r"\((\d+) cached\)", r3.stderr)
+t.ok(r3.returncode == 0 and m3 and int(m3.group(1)) == int(m1.group(1)) and r3.stdout == r4.stdout
+     and (os.path.getmtime(pc), os.path.getsize(pc)) == before,
+     "run --prompt-cache-ro: a longer prompt reuses the saved rows as its prefix, same text, file untouched",
+     r3.stderr)
+with open(pc, "r+b") as f:
+    f.seek(200)
+    f.write(b"\xff\xff\xff\xff")
+r5 = nextn(*gen, "--prompt-cache", pc, check=False)
+t.ok(r5.returncode == 0 and "checksum mismatch" in r5.stderr and pc in r5.stderr and r5.stdout == r1.stdout
+     and "cached" not in r5.stderr.split("prefill:")[1].split("|")[0],
+     "run --prompt-cache: a corrupt file is named, ignored, and then rewritten", r5.stderr)
+r6 = nextn(*gen, "--prompt-cache", pc, check=False)
+t.ok(r6.returncode == 0 and "cached)" in r6.stderr, "run --prompt-cache: the rewritten file loads", r6.stderr)
+expect_error("prompt cache in a missing directory",
+             ["run", "-p", prompt, "-n", "2", "--prompt-cache", os.path.join(tmp, "no", "such", "x.state")],
+             "cannot create")
+
 shutil.rmtree(tmp)
 t.done()

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "io/safetensors.h"
 #include "model/dense_timing.h"
@@ -602,6 +603,217 @@ static void test_prompt_cache(void **state) {
     nx_model_free(m1);
 }
 
+/* ---------------------------------------------------------------- state files */
+
+static void state_path(char *out, size_t n, const char *name) {
+    snprintf(out, n, "%s/%s", g_dir, name);
+}
+
+static long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+static uint8_t *read_all(const char *path, long *n) {
+    *n = file_size(path);
+    FILE *f = fopen(path, "rb");
+    uint8_t *b = malloc((size_t)*n + 1);
+    assert_int_equal(fread(b, 1, (size_t)*n, f), (size_t)*n);
+    fclose(f);
+    return b;
+}
+
+static void write_all(const char *path, const uint8_t *b, long n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+}
+
+/* Saved on one context and loaded into another (of the same model, or of a copy loaded with
+ * another thread count), a conversation's next turn keeps every loaded row and gives the same
+ * tokens with the same probabilities as on an emptied context; a context smaller than the file
+ * takes its longest prefix; a save of n rows holds n. */
+static void test_state_file(void **state) {
+    (void)state;
+    nx_model *m = load(2), *m1 = load(1);
+    nx_ctx *a = NULL, *b = NULL, *cold = NULL, *small = NULL;
+    assert_int_equal(nx_ctx_new(m, 128, &a, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m1, 128, &b, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m, 128, &cold, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m, 24, &small, NULL), NX_OK);
+    int32_t p[48];
+    for (int i = 0; i < 20; i++) p[i] = (13 * i + 5) % V;
+    collect first, x, y;
+    prompt_turn(a, NULL, p, 20, true, 0, &first);
+    assert_int_equal(nx_ctx_n_past(a), 35); /* 20 + 16 - 1: the last token is not fed yet */
+    char path[600];
+    state_path(path, sizeof path, "conv.state");
+    int32_t n_saved = -1, n_loaded = -1;
+    int64_t bytes = -1, read_bytes = -1;
+    nx_error err = {0};
+    assert_int_equal(nx_state_save(a, path, -1, &n_saved, &bytes, &err), NX_OK);
+    assert_int_equal(n_saved, 35);
+    assert_int_equal(bytes, file_size(path));
+    assert_int_equal(nx_state_load(b, path, &n_loaded, &read_bytes, &err), NX_OK);
+    assert_int_equal(n_loaded, 35);
+    assert_int_equal(read_bytes, bytes);
+    assert_int_equal(nx_ctx_n_past(b), 35);
+    /* the next turn: the prompt, the answer, three new tokens */
+    memcpy(p + 20, first.ids, sizeof(int32_t) * 16);
+    for (int i = 36; i < 39; i++) p[i] = (5 * i) % V;
+    prompt_turn(b, NULL, p, 39, true, 35, &x);
+    nx_ctx_truncate(cold, 0);
+    prompt_turn(cold, NULL, p, 39, true, 0, &y);
+    assert_memory_equal(x.ids, y.ids, sizeof(int32_t) * 16);
+    assert_memory_equal(x.p, y.p, sizeof(float) * 16);
+    /* a context of 24 positions takes the first 24 rows */
+    assert_int_equal(nx_state_load(small, path, &n_loaded, NULL, &err), NX_OK);
+    assert_int_equal(n_loaded, 24);
+    nx_gen_params gp;
+    nx_gen_params_default(&gp);
+    gp.max_tokens = 1;
+    nx_gen_stats st;
+    if (nx_generate(small, p, 20, &gp, NULL, NULL, &st, &err) != NX_OK) fprintf(stderr, "%s\n", err.msg);
+    assert_int_equal(st.n_cached, 19); /* all but the prompt's last token, as for any prefix */
+    /* the first 10 rows alone */
+    assert_int_equal(nx_state_save(a, path, 10, &n_saved, &bytes, &err), NX_OK);
+    assert_int_equal(n_saved, 10);
+    assert_int_equal(nx_state_load(b, path, &n_loaded, NULL, &err), NX_OK);
+    assert_int_equal(n_loaded, 10);
+    prompt_turn(b, NULL, p, 20, false, 10, &x);
+    nx_ctx_truncate(cold, 0);
+    prompt_turn(cold, NULL, p, 20, false, 0, &y);
+    assert_memory_equal(x.ids, y.ids, sizeof(int32_t) * 16);
+    assert_int_equal(unlink(path), 0);
+    nx_ctx_free(a);
+    nx_ctx_free(b);
+    nx_ctx_free(cold);
+    nx_ctx_free(small);
+    nx_model_free(m);
+    nx_model_free(m1);
+}
+
+/* Rewrites the header's CRC (bytes 60..63 over 0..59) after a test edits the header. */
+static void fix_header_crc(uint8_t *b) {
+    const uint32_t c = (uint32_t)crc32(crc32(0, Z_NULL, 0), b, 60);
+    for (int i = 0; i < 4; i++) b[60 + i] = (uint8_t)(c >> (8 * i));
+}
+
+/* Each bad file is an error naming its problem, and the context keeps the rows it held. */
+static void expect_load_error(nx_ctx *c, const char *path, nx_status code, const char *what) {
+    const int32_t before = nx_ctx_n_past(c);
+    nx_error err = {0};
+    int32_t n = -7;
+    assert_int_equal(nx_state_load(c, path, &n, NULL, &err), code);
+    if (!strstr(err.msg, what)) fprintf(stderr, "expected '%s' in: %s\n", what, err.msg);
+    assert_non_null(strstr(err.msg, what));
+    assert_non_null(strstr(err.msg, path));
+    assert_int_equal(n, -7);
+    assert_int_equal(nx_ctx_n_past(c), before);
+}
+
+static void test_state_file_errors(void **state) {
+    (void)state;
+    nx_model *m = load(2), *m16 = load_kv(2, NX_KV_F16);
+    nx_ctx *c = NULL, *c16 = NULL;
+    assert_int_equal(nx_ctx_new(m, 64, &c, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m16, 64, &c16, NULL), NX_OK);
+    assert_int_equal(nx_forward_trunk(c, seq, 12, NULL, 12, NULL), NX_OK);
+    char good[600], bad[600];
+    state_path(good, sizeof good, "good.state");
+    state_path(bad, sizeof bad, "bad.state");
+    nx_error err = {0};
+    assert_int_equal(nx_state_save(c, good, -1, NULL, NULL, &err), NX_OK);
+    long n = 0;
+    uint8_t *g = read_all(good, &n);
+    assert_true(n > 96);
+    /* the context under test holds 5 rows, so a failed load that touched it would show */
+    nx_ctx_truncate(c, 5);
+
+    char missing[600];
+    state_path(missing, sizeof missing, "missing.state");
+    expect_load_error(c, missing, NX_E_IO, "No such file");
+    write_all(bad, (const uint8_t *)"hello, world", 12);
+    expect_load_error(c, bad, NX_E_FORMAT, "not a nextn state file");
+    write_all(bad, g, n - 100);
+    expect_load_error(c, bad, NX_E_FORMAT, "truncated");
+    uint8_t *t = malloc((size_t)n + 8);
+    memcpy(t, g, (size_t)n);
+    memset(t + n, 0, 8);
+    write_all(bad, t, n + 8);
+    expect_load_error(c, bad, NX_E_FORMAT, "trailing bytes");
+    memcpy(t, g, (size_t)n);
+    t[n - 3] ^= 0x40; /* a bit of the last hidden state */
+    write_all(bad, t, n);
+    expect_load_error(c, bad, NX_E_FORMAT, "checksum mismatch");
+    memcpy(t, g, (size_t)n);
+    t[24] ^= 1; /* the layer count, header CRC left stale */
+    write_all(bad, t, n);
+    expect_load_error(c, bad, NX_E_FORMAT, "corrupt header");
+    t[24] ^= 1;
+    t[8] = 2; /* version 2, consistently */
+    fix_header_crc(t);
+    write_all(bad, t, n);
+    expect_load_error(c, bad, NX_E_FORMAT, "version 2");
+    memcpy(t, g, (size_t)n);
+    t[36] ^= 1; /* hidden size 33 */
+    fix_header_crc(t);
+    write_all(bad, t, n);
+    expect_load_error(c, bad, NX_E_FORMAT, "hidden size 33");
+    /* a token outside the vocabulary, with both checksums made consistent */
+    memcpy(t, g, (size_t)n);
+    const int32_t big = V + 3;
+    memcpy(t + 96 + 4 * 2, &big, 4);
+    const uint32_t pc = (uint32_t)crc32(crc32(0, Z_NULL, 0), t + 96, (uInt)(n - 96));
+    for (int i = 0; i < 4; i++) t[56 + i] = (uint8_t)(pc >> (8 * i));
+    fix_header_crc(t);
+    write_all(bad, t, n);
+    expect_load_error(c, bad, NX_E_FORMAT, "outside the vocabulary");
+    /* the same file, read by a context with an f16 cache */
+    expect_load_error(c16, good, NX_E_FORMAT, "f32 KV cache");
+    /* another checkpoint of the same shape */
+    char dir[256], other[256];
+    memcpy(dir, g_dir, sizeof dir);
+    const uint64_t seed = rng_state;
+    rng_state = 0x1234567ull;
+    assert_int_equal(setup_checkpoint(NULL), 0);
+    memcpy(other, g_dir, sizeof other);
+    nx_model *mo = load(2);
+    memcpy(g_dir, dir, sizeof g_dir);
+    rng_state = seed;
+    nx_ctx *co = NULL;
+    assert_int_equal(nx_ctx_new(mo, 64, &co, NULL), NX_OK);
+    expect_load_error(co, good, NX_E_FORMAT, "another model");
+    /* a directory, and a save where no file can be made */
+    expect_load_error(c, g_dir, NX_E_IO, "not a regular file");
+    char nowhere[600];
+    snprintf(nowhere, sizeof nowhere, "%s/no/such/dir/x.state", g_dir);
+    assert_int_equal(nx_state_save(c, nowhere, -1, NULL, NULL, &err), NX_E_IO);
+    assert_non_null(strstr(err.msg, "cannot create"));
+    /* after all that, the good file still loads */
+    int32_t rows = 0;
+    assert_int_equal(nx_state_load(c, good, &rows, NULL, &err), NX_OK);
+    assert_int_equal(rows, 12);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", other);
+    assert_int_equal(system(cmd), 0);
+    unlink(good);
+    unlink(bad);
+    free(g);
+    free(t);
+    nx_ctx_free(co);
+    nx_ctx_free(c);
+    nx_ctx_free(c16);
+    nx_model_free(mo);
+    nx_model_free(m);
+    nx_model_free(m16);
+}
+
 /* On an f16 KV cache too (half-size cache rows written and read by every path: plain steps,
  * verify rows, the head's cache, truncation after rejections), greedy MTP gives the AR tokens,
  * and the cache really is f16: the logits differ from the f32 cache's. */
@@ -683,6 +895,8 @@ int main(void) {
         cmocka_unit_test(test_min_tokens),
         cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_prompt_cache),
+        cmocka_unit_test(test_state_file),
+        cmocka_unit_test(test_state_file_errors),
         cmocka_unit_test(test_bad_requests),
     };
     return cmocka_run_group_tests(tests, setup_checkpoint, teardown_checkpoint);

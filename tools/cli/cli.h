@@ -26,6 +26,9 @@ typedef struct cli_opts {
     bool stats, print_ids, chat, json, quiet;
     bool json_object;        /* run --json-object */
     const char *json_schema; /* run --json-schema */
+    const char *prompt_cache;        /* run --prompt-cache FILE */
+    bool prompt_cache_all;           /* run --prompt-cache-all: save the generated rows too */
+    bool prompt_cache_ro;            /* run --prompt-cache-ro: load, never write */
     bool temp_set;
     nx_gen_params gen;       /* gen.sampling.logit_bias points into logit_bias */
     nx_logit_bias logit_bias[64]; /* --logit-bias, repeatable */

@@ -27,6 +27,9 @@ enum {
     OPT_LOGIT_BIAS,
     OPT_JSON_OBJECT,
     OPT_JSON_SCHEMA,
+    OPT_PROMPT_CACHE,
+    OPT_PROMPT_CACHE_ALL,
+    OPT_PROMPT_CACHE_RO,
 };
 
 static const struct option long_opts[] = {
@@ -77,6 +80,9 @@ static const struct option long_opts[] = {
     {"act-bits", required_argument, 0, OPT_ACT_BITS},
     {"kv-type", required_argument, 0, OPT_KV_TYPE},
     {"logit-bias", required_argument, 0, OPT_LOGIT_BIAS},
+    {"prompt-cache", required_argument, 0, OPT_PROMPT_CACHE},
+    {"prompt-cache-all", no_argument, 0, OPT_PROMPT_CACHE_ALL},
+    {"prompt-cache-ro", no_argument, 0, OPT_PROMPT_CACHE_RO},
     {0, 0, 0, 0},
 };
 
@@ -228,6 +234,12 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
         case OPT_KV_TYPE:
             if (!cli_parse_kv_type(optarg, &o->load.kv_type)) BAD("--kv-type %s: expected f32 or f16", optarg);
             break;
+        case OPT_PROMPT_CACHE:
+            if (!*optarg) BAD("--prompt-cache: empty file name");
+            o->prompt_cache = optarg;
+            break;
+        case OPT_PROMPT_CACHE_ALL: o->prompt_cache_all = true; break;
+        case OPT_PROMPT_CACHE_RO: o->prompt_cache_ro = true; break;
         case '?':
         default:
             if (optopt) BAD("option -%c needs a value or is unknown", optopt);

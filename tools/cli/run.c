@@ -1,8 +1,10 @@
 /* `nextn run`: generate a continuation, streaming text (or ids), then report speed and, with
  * --stats, the speculative counters. --n-samples draws independent continuations, one line
- * of ids each (used by the distribution tests). */
+ * of ids each (used by the distribution tests). --prompt-cache keeps the prompt's rows in a
+ * state file between runs (llama.cpp's option of the same name). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -31,6 +33,9 @@ static const char *usage =
     "      --n-samples N       N independent continuations (seeds S, S+1, ...), one line of ids each\n"
     "      --stats             print drafts, acceptance per position, costs and expert traffic\n"
     "      --ctx N             context size (default: prompt + n + margin)\n"
+    "      --prompt-cache FILE load the rows of an earlier prompt from FILE (its shared prefix with\n"
+    "                          this prompt is not computed again), then save this prompt's rows to it\n"
+    "      --prompt-cache-all  save the generated rows too      --prompt-cache-ro  never write FILE\n"
     "  -t, --threads N         threads (default: all cores)\n"
     "      --act-bits 8|16     activations of 2-6-bit matmuls: int8 (default, as llama.cpp: each\n"
     "                          input within 1/254 of its group's largest) or int16 (finer, slower)\n"
@@ -109,6 +114,13 @@ int cli_run(int argc, char **argv) {
         }
         o.gen.sampling.json_schema = schema;
     }
+    if (o.prompt_cache && access(o.prompt_cache, F_OK) == 0) {
+        int32_t n_loaded = 0;
+        if (nx_state_load(ctx, o.prompt_cache, &n_loaded, NULL, &err) != NX_OK)
+            fprintf(stderr, "nextn run: --prompt-cache: %s; starting from an empty context\n", err.msg);
+        else if (!o.quiet)
+            fprintf(stderr, "prompt cache: %d rows loaded from %s\n", n_loaded, o.prompt_cache);
+    }
     const bool ids_out = o.print_ids || o.n_samples > 1 || !nx_model_tokenizer(m);
     for (int32_t s = 0; s < o.n_samples; s++) {
         stream st = {NULL, ids_out, true, stdout};
@@ -135,12 +147,24 @@ int cli_run(int argc, char **argv) {
         fputc('\n', stdout);
         fflush(stdout);
         if (o.n_samples == 1 && !o.quiet) {
-            fprintf(stderr, "prefill: %lld tokens, %.1f tok/s | decode: %lld tokens, %.2f tok/s\n",
-                    (long long)stats.n_prompt, stats.t_prefill > 0 ? (double)stats.n_prompt / stats.t_prefill : 0.0,
+            char cached[48] = "";
+            if (stats.n_cached > 0) snprintf(cached, sizeof cached, " (%lld cached)", (long long)stats.n_cached);
+            fprintf(stderr, "prefill: %lld tokens%s, %.1f tok/s | decode: %lld tokens, %.2f tok/s\n",
+                    (long long)stats.n_prompt, cached,
+                    stats.t_prefill > 0 ? (double)(stats.n_prompt - stats.n_cached) / stats.t_prefill : 0.0,
                     (long long)stats.n_generated,
                     stats.t_decode > 0 && stats.n_generated > 1 ? (double)(stats.n_generated - 1) / stats.t_decode : 0.0);
         }
         if (o.stats) nx_gen_stats_print(&stats, stderr);
+    }
+    if (o.prompt_cache && !o.prompt_cache_ro) {
+        int32_t n_saved = 0;
+        if (nx_state_save(ctx, o.prompt_cache, o.prompt_cache_all ? -1 : (int32_t)n_ids, &n_saved, NULL, &err) !=
+            NX_OK) {
+            fprintf(stderr, "nextn run: --prompt-cache: %s\n", err.msg);
+            goto done;
+        }
+        if (!o.quiet) fprintf(stderr, "prompt cache: %d rows saved to %s\n", n_saved, o.prompt_cache);
     }
     rc = 0;
 done:
