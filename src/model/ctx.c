@@ -133,6 +133,20 @@ void nx_ctx_free(nx_ctx *c) {
 int32_t nx_ctx_n_ctx(const nx_ctx *c) { return c->n_ctx; }
 int32_t nx_ctx_n_past(const nx_ctx *c) { return c->n_past; }
 
+void nx_kv_copy_rows(const nx_ctx *c, nx_kv kv, void *saved, int32_t stride, int32_t n, bool to_saved) {
+    const nx_model *m = c->m;
+    const size_t hb = (size_t)m->cfg.head_dim * nx_dtype_size(m->kv_dtype), nh = (size_t)m->cfg.n_kv_heads;
+    for (int kind = 0; kind < 2; kind++) {
+        void *cache = kind ? kv.v : kv.k;
+        for (size_t h = 0; h < nh; h++) {
+            uint8_t *at = nx_kv_row(c, cache, (int64_t)h, 0);
+            uint8_t *sv = (uint8_t *)saved + (kind * nh + h) * (size_t)stride * hb;
+            if (to_saved) memcpy(sv, at, (size_t)n * hb);
+            else memcpy(at, sv, (size_t)n * hb);
+        }
+    }
+}
+
 void nx_ctx_reset_auto(nx_ctx *c) { memset(&c->autos, 0, sizeof c->autos); }
 
 void nx_ctx_truncate(nx_ctx *c, int32_t n) {

@@ -117,6 +117,10 @@ static inline void *nx_kv_row(const nx_ctx *c, void *cache, int64_t h, int64_t p
     return (char *)cache + ((size_t)h * (size_t)c->n_ctx + (size_t)pos) * hb;
 }
 
+/* Rows [0, n) of one layer's cache to (to_saved) or from a block laid out [k, v][kv head][stride
+ * rows][head_dim] (the prompt cache's entries, state files). */
+void nx_kv_copy_rows(const nx_ctx *c, nx_kv kv, void *saved, int32_t stride, int32_t n, bool to_saved);
+
 /* rows = T: runs the trunk over tokens at positions n_past..n_past+T-1 (T ≤ n_batch), appends
  * to the caches, stores the MTP-fed hidden by position, and computes logits for rows
  * [logits_from, T) into logits (row-major, (T - logits_from, V)); logits may be NULL. */

@@ -95,21 +95,6 @@ static int32_t common(const int32_t *a, const int32_t *b, int32_t n) {
     return i;
 }
 
-/* Rows [0, n) of one layer's cache (nx_kv_row) to or from a saved block laid out
- * [k, v][kv head][stride rows][head_dim]. */
-static void copy_rows(const nx_ctx *c, nx_kv kv, uint8_t *saved, int32_t stride, int32_t n, bool to_saved) {
-    const nx_model *m = c->m;
-    const size_t hb = (size_t)m->cfg.head_dim * nx_dtype_size(m->kv_dtype), nh = (size_t)m->cfg.n_kv_heads;
-    for (int kind = 0; kind < 2; kind++) {
-        void *cache = kind ? kv.v : kv.k;
-        for (size_t h = 0; h < nh; h++) {
-            uint8_t *at = nx_kv_row(c, cache, (int64_t)h, 0), *sv = saved + (kind * nh + h) * (size_t)stride * hb;
-            if (to_saved) memcpy(sv, at, (size_t)n * hb);
-            else memcpy(at, sv, (size_t)n * hb);
-        }
-    }
-}
-
 /* A copy of the context's rows [0, n_past), or NULL when an entry already holds them (it is
  * made the most recently used), when they exceed the budget, or when memory is short: the
  * cache is an optimisation, never a reason to fail a request. */
@@ -139,7 +124,7 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     e->n = n;
     e->bytes = bytes;
     memcpy(e->tokens, c->tokens, sizeof(int32_t) * (size_t)n);
-    for (size_t l = 0; l < L; l++) copy_rows(c, c->kv[l], e->kv + 2 * l * row * (size_t)n, n, n, true);
+    for (size_t l = 0; l < L; l++) nx_kv_copy_rows(c, c->kv[l], e->kv + 2 * l * row * (size_t)n, n, n, true);
     memcpy(e->hidden, c->hidden, sizeof(float) * H * (size_t)n);
     return e;
 }
@@ -166,7 +151,7 @@ static void restore(nx_ctx *c, const entry *e, int32_t n) {
     nx_ctx_truncate(c, 0);
     memcpy(c->tokens, e->tokens, sizeof(int32_t) * (size_t)n);
     for (size_t l = 0; l < (size_t)c->m->cfg.n_layers; l++)
-        copy_rows(c, c->kv[l], e->kv + 2 * l * row * (size_t)e->n, e->n, n, false);
+        nx_kv_copy_rows(c, c->kv[l], e->kv + 2 * l * row * (size_t)e->n, e->n, n, false);
     memcpy(c->hidden, e->hidden, sizeof(float) * H * (size_t)n);
     c->n_past = n;
 }

@@ -237,19 +237,16 @@ static nx_status check(const nx_ctx *c, const char *path, const uint8_t *p, size
     return NX_OK;
 }
 
-/* Rows [0, k) of a checked file's n rows into c. */
+/* Rows [0, k) of a checked file's n rows into c (the layers' blocks are the prompt cache's). */
 static void apply(nx_ctx *c, const uint8_t *p, int32_t n, int32_t k) {
     const nx_model *m = c->m;
-    const size_t hb = kv_head_bytes(m), H = (size_t)m->cfg.hidden_size;
+    const size_t layer = 2 * (size_t)m->cfg.n_kv_heads * kv_head_bytes(m) * (size_t)n;
     nx_ctx_truncate(c, 0);
     const uint8_t *at = p + STATE_HEADER;
     for (int32_t t = 0; t < k; t++) c->tokens[t] = (int32_t)get_u32(at + 4 * (size_t)t);
     at += sizeof(int32_t) * (size_t)n;
-    for (int32_t l = 0; l < m->cfg.n_layers; l++)
-        for (int kind = 0; kind < 2; kind++)
-            for (int32_t h = 0; h < m->cfg.n_kv_heads; h++, at += hb * (size_t)n)
-                memcpy(nx_kv_row(c, kind ? c->kv[l].v : c->kv[l].k, h, 0), at, hb * (size_t)k);
-    memcpy(c->hidden, at, sizeof(float) * H * (size_t)k);
+    for (int32_t l = 0; l < m->cfg.n_layers; l++, at += layer) nx_kv_copy_rows(c, c->kv[l], (void *)at, n, k, false);
+    memcpy(c->hidden, at, sizeof(float) * (size_t)m->cfg.hidden_size * (size_t)k);
     c->n_past = k;
 }
 
