@@ -1,11 +1,14 @@
 /* libFuzzer target for the OpenAI request parser (the server's untrusted input): every body
  * must parse or fail with a 400 naming its field, never crash; parsed requests then drive the
- * response builders and the stop-string matcher with the request's own strings. */
+ * response builders and the stop-string matcher with the request's own strings. The same bytes
+ * go to the slot actions' checks (POST /slots/ID): a file name they accept never leaves the
+ * slot directory. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve/openai.h"
+#include "serve/slots.h"
 #include "serve/stop.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -17,6 +20,43 @@ static size_t token_text(void *user, int32_t id, char *buf, size_t cap) {
     size_t n = strlen(s) > 3 ? 3 : strlen(s);
     if (n <= cap) memcpy(buf, s, n);
     return n;
+}
+
+/* An accepted slot file name stays inside the slot directory: one path component, not "." or
+ * "..", and not hidden. */
+static void check_filename(const char *name, size_t len) {
+    if (nx_slot_filename_problem(name, len)) return;
+    if (len == 0 || len > NX_SLOT_NAME_MAX || memchr(name, '/', len) || memchr(name, '\\', len) ||
+        memchr(name, '\0', len) || name[0] == '.')
+        abort();
+}
+
+static void exercise_slots(const uint8_t *data, size_t size) {
+    check_filename((const char *)data, size);
+    static const char *const actions[] = {"save", "restore", "erase"};
+    for (int a = 0; a < 3; a++) {
+        nx_slot_request r;
+        nx_oai_error e;
+        if (nx_slot_request_parse("0", actions[a], (const char *)data, size, &r, &e) != NX_OK) {
+            if (e.http_status != 400) abort();
+            free(nx_oai_error_json(&e));
+            continue;
+        }
+        if (r.action != NX_SLOT_ERASE) check_filename(r.filename, strlen(r.filename));
+        nx_slot_result res = {.n = 1, .bytes = 2, .ms = 0.5};
+        free(nx_slot_response_json(&r, &res));
+    }
+    /* the bytes as the URL's slot id and as the action */
+    char *text = malloc(size + 1);
+    if (!text) return;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    nx_slot_request r;
+    nx_oai_error e;
+    if (nx_slot_request_parse(text, "erase", "", 0, &r, &e) != NX_OK) free(nx_oai_error_json(&e));
+    static const char body[] = "{\"filename\": \"a\"}";
+    if (nx_slot_request_parse("0", text, body, sizeof body - 1, &r, &e) != NX_OK) free(nx_oai_error_json(&e));
+    free(text);
 }
 
 static void exercise(nx_oai_request *r, const uint8_t *data, size_t size) {
@@ -70,5 +110,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     size_t n = 0;
     free(nx_oai_utf8_sanitize((const char *)data, size, &n));
+    exercise_slots(data, size);
     return 0;
 }

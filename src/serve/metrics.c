@@ -72,6 +72,13 @@ void nx_metrics_count_cancel(nx_metrics *m, bool timeout) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void nx_metrics_count_slot(nx_metrics *m, nx_slot_action a) {
+    if ((size_t)a >= sizeof m->slot_actions / sizeof m->slot_actions[0]) return;
+    pthread_mutex_lock(&m->mu);
+    m->slot_actions[a]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 /* Label values may not hold quotes, backslashes or newlines unescaped. */
@@ -148,6 +155,13 @@ char *nx_metrics_render(nx_metrics *m, const nx_metrics_gauges *g) {
     metric_value(&b, "nextn_prompt_cache_evictions_total", "counter",
                  "Saved prompt prefixes evicted to stay within the budget.", "%lld",
                  (long long)g->pcache.evictions);
+    metric(&b, "nextn_slot_actions_total", "counter",
+           "Slot actions done (POST /slots/0?action=..., with --slot-save-path).");
+    static const char *const actions[] = {[NX_SLOT_SAVE] = "save", [NX_SLOT_RESTORE] = "restore",
+                                          [NX_SLOT_ERASE] = "erase"};
+    for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++)
+        nx_strbuf_printf(&b, "nextn_slot_actions_total{action=\"%s\"} %lld\n", actions[i],
+                         (long long)c.slot_actions[i]);
     metric_value(&b, "nextn_generations_total", "counter", "Finished generations (one per prompt).",
                  "%lld", (long long)c.n_generations);
     metric_value(&b, "nextn_cancelled_total", "counter",

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "nextn.h"
+#include "serve/slots.h"
 
 #define NX_METRICS_MAX_SERIES 64
 
@@ -30,6 +31,7 @@ typedef struct nx_metrics {
     int64_t drafted_at[NX_MAX_DRAFT], accepted_at[NX_MAX_DRAFT];
     double expert_bytes_ar, expert_bytes_verify;
     int64_t n_ar_steps, n_verify_steps;
+    int64_t slot_actions[NX_SLOT_ERASE + 1]; /* finished slot actions, by nx_slot_action */
 } nx_metrics;
 
 void nx_metrics_init(nx_metrics *m);
@@ -39,6 +41,8 @@ void nx_metrics_count_request(nx_metrics *m, const char *route, int status);
 /* Adds one finished (or cancelled) generation's statistics. */
 void nx_metrics_add_generation(nx_metrics *m, const nx_gen_stats *s, double ttft, double queue_wait);
 void nx_metrics_count_cancel(nx_metrics *m, bool timeout);
+/* Counts one finished slot action (POST /slots/0). */
+void nx_metrics_count_slot(nx_metrics *m, nx_slot_action a);
 
 /* Live gauges supplied by the server at render time. */
 typedef struct nx_metrics_gauges {

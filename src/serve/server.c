@@ -1,6 +1,7 @@
 /* nextn serve: routes, authentication, body limits and the generation queue. Connection threads
  * (libmicrohttpd, one per connection) parse and tokenize requests, then hand a job to the single
- * worker thread, which owns the model context and runs jobs in arrival order. */
+ * worker thread, which owns the model context and runs jobs in arrival order. Slot actions
+ * (save, restore, erase the context's rows) are jobs too, so they never overlap a generation. */
 #include "serve/server.h"
 
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include "serve/hy_output.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
+#include "serve/slots.h"
 #include "serve/stop.h"
 #include "text/chat.h"
 
@@ -76,6 +79,12 @@ typedef struct job {
     nx_oai_usage usage;
     bool failed;
     nx_oai_error err;
+
+    /* a slot action instead of a generation (req, ids and out then stay empty) */
+    bool is_slot;
+    nx_slot_request slot;
+    char *slot_path; /* --slot-save-path/filename (save, restore) */
+    nx_slot_result slot_res;
 } job;
 
 struct nx_server {
@@ -88,6 +97,7 @@ struct nx_server {
     nx_prompt_cache_stats pc_stats; /* its counters as of the last request, under qmu */
     nx_server_opts o;
     char *host, *api_key, *model_id;
+    char *slot_dir;      /* --slot-save-path without trailing '/', or NULL: slot actions off */
     char *bos, *eos;     /* the template's bos_token / eos_token strings */
     nx_jinja *tmpl;      /* the chat template, parsed once and rendered concurrently */
     char tmpl_error[400]; /* why there is no template, for chat requests */
@@ -145,6 +155,7 @@ static void job_unref(job *j) {
     free(j->out);
     free(j->echo_lp);
     free(j->forced);
+    free(j->slot_path);
     nx_strbuf_free(&j->sse);
     nx_oai_request_free(&j->req);
     pthread_mutex_destroy(&j->mu);
@@ -662,6 +673,54 @@ static void run_job(nx_server *s, job *j) {
     job_set_done(j);
 }
 
+/* Rewrites each mention of path (the slot directory, a '/', then name) in the library's message
+ * msg as name alone: clients name slot files, the server's directories are not theirs to see. */
+static void hide_dir(char *msg, const char *path, const char *name) {
+    const size_t lp = strlen(path), ln = strlen(name), cut = lp - ln;
+    for (char *at = strstr(msg, path); at; at = strstr(at + ln, path)) memmove(at, at + cut, strlen(at + cut) + 1);
+}
+
+/* A slot action on the worker's context, between generations. A failed load leaves the context
+ * as it was (nx_state_load checks the whole file first), so the server goes on serving. A
+ * restore is not undone by the next request: nx_prompt_cache_prepare and nx_generate read what
+ * the context holds, and keep the rows the request's prompt starts with. */
+static void run_slot(nx_server *s, job *j) {
+    const nx_slot_request *r = &j->slot;
+    nx_slot_result *res = &j->slot_res;
+    nx_error err = {0};
+    nx_status st = NX_OK;
+    struct stat sb;
+    const double t0 = nx_now_s();
+    switch (r->action) {
+    case NX_SLOT_SAVE:
+        /* a directory (or a device, a socket) of that name is the client's choice of name */
+        if (lstat(j->slot_path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
+            st = nx_fail(&err, NX_E_ARG, "state file %s: exists and is not a regular file", j->slot_path);
+        else st = nx_state_save(s->ctx, j->slot_path, -1, &res->n, &res->bytes, &err);
+        break;
+    case NX_SLOT_RESTORE: st = nx_state_load(s->ctx, j->slot_path, &res->n, &res->bytes, &err); break;
+    case NX_SLOT_ERASE:
+        res->n = nx_ctx_n_past(s->ctx);
+        nx_ctx_truncate(s->ctx, 0);
+        break;
+    }
+    res->ms = (nx_now_s() - t0) * 1e3;
+    if (st != NX_OK) {
+        nx_oai_error e;
+        /* a file the client named that cannot be read is the request's fault; a save that
+         * cannot be written is the server's (its directory, its disk) */
+        const bool client = st == NX_E_ARG || (r->action == NX_SLOT_RESTORE && st != NX_E_NOMEM);
+        hide_dir(err.msg, j->slot_path, r->filename);
+        nx_oai_error_set(&e, client ? 400 : 500, client ? "invalid_request_error" : "server_error",
+                         "filename", r->action == NX_SLOT_SAVE ? "slot_save_failed" : "slot_restore_failed",
+                         "Cannot %s slot 0: %s", r->action == NX_SLOT_SAVE ? "save" : "restore", err.msg);
+        job_abort(j, &e);
+        return;
+    }
+    nx_metrics_count_slot(&s->metrics, r->action);
+    job_set_done(j);
+}
+
 static void *worker_main(void *arg) {
     nx_server *s = arg;
     for (;;) {
@@ -687,7 +746,8 @@ static void *worker_main(void *arg) {
         if (j->deadline > 0 && nx_now_s() > j->deadline) atomic_store(&j->cancel, CANCEL_TIMEOUT);
         int cancel = atomic_load(&j->cancel);
         if (cancel == CANCEL_NONE) {
-            run_job(s, j);
+            if (j->is_slot) run_slot(s, j);
+            else run_job(s, j);
         } else {
             nx_oai_error e;
             if (cancel == CANCEL_TIMEOUT) timeout_error(s, &e);
@@ -793,6 +853,7 @@ typedef struct conn {
     bool responded;
     bool counted; /* already in the request metrics */
     const char *route;
+    const char *allow; /* the route's method, for a 405's Allow header */
     job *j; /* non-streaming job waited on in the handler */
 } conn;
 
@@ -813,13 +874,7 @@ static enum MHD_Result respond(nx_server *s, struct MHD_Connection *c, conn *cs,
     }
     MHD_add_response_header(r, "Content-Type", ctype);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    if (status == 405)
-        MHD_add_response_header(r, "Allow", strcmp(cs->route, "/v1/chat/completions") == 0 ||
-                                                    strcmp(cs->route, "/v1/completions") == 0 ||
-                                                    strcmp(cs->route, "/tokenize") == 0 ||
-                                                    strcmp(cs->route, "/detokenize") == 0
-                                                ? "POST"
-                                                : "GET");
+    if (status == 405) MHD_add_response_header(r, "Allow", cs->allow ? cs->allow : "GET");
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -853,11 +908,25 @@ static bool auth_ok(const nx_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* Each route's path (also its label in the request metrics) and method. A path ending in "{id}"
+ * matches any last segment, which its handler checks. */
 static const char *const routes[][2] = {
     {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/v1/models", "GET"},
     {"/health", "GET"},               {"/metrics", "GET"},
     {"/tokenize", "POST"},            {"/detokenize", "POST"},
+    {"/slots/{id}", "POST"},
 };
+
+/* True when url is the route's path; for a "{id}" path, when url has its prefix and one more
+ * segment (possibly empty), which *id (if id is non-NULL) then points to. */
+static bool route_match(const char *path, const char *url, const char **id) {
+    const char *brace = strchr(path, '{');
+    if (!brace) return strcmp(url, path) == 0;
+    const size_t n = (size_t)(brace - path);
+    if (strncmp(url, path, n) != 0 || strchr(url + n, '/')) return false;
+    if (id) *id = url + n;
+    return true;
+}
 
 /* ---------------------------------------------------------------- request preparation */
 
@@ -1197,12 +1266,10 @@ static enum MHD_Result handle_json(nx_server *s, struct MHD_Connection *c, conn 
     return respond(s, c, cs, 200, "application/json", text);
 }
 
-static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, conn *cs,
-                                       nx_oai_kind kind) {
-    nx_oai_error e;
-    nx_oai_limits lim = {.model_id = s->model_id, .vocab_size = s->info->vocab_size};
+/* A new job for the request on c (one reference: the connection's), or NULL when out of memory. */
+static job *job_new(nx_server *s, struct MHD_Connection *c) {
     job *j = calloc(1, sizeof *j);
-    if (!j) return respond_errorf(s, c, cs, 500, "server_error", NULL, "out of memory");
+    if (!j) return NULL;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
@@ -1213,10 +1280,38 @@ static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, c
     j->t_arrival = nx_now_s();
     j->deadline = s->o.timeout > 0 ? j->t_arrival + s->o.timeout : 0;
     j->created = (int64_t)time(NULL);
-    snprintf(j->id, sizeof j->id, "%s-%016llx", kind == NX_OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)next_random(s));
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
+    return j;
+}
+
+/* The connection's thread waits for a queued job to finish, watching the client. True when the
+ * caller is to answer; false when the client has gone (counted as 499, nobody to answer). */
+static bool wait_job(nx_server *s, conn *cs, job *j) {
+    pthread_mutex_lock(&j->mu);
+    while (j->state != JOB_DONE) {
+        wait_tick(j);
+        if (j->state != JOB_DONE) {
+            pthread_mutex_unlock(&j->mu);
+            watch_job(s, j);
+            pthread_mutex_lock(&j->mu);
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (atomic_load(&j->cancel) != CANCEL_CLIENT) return true;
+    nx_metrics_count_request(&s->metrics, cs->route, 499); /* nginx's "client closed" */
+    cs->responded = true;
+    return false;
+}
+
+static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, conn *cs,
+                                       nx_oai_kind kind) {
+    nx_oai_error e;
+    nx_oai_limits lim = {.model_id = s->model_id, .vocab_size = s->info->vocab_size};
+    job *j = job_new(s, c);
+    if (!j) return respond_errorf(s, c, cs, 500, "server_error", NULL, "out of memory");
+    snprintf(j->id, sizeof j->id, "%s-%016llx", kind == NX_OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)next_random(s));
 
     if (nx_oai_request_parse(kind, cs->body.data, cs->body.len, &lim, &j->req, &e) != NX_OK ||
         prepare(s, j, &e) != NX_OK) {
@@ -1251,24 +1346,51 @@ static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, c
     }
 
     /* Non-streaming: this connection's thread waits for the worker, watching the client. */
-    pthread_mutex_lock(&j->mu);
-    while (j->state != JOB_DONE) {
-        wait_tick(j);
-        if (j->state != JOB_DONE) {
-            pthread_mutex_unlock(&j->mu);
-            watch_job(s, j);
-            pthread_mutex_lock(&j->mu);
-        }
-    }
-    pthread_mutex_unlock(&j->mu);
     enum MHD_Result ret;
-    if (atomic_load(&j->cancel) == CANCEL_CLIENT) {
-        nx_metrics_count_request(&s->metrics, cs->route, 499); /* nginx's "client closed" */
-        cs->responded = true;
-        ret = MHD_NO; /* nobody to answer */
-    }
+    if (!wait_job(s, cs, j)) ret = MHD_NO; /* nobody to answer */
     else if (j->failed) ret = respond_error(s, c, cs, &j->err);
     else ret = respond(s, c, cs, 200, "application/json", nonstream_body(j));
+    job_unref(j);
+    return ret;
+}
+
+/* POST /slots/ID?action=save|restore|erase (llama.cpp's server): the action runs on the worker
+ * as a job, in turn with the generations, and this thread waits for it. */
+static enum MHD_Result handle_slots(nx_server *s, struct MHD_Connection *c, conn *cs, const char *url) {
+    nx_oai_error e;
+    if (!s->slot_dir) {
+        nx_oai_error_set(&e, 501, "not_supported_error", NULL, "slots_disabled",
+                         "Slot saving is disabled on this server: start it with --slot-save-path DIR to save, "
+                         "restore and erase slots.");
+        return respond_error(s, c, cs, &e);
+    }
+    const char *id = "";
+    route_match(cs->route, url, &id);
+    const char *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+    nx_slot_request r;
+    if (nx_slot_request_parse(id, action, cs->body.data, cs->body.len, &r, &e) != NX_OK)
+        return respond_error(s, c, cs, &e);
+    job *j = job_new(s, c);
+    if (!j) return respond_errorf(s, c, cs, 500, "server_error", NULL, "out of memory");
+    j->is_slot = true;
+    j->slot = r;
+    if (r.action != NX_SLOT_ERASE) {
+        const size_t n = strlen(s->slot_dir) + 1 + strlen(r.filename) + 1;
+        if (!(j->slot_path = malloc(n))) {
+            job_unref(j);
+            return respond_errorf(s, c, cs, 500, "server_error", NULL, "out of memory");
+        }
+        snprintf(j->slot_path, n, "%s/%s", s->slot_dir, r.filename);
+    }
+    if (!enqueue(s, j)) {
+        job_unref(j);
+        return respond_errorf(s, c, cs, 503, "server_error", "queue_full",
+                              "The server is busy: the request queue is full. Retry shortly.");
+    }
+    enum MHD_Result ret;
+    if (!wait_job(s, cs, j)) ret = MHD_NO;
+    else if (j->failed) ret = respond_error(s, c, cs, &j->err);
+    else ret = respond(s, c, cs, 200, "application/json", nx_slot_response_json(&j->slot, &j->slot_res));
     job_unref(j);
     return ret;
 }
@@ -1297,8 +1419,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = cs;
         cs->route = "other";
         int route = -1;
-        for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-            if (strcmp(url, routes[i][0]) == 0) route = (int)i;
+        for (size_t i = 0; i < sizeof routes / sizeof routes[0] && route < 0; i++)
+            if (route_match(routes[i][0], url, NULL)) route = (int)i;
         if (route < 0) {
             nx_oai_error e;
             nx_oai_error_set(&e, 404, "invalid_request_error", NULL, "unknown_url",
@@ -1307,6 +1429,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return respond_error(s, c, cs, &e);
         }
         cs->route = routes[route][0];
+        cs->allow = routes[route][1];
         if (strcmp(method, routes[route][1]) != 0) {
             nx_oai_error e;
             nx_oai_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
@@ -1376,6 +1499,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (strcmp(cs->route, "/tokenize") == 0) return handle_json(s, c, cs, tokenize_body);
     if (strcmp(cs->route, "/detokenize") == 0) return handle_json(s, c, cs, detokenize_body);
+    if (strcmp(cs->route, "/slots/{id}") == 0) return handle_slots(s, c, cs, url);
     return handle_generate(s, c, cs,
                            strcmp(cs->route, "/v1/chat/completions") == 0 ? NX_OAI_CHAT
                                                                           : NX_OAI_COMPLETION);
@@ -1418,6 +1542,14 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     if (o->port < 0 || o->port > 65535) return nx_fail(err, NX_E_ARG, "--port %d: out of range", o->port);
     if (!nx_model_tokenizer(m))
         return nx_fail(err, NX_E_ARG, "the model ships no tokenizer.json; the server needs one");
+    if (o->slot_save_path) {
+        struct stat sb;
+        if (!*o->slot_save_path) return nx_fail(err, NX_E_ARG, "--slot-save-path: empty directory name");
+        if (stat(o->slot_save_path, &sb) != 0)
+            return nx_fail(err, NX_E_ARG, "--slot-save-path %s: %s", o->slot_save_path, strerror(errno));
+        if (!S_ISDIR(sb.st_mode))
+            return nx_fail(err, NX_E_ARG, "--slot-save-path %s: not a directory", o->slot_save_path);
+    }
     nx_server *s = calloc(1, sizeof *s);
     if (!s) return nx_fail(err, NX_E_NOMEM, "out of memory");
     s->model = m;
@@ -1427,6 +1559,10 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     s->host = dup_or_null(o->host ? o->host : "127.0.0.1");
     s->api_key = o->api_key && *o->api_key ? strdup(o->api_key) : NULL;
     s->model_id = dup_or_null(o->model_id ? o->model_id : "nextn");
+    if (o->slot_save_path && (s->slot_dir = strdup(o->slot_save_path))) {
+        size_t n = strlen(s->slot_dir);
+        while (n > 1 && s->slot_dir[n - 1] == '/') s->slot_dir[--n] = '\0'; /* "dir/" + "/" + name */
+    }
     s->has_mtp = s->info->mtp && strncmp(s->info->mtp, "none", 4) != 0 &&
                  strcmp(s->info->mtp, "disabled") != 0;
     s->t_created = (int64_t)time(NULL);
@@ -1463,7 +1599,7 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     nx_status st;
-    if (!s->host || !s->model_id) {
+    if (!s->host || !s->model_id || (o->slot_save_path && !s->slot_dir)) {
         st = nx_fail(err, NX_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -1541,6 +1677,7 @@ void nx_server_stop(nx_server *s) {
     free(s->host);
     free(s->api_key);
     free(s->model_id);
+    free(s->slot_dir);
     nx_jinja_free(s->tmpl);
     free(s->bos);
     free(s->eos);

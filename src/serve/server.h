@@ -25,6 +25,9 @@ typedef struct nx_server_opts {
     bool split_reasoning; /* chat: <think>…</think> as reasoning_content (default) or left in the
                            * content */
     size_t cache_ram;     /* bytes of saved prompt prefixes (nx_prompt_cache); 0 = none */
+    const char *slot_save_path; /* an existing directory for POST /slots/0?action=save|restore
+                                 * (nx_state_save / nx_state_load files); NULL = slot actions
+                                 * answer 501 */
 } nx_server_opts;
 
 void nx_server_opts_default(nx_server_opts *o);

@@ -20,7 +20,8 @@ static const char *usage =
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions\n"
     "(streaming and not), POST /tokenize and /detokenize, GET /v1/models, GET /health,\n"
-    "GET /metrics (Prometheus).\n"
+    "GET /metrics (Prometheus), and llama.cpp's POST /slots/0?action=save|restore|erase\n"
+    "(with --slot-save-path).\n"
     "MTP self-speculative decoding is on by default; requests may override it with\n"
     "\"speculative\": {\"draft\": \"auto\"|0..8, \"verify\": \"residual\"|\"match\"}.\n"
     "\n"
@@ -38,6 +39,10 @@ static const char *usage =
     "      --cache-ram MIB     memory for saved prompt prefixes, so requests that alternate\n"
     "                          between conversations keep each one's cache (default 1024;\n"
     "                          0 = off)\n"
+    "      --slot-save-path DIR  POST /slots/0?action=save|restore with {\"filename\": NAME}\n"
+    "                          writes / loads the context's rows as DIR/NAME (an existing\n"
+    "                          directory); action=erase empties the context (default: off,\n"
+    "                          slot actions answer 501)\n"
     "      --draft auto|N      default draft length, 0 = plain decoding (default auto)\n"
     "      --verify RULE       residual or match (default residual); both lossless, match\n"
     "                          makes seeded output independent of the draft length\n"
@@ -50,7 +55,7 @@ static const char *usage =
     "  -q, --quiet             no start-up banner\n";
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
-       O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE };
+       O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -63,6 +68,7 @@ static const struct option opts[] = {
     {"no-mtp", no_argument, 0, O_NOMTP},      {"act-bits", required_argument, 0, O_ACT},
     {"kv-type", required_argument, 0, O_KV},      {"quiet", no_argument, 0, 'q'},
     {"reasoning-format", required_argument, 0, O_REASONING}, {"cache-ram", required_argument, 0, O_CACHE},
+    {"slot-save-path", required_argument, 0, O_SLOTS},
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
 
@@ -166,6 +172,7 @@ int nx_cli_serve(int argc, char **argv) {
             if (!cli_parse_int(optarg, 0, 1LL << 30, &v)) BAD("--cache-ram %s: expected MiB >= 0", optarg);
             so.cache_ram = (size_t)v << 20;
             break;
+        case O_SLOTS: so.slot_save_path = optarg; break;
         case O_REASONING:
             if (!strcmp(optarg, "split")) so.split_reasoning = true;
             else if (!strcmp(optarg, "none")) so.split_reasoning = false;
@@ -248,6 +255,7 @@ int nx_cli_serve(int argc, char **argv) {
             fprintf(stderr, "nextn serve: MTP %s: plain decoding (no speculation)\n", in->mtp);
         fprintf(stderr, "nextn serve: context %d tokens, prompt cache %zu MiB, queue %d, timeout %gs, max body %zu bytes%s\n",
                 so.n_ctx, so.cache_ram >> 20, so.queue, so.timeout, so.max_body, so.api_key ? ", API key required" : "");
+        if (so.slot_save_path) fprintf(stderr, "nextn serve: slot files in %s\n", so.slot_save_path);
     }
     /* Always printed: scripts read the port from this line. */
     const char *h = so.host;
