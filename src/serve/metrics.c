@@ -132,7 +132,7 @@ char *nx_metrics_render(nx_metrics *m, const nx_metrics_gauges *g) {
         nx_strbuf_printf(&b, "\",status=\"%d\"} %lld\n", c.req[i].status,
                          (long long)c.req[i].count);
     }
-    metric_value(&b, "nextn_queue_depth", "gauge", "Generation requests waiting for the worker.",
+    metric_value(&b, "nextn_queue_depth", "gauge", "Requests (generations and slot actions) waiting for the worker.",
                  "%d", g->queue_depth);
     metric_value(&b, "nextn_queue_capacity", "gauge",
                  "Requests the queue admits before answering 503.", "%d", g->queue_capacity);
