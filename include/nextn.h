@@ -388,6 +388,9 @@ void nx_prompt_cache_free(nx_prompt_cache *pc);
  * less the prompt's last token). Restored rows are the saved bits, so the output is the same as
  * from an empty context. Entries are used only with contexts of the model they came from. */
 int32_t nx_prompt_cache_prepare(nx_prompt_cache *pc, nx_ctx *c, const int32_t *prompt, size_t n_prompt);
+/* Saves the context's rows (at least 16) into the cache as nx_prompt_cache_prepare does before a
+ * request replaces them: for callers about to replace them otherwise (loading a state file). */
+void nx_prompt_cache_keep(nx_prompt_cache *pc, const nx_ctx *c);
 void nx_prompt_cache_get_stats(const nx_prompt_cache *pc, nx_prompt_cache_stats *st);
 
 /* ---------------------------------------------------------------- state files */

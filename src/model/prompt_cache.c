@@ -156,6 +156,11 @@ static void restore(nx_ctx *c, const entry *e, int32_t n) {
     c->n_past = n;
 }
 
+void nx_prompt_cache_keep(nx_prompt_cache *pc, const nx_ctx *c) {
+    entry *e = c->n_past >= NX_PROMPT_CACHE_MIN_ROWS ? snapshot(pc, c) : NULL;
+    if (e) insert(pc, e);
+}
+
 int32_t nx_prompt_cache_prepare(nx_prompt_cache *pc, nx_ctx *c, const int32_t *prompt, size_t n_prompt) {
     /* what nx_generate keeps: the shared prefix, less the prompt's last token */
     const int32_t usable = n_prompt > 0 && n_prompt <= (size_t)c->n_ctx ? (int32_t)n_prompt - 1 : 0;

@@ -698,7 +698,14 @@ static void run_slot(nx_server *s, job *j) {
             st = nx_fail(&err, NX_E_ARG, "state file %s: exists and is not a regular file", j->slot_path);
         else st = nx_state_save(s->ctx, j->slot_path, -1, &res->n, &res->bytes, &err);
         break;
-    case NX_SLOT_RESTORE: st = nx_state_load(s->ctx, j->slot_path, &res->n, &res->bytes, &err); break;
+    case NX_SLOT_RESTORE:
+        /* the rows the restore replaces go into the prompt cache, as a request's would */
+        nx_prompt_cache_keep(s->pcache, s->ctx);
+        pthread_mutex_lock(&s->qmu);
+        nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
+        pthread_mutex_unlock(&s->qmu);
+        st = nx_state_load(s->ctx, j->slot_path, &res->n, &res->bytes, &err);
+        break;
     case NX_SLOT_ERASE:
         res->n = nx_ctx_n_past(s->ctx);
         nx_ctx_truncate(s->ctx, 0);

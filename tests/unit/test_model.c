@@ -689,6 +689,23 @@ static void test_state_file(void **state) {
     nx_ctx_truncate(cold, 0);
     prompt_turn(cold, NULL, p, 20, false, 0, &y);
     assert_memory_equal(x.ids, y.ids, sizeof(int32_t) * 16);
+    /* rows a load is about to replace can go into the prompt cache first, and come back from it */
+    nx_prompt_cache *pc = NULL;
+    nx_prompt_cache_stats pst;
+    assert_int_equal(nx_prompt_cache_new((size_t)64 << 20, &pc, NULL), NX_OK);
+    nx_ctx_truncate(b, 0);
+    prompt_turn(b, NULL, p, 39, false, 0, &x);
+    nx_prompt_cache_keep(pc, b);
+    nx_prompt_cache_get_stats(pc, &pst);
+    assert_int_equal(pst.saves, 1);
+    assert_int_equal(nx_state_load(b, path, &n_loaded, NULL, &err), NX_OK);
+    assert_int_equal(nx_prompt_cache_prepare(pc, b, p, 39), 38);
+    nx_ctx_truncate(small, 15);
+    nx_prompt_cache_keep(pc, small); /* fewer than 16 rows are not kept */
+    nx_prompt_cache_get_stats(pc, &pst);
+    assert_int_equal(pst.restores, 1);
+    assert_int_equal(pst.entries, 1);
+    nx_prompt_cache_free(pc);
     assert_int_equal(unlink(path), 0);
     nx_ctx_free(a);
     nx_ctx_free(b);
