@@ -83,8 +83,11 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
 AI void mk_float_rows(const nx_dtype dt, const int R, const int TT, const uint8_t *w, size_t stride,
                       const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in, int64_t r0, int64_t r1,
                       const qpf_window *pw) {
-    for (int64_t o = r0; o < r1; o += R)
+    nx_side_pf *side = nx_side_state();
+    for (int64_t o = r0; o < r1; o += R) {
+        nx_side_hint(side);
         mk_float(dt, R, TT, w + (size_t)o * stride, stride, x, ldx, y + o, ldy, in, pw);
+    }
 }
 
 /* n rows for TT input rows: blocks of 4 rows, then the remaining rows one at a time. */
@@ -333,11 +336,13 @@ static void xsum_row(const float *x, int64_t in, int64_t group, float *X) {
 AI void mk_quant_rows(const int BITS, const int R, const int TT, const qargs *a, const float *x, int64_t ldx,
                       const float *X, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     qargs b = *a;
+    nx_side_pf *side = nx_side_state();
     for (int64_t o = r0; o < r1; o += R) {
         b.w = a->w + (size_t)o * a->wstride;
         b.sc = a->sc + (size_t)o * a->sstride;
         b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
         spf_hint(&b.spf, b.sc, (size_t)R * a->sstride);
+        nx_side_hint(side);
         mk_quant(BITS, R, TT, &b, x, ldx, X, y + o, ldy);
     }
 }

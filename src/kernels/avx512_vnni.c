@@ -412,11 +412,13 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
                const vargs *a, int64_t r0, int64_t r1, const void *xq, int64_t ldq, const float *d, const float *X,
                int64_t ldg, float *y, int64_t ldy) {
     vargs b = *a;
+    nx_side_pf *side = nx_side_state();
     for (int64_t o = r0; o < r1; o += R) {
         b.w = a->w + (size_t)o * a->wstride;
         b.sc = a->sc + (size_t)o * a->sstride;
         b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
         spf_hint(&b.spf, b.sc, (size_t)R * a->sstride);
+        nx_side_hint(side);
         mk_block(KIND, BITS, GPU, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy);
     }
 }

@@ -118,6 +118,24 @@ void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_
         nx_kernels_ref.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, NULL);
 }
 
+static _Thread_local nx_side_pf nx_side;
+
+nx_side_pf *nx_side_state(void) {
+    return &nx_side;
+}
+
+void nx_prefetch_side(const nx_span *spans, int n) {
+    nx_side_pf *s = &nx_side;
+    s->n = s->i = 0;
+    for (int k = 0; k < n && s->n < NX_SIDE_SPANS; k++) {
+        if (!spans[k].p || !spans[k].len) continue;
+        const uintptr_t a = (uintptr_t)spans[k].p;
+        s->p[s->n] = a & ~(uintptr_t)63;
+        s->end[s->n++] = a + spans[k].len;
+    }
+    if (s->n) s->at = s->p[0];
+}
+
 void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                     int64_t ldy, int64_t o0, int64_t o1) {
     nx_matmul_rows_then(W, x, ldx, T, y, ldy, o0, o1, NULL);

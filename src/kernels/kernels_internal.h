@@ -49,6 +49,28 @@ static inline float nx_rmsnorm_scale(double part[8], const float *x, int64_t i, 
     return (float)(1.0 / sqrt(ss / (double)n + eps));
 }
 
+/* The calling thread's side prefetch (nx_prefetch_side): spans as line-aligned [p, end), the
+ * current one and the next line's address. */
+typedef struct nx_side_pf {
+    uintptr_t p[NX_SIDE_SPANS], end[NX_SIDE_SPANS];
+    int n, i;
+    uintptr_t at;
+} nx_side_pf;
+nx_side_pf *nx_side_state(void);
+
+/* Up to NX_SIDE_LINES lines of s's spans (kernels call it once per register block). */
+static inline void nx_side_hint(nx_side_pf *s) {
+    if (__builtin_expect(s->i >= s->n, 1)) return;
+    for (int k = 0; k < NX_SIDE_LINES; k++) {
+        __builtin_prefetch((const void *)s->at, 0, 3);
+        s->at += 64;
+        if (s->at >= s->end[s->i]) {
+            if (++s->i >= s->n) return;
+            s->at = s->p[s->i];
+        }
+    }
+}
+
 /* Bytes of one output row of the weight itself (packed words for quantized weights; no
  * scales or biases). */
 size_t nx_linear_weight_row_bytes(const nx_linear *W);

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "base/pool.h"
-#include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
 #include "io/quantize.h"
 
 /* ------------------------------------------------------------------ test data */
@@ -603,6 +603,39 @@ static void test_matmul_float_vs_ref(void **state) {
     use_isa(default_isa);
 }
 
+/* nx_prefetch_side: results are the same bits with side spans set, on every ISA; the AVX-512
+ * kernels take NX_SIDE_LINES lines per register block of rows, span after span, until cleared. */
+static void test_side_prefetch(void **state) {
+    (void)state;
+    static uint8_t side[3][4096] __attribute__((aligned(64)));
+    const nx_span spans[3] = {{side[0] + 5, 1000}, {side[1], 64}, {side[2], 4096}}; /* 16, 1, 64 lines */
+    const nx_dtype dts[2] = {NX_DTYPE_U32, NX_DTYPE_BF16};
+    for (int d = 0; d < 2; d++) {
+        tw t;
+        tw_make(&t, dts[d], 32, 128, dts[d] == NX_DTYPE_U32 ? 4 : 0, 64, NX_DTYPE_BF16, 0);
+        float *x = rnd_vec(128), y0[32], y1[32];
+        for (int k = 0; k < n_isas; k++) {
+            assert_int_equal(use_isa(isas[k]), 0);
+            nx_prefetch_side(NULL, 0);
+            nx_matmul_rows(&t.L, x, 128, 1, y0, 32, 0, 32);
+            nx_prefetch_side(spans, 3);
+            nx_matmul_rows(&t.L, x, 128, 1, y1, 32, 0, 32);
+            assert_memory_equal(y0, y1, sizeof y0);
+            const nx_side_pf *sp = nx_side_state();
+            if (strncmp(isas[k], "avx512", 6) == 0) {
+                /* 32 rows: 8 blocks of 4, so 32 lines: the first span's 16, the second's 1, 15 of the third */
+                assert_int_equal(sp->i, 2);
+                assert_int_equal(sp->at - (uintptr_t)side[2], 15 * 64);
+            }
+            nx_prefetch_side(NULL, 0);
+            assert_int_equal(nx_side_state()->n, 0);
+        }
+        free(x);
+        tw_free(&t);
+    }
+    use_isa(default_isa);
+}
+
 static void test_matmul_quant_vs_ref(void **state) {
     (void)state;
     const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
@@ -939,6 +972,7 @@ int main(void) {
         cmocka_unit_test(test_argmax),
         cmocka_unit_test(test_matmul_float_vs_ref),
         cmocka_unit_test(test_matmul_quant_vs_ref),
+        cmocka_unit_test(test_side_prefetch),
         cmocka_unit_test(test_matmul_quant_activations),
         cmocka_unit_test(test_matmul_quant_nonfinite),
         cmocka_unit_test(test_batch_invariance),
