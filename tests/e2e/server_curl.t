@@ -18,17 +18,11 @@ skip_all_unless_ready()
 t = Tap()
 
 
-def err_of(r):
-    try:
-        return r.json().get("error") or {}
-    except ValueError:
-        return {}
-
 
 def expect_error(base, path, body, status, param=None, name=None, **kw):
     r = curl(base + path, body=body if not isinstance(body, str) else None,
              raw=body if isinstance(body, str) else None, **kw)
-    e = err_of(r)
+    e = r.error()
     good = r.status == status and isinstance(e.get("message"), str) and "type" in e and \
         "param" in e and "code" in e and (param is None or e.get("param") == param)
     t.ok(good, f"{name or path}: {status}" + (f" naming '{param}'" if param else ""),

@@ -24,12 +24,6 @@ skip_all_unless_ready()
 t = Tap()
 
 
-def err_of(r):
-    try:
-        return r.json().get("error") or {}
-    except ValueError:
-        return {}
-
 
 def slot(base, action, body=None, sid="0", raw=None, **kw):
     url = f"{base}/slots/{sid}" + (f"?action={action}" if action is not None else "")
@@ -39,7 +33,7 @@ def slot(base, action, body=None, sid="0", raw=None, **kw):
 
 
 def expect_400(r, name, param=None, code=None):
-    e = err_of(r)
+    e = r.error()
     good = r.status == 400 and isinstance(e.get("message"), str) and e.get("type") == "invalid_request_error" \
         and (param is None or e.get("param") == param) and (code is None or e.get("code") == code)
     t.ok(good, f"{name}: 400" + (f" naming '{param}'" if param else ""), f"status {r.status}, body {r.body[:400]}")
@@ -73,7 +67,7 @@ srv = Server("--ctx", "1024")
 B = srv.base
 for action in ("save", "restore", "erase"):
     r = slot(B, action, {"filename": "x.bin"} if action != "erase" else None)
-    e = err_of(r)
+    e = r.error()
     t.ok(r.status == 501 and e.get("type") == "not_supported_error" and "--slot-save-path" in e.get("message", ""),
          f"{action} without --slot-save-path: 501 naming the option", f"status {r.status}, body {r.body[:300]}")
 t.ok(curl(B + "/health").status == 200, "the server still answers")

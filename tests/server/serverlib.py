@@ -107,6 +107,13 @@ class Reply:
     def json(self):
         return json.loads(self.body)
 
+    def error(self):
+        """The OpenAI-style error object of the body, or {} when there is none."""
+        try:
+            return self.json().get("error") or {}
+        except ValueError:
+            return {}
+
     def events(self):
         """The data: payloads of an SSE body, in order (the final "[DONE]" included)."""
         out = []
