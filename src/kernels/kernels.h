@@ -101,7 +101,8 @@ void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_
  * 8 KB of KV rows hinted that way before a layer's projections were as slow to read 20 µs later
  * as unhinted ones (1.8 + 2.7 µs for a thread's scores and sums, against 0.5 + 0.6 warm), and
  * waiting 3 µs after the burst did not help; spaced out they arrive. 4-bit bench model, 300
- * tokens, the burst and this alternating step by step in one process: attention 1.027x (median
+ * tokens, the burst and this alternating step by step in one process (bench/ab_steps.py, 9 runs):
+ * attention 1.027x (median
  * of 9 runs, 1.003-1.038x), the step 1.006x. Spans are taken in order; a call replaces what is
  * left of the last one, and nx_prefetch_side(NULL, 0) clears it. At most NX_SIDE_SPANS spans
  * (more are ignored). */
