@@ -85,7 +85,7 @@ AI void mk_float_rows(const nx_dtype dt, const int R, const int TT, const uint8_
                       const qpf_window *pw) {
     nx_side_pf *side = nx_side_state();
     for (int64_t o = r0; o < r1; o += R) {
-        nx_side_hint(side);
+        nx_side_hint(side, R);
         mk_float(dt, R, TT, w + (size_t)o * stride, stride, x, ldx, y + o, ldy, in, pw);
     }
 }
@@ -342,7 +342,7 @@ AI void mk_quant_rows(const int BITS, const int R, const int TT, const qargs *a,
         b.sc = a->sc + (size_t)o * a->sstride;
         b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
         spf_hint(&b.spf, b.sc, (size_t)R * a->sstride);
-        nx_side_hint(side);
+        nx_side_hint(side, R);
         mk_quant(BITS, R, TT, &b, x, ldx, X, y + o, ldy);
     }
 }

@@ -418,7 +418,7 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
         b.sc = a->sc + (size_t)o * a->sstride;
         b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
         spf_hint(&b.spf, b.sc, (size_t)R * a->sstride);
-        nx_side_hint(side);
+        nx_side_hint(side, R);
         mk_block(KIND, BITS, GPU, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy);
     }
 }

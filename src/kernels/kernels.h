@@ -96,8 +96,7 @@ void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_
 
 /* Memory the calling thread reads soon besides weights (the KV cache rows its attention reads
  * after the projections): the thread's next quantized or float matmul calls (AVX-512 kernels)
- * hint it NX_SIDE_LINES cache lines per register block of rows, so the hints are paced by the
- * weight stream. Issued as one burst instead, such hints were lost on the Zen 4 VM measured:
+ * hint it a cache line per weight row they start, so the hints are paced by the weight stream. Issued as one burst instead, such hints were lost on the Zen 4 VM measured:
  * 8 KB of KV rows hinted that way before a layer's projections were as slow to read 20 µs later
  * as unhinted ones (1.8 + 2.7 µs for a thread's scores and sums, against 0.5 + 0.6 warm), and
  * waiting 3 µs after the burst did not help; spaced out they arrive. 4-bit bench model, 300
@@ -107,7 +106,6 @@ void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_
  * left of the last one, and nx_prefetch_side(NULL, 0) clears it. At most NX_SIDE_SPANS spans
  * (more are ignored). */
 #define NX_SIDE_SPANS 8
-#define NX_SIDE_LINES 4
 typedef struct nx_span {
     const void *p;
     size_t len;

@@ -58,10 +58,10 @@ typedef struct nx_side_pf {
 } nx_side_pf;
 nx_side_pf *nx_side_state(void);
 
-/* Up to NX_SIDE_LINES lines of s's spans (kernels call it once per register block). */
-static inline void nx_side_hint(nx_side_pf *s) {
+/* The next `lines` lines of s's spans (kernels call it per register block, a line per row). */
+static inline void nx_side_hint(nx_side_pf *s, int lines) {
     if (__builtin_expect(s->i >= s->n, 1)) return;
-    for (int k = 0; k < NX_SIDE_LINES; k++) {
+    for (int k = 0; k < lines; k++) {
         __builtin_prefetch((const void *)s->at, 0, 3);
         s->at += 64;
         if (s->at >= s->end[s->i]) {

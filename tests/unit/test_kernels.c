@@ -604,7 +604,7 @@ static void test_matmul_float_vs_ref(void **state) {
 }
 
 /* nx_prefetch_side: results are the same bits with side spans set, on every ISA; the AVX-512
- * kernels take NX_SIDE_LINES lines per register block of rows, span after span, until cleared. */
+ * kernels take a line per weight row, span after span, until cleared. */
 static void test_side_prefetch(void **state) {
     (void)state;
     static uint8_t side[3][4096] __attribute__((aligned(64)));
@@ -623,7 +623,7 @@ static void test_side_prefetch(void **state) {
             assert_memory_equal(y0, y1, sizeof y0);
             const nx_side_pf *sp = nx_side_state();
             if (strncmp(isas[k], "avx512", 6) == 0) {
-                /* 32 rows: 8 blocks of 4, so 32 lines: the first span's 16, the second's 1, 15 of the third */
+                /* 32 rows, so 32 lines: the first span's 16, the second's 1, 15 of the third */
                 assert_int_equal(sp->i, 2);
                 assert_int_equal(sp->at - (uintptr_t)side[2], 15 * 64);
             }
