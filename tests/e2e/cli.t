@@ -226,7 +226,9 @@ t.ok(huge is not None and 0.0 <= huge <= 1.0, f"bench: share of the weights on 2
 # run without the cache prints; a broken cache file is reported by name and ignored.
 pc = os.path.join(tmp, "prompt.state")
 prompt = "static int compare(const void *a, const void *b) {"
-gen = ["run", "-p", prompt, "-n", "24", "--temp", "0.7", "--seed", "5"]
+# a fixed draft length: with --draft auto the drafts follow measured timings, and at temperature
+# > 0 another draft length draws another (equally exact) sample
+gen = ["run", "-p", prompt, "-n", "24", "--temp", "0.7", "--seed", "5", "--draft", "2"]
 r1 = nextn(*gen, "--prompt-cache", pc, check=False)
 r2 = nextn(*gen, "--prompt-cache", pc, check=False)
 m1 = re.search(r"prompt cache: (\d+) rows saved", r1.stderr)
@@ -234,7 +236,7 @@ m2 = re.search(r"prefill: (\d+) tokens \((\d+) cached\)", r2.stderr)
 t.ok(r1.returncode == 0 and r2.returncode == 0 and m1 and os.path.getsize(pc) > 96 and m2
      and int(m2.group(2)) == int(m2.group(1)) - 1 and r1.stdout == r2.stdout,
      "run --prompt-cache: the second run reuses the prompt's rows and prints the same text", r1.stderr + r2.stderr)
-longer = ["run", "-p", prompt + " return 0;", "-n", "24", "--temp", "0.7", "--seed", "5"]
+longer = ["run", "-p", prompt + " return 0;", "-n", "24", "--temp", "0.7", "--seed", "5", "--draft", "2"]
 before = os.path.getmtime(pc), os.path.getsize(pc)
 r3 = nextn(*longer, "--prompt-cache", pc, "--prompt-cache-ro", check=False)
 r4 = nextn(*longer, check=False)
