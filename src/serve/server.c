@@ -528,6 +528,13 @@ static void tool_calls_done(nx_server *s, gen_state *g, nx_strbuf *dst) {
 }
 
 /* Runs prompt `i` of job j on the worker's context. */
+/* The prompt cache's counters for /metrics and /health, copied under qmu (the worker owns the cache). */
+static void publish_cache_stats(nx_server *s) {
+    pthread_mutex_lock(&s->qmu);
+    nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
+    pthread_mutex_unlock(&s->qmu);
+}
+
 static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx_error *err) {
     gen_state g;
     memset(&g, 0, sizeof g);
@@ -576,9 +583,7 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     p.min_tokens = j->req.min_tokens;
     if (i % j->n_per == 0) { /* the first choice of a prompt; the others share its rows anyway */
         nx_prompt_cache_prepare(s->pcache, s->ctx, j->ids[i], j->n_ids[i]);
-        pthread_mutex_lock(&s->qmu);
-        nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
-        pthread_mutex_unlock(&s->qmu);
+        publish_cache_stats(s);
     }
     if (j->req.echo) {
         if ((rc = echo_prompt(s, &g, j->ids[i], j->n_ids[i], err)) != NX_OK) goto done;
@@ -701,9 +706,7 @@ static void run_slot(nx_server *s, job *j) {
     case NX_SLOT_RESTORE:
         /* the rows the restore replaces go into the prompt cache, as a request's would */
         nx_prompt_cache_keep(s->pcache, s->ctx);
-        pthread_mutex_lock(&s->qmu);
-        nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
-        pthread_mutex_unlock(&s->qmu);
+        publish_cache_stats(s);
         st = nx_state_load(s->ctx, j->slot_path, &res->n, &res->bytes, &err);
         break;
     case NX_SLOT_ERASE:
