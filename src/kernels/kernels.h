@@ -52,6 +52,9 @@ typedef struct nx_linear {
 } nx_linear;
 
 size_t nx_linear_row_bytes(const nx_linear *W); /* stored bytes of one output row (+ its scales) */
+/* Bytes of one output row of the weight itself (packed words for quantized weights; no scales
+ * or biases). */
+size_t nx_linear_weight_row_bytes(const nx_linear *W);
 size_t nx_linear_bytes(const nx_linear *W);     /* stored bytes of the whole weight */
 
 /* y[t*ldy + o] = Σ_i x[t*ldx + i] · W[o, i]  for t < T, o < W->out.
@@ -96,15 +99,15 @@ void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_
 
 /* Memory the calling thread reads soon besides weights (the KV cache rows its attention reads
  * after the projections): the thread's next quantized or float matmul calls (AVX-512 kernels)
- * hint it a cache line per weight row they start, so the hints are paced by the weight stream. Issued as one burst instead, such hints were lost on the Zen 4 VM measured:
- * 8 KB of KV rows hinted that way before a layer's projections were as slow to read 20 µs later
- * as unhinted ones (1.8 + 2.7 µs for a thread's scores and sums, against 0.5 + 0.6 warm), and
- * waiting 3 µs after the burst did not help; spaced out they arrive. 4-bit bench model, 300
- * tokens, the burst and this alternating step by step in one process (bench/ab_steps.py, 9 runs):
- * attention 1.027x (median
- * of 9 runs, 1.003-1.038x), the step 1.006x. Spans are taken in order; a call replaces what is
- * left of the last one, and nx_prefetch_side(NULL, 0) clears it. At most NX_SIDE_SPANS spans
- * (more are ignored). */
+ * hint it a cache line per weight row they start, so the hints are paced by the weight stream.
+ * Issued as one burst instead, such hints were lost on the Zen 4 VM measured: 8 KB of KV rows
+ * hinted that way before a layer's projections were as slow to read 20 µs later as unhinted ones
+ * (1.8 + 2.7 µs for a thread's scores and sums, against 0.5 + 0.6 warm), and waiting 3 µs after
+ * the burst did not help; spaced out they arrive. 4-bit bench model, 300 tokens, the burst and
+ * this alternating step by step in one process (bench/ab_steps.py): attention 1.027x (median of
+ * 9 runs, 1.003-1.038x), the step 1.006x. Spans are taken in order; a call replaces what is left
+ * of the last one, and nx_prefetch_side(NULL, 0) clears it. At most NX_SIDE_SPANS spans (more
+ * are ignored). */
 #define NX_SIDE_SPANS 8
 typedef struct nx_span {
     const void *p;

@@ -71,9 +71,6 @@ static inline void nx_side_hint(nx_side_pf *s, int lines) {
     }
 }
 
-/* Bytes of one output row of the weight itself (packed words for quantized weights; no
- * scales or biases). */
-size_t nx_linear_weight_row_bytes(const nx_linear *W);
 
 /* The reference dequantization of row r of a quantized W into out[in] (also used by
  * nx_linear_get_row on every ISA: embedding lookups are not hot). */

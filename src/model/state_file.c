@@ -68,13 +68,6 @@ static uint32_t crc_of(uint32_t crc, const void *p, size_t n) {
     return crc;
 }
 
-/* Bytes of W's weight data (packed words for quantized weights, no scales). */
-static size_t weight_data_bytes(const nx_linear *W) {
-    const size_t row = W->dtype == NX_DTYPE_U32 ? (size_t)W->in * (size_t)W->bits / 8
-                                                : (size_t)W->in * nx_dtype_size(W->dtype);
-    return row * (size_t)W->out;
-}
-
 /* The model's fingerprint (see the file comment). */
 static uint32_t model_fingerprint(const nx_model *m) {
     const nx_model_info *in = &m->info;
@@ -88,7 +81,7 @@ static uint32_t model_fingerprint(const nx_model *m) {
     crc = crc_of(crc, m->weight_dtype, strlen(m->weight_dtype));
     const nx_linear *heads[2] = {&m->w.embed, &m->w.lm_head};
     for (int i = 0; i < 2; i++) {
-        const size_t total = weight_data_bytes(heads[i]), n = total < SAMPLE_BYTES ? total : SAMPLE_BYTES;
+        const size_t total = nx_linear_weight_row_bytes(heads[i]) * (size_t)heads[i]->out, n = total < SAMPLE_BYTES ? total : SAMPLE_BYTES;
         if (!heads[i]->w || !n) continue;
         crc = crc_of(crc, heads[i]->w, n);                                    /* first rows */
         crc = crc_of(crc, (const uint8_t *)heads[i]->w + (total - n), n); /* last rows */
