@@ -75,43 +75,32 @@ $NEXTN inspect -m "$BIG"
 echo "memory-bound model: $($NEXTN run -m "$BIG" --prompt-tokens "$(seq 1 512 | paste -sd,)" -n 1 --draft 0 2>&1 >/dev/null | grep -o 'prefill: [^|]*')"
 echo "== memory-bound model: AR vs MTP with synthetic acceptance 0.8"
 # This machine's bandwidth drifts from minute to minute (on shared VMs it can switch between two
-# levels within a run): each AR decode is held to the bandwidth measured right before and right
-# after it, the higher of the two, in ROUNDS separate rounds, and the median round is reported with
-# all of them, so one shift between the probe and the decode cannot make or break the figure; a
-# round whose readings disagree by more than a quarter is taken again.
-# A round whose two readings differ by more than a quarter straddled a switch of level: it is
-# reported and taken again (up to 3 x ROUNDS tries), as neither reading describes the decode.
+# levels within a second). `nextn bench --membw` reads it on the decoding threads before every
+# other step and pairs each reading with the step after it (a 256 MB pass in each of membw's
+# patterns: smaller buffers partly stay in a 32 MB last-level cache and read high), so both
+# sides of each ratio see the same level. ROUNDS separate runs; the median round is reported
+# with all of them, each with its median reading and the median over the pairs read at the
+# run's top level (at least 3/4 of its highest reading).
 ROUNDS=${NEXTN_BENCH_ROUNDS:-3}
-membw_now() { $B/bench/membw | grep -o "membw_gbs=[0-9.]*" | cut -d= -f2; }
 decode_vs_bw() { # NAME MODEL [nextn bench options...]
-    local name=$1 model=$2 rounds="" out pre post got=0 tries=0
+    local name=$1 model=$2 rounds="" out
     shift 2
-    while [ "$got" -lt "$ROUNDS" ] && [ "$tries" -lt $((3 * ROUNDS)) ]; do
-        tries=$((tries + 1))
-        pre=$(membw_now)
-        out=$($NEXTN bench -m "$model" -n 48 --modes ar --repeat 2 "$@")
-        post=$(membw_now)
-        if awk -v a="$pre" -v b="$post" 'BEGIN { lo = a < b ? a : b; hi = a < b ? b : a; exit !(lo < 0.75 * hi) }'; then
-            echo "  (a round skipped: the bandwidth read $pre GB/s before it and $post after)"
-            continue
-        fi
-        rounds="$rounds $(echo "$out" | grep -o 'weight_GB_s=[0-9.]*' | cut -d= -f2):$pre:$post:$(echo "$out" | grep -o 'dense_verify2/step=[0-9.]*' | cut -d= -f2)"
-        got=$((got + 1))
+    for _ in $(seq "$ROUNDS"); do
+        out=$($NEXTN bench -m "$model" -n 96 --modes ar --membw 256 "$@")
+        rounds="$rounds $(echo "$out" | grep '^mode=ar' | tr ' ' '\n' | awk -F= '{ v[$1] = $2 } END {
+            printf "%s:%s:%s:%s:%s", v["weight_frac"], v["membw_GB_s"], v["weight_frac_top"], v["membw_hi_GB_s"], v["weight_GB_s"] }'):$(echo "$out" | grep -o 'dense_verify2/step=[0-9.]*' | cut -d= -f2)"
     done
-    if [ -z "$rounds" ]; then
-        echo "$name AR decode: no round with a steady bandwidth reading in $tries tries"
-        return 0
-    fi
     echo "$rounds" | tr ' ' '\n' | grep . | awk -F: -v n="$name" '{
-        b = $2 > $3 ? $2 : $3; fr[NR] = $1 / b; dv[NR] = $4
-        line = line sprintf("%s %.1f GB/s of %.1f (%.0f%%, verify %.2fx)", NR > 1 ? ";" : "", $1, b, 100 * $1 / b, $4)
+        fr[NR] = $1; top[NR] = $3; dv[NR] = $6
+        line = line sprintf("%s %.0f%% at %.1f GB/s (top level %.0f%% near %.1f)", NR > 1 ? ";" : "", 100 * $1, $2, 100 * $3, $4)
     } END {
         for (i = 1; i <= NR; i++) for (j = i + 1; j <= NR; j++) {
             if (fr[j] < fr[i]) { t = fr[i]; fr[i] = fr[j]; fr[j] = t }
+            if (top[j] < top[i]) { t = top[i]; top[i] = top[j]; top[j] = t }
             if (dv[j] < dv[i]) { t = dv[i]; dv[i] = dv[j]; dv[j] = t }
         }
         m = int((NR + 1) / 2)
-        printf "%s AR decode reads weights at %.0f%% of the bandwidth measured around it (median of %d rounds); a 2-row verify of the dense parts costs %.2fx a 1-row step (median)\n", n, 100 * fr[m], NR, dv[m]
+        printf "%s AR decode reads weights at %.0f%% of the bandwidth read next to each step (median of %d rounds; %.0f%% at each round'"'"'s top level); a 2-row verify of the dense parts costs %.2fx a 1-row step (median)\n", n, 100 * fr[m], NR, 100 * top[m], dv[m]
         printf "  rounds:%s\n", line
     }'
     echo "  weights on 2 MB pages (last round): $(echo "$out" | grep -o 'weights_on_2MB_pages=[0-9.]*' | cut -d= -f2)"

@@ -1,6 +1,6 @@
 /* nx_model_time_dense: the routing-independent matmuls of one trunk step, timed alone, so the
  * cost of verifying k+1 rows of them can be compared with one row without the expert traffic
- * that routing adds. */
+ * that routing adds; nx_model_read_bandwidth: a bandwidth reading on the model's threads. */
 #include "model/dense_timing.h"
 
 #include <stdlib.h>
@@ -82,4 +82,9 @@ nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds,
     *seconds = best;
     *bytes = nbytes;
     return NX_OK;
+}
+
+double nx_model_read_bandwidth(nx_model *m, nx_membw *b) {
+    const double s = nx_membw_pass(b, m->pool, NX_MEMBW_STREAMS), p = nx_membw_pass(b, m->pool, NX_MEMBW_PREFETCH);
+    return s > p ? s : p;
 }

@@ -221,6 +221,22 @@ except (KeyError, ValueError):
     huge = None
 t.ok(huge is not None and 0.0 <= huge <= 1.0, f"bench: share of the weights on 2 MB pages {huge}", r.stdout)
 
+# --membw: a bandwidth reading before every other plain step, each paired with the step after
+# it: 9 tokens are 8 steps after the prefill's token, so 4 pairs
+r = nextn("bench", "-m", good, "-n", "9", "--modes", "ar", "--membw", "64", check=False)
+try:
+    ar = dict(kv.split("=", 1) for kv in [ln for ln in r.stdout.splitlines() if ln.startswith("mode=ar")][0].split())
+    bw = {k: float(ar[k]) for k in ("membw_pairs", "membw_GB_s", "membw_lo_GB_s", "membw_hi_GB_s", "weight_frac",
+                                    "weight_frac_top", "pairs_top", "tok_s")}
+    ok = bw["membw_pairs"] == 4 and 0 < bw["membw_lo_GB_s"] <= bw["membw_GB_s"] <= bw["membw_hi_GB_s"]
+    ok = ok and bw["weight_frac"] > 0 and bw["weight_frac_top"] > 0 and 1 <= bw["pairs_top"] <= 4
+except (KeyError, ValueError, IndexError):
+    bw, ok = None, False
+t.ok(r.returncode == 0 and ok, f"bench --membw: paired readings {bw}", r.stdout + r.stderr)
+expect_error("bench --membw without plain steps", ["bench", "-m", good, "-n", "4", "--modes", "1", "--membw", "64"],
+             "--membw", "needs the ar mode")
+expect_error("bench --membw too small", ["bench", "-m", good, "--membw", "8"], "--membw 8", "[16, 65536]")
+
 # --prompt-cache: a second run of the same prompt (sampled, seeded) reuses the saved rows and
 # prints the same text as the first; a longer prompt reuses them as its prefix and prints what a
 # run without the cache prints; a broken cache file is reported by name and ignored.

@@ -1,6 +1,6 @@
 /* Thread pool tests: every index runs exactly once per job, thousands of back-to-back jobs
  * (the decode pattern), a pool of one, the NULL pool, nx_pool_split's coverage, the in-job
- * barrier and work shares. */
+ * barrier and work shares; the bandwidth probe's passes read every byte of their buffer once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "base/membw.h"
 #include "base/pool.h"
 
 typedef struct job {
@@ -256,6 +257,31 @@ static void test_shares(void **state) {
     nx_pool_free(p);
 }
 
+/* Every pattern on 1-3 threads and the caller alone reads each word of the buffer exactly once:
+ * the buffer is all ones, so the sum of its words is known (a pass that skips the lines past a
+ * thread's last whole stride of streams, or reads one twice, misses it). Sizes round up to
+ * 2 MB pages; 0 bytes is refused. */
+static void test_membw(void **state) {
+    (void)state;
+    assert_null(nx_membw_new(0));
+    nx_membw *b = nx_membw_new(3 << 20);
+    assert_non_null(b);
+    assert_int_equal(nx_membw_bytes(b), 4 << 20);
+    const uint64_t want = (uint64_t)(nx_membw_bytes(b) / 8) * 0x0101010101010101ull;
+    for (int threads = 0; threads <= 3; threads++) {
+        nx_pool *p = threads ? nx_pool_new(threads) : NULL;
+        if (threads) assert_non_null(p);
+        for (int pat = 0; pat < 2; pat++) {
+            const double gbs = nx_membw_pass(b, p, pat ? NX_MEMBW_PREFETCH : NX_MEMBW_STREAMS);
+            assert_true(gbs > 0);
+            assert_true(nx_membw_checksum(b) == want);
+        }
+        nx_pool_free(p);
+    }
+    nx_membw_free(b);
+    nx_membw_free(NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_index_once),
@@ -265,6 +291,7 @@ int main(void) {
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_shares),
+        cmocka_unit_test(test_membw),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

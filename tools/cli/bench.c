@@ -5,13 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "cli.h"
 #include "kernels/kernels.h"
 #include "model/dense_timing.h"
 
 static const char *usage =
     "usage: nextn bench [-m DIR] [-p TEXT | -f FILE | --prompt-tokens IDS] [-n N] [--modes LIST]\n"
-    "                   [--temp T ...] [--synthetic-accept A] [--repeat R]\n"
+    "                   [--temp T ...] [--synthetic-accept A] [--repeat R] [--membw MB]\n"
     "\n"
     "Decodes N tokens (default 128, end-of-sequence ignored) from each prompt in every mode of\n"
     "LIST (default ar,1,2,3,auto) and prints tokens/s and the ratio to plain decoding (ar).\n"
@@ -25,7 +26,15 @@ static const char *usage =
     "its microseconds and weight read rate, and the rest (embedding, norms, residual adds);\n"
     "outside_us (plain decoding) is the time per token spent outside the forward (sampling).\n"
     "The last line times the step's routing-independent matmuls (attention, router, shared\n"
-    "expert or dense FFN, lm_head) alone at 1 row and at 2 rows (a k = 1 verify).\n";
+    "expert or dense FFN, lm_head) alone at 1 row and at 2 rows (a k = 1 verify).\n"
+    "--membw MB reads the machine's bandwidth on the decoding threads (an MB-megabyte pass in\n"
+    "each pattern of build/bench/membw, the better one; MB well above the last-level cache)\n"
+    "before every other step of the ar mode, and pairs each reading with the step that follows:\n"
+    "weight_frac is the median over the pairs of the step's weight read rate over the reading,\n"
+    "so a machine whose bandwidth shifts from second to second is measured at one level on\n"
+    "both sides of each ratio. membw_GB_s is the median reading (membw_lo/hi_GB_s the range),\n"
+    "weight_frac_top the median over the pairs whose reading is at least 3/4 of the highest\n"
+    "(pairs_top of them). Reading time is left out of tok_s.\n";
 
 static const char *builtin_prompts[] = {
     "#include <stdio.h>\n#include <stdlib.h>\n\nstatic int compare(const void *a, const void *b)\n{\n",
@@ -98,6 +107,87 @@ static void print_ar_split(const nx_gen_stats *a, double decode_s, bool plain) {
     if (plain) printf(" outside_us=%.1f", (decode_s / n - step) * 1e6);
 }
 
+/* --membw: bandwidth readings taken from the token callback (one plain step per token), each
+ * paired with the step after it. Step times are kept per generation and turned into weight
+ * rates once the generation's bytes per step are known. */
+typedef struct bw_pairs {
+    nx_model *m;
+    nx_membw *b;
+    double t_mark;      /* end of the last callback: the running step started there */
+    bool after_reading; /* the running step follows a reading */
+    double reading;     /* that reading, GB/s */
+    int64_t calls;
+    double reading_s; /* seconds spent reading, summed */
+    /* this generation's pairs: step seconds and reading */
+    double *step_s, *gen_bw;
+    int n_gen;
+    /* all pairs: weight rate over reading, and the reading */
+    double *frac, *bw;
+    int n, cap;
+} bw_pairs;
+
+static int bw_pairs_token(void *user, int32_t id, const float *probs) {
+    (void)id;
+    (void)probs;
+    bw_pairs *P = user;
+    const double t = nx_now_s();
+    if (P->after_reading && P->n_gen < P->cap) {
+        P->step_s[P->n_gen] = t - P->t_mark;
+        P->gen_bw[P->n_gen++] = P->reading;
+    }
+    P->after_reading = P->calls++ % 2 == 0;
+    if (P->after_reading) {
+        P->reading = nx_model_read_bandwidth(P->m, P->b);
+        P->reading_s += nx_now_s() - t;
+    }
+    P->t_mark = nx_now_s();
+    return 0;
+}
+
+/* Ends a generation: its pairs become weight rates at bytes_per_step. */
+static void bw_pairs_close(bw_pairs *P, double bytes_per_step) {
+    for (int i = 0; i < P->n_gen && P->n < P->cap; i++) {
+        P->frac[P->n] = bytes_per_step / P->step_s[i] / 1e9 / P->gen_bw[i];
+        P->bw[P->n++] = P->gen_bw[i];
+    }
+    P->n_gen = 0;
+    P->after_reading = false;
+    P->calls = 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (sorts v). */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void bw_pairs_print(bw_pairs *P) {
+    if (P->n == 0) {
+        printf(" membw_pairs=0");
+        return;
+    }
+    double hi = 0, lo = P->bw[0];
+    for (int i = 0; i < P->n; i++) {
+        hi = P->bw[i] > hi ? P->bw[i] : hi;
+        lo = P->bw[i] < lo ? P->bw[i] : lo;
+    }
+    double *top = malloc(sizeof(double) * (size_t)P->n);
+    int nt = 0;
+    for (int i = 0; top && i < P->n; i++)
+        if (P->bw[i] >= 0.75 * hi) top[nt++] = P->frac[i];
+    const double ft = nt ? median(top, nt) : 0.0;
+    free(top);
+    const int n = P->n;
+    printf(" membw_pairs=%d membw_GB_s=%.2f membw_lo_GB_s=%.2f membw_hi_GB_s=%.2f weight_frac=%.3f"
+           " weight_frac_top=%.3f pairs_top=%d",
+           n, median(P->bw, n), lo, hi, median(P->frac, n), ft, nt);
+}
+
 static double avg(double s, int64_t n) { return n > 0 ? s / (double)n : 0.0; }
 
 int cli_bench(int argc, char **argv) {
@@ -141,6 +231,30 @@ int cli_bench(int argc, char **argv) {
     }
     char modes[256];
     snprintf(modes, sizeof modes, "%s", o.modes ? o.modes : "ar,1,2,3,auto");
+    bw_pairs pairs = {.m = m};
+    if (o.membw_mb > 0) {
+        bool has_ar = false;
+        char tmp[256];
+        snprintf(tmp, sizeof tmp, "%s", modes);
+        for (char *sv = NULL, *t = strtok_r(tmp, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) has_ar |= !strcmp(t, "ar");
+        if (!has_ar) {
+            fprintf(stderr, "nextn bench: --membw pairs readings with plain steps: it needs the ar mode in --modes\n");
+            nx_ctx_free(ctx);
+            rc = 2;
+            goto done;
+        }
+        pairs.cap = (int)(n_gen + 1) * np * o.repeat;
+        pairs.b = nx_membw_new((size_t)o.membw_mb << 20);
+        pairs.step_s = malloc(sizeof(double) * (size_t)pairs.cap);
+        pairs.gen_bw = malloc(sizeof(double) * (size_t)pairs.cap);
+        pairs.frac = malloc(sizeof(double) * (size_t)pairs.cap);
+        pairs.bw = malloc(sizeof(double) * (size_t)pairs.cap);
+        if (!pairs.b || !pairs.step_s || !pairs.gen_bw || !pairs.frac || !pairs.bw) {
+            fprintf(stderr, "nextn bench: out of memory for a %d MB bandwidth buffer (--membw)\n", o.membw_mb);
+            nx_ctx_free(ctx);
+            goto done;
+        }
+    }
     mode_result res[16];
     int nres = 0;
     printf("model %s | %s | kv %s | isa %s%s | threads %s | %d prompt(s) x %d tokens | temp %.2f%s\n", cli_model_dir(&o),
@@ -175,10 +289,18 @@ int cli_bench(int argc, char **argv) {
             for (int i = 0; i < np; i++) {
                 nx_gen_stats st;
                 nx_ctx_truncate(ctx, 0); /* every run prefills its whole prompt (prefill_tok_s) */
-                if (nx_generate(ctx, prompts[i], plen[i], &gp, NULL, NULL, &st, &err) != NX_OK) {
+                const bool paired = pairs.b && gp.draft == 0;
+                const double read_before = pairs.reading_s;
+                if (nx_generate(ctx, prompts[i], plen[i], &gp, paired ? bw_pairs_token : NULL, paired ? &pairs : NULL,
+                                &st, &err) != NX_OK) {
                     fprintf(stderr, "nextn bench: %s\n", err.msg);
                     nx_ctx_free(ctx);
                     goto done;
+                }
+                if (paired) {
+                    st.t_decode -= pairs.reading_s - read_before;
+                    if (st.n_ar_steps > 0)
+                        bw_pairs_close(&pairs, (double)info->step_bytes_dense + st.expert_bytes_ar / (double)st.n_ar_steps);
                 }
                 cur.tokens += (double)(st.n_generated - 1);
                 cur.seconds += st.t_decode;
@@ -241,6 +363,7 @@ int cli_bench(int argc, char **argv) {
                    avg(a->experts_touched_verify, a->n_verify_steps));
         if (a->n_ar_steps > 0 && a->cost_rows_n[1] == a->n_ar_steps)
             print_ar_split(a, r->seconds, a->n_verify_steps == 0 && a->n_drafts == 0);
+        if (pairs.b && gp.draft == 0) bw_pairs_print(&pairs);
         printf("\n");
         fflush(stdout);
     }
@@ -267,6 +390,11 @@ int cli_bench(int argc, char **argv) {
     nx_ctx_free(ctx);
     rc = 0;
 done:
+    nx_membw_free(pairs.b);
+    free(pairs.step_s);
+    free(pairs.gen_bw);
+    free(pairs.frac);
+    free(pairs.bw);
     for (int i = 0; i < 8; i++) free(prompts[i]);
     nx_model_free(m);
     return rc;

@@ -35,6 +35,7 @@ typedef struct cli_opts {
     nx_load_params load;
     const char *modes; /* bench */
     int32_t repeat;    /* bench */
+    int32_t membw_mb;  /* bench --membw: MB per bandwidth reading (0: none) */
     const char **args; /* positional arguments */
     int n_args;
 } cli_opts;

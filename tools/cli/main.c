@@ -22,7 +22,7 @@ enum {
     OPT_DRAFT, OPT_VERIFY, OPT_PMIN, OPT_SYNTH, OPT_STATS, OPT_IDS, OPT_NSAMPLES, OPT_CTX,
     OPT_NOMTP, OPT_MTP_HIDDEN, OPT_MTP_CONCAT, OPT_MTP_RECYCLE, OPT_MTP_HNORM, OPT_MTP_WINDOW,
     OPT_MTP_THETA, OPT_IGNORE_EOS, OPT_CHAT, OPT_TOKENS, OPT_LOGITS, OPT_MTP_LOGITS, OPT_JSON,
-    OPT_PTOKENS, OPT_K, OPT_MODES, OPT_REPEAT, OPT_QUIET, OPT_DRAFT_VOCAB, OPT_SIMULATE, OPT_ACT_BITS,
+    OPT_PTOKENS, OPT_K, OPT_MODES, OPT_REPEAT, OPT_QUIET, OPT_DRAFT_VOCAB, OPT_SIMULATE, OPT_ACT_BITS, OPT_MEMBW,
     OPT_KV_TYPE,
     OPT_LOGIT_BIAS,
     OPT_JSON_OBJECT,
@@ -74,6 +74,7 @@ static const struct option long_opts[] = {
     {"k", required_argument, 0, OPT_K},
     {"modes", required_argument, 0, OPT_MODES},
     {"repeat", required_argument, 0, OPT_REPEAT},
+    {"membw", required_argument, 0, OPT_MEMBW},
     {"quiet", no_argument, 0, OPT_QUIET},
     {"draft-vocab", required_argument, 0, OPT_DRAFT_VOCAB},
     {"simulate-from", required_argument, 0, OPT_SIMULATE},
@@ -224,6 +225,7 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
         case OPT_K: INT_OPT("--k", 1, NX_MAX_DRAFT, o->probe_k); break;
         case OPT_MODES: o->modes = optarg; break;
         case OPT_REPEAT: INT_OPT("--repeat", 1, 1000, o->repeat); break;
+        case OPT_MEMBW: INT_OPT("--membw", 16, 65536, o->membw_mb); break;
         case OPT_QUIET: o->quiet = true; break;
         case OPT_SIMULATE: INT_OPT("--simulate-from", 1, INT32_MAX, o->simulate_from); break;
         case OPT_DRAFT_VOCAB: INT_OPT("--draft-vocab", 0, INT32_MAX, o->load.draft_vocab); break;

@@ -1,0 +1,111 @@
+/* Memory read-bandwidth passes (membw.h). SSE2 loads only: the probe measures the memory
+ * system, not the vector width, and runs on any x86-64. */
+#include "base/membw.h"
+
+#include <emmintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <xmmintrin.h>
+
+#include "base/clock.h"
+
+/* Bytes ahead of the read position that the prefetching pattern asks for. */
+#define PREFETCH_AHEAD 8192
+
+/* Interleaved streams per thread in the streams pattern, 64 bytes per stream per step, into
+ * independent accumulators. */
+#define STREAMS 4
+
+struct nx_membw {
+    uint8_t *buf;
+    size_t n;
+    uint64_t sink[NX_MEMBW_MAX_THREADS]; /* per thread: the sum of the words it read */
+};
+
+static void read_streams(void *arg, int ith, int nth) {
+    nx_membw *j = arg;
+    long long b, e;
+    nx_pool_split((long long)(j->n / 64), ith, nth, &b, &e);
+    const long long len = (e - b) / STREAMS; /* 64-byte lines per stream */
+    const __m128i *p[STREAMS];
+    __m128i acc[STREAMS];
+    for (int s = 0; s < STREAMS; s++) {
+        p[s] = (const __m128i *)(j->buf + (size_t)(b + s * len) * 64);
+        acc[s] = _mm_setzero_si128();
+    }
+    for (long long i = 0; i < len; i++)
+        for (int s = 0; s < STREAMS; s++) {
+            const __m128i *q = p[s] + 4 * i;
+            const __m128i v = _mm_add_epi64(_mm_add_epi64(_mm_load_si128(q), _mm_load_si128(q + 1)),
+                                            _mm_add_epi64(_mm_load_si128(q + 2), _mm_load_si128(q + 3)));
+            acc[s] = _mm_add_epi64(acc[s], v);
+        }
+    __m128i t = _mm_setzero_si128();
+    for (int s = 0; s < STREAMS; s++) t = _mm_add_epi64(t, acc[s]);
+    for (long long i = b + STREAMS * len; i < e; i++) { /* the lines past the last whole stride */
+        const __m128i *q = (const __m128i *)(j->buf + (size_t)i * 64);
+        t = _mm_add_epi64(t, _mm_add_epi64(_mm_add_epi64(_mm_load_si128(q), _mm_load_si128(q + 1)),
+                                           _mm_add_epi64(_mm_load_si128(q + 2), _mm_load_si128(q + 3))));
+    }
+    uint64_t out[2];
+    _mm_storeu_si128((__m128i *)out, t);
+    j->sink[ith] = out[0] + out[1];
+}
+
+static void read_prefetch(void *arg, int ith, int nth) {
+    nx_membw *j = arg;
+    long long b, e;
+    nx_pool_split((long long)(j->n / 64), ith, nth, &b, &e);
+    const __m128i *p = (const __m128i *)(j->buf + (size_t)b * 64);
+    __m128i acc0 = _mm_setzero_si128(), acc1 = _mm_setzero_si128();
+    for (long long i = 0; i < e - b; i++) {
+        const __m128i *q = p + 4 * i;
+        _mm_prefetch((const char *)q + PREFETCH_AHEAD, _MM_HINT_T0);
+        acc0 = _mm_add_epi64(acc0, _mm_add_epi64(_mm_load_si128(q), _mm_load_si128(q + 1)));
+        acc1 = _mm_add_epi64(acc1, _mm_add_epi64(_mm_load_si128(q + 2), _mm_load_si128(q + 3)));
+    }
+    uint64_t out[2];
+    _mm_storeu_si128((__m128i *)out, _mm_add_epi64(acc0, acc1));
+    j->sink[ith] = out[0] + out[1];
+}
+
+nx_membw *nx_membw_new(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (bytes == 0 || bytes > SIZE_MAX - huge) return NULL;
+    nx_membw *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->n = (bytes + huge - 1) / huge * huge; /* aligned_alloc: a multiple of the alignment */
+    b->buf = aligned_alloc(huge, b->n);
+    if (!b->buf) {
+        free(b);
+        return NULL;
+    }
+    (void)madvise(b->buf, b->n, MADV_HUGEPAGE);
+    memset(b->buf, 1, b->n); /* fault every page in before any pass */
+    return b;
+}
+
+void nx_membw_free(nx_membw *b) {
+    if (!b) return;
+    free(b->buf);
+    free(b);
+}
+
+size_t nx_membw_bytes(const nx_membw *b) { return b->n; }
+
+uint64_t nx_membw_checksum(const nx_membw *b) {
+    uint64_t s = 0;
+    for (int i = 0; i < NX_MEMBW_MAX_THREADS; i++) s += b->sink[i];
+    return s;
+}
+
+double nx_membw_pass(nx_membw *b, nx_pool *pool, nx_membw_pattern pattern) {
+    if (nx_pool_size(pool) > NX_MEMBW_MAX_THREADS) return 0.0;
+    memset(b->sink, 0, sizeof b->sink);
+    const double t0 = nx_now_s();
+    nx_pool_run(pool, pattern == NX_MEMBW_PREFETCH ? read_prefetch : read_streams, b);
+    const double dt = nx_now_s() - t0;
+    return dt > 0 ? (double)b->n / dt / 1e9 : 0.0;
+}
