@@ -25,7 +25,8 @@ static void check_mask(nx_json_state *s, const uint8_t *bytes, size_t n, size_t 
         uint8_t allow[NF + 1];
         nx_json_allowed(jv, s, NF + 1, allow);
         for (int k = 0; alive && k < NF; k++) {
-            nx_json_state t = *s;
+            nx_json_state t;
+            nx_json_copy(&t, s);
             const bool fits = nx_json_feed(&t, (const uint8_t *)toks[k], lens[k]);
             if (!nx_json_complete(s) && allow[k] != fits) abort();
         }

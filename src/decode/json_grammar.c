@@ -76,8 +76,10 @@ enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };       /* nu
 
 static const char *const literals[3] = {"true", "false", "null"};
 
-void nx_json_init_schema(nx_json_state *s, const nx_json_schema *schema) {
-    memset(s, 0, sizeof *s);
+void nx_json_init_schema(nx_json_state *st, const nx_json_schema *schema) {
+    memset(st, 0, sizeof *st);
+    st->n = 1;
+    nx_json_path *s = &st->path[0];
     s->mode = M_START;
     s->schema = schema;
     s->vnode = schema ? 0 : -1;
@@ -91,18 +93,22 @@ static const js_node *schema_node(const nx_json_schema *S, int n) {
     return &S->nodes[n];
 }
 
-static const js_node *node_of(const nx_json_state *s, int n) {
+static const js_node *node_of(const nx_json_path *s, int n) {
     return s->schema && n >= 0 ? schema_node(s->schema, n) : NULL;
 }
 
 /* The schema node of the innermost open container, or NULL when it is unconstrained. */
-static const js_node *frame_node(const nx_json_state *s) {
+static const js_node *frame_node(const nx_json_path *s) {
     return s->depth ? node_of(s, s->node[s->depth - 1]) : NULL;
 }
 
-bool nx_json_complete(const nx_json_state *s) { return s->mode == M_DONE; }
+bool nx_json_complete(const nx_json_state *s) {
+    for (int i = 0; i < s->n; i++)
+        if (s->path[i].mode == M_DONE) return true;
+    return false;
+}
 
-static bool dead(nx_json_state *s) {
+static bool dead(nx_json_path *s) {
     s->mode = M_DEAD;
     return false;
 }
@@ -116,7 +122,7 @@ static int hex_value(uint8_t c) {
     return -1;
 }
 
-static bool push(nx_json_state *s, uint8_t kind, int node) {
+static bool push(nx_json_path *s, uint8_t kind, int node) {
     if (s->depth == NX_JSON_MAX_DEPTH) return dead(s);
     const js_node *nd = node_of(s, node);
     if (kind == 'o' && nd && !nd->keyed) node = -1; /* an object schema without properties: any keys */
@@ -130,7 +136,7 @@ static bool push(nx_json_state *s, uint8_t kind, int node) {
 }
 
 /* A value ends: back to its container (an array counts it), or done at the top. */
-static void value_done(nx_json_state *s) {
+static void value_done(nx_json_path *s) {
     s->cand = 0, s->cpos = 0, s->integer = false;
     if (s->depth == 0) {
         s->mode = M_DONE;
@@ -140,7 +146,7 @@ static void value_done(nx_json_state *s) {
     s->mode = M_AFTER;
 }
 
-static bool close_container(nx_json_state *s, uint8_t kind) {
+static bool close_container(nx_json_path *s, uint8_t kind) {
     if (s->depth == 0 || s->stack[s->depth - 1] != kind) return dead(s);
     const js_node *nd = frame_node(s);
     const uint8_t n = s->next[s->depth - 1];
@@ -156,7 +162,7 @@ static bool close_container(nx_json_state *s, uint8_t kind) {
 
 /* A key starts in a schema object: the candidates are the properties from the first one still
  * allowed up to the first required one (which cannot be skipped). */
-static bool key_start(nx_json_state *s) {
+static bool key_start(nx_json_path *s) {
     const js_node *nd = frame_node(s);
     s->key = true;
     if (!nd) {
@@ -173,7 +179,7 @@ static bool key_start(nx_json_state *s) {
     return true;
 }
 
-static bool key_byte(nx_json_state *s, uint8_t c) {
+static bool key_byte(nx_json_path *s, uint8_t c) {
     const js_node *nd = frame_node(s);
     const js_prop *pr = s->schema->props + nd->prop0;
     uint64_t keep = 0;
@@ -196,7 +202,7 @@ static bool key_byte(nx_json_state *s, uint8_t c) {
 
 /* An enum value's next byte: literals are self-delimiting (strings end with their quote, the
  * others are true, false and null), so the one that completes is the value. */
-static bool enum_byte(nx_json_state *s, uint8_t c) {
+static bool enum_byte(nx_json_path *s, uint8_t c) {
     const js_node *nd = node_of(s, s->vnode);
     uint64_t keep = 0;
     for (int32_t i = 0; i < nd->n_lits; i++) {
@@ -255,20 +261,45 @@ static int first_class(uint8_t c) {
     }
 }
 
-/* The first byte of a value (whitespace already skipped), which must start one of the types
- * its schema node allows (or one of its enum literals); an anyOf node hands the value to the
- * branch that byte starts (the compiler made sure at most one can). */
-static bool value_start(nx_json_state *s, uint8_t c) {
-    const js_node *nd = node_of(s, s->vnode);
-    while (nd && nd->n_alts) {
-        const int cls = first_class(c);
-        int hit = -1;
-        for (int32_t i = nd->alt0; i < nd->alt0 + nd->n_alts && hit < 0; i++)
-            if (s->schema->alt_cls[i] & cls) hit = s->schema->alts[i];
-        if (hit < 0) return dead(s);
-        s->vnode = (int16_t)hit;
-        nd = node_of(s, hit);
+static bool value_start_at(nx_json_path *s, uint8_t c);
+
+/* The non-anyOf nodes that anyOf node n hands a value starting with a byte of class cls to,
+ * through nested anyOfs (the compiler bounds their depth), appended to leaf[*n_leaf] (up to
+ * NX_JSON_MAX_PATHS). */
+static void alt_leaves(const nx_json_schema *S, int n, int cls, int16_t *leaf, int *n_leaf) {
+    const js_node *nd = schema_node(S, n);
+    if (!nd->n_alts) {
+        if (*n_leaf < NX_JSON_MAX_PATHS) leaf[(*n_leaf)++] = (int16_t)n;
+        return;
     }
+    for (int32_t i = nd->alt0; i < nd->alt0 + nd->n_alts; i++)
+        if (S->alt_cls[i] & cls) alt_leaves(S, S->alts[i], cls, leaf, n_leaf);
+}
+
+/* The first byte of a value; an anyOf node hands it to every branch that byte can start: the
+ * first in s itself, each other in a copy of s appended to fork[*n_fork] (a path that refuses
+ * the byte is not kept). */
+static bool value_start(nx_json_path *s, uint8_t c, nx_json_path *fork, int *n_fork) {
+    const js_node *nd = node_of(s, s->vnode);
+    if (!nd || !nd->n_alts) return value_start_at(s, c);
+    int16_t leaf[NX_JSON_MAX_PATHS];
+    int n_leaf = 0;
+    alt_leaves(s->schema, s->vnode, first_class(c), leaf, &n_leaf);
+    if (n_leaf == 0) return dead(s);
+    for (int i = 1; i < n_leaf; i++) {
+        nx_json_path *f = &fork[*n_fork];
+        *f = *s;
+        f->vnode = leaf[i];
+        if (value_start_at(f, c)) (*n_fork)++;
+    }
+    s->vnode = leaf[0];
+    return value_start_at(s, c);
+}
+
+/* The first byte of a value (whitespace already skipped) whose node is not an anyOf: it must
+ * start one of the types the node allows (or one of its enum literals). */
+static bool value_start_at(nx_json_path *s, uint8_t c) {
+    const js_node *nd = node_of(s, s->vnode);
     if (nd && nd->n_lits) {
         s->cand = 0, s->cpos = 0;
         for (int32_t i = 0; i < nd->n_lits; i++) s->cand |= 1ull << i;
@@ -303,13 +334,13 @@ static bool value_start(nx_json_state *s, uint8_t c) {
 }
 
 /* The pattern automaton of the value string being read (NULL: none). */
-static const nx_pattern *string_pattern(const nx_json_state *s) {
+static const nx_pattern *string_pattern(const nx_json_path *s) {
     const js_node *nd = s->key ? NULL : node_of(s, s->vnode);
     return nd && nd->pattern >= 0 ? s->schema->patterns[nd->pattern] : NULL;
 }
 
 /* Feeds one byte of the string's text (escapes decoded) to its pattern automaton, if any. */
-static bool pattern_byte(nx_json_state *s, uint8_t b) {
+static bool pattern_byte(nx_json_path *s, uint8_t b) {
     const nx_pattern *p = string_pattern(s);
     if (!p) return true;
     s->pst = nx_pattern_step(p, s->pst, b);
@@ -327,7 +358,7 @@ static bool pattern_escapes(const nx_pattern *p, uint16_t st) {
     return false;
 }
 
-static bool string_byte(nx_json_state *s, uint8_t c) {
+static bool string_byte(nx_json_path *s, uint8_t c) {
     switch (s->sub) {
     case S_ESC: {
         /* under a pattern, no \u: a character must be decided as it starts (every character a
@@ -404,7 +435,7 @@ static bool string_byte(nx_json_state *s, uint8_t c) {
 
 /* A number's next byte; false with the state untouched when the byte ends the number instead
  * (the caller then checks that the number could end and hands the byte to its container). */
-static bool number_continues(nx_json_state *s, uint8_t c) {
+static bool number_continues(nx_json_path *s, uint8_t c) {
     if (s->integer && (c == '.' || c == 'e' || c == 'E')) return false;
     const js_node *nd = node_of(s, s->vnode);
     const bool bounded = s->integer && int_bounded(nd);
@@ -448,13 +479,14 @@ static bool number_continues(nx_json_state *s, uint8_t c) {
     }
 }
 
-static bool number_can_end(const nx_json_state *s) {
+static bool number_can_end(const nx_json_path *s) {
     const js_node *nd = node_of(s, s->vnode);
     if (s->integer && int_bounded(nd) && !int_in_range(nd, s->num, s->neg)) return false;
     return s->sub == N_ZERO || s->sub == N_INT || s->sub == N_FRAC || s->sub == N_EXP;
 }
 
-bool nx_json_step(nx_json_state *s, uint8_t c) {
+/* One path's next byte; a value that starts at an anyOf may fork it (value_start). */
+static bool path_step(nx_json_path *s, uint8_t c, nx_json_path *fork, int *n_fork) {
     switch (s->mode) {
     case M_KEY: return key_byte(s, c);
     case M_ENUM: return enum_byte(s, c);
@@ -481,7 +513,7 @@ bool nx_json_step(nx_json_state *s, uint8_t c) {
     }
     s->ws = 0;
     switch (s->mode) {
-    case M_VALUE: return value_start(s, c);
+    case M_VALUE: return value_start(s, c, fork, n_fork);
     case M_OBJ_FIRST:
         if (c == '}') return close_container(s, 'o');
         /* fall through */
@@ -492,7 +524,7 @@ bool nx_json_step(nx_json_state *s, uint8_t c) {
         return true;
     case M_ARR_FIRST:
         if (c == ']') return close_container(s, 'a');
-        return value_start(s, c);
+        return value_start(s, c, fork, n_fork);
     default: { /* M_AFTER */
         const bool obj = s->stack[s->depth - 1] == 'o';
         const js_node *nd = frame_node(s);
@@ -511,11 +543,50 @@ bool nx_json_step(nx_json_state *s, uint8_t c) {
     }
 }
 
+/* Appends path p to out[*n] unless an equal one is there (readings that met again) or
+ * NX_JSON_MAX_PATHS are (json_grammar.h). */
+static void keep_path(nx_json_path *out, int *n, const nx_json_path *p) {
+    for (int i = 0; i < *n; i++)
+        if (memcmp(&out[i], p, sizeof *p) == 0) return;
+    if (*n < NX_JSON_MAX_PATHS) out[(*n)++] = *p;
+}
+
+bool nx_json_step(nx_json_state *st, uint8_t c) {
+    nx_json_path fork[NX_JSON_MAX_PATHS];
+    int nf = 0;
+    bool ok = false;
+    if (st->n == 1) { /* the common case: one reading, stepped in place */
+        ok = path_step(&st->path[0], c, fork, &nf);
+        if (nf == 0) {
+            if (!ok) st->n = 0;
+            return ok;
+        }
+    }
+    nx_json_path out[NX_JSON_MAX_PATHS];
+    int n = 0;
+    if (st->n == 1) { /* forked: the stepped path (if it lives) and its forks */
+        if (ok) keep_path(out, &n, &st->path[0]);
+        for (int i = 0; i < nf; i++) keep_path(out, &n, &fork[i]);
+    } else {
+        for (int i = 0; i < st->n; i++) {
+            nf = 0;
+            if (path_step(&st->path[i], c, fork, &nf)) keep_path(out, &n, &st->path[i]);
+            for (int k = 0; k < nf; k++) keep_path(out, &n, &fork[k]);
+        }
+    }
+    const int old = st->n;
+    memcpy(st->path, out, sizeof *out * (size_t)n);
+    if (n < old) memset(&st->path[n], 0, sizeof *out * (size_t)(old - n)); /* unused paths stay zero */
+    st->n = (uint8_t)n;
+    return n > 0;
+}
+
 bool nx_json_feed(nx_json_state *s, const uint8_t *b, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!nx_json_step(s, b[i])) return false;
     return true;
 }
+
 
 void nx_json_allowed(const nx_json_vocab *v, const nx_json_state *s, int32_t n_tokens, uint8_t *allow) {
     memset(allow, 0, (size_t)n_tokens);
@@ -527,13 +598,14 @@ void nx_json_allowed(const nx_json_vocab *v, const nx_json_state *s, int32_t n_t
     }
     /* which first bytes can follow at all: most tokens are refused on their first byte */
     uint8_t first[256];
+    nx_json_state t;
     for (int c = 0; c < 256; c++) {
-        nx_json_state t = *s;
+        nx_json_copy(&t, s);
         first[c] = nx_json_step(&t, (uint8_t)c);
     }
     for (int32_t i = 0; i < n; i++) {
         if (!v->bytes[i] || v->len[i] == 0 || !first[v->bytes[i][0]]) continue;
-        nx_json_state t = *s;
+        nx_json_copy(&t, s);
         if (nx_json_feed(&t, v->bytes[i], v->len[i])) allow[i] = 1, any = true;
     }
     if (!any) /* a vocabulary without the bytes needed: let the generation end */
@@ -761,9 +833,21 @@ static int node_classes(const nx_json_schema *S, int n, int depth) {
     return cls;
 }
 
-/* Once every node is compiled: no reference chain may loop without reaching a schema, and the
- * branches of each anyOf must start with different kinds of value (which is what lets the
- * automaton pick the branch at a value's first byte, without backtracking). */
+/* The branches (non-anyOf nodes, through nested anyOfs) node n hands a value of first-byte class
+ * cls to, counted up to `cap` + 1. */
+static int count_leaves(const nx_json_schema *S, int n, int cls, int cap, int depth) {
+    const js_node *nd = schema_node(S, n);
+    if (!nd->n_alts) return 1;
+    if (depth > NX_JSON_MAX_DEPTH) return cap + 1;
+    int k = 0;
+    for (int32_t i = nd->alt0; i < nd->alt0 + nd->n_alts && k <= cap; i++)
+        if (S->alt_cls[i] & cls) k += count_leaves(S, S->alts[i], cls, cap, depth + 1);
+    return k;
+}
+
+/* Once every node is compiled: no reference chain may loop without reaching a schema; each
+ * anyOf branch's first-byte kinds are recorded, and at most NX_JSON_MAX_PATHS branches of one
+ * anyOf may start alike (each is followed as its own path until the bytes tell them apart). */
 static int check_compiled(compiler *C) {
     nx_json_schema *S = C->S;
     for (int32_t i = 0; i < S->n_nodes; i++) {
@@ -778,16 +862,17 @@ static int check_compiled(compiler *C) {
     for (int32_t a = 0; a < C->n_any; a++) {
         const js_node *nd = &S->nodes[C->any[a]];
         snprintf(C->path, sizeof C->path, "%s", C->any_path[a]);
-        int seen = 0;
         for (int32_t i = nd->alt0; i < nd->alt0 + nd->n_alts; i++) {
             const int cls = node_classes(S, S->alts[i], 0);
             if (cls < 0) return bad_schema(C, "anyOf nested deeper than 32 levels");
-            if (cls & seen)
-                return bad_schema(C, "anyOf / oneOf branches must start with different kinds of value (object, "
-                                     "array, string, number, true, false, null): two of them overlap");
-            seen |= cls;
             S->alt_cls[i] = (uint8_t)cls;
         }
+    }
+    for (int32_t a = 0; a < C->n_any; a++) {
+        snprintf(C->path, sizeof C->path, "%s", C->any_path[a]);
+        for (int cls = 1; cls <= C_NULL; cls <<= 1)
+            if (count_leaves(S, C->any[a], cls, NX_JSON_MAX_PATHS, 0) > NX_JSON_MAX_PATHS)
+                return bad_schema(C, "more than 8 anyOf / oneOf branches can start with the same kind of value");
     }
     return 0;
 }

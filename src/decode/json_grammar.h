@@ -16,8 +16,9 @@
  * automaton (pattern.h) over the characters' bytes, and an integer its magnitude against its minimum /
  * maximum (a digit only where the number can still end within them). References ($ref to #/$defs/NAME, #/definitions/NAME or
  * #) are nodes that stand for another node, so recursive schemas are finite graphs; an anyOf /
- * oneOf node hands a value to the one branch its first byte can start (the compiler refuses
- * branches that could start alike), so the automaton never needs to backtrack. */
+ * oneOf node hands a value to every branch its first byte can start, each followed as its own
+ * path (nx_json_state), so the automaton never needs to backtrack. oneOf is taken as anyOf (as
+ * llama.cpp's grammars take it): a value two of its branches accept is allowed. */
 #ifndef NX_DECODE_JSON_GRAMMAR_H
 #define NX_DECODE_JSON_GRAMMAR_H
 
@@ -31,7 +32,7 @@
 #define NX_JSON_MAX_PROPS 64 /* properties of one object schema, and literals of one enum */
 #define NX_JSON_MAX_WS 16
 
-typedef struct nx_json_state {
+typedef struct nx_json_path {
     const nx_json_schema *schema;     /* NULL: any object */
     uint8_t stack[NX_JSON_MAX_DEPTH]; /* open containers: 'o' object, 'a' array */
     int16_t node[NX_JSON_MAX_DEPTH];  /* each container's schema node (-1: unconstrained) */
@@ -52,7 +53,27 @@ typedef struct nx_json_state {
     uint16_t pst;   /* value string with a pattern: its automaton's state */
     bool neg;       /* integer: it has a minus sign */
     uint64_t num;   /* integer: its magnitude so far (saturating; for minimum / maximum) */
+} nx_json_path;
+
+/* The readings of the output so far that can still become valid: one, except where a value
+ * began that several anyOf / oneOf branches can start (two object branches, say); then each
+ * branch is followed on its own path until the bytes rule it out, and a byte is allowed when
+ * some path takes it (equal paths merge). At most NX_JSON_MAX_PATHS at once: past that the
+ * later branches are not followed (what is generated still matches the schema). n == 0: dead.
+ * Unused paths are zero, so states compare whole (the sampler's mask cache). */
+#define NX_JSON_MAX_PATHS 8
+typedef struct nx_json_state {
+    uint8_t n;
+    nx_json_path path[NX_JSON_MAX_PATHS];
 } nx_json_state;
+
+/* dst ← src, copying only the live paths (for the copies made per candidate byte or token; a
+ * copy made this way is not zero past its paths, so it is not for comparing whole). */
+static inline void nx_json_copy(nx_json_state *dst, const nx_json_state *src) {
+    dst->n = src->n;
+    if (src->n) dst->path[0] = src->path[0]; /* a fixed-size copy (inlined) for the usual one path */
+    for (int i = 1; i < src->n; i++) dst->path[i] = src->path[i];
+}
 
 /* The state before any output (schema NULL: any JSON object). */
 void nx_json_init(nx_json_state *s);

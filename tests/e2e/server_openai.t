@@ -224,25 +224,32 @@ async function main() {
   ok(free.choices.every((c) => { try { return !check(JSON.parse(c.message.content)); } catch (e) { return true; } }),
      'without response_format: no answer validates');
   // the shapes Pydantic writes: $defs and $ref (a recursive one), anyOf for Optional, oneOf of
-  // different kinds; checked with ajv's JSON Schema 2020-12 validator
+  // different kinds, unions of alike branches (two object shapes told apart by a literal, a
+  // number beside an integer); checked with ajv's JSON Schema 2020-12 validator
   const Ajv2020 = require('ajv/dist/2020');
   const pschema = { $defs: { Level: { enum: ['low', 'high'], title: 'Level' },
     Pt: { type: 'object', properties: { x: { type: 'integer' }, up: { type: 'boolean' },
-      next: { anyOf: [{ $ref: '#/$defs/Pt' }, { type: 'null' }] } }, required: ['x', 'up'], additionalProperties: false } },
+      next: { anyOf: [{ $ref: '#/$defs/Pt' }, { type: 'null' }] } }, required: ['x', 'up'], additionalProperties: false },
+    Cat: { type: 'object', properties: { kind: { const: 'cat' }, lives: { type: 'integer', minimum: 0, maximum: 9 } },
+      required: ['kind', 'lives'], additionalProperties: false },
+    Dog: { type: 'object', properties: { kind: { const: 'dog' }, good: { type: 'boolean' } },
+      required: ['kind', 'good'], additionalProperties: false } },
   type: 'object', properties: { level: { anyOf: [{ $ref: '#/$defs/Level' }, { type: 'null' }], default: null },
-    at: { $ref: '#/$defs/Pt' }, alt: { oneOf: [{ type: 'integer' }, { type: 'array', items: { type: 'boolean' }, maxItems: 2 }] } },
-  required: ['level', 'at'], additionalProperties: false };
+    at: { $ref: '#/$defs/Pt' }, alt: { oneOf: [{ type: 'integer' }, { type: 'array', items: { type: 'boolean' }, maxItems: 2 }] },
+    pet: { oneOf: [{ $ref: '#/$defs/Cat' }, { $ref: '#/$defs/Dog' }] },
+    size: { anyOf: [{ type: 'integer' }, { type: 'number' }] } },
+  required: ['level', 'at', 'pet'], additionalProperties: false };
   const pcheck = new Ajv2020().compile(pschema);
   const pr = await client.chat.completions.create({ ...jreq, max_tokens: 400,
     response_format: { type: 'json_schema', json_schema: { name: 'pydantic', schema: pschema, strict: true } } });
   const pdone = pr.choices.filter((c) => c.finish_reason === 'stop');
   ok(pdone.length >= 1 && pdone.every((c) => { try { return pcheck(JSON.parse(c.message.content)); } catch (e) { return false; } }),
-     `json_schema with $defs, $ref, anyOf, oneOf: the ${pdone.length} finished answers of 8 validate (ajv 2020-12)`,
+     `json_schema with $defs, $ref, anyOf, oneOf, alike branches: the ${pdone.length} finished answers of 8 validate (ajv 2020-12)`,
      pr.choices.map((c) => c.message.content));
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
-    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { anyOf: [{ type: 'integer' }, { type: 'number' }] } } } } } }),
-                    400, OpenAI.BadRequestError, 'json_schema with an anyOf whose branches overlap: 400 saying so',
-                    (e) => e.param === 'response_format' && /overlap/.test(e.message) && /#\/properties\/a/.test(e.message));
+    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { anyOf: Array(9).fill({ type: 'object' }) } } } } } }),
+                    400, OpenAI.BadRequestError, 'json_schema with 9 alike anyOf branches: 400 saying so',
+                    (e) => e.param === 'response_format' && /more than 8/.test(e.message) && /#\/properties\/a/.test(e.message));
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
     json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', format: 'hostname' } } } } } }),
                     400, OpenAI.BadRequestError, 'json_schema with an unsupported format: 400 naming it',
