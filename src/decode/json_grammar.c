@@ -34,6 +34,8 @@ typedef struct js_node {
     int32_t max_len;              /* and at most (-1: no limit) */
     bool has_min, has_max;        /* integer values: bounds (within ±10^15) */
     int64_t imin, imax;
+    bool has_nmin, has_nmax;      /* number values: bounds in units of 10^-9 (within ±10^9) */
+    int64_t nmin, nmax;
     int32_t pattern;              /* string values: patterns[pattern] (-1: none), lengths included */
     int32_t alt0, n_alts; /* anyOf / oneOf: the branches (alts[alt0..]), told apart by a value's
                            * first byte; then only those */
@@ -247,6 +249,76 @@ static bool int_feasible(const js_node *nd, uint64_t v, bool neg) {
     return false;
 }
 
+/* Number bounds. Under minimum / maximum a number is written without an exponent and with at
+ * most NUM_FRAC digits after the point, so every value it can take is a multiple of 10^-9 and
+ * the bounds are exact on that grid (the compiler puts each on the grid value a validator
+ * compares alike). The digits so far leave an interval of magnitudes, in units of 10^-9: with
+ * integer digits m, [m·10^j, (m+1)·10^j) for each count j of integer digits still to come (just
+ * j = 0 after "0"); with k fraction digits f, [m + f/10^k, m + (f+1)/10^k). */
+#define NUM_FRAC 9
+#define NUM_UNIT 1000000000ll   /* 10^NUM_FRAC */
+#define NUM_MAG 2000000000000000000ll /* magnitudes saturate here, past every bound (10^18) */
+
+static bool num_bounded(const js_node *nd) { return nd && (nd->has_nmin || nd->has_nmax); }
+
+static int64_t sat_mul(int64_t a, int64_t b) { return a > NUM_MAG / b ? NUM_MAG : a * b; }
+
+/* Whether magnitudes [a, b] (units, signed by neg) meet the node's bounds. */
+static bool num_meets(const js_node *nd, int64_t a, int64_t b, bool neg) {
+    const int64_t lo = neg ? -b : a, hi = neg ? -a : b;
+    return (!nd->has_nmin || hi >= nd->nmin) && (!nd->has_nmax || lo <= nd->nmax);
+}
+
+static bool num_feasible(const js_node *nd, const nx_json_path *s) {
+    if (s->sub == N_MINUS) return num_meets(nd, 0, NUM_MAG, true);
+    const int64_t m = sat_mul((int64_t)s->num, NUM_UNIT);
+    if (s->sub == N_DOT || s->sub == N_FRAC) {
+        int64_t step = NUM_UNIT;
+        for (int i = 0; i < s->fk; i++) step /= 10;
+        const int64_t at = m + (int64_t)s->frac * step;
+        return num_meets(nd, at, at + step - 1, s->neg);
+    }
+    if (s->sub == N_ZERO) return num_meets(nd, 0, NUM_UNIT - 1, s->neg);
+    for (int64_t a = (int64_t)s->num, b = (int64_t)s->num + 1; a < NUM_MAG / NUM_UNIT; a *= 10, b *= 10)
+        if (num_meets(nd, a * NUM_UNIT, sat_mul(b, NUM_UNIT) - 1, s->neg)) return true;
+    return false;
+}
+
+/* The next byte of a number under bounds (no exponent, at most NUM_FRAC fraction digits): taken
+ * only if the digits can still end within the bounds; the state is untouched otherwise. */
+static bool num_continues(const js_node *nd, nx_json_path *s, uint8_t c) {
+    nx_json_path t = *s;
+    switch (s->sub) {
+    case N_MINUS:
+        if (!is_digit(c)) return false;
+        t.sub = c == '0' ? N_ZERO : N_INT, t.num = (uint64_t)(c - '0');
+        break;
+    case N_ZERO:
+    case N_INT:
+        if (c == '.') t.sub = N_DOT;
+        else if (s->sub == N_INT && is_digit(c))
+            t.num = s->num >= (uint64_t)(NUM_MAG / NUM_UNIT) ? s->num : s->num * 10 + (uint64_t)(c - '0');
+        else return false;
+        break;
+    default: /* N_DOT, N_FRAC */
+        if (!is_digit(c) || s->fk == NUM_FRAC) return false;
+        t.sub = N_FRAC, t.frac = s->frac * 10 + (uint32_t)(c - '0'), t.fk++;
+        break;
+    }
+    if (!num_feasible(nd, &t)) return false;
+    *s = t;
+    return true;
+}
+
+/* The bounded number read so far is a value within its bounds. */
+static bool num_in_range(const js_node *nd, const nx_json_path *s) {
+    if (s->sub != N_ZERO && s->sub != N_INT && s->sub != N_FRAC) return false;
+    int64_t step = NUM_UNIT;
+    for (int i = 0; i < s->fk; i++) step /= 10;
+    const int64_t at = sat_mul((int64_t)s->num, NUM_UNIT) + (int64_t)s->frac * step;
+    return num_meets(nd, at, at, s->neg);
+}
+
 /* The kinds of value a first byte starts (one C_* bit; 0 for none). */
 enum { C_OBJECT = 1, C_ARRAY = 2, C_STRING = 4, C_NUMBER = 8, C_TRUE = 16, C_FALSE = 32, C_NULL = 64 };
 static int first_class(uint8_t c) {
@@ -324,6 +396,8 @@ static bool value_start_at(nx_json_path *s, uint8_t c) {
         s->integer = !(t & T_NUMBER);
         s->mode = M_NUMBER, s->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
         s->neg = c == '-', s->num = c == '-' ? 0 : (uint64_t)(c - '0');
+        s->frac = 0, s->fk = 0;
+        if (!s->integer && num_bounded(nd)) return num_feasible(nd, s) ? true : dead(s);
         if (int_bounded(nd)) { /* -: a negative integer or -0 must fit; 0 is whole */
             if (c == '-') return !nd->has_min || nd->imin <= 0 ? true : dead(s);
             if (c == '0') return int_in_range(nd, 0, false) ? true : dead(s);
@@ -438,6 +512,7 @@ static bool string_byte(nx_json_path *s, uint8_t c) {
 static bool number_continues(nx_json_path *s, uint8_t c) {
     if (s->integer && (c == '.' || c == 'e' || c == 'E')) return false;
     const js_node *nd = node_of(s, s->vnode);
+    if (!s->integer && num_bounded(nd)) return num_continues(nd, s, c);
     const bool bounded = s->integer && int_bounded(nd);
     if (is_digit(c) && (s->sub == N_MINUS || s->sub == N_INT)) {
         const uint64_t v = s->num >= NUM_SAT / 10 ? NUM_SAT : s->num * 10 + (uint64_t)(c - '0');
@@ -481,6 +556,7 @@ static bool number_continues(nx_json_path *s, uint8_t c) {
 
 static bool number_can_end(const nx_json_path *s) {
     const js_node *nd = node_of(s, s->vnode);
+    if (!s->integer && num_bounded(nd)) return num_in_range(nd, s);
     if (s->integer && int_bounded(nd) && !int_in_range(nd, s->num, s->neg)) return false;
     return s->sub == N_ZERO || s->sub == N_INT || s->sub == N_FRAC || s->sub == N_EXP;
 }
@@ -877,6 +953,30 @@ static int check_compiled(compiler *C) {
     return 0;
 }
 
+/* The grid value (units of 10^-9, NUM_FRAC) a bound x puts at the end of the numbers it allows:
+ * the first written value that a validator, reading it as a double, finds >= x (k = 0,
+ * minimum), > x (1, exclusiveMinimum), or the last that is <= x (2, maximum), < x (3,
+ * exclusiveMaximum). The grid value nearest x is within a unit of it; the decimal text decides. */
+static bool grid_ok(int64_t g, double x, int k) {
+    char buf[40];
+    const int64_t a = g < 0 ? -g : g;
+    snprintf(buf, sizeof buf, "%s%lld.%09lld", g < 0 ? "-" : "", (long long)(a / NUM_UNIT), (long long)(a % NUM_UNIT));
+    const double v = strtod(buf, NULL);
+    return k == 0 ? v >= x : k == 1 ? v > x : k == 2 ? v <= x : v < x;
+}
+
+static int64_t grid_bound(double x, int k) {
+    const int64_t near = llround(x * (double)NUM_UNIT);
+    if (k < 2) {
+        int64_t g = near - 2;
+        while (!grid_ok(g, x, k)) g++;
+        return g;
+    }
+    int64_t g = near + 2;
+    while (!grid_ok(g, x, k)) g--;
+    return g;
+}
+
 /* Compiles child schema `v` under path segment `seg` (restoring the path after). */
 static int compile_child(compiler *C, json_t *v, const char *seg, int depth) {
     const size_t len = strlen(C->path);
@@ -1098,16 +1198,22 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         if (!json_is_number(b) || !(fabs(json_number_value(b)) <= 1e15))
             return bad_schema(C, "minimum, maximum, exclusiveMinimum and exclusiveMaximum must be numbers within "
                                  "±10^15");
-        if (nd.types & T_NUMBER)
-            return bad_schema(C, "minimum and maximum are supported on integers (type integer), not on numbers");
         if (nd.n_lits) return bad_schema(C, "minimum and maximum beside enum or const are not supported");
         const double x = json_number_value(b);
+        if (nd.types & T_NUMBER || !(nd.types & T_INTEGER)) { /* numbers (or no type: any number) */
+            if (!(fabs(x) <= 1e9)) return bad_schema(C, "bounds on numbers (type number) must be within ±10^9");
+            const int64_t at = grid_bound(x, k);
+            if (k < 2) nd.nmin = nd.has_nmin && nd.nmin > at ? nd.nmin : at, nd.has_nmin = true;
+            else nd.nmax = nd.has_nmax && nd.nmax < at ? nd.nmax : at, nd.has_nmax = true;
+            if (nd.types & T_NUMBER) continue;
+        }
         /* the integers the bound allows start (end) at */
         const int64_t at = (int64_t)(k == 0 ? ceil(x) : k == 1 ? floor(x) + 1 : k == 2 ? floor(x) : ceil(x) - 1);
         if (k < 2) nd.imin = nd.has_min && nd.imin > at ? nd.imin : at, nd.has_min = true;
         else nd.imax = nd.has_max && nd.imax < at ? nd.imax : at, nd.has_max = true;
     }
     if (nd.has_min && nd.has_max && nd.imin > nd.imax) return bad_schema(C, "no integer lies within the bounds");
+    if (nd.has_nmin && nd.has_nmax && nd.nmin > nd.nmax) return bad_schema(C, "no number lies within the bounds");
     json_t *pat = json_object_get(v, "pattern"), *fmt = json_object_get(v, "format");
     const char *ptext = NULL;
     size_t plen = 0;

@@ -14,7 +14,9 @@
  * schema and their minItems / maxItems; a string value counts its code points against its
  * minLength / maxLength (an escape is one) and, with a pattern or a format, walks the pattern's
  * automaton (pattern.h) over the characters' bytes, and an integer its magnitude against its minimum /
- * maximum (a digit only where the number can still end within them). References ($ref to #/$defs/NAME, #/definitions/NAME or
+ * maximum (a digit only where the number can still end within them); a number under minimum /
+ * maximum is written without an exponent and with at most 9 digits after the point, so its value
+ * is exact on a grid of 10^-9 and checked the same way. References ($ref to #/$defs/NAME, #/definitions/NAME or
  * #) are nodes that stand for another node, so recursive schemas are finite graphs; an anyOf /
  * oneOf node hands a value to every branch its first byte can start, each followed as its own
  * path (nx_json_state), so the automaton never needs to backtrack. oneOf is taken as anyOf (as
@@ -52,7 +54,10 @@ typedef struct nx_json_path {
     uint16_t chars; /* value string: code points so far (for minLength / maxLength) */
     uint16_t pst;   /* value string with a pattern: its automaton's state */
     bool neg;       /* integer: it has a minus sign */
-    uint64_t num;   /* integer: its magnitude so far (saturating; for minimum / maximum) */
+    uint64_t num;   /* integer: its magnitude so far (saturating; for minimum / maximum); a bounded
+                     * number: its integer part */
+    uint32_t frac;  /* bounded number: the digits after the point, */
+    uint8_t fk;     /* and how many */
 } nx_json_path;
 
 /* The readings of the output so far that can still become valid: one, except where a value

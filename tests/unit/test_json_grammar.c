@@ -676,6 +676,59 @@ static void test_schema_defs(void **state) {
     nx_json_schema_free(sc);
 }
 
+/* Bounds on numbers: minimum / maximum and the exclusive ones, fractional and negative, on typed
+ * and untyped values; such numbers are written without an exponent and with at most 9 digits
+ * after the point, exact against the bounds as a validator reads them (0.1 >= 0.1). */
+static const char *const SCHEMA_NUMBERS =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"p\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1},"
+    "\"t\":{\"type\":\"number\",\"exclusiveMinimum\":-0.5,\"maximum\":2.25},"
+    "\"lat\":{\"type\":[\"number\",\"null\"],\"minimum\":-90,\"maximum\":90},"
+    "\"big\":{\"type\":\"number\",\"minimum\":100.5,\"exclusiveMaximum\":1000},"
+    "\"neg\":{\"type\":\"number\",\"maximum\":-0.1},"
+    "\"tenth\":{\"minimum\":0.1,\"exclusiveMaximum\":0.3}},"
+    "\"additionalProperties\":false}";
+
+static void visit_numbers(json_t *v, int *n) {
+    const char *const keys[] = {"p", "t", "lat", "big", "neg", "tenth"};
+    for (int i = 0; i < 6; i++) {
+        json_t *x = json_object_get(v, keys[i]);
+        n[i] += json_is_number(x);
+    }
+    n[6] += json_is_real(json_object_get(v, "p")) && json_real_value(json_object_get(v, "p")) > 0.5;
+    n[7] += json_is_number(json_object_get(v, "lat")) && json_number_value(json_object_get(v, "lat")) < 0;
+}
+
+static void test_schema_numbers(void **state) {
+    (void)state;
+    nx_json_schema *sc = schema_of(SCHEMA_NUMBERS);
+    static const char *const good[] = {
+        "{\"p\":0}", "{\"p\":1}", "{\"p\":0.5}", "{\"p\":1.000000000}", "{\"p\":-0}", "{\"p\":0.999999999}",
+        "{\"t\":-0.499999999}", "{\"t\":2.25}", "{\"t\":2.2}", "{\"t\":-0.4}",
+        "{\"lat\":-90}", "{\"lat\":45.5}", "{\"lat\":null}", "{\"lat\":90.0}",
+        "{\"big\":100.5}", "{\"big\":999.999999999}", "{\"big\":500}",
+        "{\"neg\":-0.1}", "{\"neg\":-12345.678}",
+        "{\"tenth\":0.1}", "{\"tenth\":0.299999999}", "{\"tenth\":\"any string\"}",
+    };
+    static const char *const bad[] = {
+        "{\"p\":1.000000001}", "{\"p\":-0.1}", "{\"p\":2}", "{\"p\":10}", "{\"p\":0.1234567891}", /* 10 digits */
+        "{\"p\":1e-1}",                                                                             /* no exponent */
+        "{\"t\":-0.5}", "{\"t\":2.250000001}", "{\"t\":-1}",
+        "{\"lat\":-90.5}", "{\"lat\":91}", "{\"lat\":100}",
+        "{\"big\":100.4}", "{\"big\":1000}", "{\"big\":99}", "{\"big\":-500}",
+        "{\"neg\":-0.09}", "{\"neg\":0}", "{\"neg\":-0}",
+        "{\"tenth\":0.3}", "{\"tenth\":0.09999}",
+    };
+    accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
+    /* random walks: every completed document is valid for the independent check (doubles
+     * compared as a validator does), and they reach each property, p above a half and a
+     * negative latitude */
+    int n[8] = {0};
+    const int completed = schema_walks(sc, SCHEMA_NUMBERS, 3000, 80, visit_numbers, n);
+    assert_walks_reached(completed, 300, n, 8);
+    nx_json_schema_free(sc);
+}
+
 /* anyOf / oneOf branches that start alike (Pydantic's unions: Union[Cat, Dog], Union[int, float],
  * a Literal beside a str, lists of unions), each followed as its own path until the bytes tell
  * them apart, and nested: the Shape union inside a list inside the object. */
@@ -786,8 +839,9 @@ static void test_schema_errors(void **state) {
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":\"3\"}}}", "[0, 65535]"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}}}", "maxLength is below minLength"},
         {"{\"properties\":{\"a\":{\"enum\":[\"x\"],\"maxLength\":2}}}", "beside enum or const"},
-        {"{\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":0}}}", "#/properties/a: minimum and maximum are supported on integers"},
-        {"{\"properties\":{\"a\":{\"minimum\":0}}}", "supported on integers"},
+        {"{\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":-2e9}}}", "#/properties/a: bounds on numbers (type number) must be within ±10^9"},
+        {"{\"properties\":{\"a\":{\"maximum\":1e10}}}", "within ±10^9"},
+        {"{\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":0.5,\"exclusiveMaximum\":0.5}}}", "no number lies within the bounds"},
         {"{\"properties\":{\"a\":{\"type\":\"integer\",\"maximum\":1e16}}}", "within ±10^15"},
         {"{\"properties\":{\"a\":{\"type\":\"integer\",\"exclusiveMinimum\":true}}}", "within ±10^15"},
         {"{\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":1.9}}}", "no integer lies within the bounds"},
@@ -1046,6 +1100,7 @@ int main(void) {
         cmocka_unit_test(test_schema_format),
         cmocka_unit_test(test_schema_defs),
         cmocka_unit_test(test_schema_union),
+        cmocka_unit_test(test_schema_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
