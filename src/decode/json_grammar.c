@@ -27,6 +27,8 @@ typedef struct js_node {
     uint8_t types;       /* T_* the value may have */
     bool keyed;          /* object with "properties": only those keys, in order */
     int16_t items;       /* array: the items' node (-1: any value) */
+    int16_t addl;        /* object without properties: every value's node (additionalProperties
+                          * as a schema: a dict; -1: any keys and values) */
     int32_t prop0, n_props;
     int32_t lit0, n_lits; /* enum / const: the values, serialised (then only those) */
     uint8_t min_items, max_items; /* max 0: no limit */
@@ -127,7 +129,7 @@ static int hex_value(uint8_t c) {
 static bool push(nx_json_path *s, uint8_t kind, int node) {
     if (s->depth == NX_JSON_MAX_DEPTH) return dead(s);
     const js_node *nd = node_of(s, node);
-    if (kind == 'o' && nd && !nd->keyed) node = -1; /* an object schema without properties: any keys */
+    if (kind == 'o' && nd && !nd->keyed && nd->addl < 0) node = -1; /* no properties: any keys */
     s->stack[s->depth] = kind;
     s->node[s->depth] = (int16_t)node;
     s->next[s->depth] = 0;
@@ -167,7 +169,7 @@ static bool close_container(nx_json_path *s, uint8_t kind) {
 static bool key_start(nx_json_path *s) {
     const js_node *nd = frame_node(s);
     s->key = true;
-    if (!nd) {
+    if (!nd || !nd->keyed) { /* any key (a dict's values then follow its additionalProperties) */
         s->mode = M_STRING, s->sub = S_PLAIN;
         return true;
     }
@@ -471,8 +473,13 @@ static bool string_byte(nx_json_path *s, uint8_t c) {
         if (c == '"') {
             if (nd && s->chars < nd->min_len) return dead(s);
             if (nd && nd->pattern >= 0 && !s->schema->patterns[nd->pattern]->accept[s->pst]) return dead(s);
-            if (s->key) s->mode = M_COLON;
-            else value_done(s);
+            if (s->key) {
+                const js_node *fr = frame_node(s);
+                s->mode = M_COLON;
+                s->vnode = fr ? fr->addl : -1;
+            } else {
+                value_done(s);
+            }
             s->key = false;
             return true;
         }
@@ -606,7 +613,7 @@ static bool path_step(nx_json_path *s, uint8_t c, nx_json_path *fork, int *n_for
         const js_node *nd = frame_node(s);
         if (c == ',') {
             const uint8_t n = s->next[s->depth - 1];
-            if (nd && obj && n >= nd->n_props) return dead(s);                    /* no key is left */
+            if (nd && obj && nd->keyed && n >= nd->n_props) return dead(s);      /* no key is left */
             if (nd && !obj && nd->max_items && n >= nd->max_items) return dead(s); /* the array is full */
             s->mode = obj ? M_OBJ_KEY : M_VALUE;
             if (!obj) s->vnode = nd ? nd->items : -1;
@@ -1020,7 +1027,7 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     if (!grow((void **)&S->nodes, &C->cap_nodes, S->n_nodes + 1, sizeof *S->nodes) || S->n_nodes >= INT16_MAX)
         return bad_schema(C, "too many schema nodes");
     const int me = S->n_nodes++;
-    js_node nd = {.ref = -1, .types = T_ANY, .items = -1, .max_len = -1, .pattern = -1};
+    js_node nd = {.ref = -1, .types = T_ANY, .items = -1, .addl = -1, .max_len = -1, .pattern = -1};
     S->nodes[me] = nd;
     if (!v) return me;
     static const char *const ignored[] = {"description", "title", "default", "examples", "$schema", "$id", "strict",
@@ -1125,7 +1132,16 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         nd.n_lits = (int32_t)n;
     }
     json_t *ap = json_object_get(v, "additionalProperties");
-    if (ap && !json_is_false(ap)) return bad_schema(C, "additionalProperties must be false (only the listed keys)");
+    if (ap && !json_is_false(ap)) {
+        if (json_object_size(props) > 0)
+            return bad_schema(C, "additionalProperties beside properties must be false (only the listed keys)");
+        if (!json_is_true(ap)) { /* a dict: any keys, each value under this schema */
+            if (!json_is_object(ap)) return bad_schema(C, "additionalProperties must be false, true or a schema");
+            const int child = compile_child(C, ap, "additionalProperties", depth);
+            if (child < 0) return -1;
+            nd.addl = (int16_t)child;
+        }
+    }
     if (props) {
         if (!json_is_object(props) || json_object_size(props) > NX_JSON_MAX_PROPS)
             return bad_schema(C, "properties must be an object of at most 64 schemas");

@@ -498,7 +498,12 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
         }
         if (!ok) return false;
     }
-    json_t *props = json_object_get(sc, "properties");
+    json_t *props = json_object_get(sc, "properties"), *addl = json_object_get(sc, "additionalProperties");
+    if (json_is_object(v) && json_is_object(addl)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) if (!valid_in(root, addl, x)) return false;
+    }
     if (json_is_object(v) && props) {
         const char *k;
         json_t *x;
@@ -729,6 +734,55 @@ static void test_schema_numbers(void **state) {
     nx_json_schema_free(sc);
 }
 
+/* Dicts: an object without properties whose additionalProperties is a schema takes any keys,
+ * each value under that schema (Pydantic's dict[str, X]); true, any keys and values. */
+static const char *const SCHEMA_DICT =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"counts\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"minimum\":0}},"
+    "\"nested\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"object\","
+    "\"properties\":{\"ok\":{\"type\":\"boolean\"}},\"required\":[\"ok\"]}},"
+    "\"lists\":{\"additionalProperties\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":2}},"
+    "\"free\":{\"type\":\"object\",\"additionalProperties\":true}},"
+    "\"additionalProperties\":false}";
+
+static void visit_dict(json_t *v, int *n) {
+    n[0] += json_object_size(json_object_get(v, "counts")) > 0;
+    n[1] += json_object_size(json_object_get(v, "nested")) > 0;
+    n[2] += json_object_size(json_object_get(v, "lists")) > 0;
+    n[3] += json_object_size(json_object_get(v, "free")) > 0;
+    n[4] += json_object_size(json_object_get(v, "counts")) > 1;
+}
+
+static void test_schema_dict(void **state) {
+    (void)state;
+    nx_json_schema *sc = schema_of(SCHEMA_DICT);
+    static const char *const good[] = {
+        "{\"counts\":{}}",
+        "{\"counts\":{\"apples\":3,\"pears\":0}}",
+        "{\"counts\":{\"\":1,\"a\\\"b\":2}}",
+        "{\"nested\":{\"x\":{\"ok\":true},\"y\":{\"ok\":false}}}",
+        "{\"lists\":{\"k\":[\"a\",\"b\"],\"j\":[]}}",
+        "{\"free\":{\"a\":[1,{\"b\":null}],\"c\":\"d\"}}",
+        "{\"counts\":{\"a\":1},\"nested\":{},\"lists\":{},\"free\":{}}",
+    };
+    static const char *const bad[] = {
+        "{\"counts\":{\"apples\":-1}}",
+        "{\"counts\":{\"apples\":\"3\"}}",
+        "{\"counts\":{\"apples\":1.5}}",
+        "{\"nested\":{\"x\":{}}}",
+        "{\"nested\":{\"x\":{\"ok\":true,\"no\":1}}}",
+        "{\"lists\":{\"k\":[\"c\"]}}",
+        "{\"lists\":{\"k\":[\"a\",\"a\",\"a\"]}}",
+        "{\"other\":{}}",
+        "{\"counts\":{\"a\":1,}}",
+    };
+    accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
+    int n[5] = {0};
+    const int completed = schema_walks(sc, SCHEMA_DICT, 3000, 80, visit_dict, n);
+    assert_walks_reached(completed, 300, n, 5);
+    nx_json_schema_free(sc);
+}
+
 /* anyOf / oneOf branches that start alike (Pydantic's unions: Union[Cat, Dog], Union[int, float],
  * a Literal beside a str, lists of unions), each followed as its own path until the bytes tell
  * them apart, and nested: the Shape union inside a list inside the object. */
@@ -847,7 +901,11 @@ static void test_schema_errors(void **state) {
         {"{\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":1.5,\"maximum\":1.9}}}", "no integer lies within the bounds"},
         {"{\"properties\":{\"a\":{\"type\":\"integer\",\"exclusiveMinimum\":3,\"exclusiveMaximum\":4}}}", "no integer lies"},
         {"{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"}]}", "the root must be an object"},
-        {"{\"type\":\"object\",\"additionalProperties\":true}", "additionalProperties must be false"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":true}",
+         "additionalProperties beside properties must be false"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"string\"}}", "beside properties"},
+        {"{\"type\":\"object\",\"additionalProperties\":3}", "additionalProperties must be false, true or a schema"},
+        {"{\"properties\":{\"d\":{\"additionalProperties\":{\"type\":\"strin\"}}}}", "#/properties/d/additionalProperties: type must be"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "required names a property"},
         {"{\"type\":\"array\"}", "the root must be an object"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[1,2]}}}", "#/properties/a: enum and const values"},
@@ -1101,6 +1159,7 @@ int main(void) {
         cmocka_unit_test(test_schema_defs),
         cmocka_unit_test(test_schema_union),
         cmocka_unit_test(test_schema_numbers),
+        cmocka_unit_test(test_schema_dict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
