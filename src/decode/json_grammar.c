@@ -271,13 +271,20 @@ static bool num_meets(const js_node *nd, int64_t a, int64_t b, bool neg) {
     return (!nd->has_nmin || hi >= nd->nmin) && (!nd->has_nmax || lo <= nd->nmax);
 }
 
+/* The magnitude the digits so far spell (units), and *step the units one more fraction digit
+ * can add (all of them a unit of the last integer digit before the point). */
+static int64_t num_at(const nx_json_path *s, int64_t *step) {
+    int64_t st = NUM_UNIT;
+    for (int i = 0; i < s->fk; i++) st /= 10;
+    *step = st;
+    return sat_mul((int64_t)s->num, NUM_UNIT) + (int64_t)s->frac * st;
+}
+
 static bool num_feasible(const js_node *nd, const nx_json_path *s) {
     if (s->sub == N_MINUS) return num_meets(nd, 0, NUM_MAG, true);
-    const int64_t m = sat_mul((int64_t)s->num, NUM_UNIT);
     if (s->sub == N_DOT || s->sub == N_FRAC) {
-        int64_t step = NUM_UNIT;
-        for (int i = 0; i < s->fk; i++) step /= 10;
-        const int64_t at = m + (int64_t)s->frac * step;
+        int64_t step;
+        const int64_t at = num_at(s, &step);
         return num_meets(nd, at, at + step - 1, s->neg);
     }
     if (s->sub == N_ZERO) return num_meets(nd, 0, NUM_UNIT - 1, s->neg);
@@ -315,9 +322,8 @@ static bool num_continues(const js_node *nd, nx_json_path *s, uint8_t c) {
 /* The bounded number read so far is a value within its bounds. */
 static bool num_in_range(const js_node *nd, const nx_json_path *s) {
     if (s->sub != N_ZERO && s->sub != N_INT && s->sub != N_FRAC) return false;
-    int64_t step = NUM_UNIT;
-    for (int i = 0; i < s->fk; i++) step /= 10;
-    const int64_t at = sat_mul((int64_t)s->num, NUM_UNIT) + (int64_t)s->frac * step;
+    int64_t step;
+    const int64_t at = num_at(s, &step);
     return num_meets(nd, at, at, s->neg);
 }
 
@@ -1003,6 +1009,9 @@ static const char *format_pattern(const char *f) {
     "(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
 #define TIME_RE "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 #define OCTET_RE "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#define LABEL_RE "[a-z0-9](?:[a-z0-9-]{0,60}[a-z0-9])?"
+#define H_RE "[0-9a-f]{1,4}"
+#define DUR_T_RE "(?:[0-9]+H(?:[0-9]+M)?(?:[0-9]+S)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
     static const char *const formats[][2] = {
         {"date", "^" DATE_RE "$"},
         {"time", "^" TIME_RE "$"},
@@ -1010,10 +1019,27 @@ static const char *format_pattern(const char *f) {
         {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
         {"ipv4", "^(?:" OCTET_RE "\\.){3}" OCTET_RE "$"},
         {"email", "^[a-z0-9]+(?:[._+-][a-z0-9]+)*@[a-z0-9]+(?:-[a-z0-9]+)*(?:\\.[a-z0-9]+(?:-[a-z0-9]+)*)*\\.[a-z]{2,24}$"},
+        /* RFC 1123 host names (labels of letters, digits and inner hyphens, 253 characters in
+         * all) kept to 1-4 labels of 1-62 characters, which always fit */
+        {"hostname", "^" LABEL_RE "(?:\\." LABEL_RE "){0,3}$"},
+        /* eight groups, or fewer around one "::" (RFC 4291 text, lowercase; no embedded IPv4 or
+         * zone) */
+        {"ipv6", "^(?:(?:" H_RE ":){7}" H_RE "|(?:" H_RE ":){1,7}:|(?:" H_RE ":){1,6}:" H_RE "|(?:" H_RE
+                 ":){1,5}(?::" H_RE "){1,2}|(?:" H_RE ":){1,4}(?::" H_RE "){1,3}|(?:" H_RE ":){1,3}(?::" H_RE
+                 "){1,4}|(?:" H_RE ":){1,2}(?::" H_RE "){1,5}|" H_RE ":(?::" H_RE "){1,6}|:(?:(?::" H_RE
+                 "){1,7}|:))$"},
+        /* ISO 8601 durations as JSON Schema has them: years, months, days and a time part of
+         * hours, minutes, seconds (whole numbers), each present part in order, at least one; or
+         * weeks alone */
+        {"duration", "^P(?:(?:[0-9]+Y(?:[0-9]+M)?(?:[0-9]+D)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)(?:T" DUR_T_RE ")?|T" DUR_T_RE
+                     "|[0-9]+W)$"},
     };
 #undef DATE_RE
 #undef TIME_RE
 #undef OCTET_RE
+#undef LABEL_RE
+#undef H_RE
+#undef DUR_T_RE
     for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
         if (strcmp(f, formats[i][0]) == 0) return formats[i][1];
     return NULL;
@@ -1243,8 +1269,8 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         ptext = format_pattern(json_string_value(fmt));
         if (!ptext) {
             char msg[200];
-            snprintf(msg, sizeof msg, "format '%.40s' is not supported (date, time, date-time, uuid, ipv4 and email are)",
-                     json_string_value(fmt));
+            snprintf(msg, sizeof msg, "format '%.40s' is not supported (date, time, date-time, duration, uuid, ipv4, "
+                     "ipv6, hostname and email are)", json_string_value(fmt));
             return bad_schema(C, msg);
         }
         plen = strlen(ptext);

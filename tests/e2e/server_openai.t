@@ -211,11 +211,14 @@ async function main() {
     depth: { type: 'integer', minimum: -3, maximum: 40 }, label: { type: 'string', minLength: 2, maxLength: 6 },
     tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
     code: { type: 'string', pattern: '^[A-Z]{2}-[0-9]{1,3}$' }, when: { type: 'string', format: 'date' },
-    note: { type: 'null' } }, required: ['kind', 'deep', 'depth', 'label', 'code', 'when'], additionalProperties: false };
+    host: { type: 'string', format: 'hostname' }, ip6: { type: 'string', format: 'ipv6' },
+    span: { type: 'string', format: 'duration', maxLength: 12 },
+    note: { type: 'null' } }, required: ['kind', 'deep', 'depth', 'label', 'code', 'when', 'host', 'ip6', 'span'],
+    additionalProperties: false };
   const ajv = new Ajv();
   require('ajv-formats')(ajv); // real calendar dates (leap years), as RFC 3339 has them
   const check = ajv.compile(schema);
-  const sr = await client.chat.completions.create({ ...jreq, max_tokens: 400,
+  const sr = await client.chat.completions.create({ ...jreq, max_tokens: 1000,
     response_format: { type: 'json_schema', json_schema: { name: 'place', schema, strict: true } } });
   const sdone = sr.choices.filter((c) => c.finish_reason === 'stop');
   ok(sdone.length >= 1 && sdone.every((c) => { try { return check(JSON.parse(c.message.content)); } catch (e) { return false; } }),
@@ -253,9 +256,9 @@ async function main() {
                     400, OpenAI.BadRequestError, 'json_schema with 9 alike anyOf branches: 400 saying so',
                     (e) => e.param === 'response_format' && /more than 8/.test(e.message) && /#\/properties\/a/.test(e.message));
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
-    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', format: 'hostname' } } } } } }),
+    json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', format: 'uri' } } } } } }),
                     400, OpenAI.BadRequestError, 'json_schema with an unsupported format: 400 naming it',
-                    (e) => e.param === 'response_format' && /format 'hostname'/.test(e.message) && /#\/properties\/a/.test(e.message));
+                    (e) => e.param === 'response_format' && /format 'uri'/.test(e.message) && /#\/properties\/a/.test(e.message));
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
     json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'string', pattern: '(?<=a)b' } } } } } }),
                     400, OpenAI.BadRequestError, 'json_schema with a lookbehind pattern: 400 saying which part',
