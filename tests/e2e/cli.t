@@ -9,6 +9,8 @@ import shutil
 import sys
 import tempfile
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tap import PY, Tap, nextn, run  # noqa: E402
 
@@ -236,6 +238,31 @@ t.ok(r.returncode == 0 and ok, f"bench --membw: paired readings {bw}", r.stdout 
 expect_error("bench --membw without plain steps", ["bench", "-m", good, "-n", "4", "--modes", "1", "--membw", "64"],
              "--membw", "needs the ar mode")
 expect_error("bench --membw too small", ["bench", "-m", good, "--membw", "8"], "--membw 8", "[16, 65536]")
+
+# --draft-vocab N: the head drafts over token ids < N only. Its teacher-forced logits keep the
+# full head's values below N and are -inf from N on; the trunk's are untouched; and output is
+# exact: greedy, and sampled under --verify match (seeded output independent of the drafts), the
+# text equals plain decoding's
+ids = "1,17,42,99,7,250,3,64,12,5"
+full_l, full_m = os.path.join(tmp, "dv_full.npy"), os.path.join(tmp, "dv_full.mtp.npy")
+cut_l, cut_m = os.path.join(tmp, "dv_cut.npy"), os.path.join(tmp, "dv_cut.mtp.npy")
+r1 = nextn("eval", "-m", good, "--tokens", ids, "--logits", full_l, "--mtp-logits", full_m, check=False)
+r2 = nextn("eval", "-m", good, "--tokens", ids, "--logits", cut_l, "--mtp-logits", cut_m, "--draft-vocab", "60",
+           check=False)
+try:
+    fm, cm = np.load(full_m), np.load(cut_m)
+    ok = (r1.returncode == 0 and r2.returncode == 0 and np.array_equal(np.load(full_l), np.load(cut_l))
+          and np.array_equal(fm[:, :60], cm[:, :60]) and bool(np.all(np.isneginf(cm[:, 60:]))) and fm.shape == cm.shape)
+except (OSError, ValueError):
+    ok = False
+t.ok(ok, "--draft-vocab 60: the head's logits below 60 as the full head's, -inf from 60 on; trunk logits unchanged",
+     r1.stderr + r2.stderr)
+prompt = "static int compare(const void *a"
+for mode in (["--temp", "0"], ["--temp", "0.8", "--seed", "3", "--verify", "match"]):
+    plain = nextn("run", "-p", prompt, "-n", "40", "--draft", "0", *mode, check=False)
+    cut = nextn("run", "-p", prompt, "-n", "40", "--draft", "2", "--draft-vocab", "60", *mode, check=False)
+    t.ok(plain.returncode == 0 and cut.returncode == 0 and plain.stdout == cut.stdout and plain.stdout,
+         f"--draft-vocab 60 {' '.join(mode)}: the text plain decoding gives", plain.stdout + "\n---\n" + cut.stdout)
 
 # --prompt-cache: a second run of the same prompt (sampled, seeded) reuses the saved rows and
 # prints the same text as the first; a longer prompt reuses them as its prefix and prints what a
