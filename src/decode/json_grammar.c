@@ -32,6 +32,7 @@ typedef struct js_node {
     int32_t prop0, n_props;
     int32_t lit0, n_lits; /* enum / const: the values, serialised (then only those) */
     uint8_t min_items, max_items; /* max 0: no limit */
+    bool unique;                  /* uniqueItems (items are enum / const values: no literal twice) */
     uint16_t min_len;             /* string values: code points at least, */
     int32_t max_len;              /* and at most (-1: no limit) */
     bool has_min, has_max;        /* integer values: bounds (within ±10^15) */
@@ -112,6 +113,17 @@ bool nx_json_complete(const nx_json_state *s) {
     return false;
 }
 
+/* Every literal of enum node nd, as a mask. */
+static uint64_t all_lits(const js_node *nd) { return nd->n_lits >= 64 ? ~0ull : (1ull << nd->n_lits) - 1; }
+
+/* The innermost open container is an array whose items must differ (uniqueItems): its items
+ * are literals, so it is the innermost container for as long as it is open, and s->uniq holds
+ * the literals it has. */
+static bool in_unique_array(const nx_json_path *s) {
+    const js_node *fr = frame_node(s);
+    return fr && fr->unique && s->stack[s->depth - 1] == 'a';
+}
+
 static bool dead(nx_json_path *s) {
     s->mode = M_DEAD;
     return false;
@@ -136,6 +148,7 @@ static bool push(nx_json_path *s, uint8_t kind, int node) {
     s->depth++;
     s->mode = kind == 'o' ? M_OBJ_FIRST : M_ARR_FIRST;
     s->vnode = kind == 'a' && nd ? nd->items : -1;
+    if (kind == 'a' && nd && nd->unique) s->uniq = 0;
     return true;
 }
 
@@ -219,6 +232,7 @@ static bool enum_byte(nx_json_path *s, uint8_t c) {
     s->cpos++;
     for (int32_t i = 0; i < nd->n_lits; i++)
         if ((keep >> i & 1) && s->schema->lit_len[nd->lit0 + i] == s->cpos) {
+            if (in_unique_array(s)) s->uniq |= 1ull << i;
             value_done(s);
             break;
         }
@@ -383,6 +397,7 @@ static bool value_start_at(nx_json_path *s, uint8_t c) {
     if (nd && nd->n_lits) {
         s->cand = 0, s->cpos = 0;
         for (int32_t i = 0; i < nd->n_lits; i++) s->cand |= 1ull << i;
+        if (in_unique_array(s) && !(s->cand &= ~s->uniq)) return dead(s); /* each literal once */
         s->mode = M_ENUM;
         return enum_byte(s, c);
     }
@@ -621,6 +636,8 @@ static bool path_step(nx_json_path *s, uint8_t c, nx_json_path *fork, int *n_for
             const uint8_t n = s->next[s->depth - 1];
             if (nd && obj && nd->keyed && n >= nd->n_props) return dead(s);      /* no key is left */
             if (nd && !obj && nd->max_items && n >= nd->max_items) return dead(s); /* the array is full */
+            if (!obj && in_unique_array(s) && s->uniq == all_lits(schema_node(s->schema, nd->items)))
+                return dead(s); /* every literal is in it */
             s->mode = obj ? M_OBJ_KEY : M_VALUE;
             if (!obj) s->vnode = nd ? nd->items : -1;
             return true;
@@ -1061,7 +1078,7 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items",
                                         "enum", "const", "minItems", "maxItems", "minLength", "maxLength",
                                         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref",
-                                        "anyOf", "oneOf", "allOf", "pattern", "format"};
+                                        "anyOf", "oneOf", "allOf", "pattern", "format", "uniqueItems"};
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -1223,6 +1240,17 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     if (json_object_get(v, "maxItems") && nd.max_items < nd.min_items)
         return bad_schema(C, "maxItems is below minItems");
     if (json_object_get(v, "maxItems") && nd.max_items == 0) nd.types &= (uint8_t)~T_ARRAY; /* no array fits */
+    json_t *uq = json_object_get(v, "uniqueItems");
+    if (uq && !json_is_boolean(uq)) return bad_schema(C, "uniqueItems must be true or false");
+    if (json_is_true(uq) && (nd.types & T_ARRAY)) {
+        /* the items must be literals (an item node still being compiled is a container that
+         * holds this array, so not one) */
+        const js_node *it = nd.items >= 0 ? schema_node(S, nd.items) : NULL;
+        if (!it || !it->n_lits || it->n_alts)
+            return bad_schema(C, "uniqueItems is supported on arrays whose items are enum or const values");
+        if (nd.min_items > it->n_lits) return bad_schema(C, "uniqueItems: minItems is more than the enum's values");
+        nd.unique = true;
+    }
     for (int k = 0; k < 2; k++) {
         json_t *m = json_object_get(v, k ? "maxLength" : "minLength");
         if (!m) continue;

@@ -58,6 +58,7 @@ typedef struct nx_json_path {
                      * number: its integer part */
     uint32_t frac;  /* bounded number: the digits after the point, */
     uint8_t fk;     /* and how many */
+    uint64_t uniq;  /* the innermost array under uniqueItems: the enum literals it holds */
 } nx_json_path;
 
 /* The readings of the output so far that can still become valid: one, except where a value

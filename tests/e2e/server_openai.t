@@ -242,14 +242,15 @@ async function main() {
     pet: { oneOf: [{ $ref: '#/$defs/Cat' }, { $ref: '#/$defs/Dog' }] },
     size: { anyOf: [{ type: 'integer' }, { type: 'number' }] },
     score: { type: 'number', minimum: 0.1, exclusiveMaximum: 1 },
-    counts: { type: 'object', additionalProperties: { type: 'integer', minimum: 0 } } },
+    counts: { type: 'object', additionalProperties: { type: 'integer', minimum: 0 } },
+    colors: { type: 'array', items: { enum: ['red', 'green', 'blue'] }, uniqueItems: true } },
   required: ['level', 'at', 'pet', 'score'], additionalProperties: false };
   const pcheck = new Ajv2020().compile(pschema);
   const pr = await client.chat.completions.create({ ...jreq, max_tokens: 1000,
     response_format: { type: 'json_schema', json_schema: { name: 'pydantic', schema: pschema, strict: true } } });
   const pdone = pr.choices.filter((c) => c.finish_reason === 'stop');
   ok(pdone.length >= 1 && pdone.every((c) => { try { return pcheck(JSON.parse(c.message.content)); } catch (e) { return false; } }),
-     `json_schema with $defs, $ref, anyOf, oneOf, alike branches, number bounds, a dict: the ${pdone.length} finished answers of 8 validate (ajv 2020-12)`,
+     `json_schema with $defs, $ref, anyOf, oneOf, alike branches, number bounds, a dict, a set: the ${pdone.length} finished answers of 8 validate (ajv 2020-12)`,
      pr.choices.map((c) => c.message.content));
   await expectError(client.chat.completions.create({ model, messages, response_format: { type: 'json_schema',
     json_schema: { name: 'x', schema: { type: 'object', properties: { a: { anyOf: Array(9).fill({ type: 'object' }) } } } } } }),

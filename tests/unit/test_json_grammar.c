@@ -581,6 +581,10 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
                *mx = json_object_get(sc, "maxItems");
         if (mn && json_array_size(v) < (size_t)json_integer_value(mn)) return false;
         if (mx && json_array_size(v) > (size_t)json_integer_value(mx)) return false;
+        if (json_is_true(json_object_get(sc, "uniqueItems")))
+            for (size_t i = 0; i < json_array_size(v); i++)
+                for (size_t k = i + 1; k < json_array_size(v); k++)
+                    if (json_equal(json_array_get(v, i), json_array_get(v, k))) return false;
         for (size_t i = 0; items && i < json_array_size(v); i++)
             if (!valid_in(root, items, json_array_get(v, i))) return false;
     }
@@ -825,6 +829,62 @@ static void test_schema_dict(void **state) {
     nx_json_schema_free(sc);
 }
 
+/* uniqueItems on arrays of enum values (Pydantic's set[Literal[...]] and sets of Enums): each
+ * literal at most once, so an array of them ends once all are in it; prefixes of each other
+ * ("a", "ab") are told apart by their closing quote. */
+static const char *const SCHEMA_UNIQUE =
+    "{\"$defs\":{\"Color\":{\"enum\":[\"red\",\"green\",\"blue\"]}},"
+    "\"type\":\"object\",\"properties\":{"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"ab\",\"b\",null,true]},\"uniqueItems\":true},"
+    "\"colors\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/Color\"},\"uniqueItems\":true,\"minItems\":2},"
+    "\"rows\":{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"const\":\"x\"},\"uniqueItems\":true},"
+    "\"maxItems\":3},"
+    "\"any\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"uniqueItems\":false}},"
+    "\"additionalProperties\":false}";
+
+static void visit_unique(json_t *v, int *n) {
+    json_t *tags = json_object_get(v, "tags"), *colors = json_object_get(v, "colors"), *rows = json_object_get(v, "rows");
+    n[0] += json_array_size(tags) >= 3, n[1] += json_array_size(tags) == 5;
+    n[2] += json_array_size(colors) == 3;
+    n[3] += json_array_size(json_array_get(rows, 0)) == 1 && json_array_size(rows) > 1;
+    json_t *any = json_object_get(v, "any");
+    n[4] += json_array_size(any) == 2 && json_equal(json_array_get(any, 0), json_array_get(any, 1));
+}
+
+static void test_schema_unique(void **state) {
+    (void)state;
+    nx_json_schema *sc = schema_of(SCHEMA_UNIQUE);
+    static const char *const good[] = {
+        "{\"tags\":[]}",
+        "{\"tags\":[\"a\",\"ab\",\"b\",null,true]}",
+        "{\"tags\":[true,\"ab\",\"a\"]}",
+        "{\"colors\":[\"blue\",\"red\"]}",
+        "{\"colors\":[\"green\",\"red\",\"blue\"]}",
+        "{\"rows\":[[\"x\"],[\"x\"],[]]}", /* each inner array unique, the outer one need not be */
+        "{\"any\":[\"a\",\"a\",\"b\"]}",
+    };
+    static const char *const bad[] = {
+        "{\"tags\":[\"a\",\"a\"]}",
+        "{\"tags\":[\"ab\",\"b\",\"ab\"]}",
+        "{\"tags\":[null,null]}",
+        "{\"colors\":[\"red\"]}",                     /* minItems */
+        "{\"colors\":[\"red\",\"green\",\"red\"]}",
+        "{\"rows\":[[\"x\",\"x\"]]}",
+    };
+    accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
+    /* once every literal is in, a comma would lead nowhere: refused as it comes; a repeated
+     * literal is refused at its first byte that no unused one shares */
+    assert_true(prefix_ok(sc, "{\"tags\":[\"a\",\"ab\",\"b\",null,true"));
+    assert_false(prefix_ok(sc, "{\"tags\":[\"a\",\"ab\",\"b\",null,true,"));
+    assert_true(prefix_ok(sc, "{\"tags\":[\"a\",\"a"));  /* still "ab" */
+    assert_false(prefix_ok(sc, "{\"tags\":[\"a\",\"a\""));
+    assert_false(prefix_ok(sc, "{\"tags\":[null,n"));
+    int n[5] = {0};
+    const int completed = schema_walks(sc, SCHEMA_UNIQUE, 3000, 60, visit_unique, n);
+    assert_walks_reached(completed, 1000, n, 5);
+    nx_json_schema_free(sc);
+}
+
 /* anyOf / oneOf branches that start alike (Pydantic's unions: Union[Cat, Dog], Union[int, float],
  * a Literal beside a str, lists of unions), each followed as its own path until the bytes tell
  * them apart, and nested: the Shape union inside a list inside the object. */
@@ -952,6 +1012,13 @@ static void test_schema_errors(void **state) {
         {"{\"type\":\"array\"}", "the root must be an object"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":[1,2]}}}", "#/properties/a: enum and const values"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"items\":[{}]}}}", "tuples are not supported"},
+        {"{\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}}}",
+         "#/properties/a: uniqueItems is supported on arrays whose items are enum or const values"},
+        {"{\"properties\":{\"a\":{\"type\":\"array\",\"uniqueItems\":true}}}", "uniqueItems is supported on arrays"},
+        {"{\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"enum\":[\"x\",\"y\"]},\"minItems\":3,\"uniqueItems\":true}}}",
+         "minItems is more than the enum's values"},
+        {"{\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"enum\":[\"x\"]},\"uniqueItems\":1}}}",
+         "uniqueItems must be true or false"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"minItems\":300}}}", "[0, 255]"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"(x\"}}}",
          "#/properties/a: pattern: missing ')'"},
@@ -1267,6 +1334,7 @@ int main(void) {
         cmocka_unit_test(test_schema_numbers),
         cmocka_unit_test(test_schema_dict),
         cmocka_unit_test(test_schema_format2),
+        cmocka_unit_test(test_schema_unique),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
