@@ -40,8 +40,8 @@ typedef struct js_node {
     bool has_nmin, has_nmax;      /* number values: bounds in units of 10^-9 (within ±10^9) */
     int64_t nmin, nmax;
     int32_t pattern;              /* string values: patterns[pattern] (-1: none), lengths included */
-    int32_t alt0, n_alts; /* anyOf / oneOf: the branches (alts[alt0..]), told apart by a value's
-                           * first byte; then only those */
+    int32_t alt0, n_alts; /* anyOf / oneOf: the branches (alts[alt0..]), each a value's first
+                           * byte can start followed as its own path; then only those */
 } js_node;
 
 struct nx_json_schema {

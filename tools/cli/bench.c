@@ -160,32 +160,30 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The median of v[0..n) (sorts v). */
+/* The median of v[0..n) (sorts v; scratch copies, so the pairs stay aligned). */
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static void bw_pairs_print(bw_pairs *P) {
-    if (P->n == 0) {
+static void bw_pairs_print(const bw_pairs *P) {
+    const int n = P->n;
+    double *w = n ? malloc(sizeof(double) * (size_t)n * 3) : NULL;
+    if (!w) {
         printf(" membw_pairs=0");
         return;
     }
     double hi = 0, lo = P->bw[0];
-    for (int i = 0; i < P->n; i++) {
-        hi = P->bw[i] > hi ? P->bw[i] : hi;
-        lo = P->bw[i] < lo ? P->bw[i] : lo;
-    }
-    double *top = malloc(sizeof(double) * (size_t)P->n);
     int nt = 0;
-    for (int i = 0; top && i < P->n; i++)
-        if (P->bw[i] >= 0.75 * hi) top[nt++] = P->frac[i];
-    const double ft = nt ? median(top, nt) : 0.0;
-    free(top);
-    const int n = P->n;
+    for (int i = 0; i < n; i++) hi = P->bw[i] > hi ? P->bw[i] : hi, lo = P->bw[i] < lo ? P->bw[i] : lo;
+    for (int i = 0; i < n; i++) {
+        w[i] = P->bw[i], w[n + i] = P->frac[i];
+        if (P->bw[i] >= 0.75 * hi) w[2 * n + nt++] = P->frac[i];
+    }
     printf(" membw_pairs=%d membw_GB_s=%.2f membw_lo_GB_s=%.2f membw_hi_GB_s=%.2f weight_frac=%.3f"
            " weight_frac_top=%.3f pairs_top=%d",
-           n, median(P->bw, n), lo, hi, median(P->frac, n), ft, nt);
+           n, median(w, n), lo, hi, median(w + n, n), median(w + 2 * n, nt), nt);
+    free(w);
 }
 
 static double avg(double s, int64_t n) { return n > 0 ? s / (double)n : 0.0; }
@@ -281,6 +279,7 @@ int cli_bench(int argc, char **argv) {
         }
         nx_ctx_reset_auto(ctx); /* each mode starts from nothing measured (auto learns within it) */
         mode_result *r = &res[nres++];
+        pairs.n = 0; /* a mode's own pairs */
         memset(r, 0, sizeof *r);
         snprintf(r->name, sizeof r->name, "%s", tokm);
         double best = -1;
