@@ -29,6 +29,9 @@ typedef struct js_node {
     int16_t items;       /* array: the items' node (-1: any value) */
     int16_t addl;        /* object without properties: every value's node (additionalProperties
                           * as a schema: a dict; -1: any keys and values) */
+    int16_t names;       /* object without properties: every key's node (propertyNames; -1: any) */
+    int16_t max_props;   /* object without properties: keys at most (maxProperties; -1: no limit) */
+    bool min_one;        /* object without properties: at least one key (minProperties 1) */
     int32_t prop0, n_props;
     int32_t lit0, n_lits; /* enum / const: the values, serialised (then only those) */
     uint8_t min_items, max_items; /* max 0: no limit */
@@ -113,6 +116,9 @@ bool nx_json_complete(const nx_json_state *s) {
     return false;
 }
 
+/* An object node without properties that still constrains its keys, values or their count. */
+static bool is_dict(const js_node *nd) { return nd->addl >= 0 || nd->names >= 0 || nd->max_props >= 0 || nd->min_one; }
+
 /* Every literal of enum node nd, as a mask. */
 static uint64_t all_lits(const js_node *nd) { return nd->n_lits >= 64 ? ~0ull : (1ull << nd->n_lits) - 1; }
 
@@ -141,7 +147,7 @@ static int hex_value(uint8_t c) {
 static bool push(nx_json_path *s, uint8_t kind, int node) {
     if (s->depth == NX_JSON_MAX_DEPTH) return dead(s);
     const js_node *nd = node_of(s, node);
-    if (kind == 'o' && nd && !nd->keyed && nd->addl < 0) node = -1; /* no properties: any keys */
+    if (kind == 'o' && nd && !nd->keyed && !is_dict(nd)) node = -1; /* no properties: any keys */
     s->stack[s->depth] = kind;
     s->node[s->depth] = (int16_t)node;
     s->next[s->depth] = 0;
@@ -163,6 +169,17 @@ static void value_done(nx_json_path *s) {
     s->mode = M_AFTER;
 }
 
+/* A key ends: its value follows (a dict's values under its additionalProperties), and a dict
+ * counts its keys (for maxProperties / minProperties). */
+static void key_done(nx_json_path *s) {
+    const js_node *fr = frame_node(s);
+    s->mode = M_COLON;
+    s->key = false;
+    s->cand = 0, s->cpos = 0;
+    s->vnode = fr ? fr->addl : -1;
+    if (fr && !fr->keyed && s->next[s->depth - 1] < 255) s->next[s->depth - 1]++;
+}
+
 static bool close_container(nx_json_path *s, uint8_t kind) {
     if (s->depth == 0 || s->stack[s->depth - 1] != kind) return dead(s);
     const js_node *nd = frame_node(s);
@@ -171,19 +188,31 @@ static bool close_container(nx_json_path *s, uint8_t kind) {
         for (int32_t i = n; i < nd->n_props; i++)
             if (s->schema->props[nd->prop0 + i].required) return dead(s); /* a required key is missing */
     if (nd && kind == 'a' && n < nd->min_items) return dead(s);
+    if (nd && kind == 'o' && !nd->keyed && nd->min_one && n == 0) return dead(s); /* minProperties */
     s->depth--;
     s->node[s->depth] = 0, s->next[s->depth] = 0, s->stack[s->depth] = 0;
     value_done(s);
     return true;
 }
 
+static bool enum_byte(nx_json_path *s, uint8_t c);
+
 /* A key starts in a schema object: the candidates are the properties from the first one still
  * allowed up to the first required one (which cannot be skipped). */
 static bool key_start(nx_json_path *s) {
     const js_node *nd = frame_node(s);
     s->key = true;
-    if (!nd || !nd->keyed) { /* any key (a dict's values then follow its additionalProperties) */
-        s->mode = M_STRING, s->sub = S_PLAIN;
+    if (!nd || !nd->keyed) { /* any key, or a dict's key under its propertyNames */
+        if (nd && nd->max_props == 0) return dead(s); /* maxProperties 0: none (later keys: at the comma) */
+        const js_node *kn = nd && nd->names >= 0 ? schema_node(s->schema, nd->names) : NULL;
+        if (kn && kn->n_lits) { /* one of the enum's strings, whose quote this byte is */
+            s->vnode = nd->names;
+            s->cand = all_lits(kn), s->cpos = 0;
+            s->mode = M_ENUM;
+            return enum_byte(s, '"');
+        }
+        s->mode = M_STRING, s->sub = S_PLAIN, s->chars = 0;
+        s->pst = kn && kn->pattern >= 0 ? s->schema->patterns[kn->pattern]->start : 0;
         return true;
     }
     s->cand = 0, s->cpos = 0;
@@ -232,6 +261,10 @@ static bool enum_byte(nx_json_path *s, uint8_t c) {
     s->cpos++;
     for (int32_t i = 0; i < nd->n_lits; i++)
         if ((keep >> i & 1) && s->schema->lit_len[nd->lit0 + i] == s->cpos) {
+            if (s->key) {
+                key_done(s);
+                break;
+            }
             if (in_unique_array(s)) s->uniq |= 1ull << i;
             value_done(s);
             break;
@@ -430,9 +463,17 @@ static bool value_start_at(nx_json_path *s, uint8_t c) {
     }
 }
 
-/* The pattern automaton of the value string being read (NULL: none). */
+/* The schema node the string being read must match: a value's, or a dict key's propertyNames
+ * (NULL: none). */
+static const js_node *string_node(const nx_json_path *s) {
+    if (!s->key) return node_of(s, s->vnode);
+    const js_node *fr = frame_node(s);
+    return fr && !fr->keyed && fr->names >= 0 ? schema_node(s->schema, fr->names) : NULL;
+}
+
+/* The pattern automaton of the string being read (NULL: none). */
 static const nx_pattern *string_pattern(const nx_json_path *s) {
-    const js_node *nd = s->key ? NULL : node_of(s, s->vnode);
+    const js_node *nd = string_node(s);
     return nd && nd->pattern >= 0 ? s->schema->patterns[nd->pattern] : NULL;
 }
 
@@ -490,18 +531,12 @@ static bool string_byte(nx_json_path *s, uint8_t c) {
     default: {
         /* a value string's length bounds, in code points (an escape is one; surrogate escapes
          * are refused, so \uXXXX is always one) */
-        const js_node *nd = s->key ? NULL : node_of(s, s->vnode);
+        const js_node *nd = string_node(s);
         if (c == '"') {
             if (nd && s->chars < nd->min_len) return dead(s);
             if (nd && nd->pattern >= 0 && !s->schema->patterns[nd->pattern]->accept[s->pst]) return dead(s);
-            if (s->key) {
-                const js_node *fr = frame_node(s);
-                s->mode = M_COLON;
-                s->vnode = fr ? fr->addl : -1;
-            } else {
-                value_done(s);
-            }
-            s->key = false;
+            if (s->key) key_done(s);
+            else value_done(s);
             return true;
         }
         if (nd && nd->max_len >= 0 && s->chars >= nd->max_len) return dead(s);
@@ -635,6 +670,7 @@ static bool path_step(nx_json_path *s, uint8_t c, nx_json_path *fork, int *n_for
         if (c == ',') {
             const uint8_t n = s->next[s->depth - 1];
             if (nd && obj && nd->keyed && n >= nd->n_props) return dead(s);      /* no key is left */
+            if (nd && obj && !nd->keyed && nd->max_props >= 0 && n >= nd->max_props) return dead(s); /* maxProperties */
             if (nd && !obj && nd->max_items && n >= nd->max_items) return dead(s); /* the array is full */
             if (!obj && in_unique_array(s) && s->uniq == all_lits(schema_node(s->schema, nd->items)))
                 return dead(s); /* every literal is in it */
@@ -1070,7 +1106,8 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     if (!grow((void **)&S->nodes, &C->cap_nodes, S->n_nodes + 1, sizeof *S->nodes) || S->n_nodes >= INT16_MAX)
         return bad_schema(C, "too many schema nodes");
     const int me = S->n_nodes++;
-    js_node nd = {.ref = -1, .types = T_ANY, .items = -1, .addl = -1, .max_len = -1, .pattern = -1};
+    js_node nd = {.ref = -1, .types = T_ANY, .items = -1, .addl = -1, .names = -1, .max_props = -1, .max_len = -1,
+                  .pattern = -1};
     S->nodes[me] = nd;
     if (!v) return me;
     static const char *const ignored[] = {"description", "title", "default", "examples", "$schema", "$id", "strict",
@@ -1078,7 +1115,8 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items",
                                         "enum", "const", "minItems", "maxItems", "minLength", "maxLength",
                                         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref",
-                                        "anyOf", "oneOf", "allOf", "pattern", "format", "uniqueItems"};
+                                        "anyOf", "oneOf", "allOf", "pattern", "format", "uniqueItems",
+                                        "propertyNames", "minProperties", "maxProperties"};
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -1185,6 +1223,33 @@ static int compile_node(compiler *C, json_t *v, int depth) {
             nd.addl = (int16_t)child;
         }
     }
+    json_t *pn = json_object_get(v, "propertyNames"), *minp = json_object_get(v, "minProperties"),
+           *maxp = json_object_get(v, "maxProperties");
+    if ((pn || minp || maxp) && json_object_size(props) > 0)
+        return bad_schema(C, "propertyNames, minProperties and maxProperties are supported on objects without "
+                             "properties (dicts)");
+    if (pn) { /* the keys: strings under this schema */
+        const int child = compile_child(C, pn, "propertyNames", depth);
+        if (child < 0) return -1;
+        const js_node *kn = schema_node(S, child);
+        bool strings = !kn->n_alts && (kn->types & T_STRING);
+        for (int32_t i = 0; i < kn->n_lits && strings; i++) strings = S->lits[kn->lit0 + i][0] == '"';
+        if (!strings) return bad_schema(C, "propertyNames must be a string schema (type, enum of strings, pattern, "
+                                           "format, lengths)");
+        nd.names = (int16_t)child;
+    }
+    for (int k = 0; k < 2; k++) {
+        json_t *m = k ? maxp : minp;
+        if (!m) continue;
+        if (!json_is_integer(m) || json_integer_value(m) < 0 || json_integer_value(m) > 255)
+            return bad_schema(C, "minProperties and maxProperties must be integers in [0, 255]");
+        if (k) nd.max_props = (int16_t)json_integer_value(m);
+        else if (json_integer_value(m) > 1)
+            return bad_schema(C, "minProperties above 1 is not supported (a dict's key may repeat, and repeats "
+                                 "count once)");
+        else nd.min_one = json_integer_value(m) == 1;
+    }
+    if (nd.max_props == 0 && nd.min_one) return bad_schema(C, "maxProperties is below minProperties");
     if (props) {
         if (!json_is_object(props) || json_object_size(props) > NX_JSON_MAX_PROPS)
             return bad_schema(C, "properties must be an object of at most 64 schemas");

@@ -242,7 +242,8 @@ async function main() {
     pet: { oneOf: [{ $ref: '#/$defs/Cat' }, { $ref: '#/$defs/Dog' }] },
     size: { anyOf: [{ type: 'integer' }, { type: 'number' }] },
     score: { type: 'number', minimum: 0.1, exclusiveMaximum: 1 },
-    counts: { type: 'object', additionalProperties: { type: 'integer', minimum: 0 } },
+    counts: { type: 'object', additionalProperties: { type: 'integer', minimum: 0 },
+      propertyNames: { pattern: '^[a-z]{1,8}$' }, maxProperties: 3 },
     colors: { type: 'array', items: { enum: ['red', 'green', 'blue'] }, uniqueItems: true } },
   required: ['level', 'at', 'pet', 'score'], additionalProperties: false };
   const pcheck = new Ajv2020().compile(pschema);

@@ -541,6 +541,20 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
         if (!ok) return false;
     }
     json_t *props = json_object_get(sc, "properties"), *addl = json_object_get(sc, "additionalProperties");
+    json_t *pnames = json_object_get(sc, "propertyNames"), *minp = json_object_get(sc, "minProperties"),
+           *maxp = json_object_get(sc, "maxProperties");
+    if (json_is_object(v)) {
+        if (minp && json_object_size(v) < (size_t)json_integer_value(minp)) return false;
+        if (maxp && json_object_size(v) > (size_t)json_integer_value(maxp)) return false;
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            json_t *ks = json_string(k);
+            const bool ok = !pnames || valid_in(root, pnames, ks);
+            json_decref(ks);
+            if (!ok) return false;
+        }
+    }
     if (json_is_object(v) && json_is_object(addl)) {
         const char *k;
         json_t *x;
@@ -788,7 +802,12 @@ static const char *const SCHEMA_DICT =
     "\"nested\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"object\","
     "\"properties\":{\"ok\":{\"type\":\"boolean\"}},\"required\":[\"ok\"]}},"
     "\"lists\":{\"additionalProperties\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":2}},"
-    "\"free\":{\"type\":\"object\",\"additionalProperties\":true}},"
+    "\"free\":{\"type\":\"object\",\"additionalProperties\":true},"
+    "\"named\":{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z]{1,3}$\"},"
+    "\"additionalProperties\":{\"type\":\"integer\"},\"maxProperties\":2},"
+    "\"choice\":{\"type\":\"object\",\"propertyNames\":{\"enum\":[\"x\",\"yz\"]},"
+    "\"additionalProperties\":{\"type\":\"boolean\"},\"minProperties\":1},"
+    "\"none\":{\"type\":\"object\",\"maxProperties\":0}},"
     "\"additionalProperties\":false}";
 
 static void visit_dict(json_t *v, int *n) {
@@ -797,6 +816,9 @@ static void visit_dict(json_t *v, int *n) {
     n[2] += json_object_size(json_object_get(v, "lists")) > 0;
     n[3] += json_object_size(json_object_get(v, "free")) > 0;
     n[4] += json_object_size(json_object_get(v, "counts")) > 1;
+    n[5] += json_object_size(json_object_get(v, "named")) == 2;
+    n[6] += json_object_get(json_object_get(v, "choice"), "yz") != NULL;
+    n[7] += json_object_get(v, "none") != NULL;
 }
 
 static void test_schema_dict(void **state) {
@@ -810,6 +832,11 @@ static void test_schema_dict(void **state) {
         "{\"lists\":{\"k\":[\"a\",\"b\"],\"j\":[]}}",
         "{\"free\":{\"a\":[1,{\"b\":null}],\"c\":\"d\"}}",
         "{\"counts\":{\"a\":1},\"nested\":{},\"lists\":{},\"free\":{}}",
+        "{\"named\":{\"ab\":1,\"xyz\":-2}}",
+        "{\"named\":{}}",
+        "{\"choice\":{\"yz\":true}}",
+        "{\"choice\":{\"x\":false,\"yz\":true}}",
+        "{\"none\":{}}",
     };
     static const char *const bad[] = {
         "{\"counts\":{\"apples\":-1}}",
@@ -821,11 +848,20 @@ static void test_schema_dict(void **state) {
         "{\"lists\":{\"k\":[\"a\",\"a\",\"a\"]}}",
         "{\"other\":{}}",
         "{\"counts\":{\"a\":1,}}",
+        "{\"named\":{\"abcd\":1}}",          /* the key's pattern */
+        "{\"named\":{\"A\":1}}",
+        "{\"named\":{\"\":1}}",
+        "{\"named\":{\"a\":1,\"b\":2,\"c\":3}}", /* maxProperties */
+        "{\"named\":{\"a\":true}}",
+        "{\"choice\":{}}",                     /* minProperties */
+        "{\"choice\":{\"y\":true}}",
+        "{\"choice\":{\"xyz\":true}}",
+        "{\"none\":{\"a\":1}}",
     };
     accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
-    int n[5] = {0};
+    int n[8] = {0};
     const int completed = schema_walks(sc, SCHEMA_DICT, 3000, 80, visit_dict, n);
-    assert_walks_reached(completed, 300, n, 5);
+    assert_walks_reached(completed, 300, n, 8);
     nx_json_schema_free(sc);
 }
 
@@ -1007,6 +1043,12 @@ static void test_schema_errors(void **state) {
          "additionalProperties beside properties must be false"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":{\"type\":\"string\"}}", "beside properties"},
         {"{\"type\":\"object\",\"additionalProperties\":3}", "additionalProperties must be false, true or a schema"},
+        {"{\"properties\":{\"d\":{\"propertyNames\":{\"type\":\"integer\"}}}}", "#/properties/d: propertyNames must be a string schema"},
+        {"{\"properties\":{\"d\":{\"propertyNames\":{\"enum\":[\"a\",true]}}}}", "propertyNames must be a string schema"},
+        {"{\"properties\":{\"d\":{\"minProperties\":2}}}", "minProperties above 1 is not supported"},
+        {"{\"properties\":{\"d\":{\"maxProperties\":-1}}}", "[0, 255]"},
+        {"{\"properties\":{\"d\":{\"minProperties\":1,\"maxProperties\":0}}}", "maxProperties is below minProperties"},
+        {"{\"properties\":{\"d\":{\"properties\":{\"a\":{}},\"maxProperties\":1}}}", "supported on objects without properties"},
         {"{\"properties\":{\"d\":{\"additionalProperties\":{\"type\":\"strin\"}}}}", "#/properties/d/additionalProperties: type must be"},
         {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "required names a property"},
         {"{\"type\":\"array\"}", "the root must be an object"},
