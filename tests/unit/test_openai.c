@@ -273,8 +273,8 @@ static void test_request_error_matrix(void **state) {
                "needs {\"json_schema\"");
     expect_400(C,
                "{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
-               "\"properties\":{\"a\":{\"format\":\"hostname\"}}}}}," MSGS "}",
-               "response_format", "#/properties/a: format 'hostname' is not supported");
+               "\"properties\":{\"a\":{\"format\":\"uri\"}}}}}," MSGS "}",
+               "response_format", "#/properties/a: format 'uri' is not supported");
     expect_400(C, "{\"response_format\":{\"type\":\"yaml\"}," MSGS "}", "response_format", "\"json_object\"");
     expect_400(C, "{\"response_format\":{\"type\":7}," MSGS "}", "response_format", "a string");
     expect_400(C, "{\"response_format\":\"json\"," MSGS "}", "response_format", "an object");
