@@ -1116,7 +1116,7 @@ static int compile_node(compiler *C, json_t *v, int depth) {
                                         "enum", "const", "minItems", "maxItems", "minLength", "maxLength",
                                         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref",
                                         "anyOf", "oneOf", "allOf", "pattern", "format", "uniqueItems",
-                                        "propertyNames", "minProperties", "maxProperties"};
+                                        "propertyNames", "minProperties", "maxProperties", "patternProperties"};
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
@@ -1237,6 +1237,26 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         if (!strings) return bad_schema(C, "propertyNames must be a string schema (type, enum of strings, pattern, "
                                            "format, lengths)");
         nd.names = (int16_t)child;
+    }
+    json_t *pp = json_object_get(v, "patternProperties");
+    if (pp) { /* one pattern: a dict whose keys match it, each value under its schema */
+        if (!json_is_object(pp) || json_object_size(pp) != 1)
+            return bad_schema(C, "patternProperties is supported with one pattern");
+        if (json_object_size(props) > 0 || (ap && !json_is_false(ap)) || pn)
+            return bad_schema(C, "patternProperties is supported on objects without properties, "
+                                 "additionalProperties or propertyNames");
+        void *it = json_object_iter(pp);
+        const char *pat = json_object_iter_key(it);
+        json_t *keys = json_pack("{s:s, s:s}", "type", "string", "pattern", pat);
+        if (!keys) return bad_schema(C, "out of memory");
+        const int kn = compile_child(C, keys, "patternProperties", depth);
+        json_decref(keys);
+        if (kn < 0) return -1;
+        char seg[112];
+        snprintf(seg, sizeof seg, "patternProperties/%.80s", pat);
+        const int vn = compile_child(C, json_object_iter_value(it), seg, depth);
+        if (vn < 0) return -1;
+        nd.names = (int16_t)kn, nd.addl = (int16_t)vn;
     }
     for (int k = 0; k < 2; k++) {
         json_t *m = k ? maxp : minp;

@@ -555,6 +555,12 @@ static bool valid_in(json_t *root, json_t *sc, json_t *v) {
             if (!ok) return false;
         }
     }
+    json_t *pprops = json_object_get(sc, "patternProperties");
+    if (json_is_object(v) && pprops) {
+        const char *pk, *k;
+        json_t *ps, *x;
+        json_object_foreach(pprops, pk, ps) json_object_foreach(v, k, x) if (pcre2_finds(pk, k, strlen(k)) && !valid_in(root, ps, x)) return false;
+    }
     if (json_is_object(v) && json_is_object(addl)) {
         const char *k;
         json_t *x;
@@ -807,7 +813,8 @@ static const char *const SCHEMA_DICT =
     "\"additionalProperties\":{\"type\":\"integer\"},\"maxProperties\":2},"
     "\"choice\":{\"type\":\"object\",\"propertyNames\":{\"enum\":[\"x\",\"yz\"]},"
     "\"additionalProperties\":{\"type\":\"boolean\"},\"minProperties\":1},"
-    "\"none\":{\"type\":\"object\",\"maxProperties\":0}},"
+    "\"none\":{\"type\":\"object\",\"maxProperties\":0},"
+    "\"ids\":{\"type\":\"object\",\"patternProperties\":{\"^id_[0-9]$\":{\"type\":\"boolean\"}},\"maxProperties\":3}},"
     "\"additionalProperties\":false}";
 
 static void visit_dict(json_t *v, int *n) {
@@ -819,6 +826,7 @@ static void visit_dict(json_t *v, int *n) {
     n[5] += json_object_size(json_object_get(v, "named")) == 2;
     n[6] += json_object_get(json_object_get(v, "choice"), "yz") != NULL;
     n[7] += json_object_get(v, "none") != NULL;
+    n[8] += json_object_size(json_object_get(v, "ids")) > 1;
 }
 
 static void test_schema_dict(void **state) {
@@ -837,6 +845,7 @@ static void test_schema_dict(void **state) {
         "{\"choice\":{\"yz\":true}}",
         "{\"choice\":{\"x\":false,\"yz\":true}}",
         "{\"none\":{}}",
+        "{\"ids\":{\"id_1\":true,\"id_7\":false}}",
     };
     static const char *const bad[] = {
         "{\"counts\":{\"apples\":-1}}",
@@ -857,11 +866,14 @@ static void test_schema_dict(void **state) {
         "{\"choice\":{\"y\":true}}",
         "{\"choice\":{\"xyz\":true}}",
         "{\"none\":{\"a\":1}}",
+        "{\"ids\":{\"id_12\":true}}", /* the key's pattern */
+        "{\"ids\":{\"x\":true}}",
+        "{\"ids\":{\"id_1\":1}}",
     };
     accepts_exactly(sc, good, sizeof good / sizeof *good, bad, sizeof bad / sizeof *bad);
-    int n[8] = {0};
+    int n[9] = {0};
     const int completed = schema_walks(sc, SCHEMA_DICT, 3000, 80, visit_dict, n);
-    assert_walks_reached(completed, 300, n, 8);
+    assert_walks_reached(completed, 300, n, 9);
     nx_json_schema_free(sc);
 }
 
@@ -1024,7 +1036,12 @@ static void test_schema_errors(void **state) {
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"1\"}}}", "pattern beside format"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"date\",\"maxLength\":9}}}", "format: the pattern matches no"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"format\":7}}}", "format must be a string"},
-        {"{\"properties\":{\"a\":{\"type\":\"string\",\"patternProperties\":{}}}}", "the keyword 'patternProperties'"},
+        {"{\"properties\":{\"a\":{\"type\":\"string\",\"patternProperties\":{}}}}", "#/properties/a: patternProperties is supported with one pattern"},
+        {"{\"properties\":{\"a\":{\"patternProperties\":{\"^x\":{},\"^y\":{}}}}}", "with one pattern"},
+        {"{\"properties\":{\"a\":{\"patternProperties\":{\"^x\":{}},\"additionalProperties\":{}}}}",
+         "patternProperties is supported on objects without properties, additionalProperties or propertyNames"},
+        {"{\"properties\":{\"a\":{\"patternProperties\":{\"(x\":{}}}}}", "#/properties/a/patternProperties: pattern: missing ')'"},
+        {"{\"properties\":{\"a\":{\"multipleOf\":2}}}", "the keyword 'multipleOf'"},
         {"{\"properties\":{\"a\":{\"allOf\":[{},{}]}}}", "allOf must be a list of one schema"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":-1}}}", "#/properties/a: minLength and maxLength must be integers in [0, 65535]"},
         {"{\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":65536}}}", "[0, 65535]"},
