@@ -924,7 +924,8 @@ static const char *const routes[][2] = {
     {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/v1/models", "GET"},
     {"/health", "GET"},               {"/metrics", "GET"},
     {"/tokenize", "POST"},            {"/detokenize", "POST"},
-    {"/slots/{id}", "POST"},
+    {"/slots/{id}", "POST"},          {"/slots", "GET"},
+    {"/props", "GET"},
 };
 
 /* True when url is the route's path; for a "{id}" path, when url has its prefix and one more
@@ -1366,6 +1367,49 @@ static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, c
 
 /* POST /slots/ID?action=save|restore|erase (llama.cpp's server): the action runs on the worker
  * as a job, in turn with the generations, and this thread waits for it. */
+/* The one slot as llama.cpp's GET /slots and /props describe it: its context size, whether it is
+ * generating, and the settings a request gets when it sets none (a request body of nothing
+ * but a prompt, parsed as any other, so they cannot drift from what requests get). */
+static json_t *slot_json(nx_server *s) {
+    nx_oai_request r;
+    nx_oai_error e;
+    nx_oai_limits lim = {.model_id = s->model_id, .vocab_size = s->info->vocab_size};
+    static const char probe[] = "{\"prompt\":\"\"}";
+    if (nx_oai_request_parse(NX_OAI_COMPLETION, probe, sizeof probe - 1, &lim, &r, &e) != NX_OK) return NULL;
+    const nx_sampler_params *sp = &r.sampling;
+    pthread_mutex_lock(&s->qmu);
+    const bool busy = s->n_active > 0;
+    pthread_mutex_unlock(&s->qmu);
+    const int32_t draft = s->has_mtp ? s->o.draft : 0;
+    json_t *slot = json_pack(
+        "{s:i, s:i, s:b, s:b, s:{s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i}}", "id", 0, "n_ctx",
+        (int)nx_ctx_n_ctx(s->ctx), "speculative", draft != 0, "is_processing", busy, "params", "temperature",
+        (double)sp->temperature, "top_k", (int)sp->top_k, "top_p", (double)sp->top_p, "min_p", (double)sp->min_p,
+        "repeat_penalty", (double)sp->repetition_penalty, "presence_penalty", (double)sp->presence_penalty,
+        "frequency_penalty", (double)sp->frequency_penalty, "n_predict", -1, "speculative.draft",
+        draft == NX_DRAFT_AUTO ? "auto" : draft == 0 ? "off" : "fixed", "speculative.verify",
+        s->o.verify == NX_VERIFY_MATCH ? "match" : "residual", "speculative.n_max",
+        draft == NX_DRAFT_AUTO ? NX_MAX_DRAFT : (int)draft);
+    nx_oai_request_free(&r);
+    return slot;
+}
+
+/* GET /slots: the slots, one here. GET /props: the server's settings (llama.cpp's shape). */
+static enum MHD_Result handle_slot_info(nx_server *s, struct MHD_Connection *c, conn *cs, bool props) {
+    json_t *slot = slot_json(s), *out = NULL;
+    if (slot && !props) out = json_pack("[o]", slot);
+    else if (slot) {
+        const char *tmpl = nx_model_chat_template(s->model);
+        out = json_pack("{s:o, s:i, s:s, s:s, s:{s:b, s:b}, s:s}", "default_generation_settings", slot, "total_slots",
+                        1, "model_path", s->model_id, "chat_template", tmpl ? tmpl : "", "modalities", "vision", 0,
+                        "audio", 0, "build_info", "nextn");
+    }
+    char *b = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    if (!b) return respond_errorf(s, c, cs, 500, "server_error", NULL, "out of memory");
+    return respond(s, c, cs, 200, "application/json", b);
+}
+
 static enum MHD_Result handle_slots(nx_server *s, struct MHD_Connection *c, conn *cs, const char *url) {
     nx_oai_error e;
     if (!s->slot_dir) {
@@ -1510,6 +1554,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (strcmp(cs->route, "/tokenize") == 0) return handle_json(s, c, cs, tokenize_body);
     if (strcmp(cs->route, "/detokenize") == 0) return handle_json(s, c, cs, detokenize_body);
     if (strcmp(cs->route, "/slots/{id}") == 0) return handle_slots(s, c, cs, url);
+    if (strcmp(cs->route, "/slots") == 0) return handle_slot_info(s, c, cs, false);
+    if (strcmp(cs->route, "/props") == 0) return handle_slot_info(s, c, cs, true);
     return handle_generate(s, c, cs,
                            strcmp(cs->route, "/v1/chat/completions") == 0 ? NX_OAI_CHAT
                                                                           : NX_OAI_COMPLETION);

@@ -71,6 +71,44 @@ for action in ("save", "restore", "erase"):
     t.ok(r.status == 501 and e.get("type") == "not_supported_error" and "--slot-save-path" in e.get("message", ""),
          f"{action} without --slot-save-path: 501 naming the option", f"status {r.status}, body {r.body[:300]}")
 t.ok(curl(B + "/health").status == 200, "the server still answers")
+
+# GET /slots and GET /props (llama.cpp's shapes): the one slot, its context size, idle, and the
+# settings a request without any gets (OpenAI's defaults: temperature 1, top_p 1, ...); the
+# model's chat template as tokenizer_config.json has it
+r = curl(B + "/slots")
+try:
+    sl = r.json()
+    s0 = sl[0]
+    ok = r.status == 200 and len(sl) == 1 and s0["id"] == 0 and s0["n_ctx"] == 1024 and s0["is_processing"] is False
+    ok = ok and s0["params"]["temperature"] == 1.0 and s0["params"]["top_p"] == 1.0 and s0["params"]["top_k"] == 0
+    ok = ok and s0["speculative"] is True and s0["params"]["speculative.draft"] == "auto"
+except (ValueError, KeyError, IndexError, TypeError):
+    ok = False
+t.ok(ok, "GET /slots: one idle slot with its n_ctx and default settings", r.body[:400])
+r = curl(B + "/props")
+try:
+    pr = r.json()
+    tmpl = json.load(open(os.path.join(MODEL, "tokenizer_config.json"))).get("chat_template", "")
+    ok = r.status == 200 and pr["total_slots"] == 1 and pr["default_generation_settings"]["n_ctx"] == 1024
+    ok = ok and pr["chat_template"] == tmpl and len(tmpl) > 0 and pr["modalities"] == {"vision": False, "audio": False}
+    ok = ok and pr["default_generation_settings"]["params"] == s0["params"]
+except (ValueError, KeyError, TypeError, OSError, NameError):
+    ok = False
+t.ok(ok, "GET /props: total_slots, n_ctx, the chat template, the same default settings", r.body[:400])
+r = curl(B + "/props", method="POST")
+t.ok(r.status == 405 and "GET" in r.headers.get("allow", ""), "POST /props: 405 allowing GET", f"status {r.status}")
+r = curl(B + "/slots", method="DELETE")
+t.ok(r.status == 405, "DELETE /slots: 405", f"status {r.status}")
+srv.stop()
+
+srv = Server("--ctx", "512", "--draft", "0")
+r = curl(srv.base + "/slots")
+try:
+    s1 = r.json()[0]
+    ok = s1["n_ctx"] == 512 and s1["speculative"] is False and s1["params"]["speculative.draft"] == "off"
+except (ValueError, KeyError, IndexError, TypeError):
+    ok = False
+t.ok(ok, "GET /slots follows --ctx and --draft 0", r.body[:300])
 srv.stop()
 
 for bad, why in ((os.path.join(TMP, "missing"), "a missing directory"),
