@@ -24,6 +24,12 @@ struct nx_membw {
     uint64_t sink[NX_MEMBW_MAX_THREADS]; /* per thread: the sum of the words it read */
 };
 
+/* The four 16-byte words of the line at q, added as 64-bit lanes. */
+static inline __m128i line_sum(const __m128i *q) {
+    return _mm_add_epi64(_mm_add_epi64(_mm_load_si128(q), _mm_load_si128(q + 1)),
+                         _mm_add_epi64(_mm_load_si128(q + 2), _mm_load_si128(q + 3)));
+}
+
 static void read_streams(void *arg, int ith, int nth) {
     nx_membw *j = arg;
     long long b, e;
@@ -36,19 +42,11 @@ static void read_streams(void *arg, int ith, int nth) {
         acc[s] = _mm_setzero_si128();
     }
     for (long long i = 0; i < len; i++)
-        for (int s = 0; s < STREAMS; s++) {
-            const __m128i *q = p[s] + 4 * i;
-            const __m128i v = _mm_add_epi64(_mm_add_epi64(_mm_load_si128(q), _mm_load_si128(q + 1)),
-                                            _mm_add_epi64(_mm_load_si128(q + 2), _mm_load_si128(q + 3)));
-            acc[s] = _mm_add_epi64(acc[s], v);
-        }
+        for (int s = 0; s < STREAMS; s++) acc[s] = _mm_add_epi64(acc[s], line_sum(p[s] + 4 * i));
     __m128i t = _mm_setzero_si128();
     for (int s = 0; s < STREAMS; s++) t = _mm_add_epi64(t, acc[s]);
-    for (long long i = b + STREAMS * len; i < e; i++) { /* the lines past the last whole stride */
-        const __m128i *q = (const __m128i *)(j->buf + (size_t)i * 64);
-        t = _mm_add_epi64(t, _mm_add_epi64(_mm_add_epi64(_mm_load_si128(q), _mm_load_si128(q + 1)),
-                                           _mm_add_epi64(_mm_load_si128(q + 2), _mm_load_si128(q + 3))));
-    }
+    for (long long i = b + STREAMS * len; i < e; i++) /* the lines past the last whole stride */
+        t = _mm_add_epi64(t, line_sum((const __m128i *)(j->buf + (size_t)i * 64)));
     uint64_t out[2];
     _mm_storeu_si128((__m128i *)out, t);
     j->sink[ith] = out[0] + out[1];

@@ -1019,6 +1019,24 @@ static int check_compiled(compiler *C) {
     return 0;
 }
 
+/* The integer keywords mn and mx of v (a count's lower and upper limit), each in [0, cap]:
+ * out[0] and out[1], -1 where absent. False (the error set) when one is not such an integer. */
+static bool count_limits(compiler *C, json_t *v, const char *mn, const char *mx, json_int_t cap, json_int_t out[2]) {
+    for (int k = 0; k < 2; k++) {
+        json_t *m = json_object_get(v, k ? mx : mn);
+        out[k] = -1;
+        if (!m) continue;
+        if (!json_is_integer(m) || json_integer_value(m) < 0 || json_integer_value(m) > cap) {
+            char msg[120];
+            snprintf(msg, sizeof msg, "%s and %s must be integers in [0, %lld]", mn, mx, (long long)cap);
+            bad_schema(C, msg);
+            return false;
+        }
+        out[k] = json_integer_value(m);
+    }
+    return true;
+}
+
 /* The grid value (units of 10^-9, NUM_FRAC) a bound x puts at the end of the numbers it allows:
  * the first written value that a validator, reading it as a double, finds >= x (k = 0,
  * minimum), > x (1, exclusiveMinimum), or the last that is <= x (2, maximum), < x (3,
@@ -1258,17 +1276,13 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         if (vn < 0) return -1;
         nd.names = (int16_t)kn, nd.addl = (int16_t)vn;
     }
-    for (int k = 0; k < 2; k++) {
-        json_t *m = k ? maxp : minp;
-        if (!m) continue;
-        if (!json_is_integer(m) || json_integer_value(m) < 0 || json_integer_value(m) > 255)
-            return bad_schema(C, "minProperties and maxProperties must be integers in [0, 255]");
-        if (k) nd.max_props = (int16_t)json_integer_value(m);
-        else if (json_integer_value(m) > 1)
-            return bad_schema(C, "minProperties above 1 is not supported (a dict's key may repeat, and repeats "
-                                 "count once)");
-        else nd.min_one = json_integer_value(m) == 1;
-    }
+    json_int_t lim[2];
+    if (!count_limits(C, v, "minProperties", "maxProperties", 255, lim)) return -1;
+    if (lim[0] > 1)
+        return bad_schema(C, "minProperties above 1 is not supported (a dict's key may repeat, and repeats "
+                             "count once)");
+    nd.min_one = lim[0] == 1;
+    nd.max_props = (int16_t)lim[1];
     if (nd.max_props == 0 && nd.min_one) return bad_schema(C, "maxProperties is below minProperties");
     if (props) {
         if (!json_is_object(props) || json_object_size(props) > NX_JSON_MAX_PROPS)
@@ -1314,17 +1328,11 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         if (child < 0) return -1;
         nd.items = (int16_t)child;
     }
-    for (int k = 0; k < 2; k++) {
-        json_t *m = json_object_get(v, k ? "maxItems" : "minItems");
-        if (!m) continue;
-        if (!json_is_integer(m) || json_integer_value(m) < 0 || json_integer_value(m) > 255)
-            return bad_schema(C, "minItems and maxItems must be integers in [0, 255]");
-        if (k) nd.max_items = (uint8_t)json_integer_value(m);
-        else nd.min_items = (uint8_t)json_integer_value(m);
-    }
-    if (json_object_get(v, "maxItems") && nd.max_items < nd.min_items)
-        return bad_schema(C, "maxItems is below minItems");
-    if (json_object_get(v, "maxItems") && nd.max_items == 0) nd.types &= (uint8_t)~T_ARRAY; /* no array fits */
+    if (!count_limits(C, v, "minItems", "maxItems", 255, lim)) return -1;
+    if (lim[0] >= 0) nd.min_items = (uint8_t)lim[0];
+    if (lim[1] >= 0) nd.max_items = (uint8_t)lim[1];
+    if (lim[1] >= 0 && nd.max_items < nd.min_items) return bad_schema(C, "maxItems is below minItems");
+    if (lim[1] == 0) nd.types &= (uint8_t)~T_ARRAY; /* no array fits */
     json_t *uq = json_object_get(v, "uniqueItems");
     if (uq && !json_is_boolean(uq)) return bad_schema(C, "uniqueItems must be true or false");
     if (json_is_true(uq) && (nd.types & T_ARRAY)) {
@@ -1336,15 +1344,11 @@ static int compile_node(compiler *C, json_t *v, int depth) {
         if (nd.min_items > it->n_lits) return bad_schema(C, "uniqueItems: minItems is more than the enum's values");
         nd.unique = true;
     }
-    for (int k = 0; k < 2; k++) {
-        json_t *m = json_object_get(v, k ? "maxLength" : "minLength");
-        if (!m) continue;
-        if (!json_is_integer(m) || json_integer_value(m) < 0 || json_integer_value(m) > UINT16_MAX)
-            return bad_schema(C, "minLength and maxLength must be integers in [0, 65535]");
-        if (nd.n_lits) return bad_schema(C, "minLength and maxLength beside enum or const are not supported");
-        if (k) nd.max_len = (int32_t)json_integer_value(m);
-        else nd.min_len = (uint16_t)json_integer_value(m);
-    }
+    if (!count_limits(C, v, "minLength", "maxLength", UINT16_MAX, lim)) return -1;
+    if ((lim[0] >= 0 || lim[1] >= 0) && nd.n_lits)
+        return bad_schema(C, "minLength and maxLength beside enum or const are not supported");
+    if (lim[0] >= 0) nd.min_len = (uint16_t)lim[0];
+    if (lim[1] >= 0) nd.max_len = (int32_t)lim[1];
     if (nd.max_len >= 0 && nd.max_len < nd.min_len) return bad_schema(C, "maxLength is below minLength");
     static const char *const bound_kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
     for (int k = 0; k < 4; k++) {

@@ -893,6 +893,14 @@ static enum MHD_Result respond(nx_server *s, struct MHD_Connection *c, conn *cs,
     return ret;
 }
 
+/* 200 with out as compact JSON (taken: freed here); a NULL out or a failed dump is a 500 out of
+ * memory, as respond makes of a NULL body. */
+static enum MHD_Result respond_json(nx_server *s, struct MHD_Connection *c, conn *cs, json_t *out) {
+    char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    return respond(s, c, cs, 200, "application/json", text);
+}
+
 static enum MHD_Result respond_error(nx_server *s, struct MHD_Connection *c, conn *cs,
                                      const nx_oai_error *e) {
     return respond(s, c, cs, e->http_status, "application/json", nx_oai_error_json(e));
@@ -1272,9 +1280,7 @@ static enum MHD_Result handle_json(nx_server *s, struct MHD_Connection *c, conn 
         nx_oai_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
     json_decref(root);
     if (!out) return respond_error(s, c, cs, &e);
-    char *text = json_dumps(out, JSON_COMPACT);
-    json_decref(out);
-    return respond(s, c, cs, 200, "application/json", text);
+    return respond_json(s, c, cs, out);
 }
 
 /* A new job for the request on c (one reference: the connection's), or NULL when out of memory. */
@@ -1404,10 +1410,7 @@ static enum MHD_Result handle_slot_info(nx_server *s, struct MHD_Connection *c, 
                         1, "model_path", s->model_id, "chat_template", tmpl ? tmpl : "", "modalities", "vision", 0,
                         "audio", 0, "build_info", "nextn");
     }
-    char *b = out ? json_dumps(out, JSON_COMPACT) : NULL;
-    json_decref(out);
-    if (!b) return respond_errorf(s, c, cs, 500, "server_error", NULL, "out of memory");
-    return respond(s, c, cs, 200, "application/json", b);
+    return respond_json(s, c, cs, out);
 }
 
 static enum MHD_Result handle_slots(nx_server *s, struct MHD_Connection *c, conn *cs, const char *url) {
@@ -1529,11 +1532,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_lock(&s->qmu);
         int q = s->n_queued, a = s->n_active;
         pthread_mutex_unlock(&s->qmu);
-        json_t *h = json_pack("{s:s, s:s, s:s, s:i, s:i}", "status", "ok", "model", s->model_id,
-                              "mtp", s->info->mtp ? s->info->mtp : "none", "queued", q, "active", a);
-        char *b = h ? json_dumps(h, JSON_COMPACT) : NULL;
-        json_decref(h);
-        return respond(s, c, cs, 200, "application/json", b);
+        return respond_json(s, c, cs,
+                            json_pack("{s:s, s:s, s:s, s:i, s:i}", "status", "ok", "model", s->model_id, "mtp",
+                                      s->info->mtp ? s->info->mtp : "none", "queued", q, "active", a));
     }
     if (strcmp(cs->route, "/v1/models") == 0)
         return respond(s, c, cs, 200, "application/json",
