@@ -518,6 +518,58 @@ static double x_half_step(const char *isa, const nx_linear *W) {
     return act8 && by8 ? 1.0 / 254.0 : 1.0 / 32768.0;
 }
 
+/* What an integer kernel computes for W (raw q values in tw0->q) on x, by its numerics contract
+ * (avx512_vnni.c), worked out here in double: each group of each input row rounded to integers
+ * at scale d, d = max|x|/127 on int8 (a power of two below 2^-100), a power of two with max|x|/d
+ * in [2^14, 2^15) on int16 (saturating), then Σ_g s_g·d_g·Σ q·x̂ + b_g·Σ x. A kernel that reads
+ * the wrong weights or activations for a group misses this by far more than rounding; the
+ * bound against the float reference (half a step per element) is too loose to see that. Also
+ * returns Σ_g |s_g·d_g·Σ q·x̂| + |b_g·Σ x| per output in mag. */
+static void emulate_int(const tw *tw0, const float *x, int64_t ldx, int64_t T, int act, double *ye, double *mag) {
+    const nx_linear *W = &tw0->L;
+    const int64_t ng = W->in / W->group;
+    float s[512], b[512];
+    assert_true(ng <= 512);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t o = 0; o < W->out; o++) {
+            nx_to_f32(W->sdtype, (const uint8_t *)W->scales + (size_t)(o * ng) * es(W->sdtype), s, ng);
+            nx_to_f32(W->sdtype, (const uint8_t *)W->biases + (size_t)(o * ng) * es(W->sdtype), b, ng);
+            double y = 0, m = 0;
+            for (int64_t g = 0; g < ng; g++) {
+                const float *xg = x + t * ldx + g * W->group;
+                float amax = 0.0f;
+                double X = 0;
+                for (int64_t i = 0; i < W->group; i++) {
+                    amax = fmaxf(amax, fabsf(xg[i]));
+                    X += xg[i];
+                }
+                float inv = 0.0f, d = 0.0f;
+                if (act == 8 && amax >= 0x1p-100f) {
+                    inv = 127.0f / amax;
+                    d = amax / 127.0f;
+                } else if (amax > 0.0f) {
+                    int e;
+                    frexpf(amax, &e);
+                    int k = (act == 8 ? 7 : 15) - e;
+                    if (k > 126) k = 126;
+                    inv = ldexpf(1.0f, k);
+                    d = ldexpf(1.0f, -k);
+                }
+                double dot = 0;
+                for (int64_t i = 0; i < W->group; i++) {
+                    float v = rintf(xg[i] * inv);
+                    v = v > 32767.0f ? 32767.0f : v < -32768.0f ? -32768.0f : v;
+                    dot += (double)tw0->q[o * W->in + g * W->group + i] * v;
+                }
+                const double term = (double)s[g] * d * dot;
+                y += term + (double)b[g] * X;
+                m += fabs(term) + fabs((double)b[g] * X);
+            }
+            ye[t * W->out + o] = y;
+            mag[t * W->out + o] = m;
+        }
+}
+
 /* Compares every ISA against the reference within a bound scaled by Σ|w·x|, and checks the
  * reference itself against the dequantization formula on raw q (quantized weights). Kernels
  * that round x per group may add up to half a step per element (x_half_step of max_g|x|):
@@ -560,8 +612,22 @@ static void check_against_ref_x(const tw *tw0, int64_t T, const float *xin) {
             xq[t * W->out + o] = e * 1.001;
         }
     }
+    double *ye = calloc((size_t)(T * W->out), sizeof *ye), *emag = calloc((size_t)(T * W->out), sizeof *emag);
     for (int k = 1; k < n_isas; k++) {
         float *ys = run_matmul(isas[k], W, x, ldx, T, ldy, NULL);
+        const double h = x_half_step(isas[k], W);
+        if (h > 0 && tw0->q) { /* an integer kernel: what its contract says, to rounding */
+            emulate_int(tw0, x, ldx, T, h > 1e-3 ? 8 : 16, ye, emag);
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t o = 0; o < W->out; o++) {
+                    const double a = ye[t * W->out + o], b = ys[t * ldy + o];
+                    const double tol = 2.5e-7 * (double)(W->in / W->group + 16) * emag[t * W->out + o] + 1e-30;
+                    if (!(fabs(a - b) <= tol))
+                        fail_msg("%s bits %d group %d out %lld in %lld T %lld: y[%lld,%lld] by the integer "
+                                 "contract %.9g, kernel %.9g", isas[k], W->bits, W->group, (long long)W->out,
+                                 (long long)W->in, (long long)T, (long long)t, (long long)o, a, b);
+                }
+        }
         for (int64_t t = 0; t < T; t++)
             for (int64_t o = 0; o < W->out; o++) {
                 double a = yr[t * ldy + o], b = ys[t * ldy + o];
@@ -575,6 +641,8 @@ static void check_against_ref_x(const tw *tw0, int64_t T, const float *xin) {
             }
         free(ys);
     }
+    free(ye);
+    free(emag);
     free(yr);
     free(mag);
     free(xq);
@@ -687,6 +755,16 @@ static void test_matmul_quant_activations(void **state) {
         check_against_ref(&g256, 3);
         tw_free(&g256);
     }
+    /* 3- to 6-bit groups of 64 on rows of whole 256-element blocks (on int8: four groups per
+     * block at 3 and 4 bits, two per 128 at 5 and 6), every input-row count the kernels block for */
+    for (int b = 3; b <= 6; b++)
+        for (int64_t T = 1; T <= 5; T++) {
+            tw qb;
+            tw_make(&qb, NX_DTYPE_U32, 7 + T, 256 * (1 + T % 3), b, 64, T % 2 ? NX_DTYPE_BF16 : NX_DTYPE_F16,
+                    (int)(T + b) % 4);
+            check_against_ref(&qb, T);
+            tw_free(&qb);
+        }
     const int64_t q2_in[2] = {64 * 8, 512 * 2}, q2_group[2] = {64, 512};
     for (int i = 0; i < 2; i++) {
         tw q2;
