@@ -126,6 +126,20 @@ static int x_layout(int act, int bits, int64_t in, int64_t group) {
     return bits == 4 || bits == 8 ? XL_EVENODD : XL_NATURAL;
 }
 
+/* Bits [2k, 2k + w) of every byte of v at bit 0, the rest zero (w = 2: k = 1..3; w = 4: k = 2).
+ * The VBMI build (whose table also asks for GFNI) does it in one vgf2p8affineqb, a bit-matrix
+ * multiply per byte (the matrix's byte 7 - i picks output bit i); otherwise a 16-bit shift and a
+ * mask. */
+AI __m512i byte_field(__m512i v, int k, int w) {
+#if NX_VNNI_VBMI
+    uint64_t m = 0;
+    for (int i = 0; i < w; i++) m |= (uint64_t)1 << (2 * k + i) << (8 * (7 - i));
+    return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64((long long)m), 0);
+#else
+    return _mm512_and_si512(_mm512_srli_epi16(v, 2 * k), _mm512_set1_epi8((char)((1 << w) - 1)));
+#endif
+}
+
 /* 2^k for -126 <= k <= 127, exactly (the group scales; no libm call per group). */
 static inline float pow2f(int k) {
     const uint32_t u = (uint32_t)(k + 127) << 23;
@@ -392,9 +406,9 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
             const __m512i A = _mm512_loadu_si512(pr), B = _mm512_loadu_si512(pr + 64), m4 = _mm512_set1_epi8(0x0f);
             const __m512i v0 = _mm512_shuffle_i64x2(A, B, 0x88), v1 = _mm512_shuffle_i64x2(A, B, 0xdd);
             w[0] = _mm512_and_si512(v0, m4);
-            w[1] = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4);
+            w[1] = byte_field(v0, 2, 4);
             w[2] = _mm512_and_si512(v1, m4);
-            w[3] = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4);
+            w[3] = byte_field(v1, 2, 4);
         } else if (KIND == K_A8 && ODD) {
 #if NX_VNNI_VBMI
             const __m512i v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (8 * BITS)) - 1u), pr);
@@ -406,13 +420,13 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
         } else if (KIND == K_A8 && BITS == 2) {
             const __m512i v = _mm512_loadu_si512(pr), m2 = _mm512_set1_epi8(0x03);
             w[0] = _mm512_and_si512(v, m2);
-            w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 2), m2);
-            w[2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m2);
-            w[3] = _mm512_and_si512(_mm512_srli_epi16(v, 6), m2);
+            w[1] = byte_field(v, 1, 2);
+            w[2] = byte_field(v, 2, 2);
+            w[3] = byte_field(v, 3, 2);
         } else if (KIND == K_A8) {
             const __m512i v = _mm512_loadu_si512(pr), m4 = _mm512_set1_epi8(0x0f);
             w[0] = _mm512_and_si512(v, m4);
-            w[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            w[1] = byte_field(v, 2, 4);
         } else if (KIND == K_S4) {
             const __m512i v = BITS == 2 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr))
                                         : _mm512_loadu_si512(pr);

@@ -44,7 +44,7 @@ static int cpu_has_avx512vnni(void) {
 
 static int cpu_has_avx512vbmi(void) {
     __builtin_cpu_init();
-    return cpu_has_avx512vnni() && __builtin_cpu_supports("avx512vbmi");
+    return cpu_has_avx512vnni() && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
 }
 
 /* The table for `isa`, or NULL if unknown or not runnable here. */
