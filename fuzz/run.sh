@@ -16,6 +16,9 @@ avx2="-mavx2 -mfma -mf16c"
 avx512="$avx2 -mavx512f -mavx512bw -mavx512vl -mavx512dq"
 
 objs=()
+# no header dependencies are tracked: a header newer than an object rebuilds it (a struct that
+# changed shape under a stale object reads as garbage)
+newest_h=$(ls -t include/*.h src/*/*.h | head -1)
 for src in src/*/*.c; do
     obj="$out/obj/$(echo "$src" | tr / _).o"
     isa=""
@@ -23,9 +26,9 @@ for src in src/*/*.c; do
         src/kernels/avx2.c | src/kernels/*_avx2.c) isa=$avx2 ;;
         src/kernels/avx512.c | src/kernels/*_avx512.c) isa=$avx512 ;;
         src/kernels/avx512_vnni.c) isa="$avx512 -mavx512vnni" ;;
-        src/kernels/avx512_vbmi.c) isa="$avx512 -mavx512vnni -mavx512vbmi" ;;
+        src/kernels/avx512_vbmi.c) isa="$avx512 -mavx512vnni -mavx512vbmi -mgfni" ;;
     esac
-    if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
+    if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ "$newest_h" -nt "$obj" ]; then
         if [ -n "$isa" ]; then
             # SIMD kernels read no untrusted input and their unrolled variants take minutes to
             # build instrumented: plain -O1 (linked with the instrumented rest, as usual for ASan)
