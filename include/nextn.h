@@ -111,6 +111,10 @@ nx_status nx_json_vocab_from_bytes(const char *const *tokens, const size_t *lens
                                    size_t n_end, nx_json_vocab **out, nx_error *err);
 void nx_json_vocab_free(nx_json_vocab *v);
 
+/* Tool-call arguments under tool_choice "required" or a named function (Hy3's call syntax, each
+ * value matching its property's schema; src/decode/tool_grammar.h has the exact language). */
+typedef struct nx_tool_grammar nx_tool_grammar;
+
 /* Sampler settings. Each feature is off at its neutral value. */
 typedef struct nx_sampler_params {
     float temperature;        /* 0 = greedy (argmax, lowest id on ties); > 0 scales logits */
@@ -133,6 +137,10 @@ typedef struct nx_sampler_params {
     const nx_json_schema *json_schema; /* with json: the object must match it (must outlive the sampler) */
     bool json_wait;
     int32_t json_after;
+    /* Non-NULL: masks every token that cannot continue the output (an answer the prompt opened
+     * as a tool call) into calls the grammar accepts, then the end ids; must outlive the sampler.
+     * Takes the place of json. */
+    const nx_tool_grammar *tools;
     /* The n_ban ids get no probability while fewer than ban_until tokens are generated (how
      * nx_generate keeps the end tokens out before min_tokens); nx_sampler_new copies them. */
     const int32_t *ban;

@@ -95,6 +95,12 @@ void nx_json_init_schema(nx_json_state *st, const nx_json_schema *schema) {
 
 void nx_json_init(nx_json_state *s) { nx_json_init_schema(s, NULL); }
 
+void nx_json_init_value(nx_json_state *st, const nx_json_schema *schema, int node) {
+    nx_json_init_schema(st, schema);
+    st->path[0].mode = M_VALUE;
+    st->path[0].vnode = (int16_t)node;
+}
+
 /* Node n, through its references (the compiler refuses reference cycles). */
 static const js_node *schema_node(const nx_json_schema *S, int n) {
     while (S->nodes[n].ref >= 0) n = S->nodes[n].ref;
@@ -114,6 +120,23 @@ bool nx_json_complete(const nx_json_state *s) {
     for (int i = 0; i < s->n; i++)
         if (s->path[i].mode == M_DONE) return true;
     return false;
+}
+
+/* ---------------------------------------------------------------- the root's properties */
+
+/* The root object's properties with their names (NUL-terminated), whether required, and the
+ * node a value of each must match (for nx_json_init_value). */
+int nx_json_schema_n_props(const nx_json_schema *S) {
+    const js_node *top = schema_node(S, 0);
+    return top->keyed ? top->n_props : 0;
+}
+
+const char *nx_json_schema_prop(const nx_json_schema *S, int i, size_t *len, bool *required, int *node) {
+    const js_prop *pr = &S->props[schema_node(S, 0)->prop0 + i];
+    *len = pr->len;
+    *required = pr->required;
+    *node = pr->node;
+    return pr->name;
 }
 
 /* An object node without properties that still constrains its keys, values or their count. */
@@ -624,6 +647,14 @@ static bool number_can_end(const nx_json_path *s) {
     return s->sub == N_ZERO || s->sub == N_INT || s->sub == N_FRAC || s->sub == N_EXP;
 }
 
+bool nx_json_can_end(const nx_json_state *s) {
+    for (int i = 0; i < s->n; i++) {
+        const nx_json_path *p = &s->path[i];
+        if (p->mode == M_DONE || (p->mode == M_NUMBER && p->depth == 0 && number_can_end(p))) return true;
+    }
+    return false;
+}
+
 /* One path's next byte; a value that starts at an anyOf may fork it (value_start). */
 static bool path_step(nx_json_path *s, uint8_t c, nx_json_path *fork, int *n_fork) {
     switch (s->mode) {
@@ -634,6 +665,7 @@ static bool path_step(nx_json_path *s, uint8_t c, nx_json_path *fork, int *n_for
         if (number_continues(s, c)) return true;
         if (!number_can_end(s)) return dead(s);
         value_done(s); /* an array counts it; the byte belongs to the container: fall through to it */
+        if (s->mode == M_DONE) return dead(s); /* a value alone (nx_json_init_value): nothing follows */
         break;
     case M_LITERAL: {
         const char *lit = literals[s->aux];

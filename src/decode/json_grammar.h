@@ -84,12 +84,21 @@ static inline void nx_json_copy(nx_json_state *dst, const nx_json_state *src) {
 /* The state before any output (schema NULL: any JSON object). */
 void nx_json_init(nx_json_state *s);
 void nx_json_init_schema(nx_json_state *s, const nx_json_schema *schema);
+/* The state before one value of schema node `node` alone (a property's value, read apart from
+ * its object: tool-call arguments): whitespace, then the value; complete once it ends. */
+void nx_json_init_value(nx_json_state *s, const nx_json_schema *schema, int node);
+/* The root object's properties, in their listed order: how many, and property i's name (len
+ * bytes, NUL-terminated), whether it is required and its value's node. */
+int nx_json_schema_n_props(const nx_json_schema *S);
+const char *nx_json_schema_prop(const nx_json_schema *S, int i, size_t *len, bool *required, int *node);
 /* Feeds one byte; false (and the state is dead) if no valid JSON object starts with the bytes fed. */
 bool nx_json_step(nx_json_state *s, uint8_t c);
 /* Feeds n bytes; false as soon as one is refused. */
 bool nx_json_feed(nx_json_state *s, const uint8_t *b, size_t n);
 /* The bytes fed so far are one complete JSON object. */
 bool nx_json_complete(const nx_json_state *s);
+/* The bytes fed so far are complete, or (nx_json_init_value) a number that may end here. */
+bool nx_json_can_end(const nx_json_state *s);
 
 /* A vocabulary's token bytes, for masking (nx_json_vocab in nextn.h). */
 struct nx_json_vocab {

@@ -30,6 +30,7 @@
  * A sampler is not thread-safe: nx_sampler_probs borrows the count table for the extra tokens. */
 #include "base/error.h"
 #include "decode/json_grammar.h"
+#include "decode/tool_grammar.h"
 #include "decode/rng.h"
 #include "decode/spec_rules.h"
 #include "kernels/kernels.h"
@@ -69,10 +70,15 @@ struct nx_sampler {
     nx_json_state js;     /* after the generated history */
     bool js_on;           /* the mask applies (json_wait: once json_after was generated) */
     uint8_t *allow;       /* [vocab] the tokens the mask keeps in the current call */
+    nx_tool_state ts;     /* tool-call mode: after the generated history */
     /* masks of recent states: inside a string, or at the same place in a structure, the state
-     * repeats from token to token (compared whole: nx_json_init zeroes it, padding included) */
+     * repeats from token to token (compared whole: nx_json_init and nx_tool_init zero them,
+     * padding included); JSON or tool-call states, whichever mode is on */
     struct {
-        nx_json_state st;
+        union {
+            nx_json_state js;
+            nx_tool_state ts;
+        } st;
         uint8_t *allow; /* [vocab], NULL while unused */
         uint64_t used;
     } jcache[NX_JSON_CACHE];
@@ -186,7 +192,11 @@ nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_samp
         memcpy(s->ban, p->ban, p->n_ban * sizeof *s->ban);
         s->p.ban = s->ban;
     }
-    if (p->json) {
+    if (p->tools) {
+        s->p.json = NULL;
+        if (!(s->allow = malloc(v))) goto nomem;
+        nx_tool_init(p->tools, &s->ts);
+    } else if (p->json) {
         if (!(s->allow = malloc(v))) goto nomem;
         nx_json_init_schema(&s->js, s->p.json_schema);
         s->js_on = !p->json_wait;
@@ -242,25 +252,31 @@ static void json_advance(const nx_sampler *s, nx_json_state *st, bool *on, int32
     else if (!(id >= 0 && id < v->n && v->end[id])) nx_json_step(st, 0);
 }
 
-/* The mask at state st: a cached one, or computed into the least recently used slot (into
- * s->allow when a slot cannot be allocated). */
-static const uint8_t *json_mask(nx_sampler *s, const nx_json_state *st) {
+/* Tool-call mode: the state after one more token. */
+static void tool_advance(const nx_sampler *s, nx_tool_state *st, int32_t id) {
+    nx_tool_step(s->p.tools, st, id);
+}
+
+/* The mask at state st (a JSON state, or in tool-call mode a tool-call one): a cached one, or
+ * computed into the least recently used slot (into s->allow when a slot cannot be allocated). */
+static const uint8_t *mode_mask(nx_sampler *s, const void *st) {
+    const size_t size = s->p.tools ? sizeof(nx_tool_state) : sizeof(nx_json_state);
     int lru = 0;
     for (int i = 0; i < NX_JSON_CACHE; i++) {
-        if (s->jcache[i].allow && memcmp(&s->jcache[i].st, st, sizeof *st) == 0) {
+        if (s->jcache[i].allow && memcmp(&s->jcache[i].st, st, size) == 0) {
             s->jcache[i].used = ++s->jclock;
             return s->jcache[i].allow;
         }
         if (s->jcache[i].used < s->jcache[lru].used) lru = i;
     }
-    if (!s->jcache[lru].allow && !(s->jcache[lru].allow = malloc((size_t)s->vocab))) {
-        nx_json_allowed(s->p.json, st, s->vocab, s->allow);
-        return s->allow;
-    }
-    nx_json_allowed(s->p.json, st, s->vocab, s->jcache[lru].allow);
-    s->jcache[lru].st = *st;
+    uint8_t *allow = s->jcache[lru].allow;
+    if (!allow && !(allow = s->jcache[lru].allow = malloc((size_t)s->vocab))) allow = s->allow;
+    if (s->p.tools) nx_tool_allowed(s->p.tools, st, s->vocab, allow);
+    else nx_json_allowed(s->p.json, st, s->vocab, allow);
+    if (allow == s->allow) return allow;
+    memcpy(&s->jcache[lru].st, st, size);
     s->jcache[lru].used = ++s->jclock;
-    return s->jcache[lru].allow;
+    return allow;
 }
 
 /* Replaces the prompt; generated history is untouched. Out-of-range ids are ignored. */
@@ -294,7 +310,8 @@ void nx_sampler_accept(nx_sampler *s, int32_t id) {
     }
     s->gen[s->n_gen++] = id;
     if (sampler_valid_id(s, id)) s->counts[id]++;
-    if (s->p.json) json_advance(s, &s->js, &s->js_on, id);
+    if (s->p.tools) tool_advance(s, &s->ts, id);
+    else if (s->p.json) json_advance(s, &s->js, &s->js_on, id);
 }
 
 size_t nx_sampler_n_generated(const nx_sampler *s) {
@@ -308,7 +325,10 @@ void nx_sampler_rewind(nx_sampler *s, size_t n) {
         int32_t id = s->gen[--s->n_gen];
         if (sampler_valid_id(s, id)) s->counts[id]--;
     }
-    if (s->p.json) { /* replay what is left */
+    if (s->p.tools) { /* replay what is left */
+        nx_tool_init(s->p.tools, &s->ts);
+        for (size_t i = 0; i < s->n_gen; i++) tool_advance(s, &s->ts, s->gen[i]);
+    } else if (s->p.json) {
         nx_json_init_schema(&s->js, s->p.json_schema);
         s->js_on = !s->p.json_wait;
         for (size_t i = 0; i < s->n_gen; i++) json_advance(s, &s->js, &s->js_on, s->gen[i]);
@@ -609,16 +629,20 @@ void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, 
     float *x = s->work;
     if (s->p.n_ban > 0 && s->n_gen + n_extra < (size_t)(s->p.ban_until > 0 ? s->p.ban_until : 0))
         for (size_t i = 0; i < s->p.n_ban; i++) x[s->p.ban[i]] = -INFINITY;
-    if (s->p.json) { /* JSON mode's mask, at the state after the history and the extra tokens */
+    const uint8_t *allow = NULL;
+    if (s->p.tools) { /* tool-call mode's mask, at the state after the history and the extra tokens */
+        nx_tool_state st = s->ts;
+        for (size_t i = 0; i < n_extra; i++) tool_advance(s, &st, extra[i]);
+        allow = mode_mask(s, &st);
+    } else if (s->p.json) { /* JSON mode's */
         nx_json_state st = s->js;
         bool on = s->js_on;
         for (size_t i = 0; i < n_extra; i++) json_advance(s, &st, &on, extra[i]);
-        if (on) {
-            const uint8_t *allow = json_mask(s, &st);
-            for (int32_t i = 0; i < V; i++)
-                if (!allow[i]) x[i] = -INFINITY;
-        }
+        if (on) allow = mode_mask(s, &st);
     }
+    if (allow)
+        for (int32_t i = 0; i < V; i++)
+            if (!allow[i]) x[i] = -INFINITY;
 
     /* Max scan; NaN becomes -inf so that it can never win or carry mass. */
     float m;

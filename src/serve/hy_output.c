@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "base/strbuf.h"
+#include "decode/tool_grammar.h"
 
 /* Each marker as its opening ("<" or "</") and name: "<" name suffix ">". */
 static const char *const marker_open[NX_HY_N_MARKERS] = {
@@ -74,31 +75,7 @@ int nx_hy_split_token(nx_hy_split *s, int32_t id, const char **marker) {
 
 /* ---------------------------------------------------------------- argument types */
 
-enum { T_STRING = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_OTHER = 16 };
-
-/* A schema type name as one of the above; aliases and prefixes as vLLM's hy_v3 parser reads
- * them (str/text/varchar/char/enum, bool/binary, int/uint/long/short/unsigned…, num…/float…,
- * list, dict/map). "null" adds nothing. */
-static int type_bit(const char *t) {
-    static const struct {
-        const char *name;
-        int bit;
-    } alias[] = {{"string", T_STRING}, {"str", T_STRING},   {"text", T_STRING},  {"varchar", T_STRING},
-                 {"char", T_STRING},   {"enum", T_STRING},  {"boolean", T_BOOL}, {"bool", T_BOOL},
-                 {"binary", T_BOOL},   {"integer", T_INT},  {"int", T_INT},      {"number", T_NUM},
-                 {"float", T_NUM},     {"double", T_NUM},   {"null", 0}};
-    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
-        if (strcmp(t, alias[i].name) == 0) return alias[i].bit;
-    static const char *const int_prefix[] = {"int", "uint", "long", "short", "unsigned"};
-    char low[32];
-    size_t n = 0;
-    for (; t[n] && n + 1 < sizeof low; n++) low[n] = (char)tolower((unsigned char)t[n]);
-    low[n] = '\0';
-    for (size_t i = 0; i < sizeof int_prefix / sizeof int_prefix[0]; i++)
-        if (strncmp(low, int_prefix[i], strlen(int_prefix[i])) == 0) return T_INT;
-    if (strncmp(low, "num", 3) == 0 || strncmp(low, "float", 5) == 0) return T_NUM;
-    return T_OTHER; /* array, object, list, dict, map, or a type of the tool's own */
-}
+enum { T_STRING = NX_ARG_STRING, T_BOOL = NX_ARG_BOOL, T_INT = NX_ARG_INT, T_NUM = NX_ARG_NUM, T_OTHER = NX_ARG_OTHER };
 
 /* The property schema of argument key of function name in tools, or NULL. */
 static const json_t *arg_schema(const json_t *tools, const char *name, const char *key) {
@@ -111,31 +88,6 @@ static const json_t *arg_schema(const json_t *tools, const char *name, const cha
         return json_object_get(json_object_get(json_object_get(f, "parameters"), "properties"), key);
     }
     return NULL;
-}
-
-/* The types a value may take: from "type" (a name or a list of names), else from the options
- * of "anyOf" / "oneOf"; a missing schema means a string. */
-static int value_types(const json_t *schema) {
-    if (!json_is_object(schema)) return T_STRING;
-    const json_t *type = json_object_get(schema, "type");
-    int bits = 0;
-    if (json_is_string(type)) return type_bit(json_string_value(type));
-    if (json_is_array(type)) {
-        size_t i;
-        const json_t *x;
-        json_array_foreach(type, i, x) if (json_is_string(x)) bits |= type_bit(json_string_value(x));
-        return bits;
-    }
-    const json_t *opts = json_object_get(schema, "anyOf");
-    if (!json_is_array(opts)) opts = json_object_get(schema, "oneOf");
-    if (!json_is_array(opts)) return T_STRING;
-    size_t i;
-    const json_t *o;
-    json_array_foreach(opts, i, o) {
-        const json_t *ot = json_object_get(o, "type");
-        bits |= json_is_string(ot) ? type_bit(json_string_value(ot)) : T_STRING;
-    }
-    return bits;
 }
 
 /* s[0..n) without leading and trailing ASCII whitespace, NUL-terminated in buf (cap bytes);
@@ -232,7 +184,7 @@ static char *parse_args(const char *s, size_t n, const nx_hy_markers *m, const j
         pos = vend + strlen(vc);
         char *key = strndup(s + kb, ke - kb);
         json_t *k = key ? json_string(key) : NULL; /* NULL also for a key that is not UTF-8 */
-        json_t *val = k ? typed_value(s + vb, vend - vb, value_types(arg_schema(tools, name, key))) : NULL;
+        json_t *val = k ? typed_value(s + vb, vend - vb, nx_tool_arg_types(arg_schema(tools, name, key))) : NULL;
         char *ks = val ? json_dumps(k, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         char *vs = ks ? json_dumps(val, JSON_COMPACT | JSON_ENCODE_ANY) : NULL; /* NULL: text not UTF-8 */
         if (vs)

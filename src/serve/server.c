@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "base/strbuf.h"
+#include "decode/tool_grammar.h"
 #include "serve/hy_output.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
@@ -65,6 +66,7 @@ typedef struct job {
     size_t n_per;       /* choices per prompt ("n") */
     char *forced;       /* tool_choice required / named: the tool-call text the prompt ends with
                          * (after <tool_calls>), where each answer's tool section starts */
+    nx_tool_grammar *tool_grammar; /* and what the answer may say from there */
     int32_t draft;
     nx_verify verify;
     char id[48];
@@ -155,6 +157,7 @@ static void job_unref(job *j) {
     free(j->out);
     free(j->echo_lp);
     free(j->forced);
+    nx_tool_grammar_free(j->tool_grammar);
     free(j->slot_path);
     nx_strbuf_free(&j->sse);
     nx_oai_request_free(&j->req);
@@ -559,7 +562,9 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     nx_gen_params p;
     nx_gen_params_default(&p);
     p.sampling = j->req.sampling;
-    if (j->req.json_object) {
+    if (j->tool_grammar) {
+        p.sampling.tools = j->tool_grammar;
+    } else if (j->req.json_object) {
         p.sampling.json = s->json_vocab;
         p.sampling.json_schema = j->req.json_schema;
         /* a prompt that opens the reasoning: the object follows its end */
@@ -1048,6 +1053,18 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
                 free(text);
                 nx_oai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
                 st = NX_E_NOMEM;
+                goto done;
+            }
+            /* the arguments the answer writes follow the tools' schemas */
+            const int32_t *id = s->hy.id;
+            const nx_tool_markers mk = {id[NX_HY_CALL_OPEN], id[NX_HY_CALL_CLOSE], id[NX_HY_CALLS_CLOSE],
+                                        id[NX_HY_SEP],       id[NX_HY_KEY_OPEN],   id[NX_HY_KEY_CLOSE],
+                                        id[NX_HY_VALUE_OPEN], id[NX_HY_VALUE_CLOSE]};
+            if ((st = nx_tool_grammar_new(r->tools, r->tool_name, &mk, s->json_vocab, &j->tool_grammar, &err)) !=
+                NX_OK) {
+                free(text);
+                nx_oai_error_set(e, st == NX_E_NOMEM ? 500 : 400, st == NX_E_NOMEM ? "server_error" : "invalid_request_error",
+                                 "tools", NULL, "The tools cannot constrain a call: %s", err.msg);
                 goto done;
             }
         }

@@ -9,7 +9,8 @@
 // finish_reason "tool_calls", streaming and not (the calls stream as deltas: id and name first,
 // then the arguments pair by pair; the client's own stream accumulator rebuilds the message); no tools offered, or tool_choice "none": no split of the calls; cut short by
 // max_tokens: "length"; tool_choice "required" or a named function opens the call in the
-// prompt; --reasoning-format none leaves the reasoning in the content.
+// prompt, and its arguments follow the tool's schema where the script does not; --reasoning-format
+// none leaves the reasoning in the content.
 'use strict';
 const { execFileSync } = require('child_process');
 const fs = require('fs');
@@ -135,6 +136,51 @@ async function main() {
   const forcedStream = await client.chat.completions.stream({ ...base, tools: TWO, tool_choice: 'required' });
   const ff = await forcedStream.finalChatCompletion();
   is(ff.choices[0].message.tool_calls[0].function.arguments, '{"days":3}', 'tool_choice required, streamed');
+  // a forced call's arguments follow the tool's schema, whatever the model would write: the
+  // scripted "days" = 3 is refused where days is at most 2, and a required city comes first
+  // (from there the bigram model has no preference: greedy takes the lowest allowed id)
+  const CONSTRAINED = [
+    { type: 'function', function: { name: 'few_days', parameters: { type: 'object',
+      properties: { days: { type: 'integer', minimum: 0, maximum: 2 } }, required: ['days'] } } },
+    { type: 'function', function: { name: 'by_city', parameters: { type: 'object',
+      properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city'] } } },
+  ];
+  const checks = {
+    few_days: (a) => Object.keys(a).join() === 'days' && Number.isInteger(a.days) && a.days >= 0 && a.days <= 2,
+    by_city: (a) => typeof a.city === 'string' && Object.keys(a)[0] === 'city' &&
+      Object.keys(a).every((k) => k === 'city' || (k === 'days' && Number.isInteger(a.days))),
+  };
+  for (const name of ['few_days', 'by_city']) {
+    for (const stream of [false, true]) {
+      const req = { ...base, tools: CONSTRAINED, tool_choice: { type: 'function', function: { name } } };
+      const res = stream ? await client.chat.completions.stream(req).finalChatCompletion()
+        : await client.chat.completions.create(req);
+      const call = res.choices[0].message.tool_calls && res.choices[0].message.tool_calls[0];
+      let args = null;
+      try { args = JSON.parse(call.function.arguments); } catch (e) { /* reported below */ }
+      ok(res.choices[0].finish_reason === 'tool_calls' && call.function.name === name && args && checks[name](args),
+         `tool_choice ${name}${stream ? ', streamed' : ''}: arguments that match its schema`, res.choices[0]);
+    }
+  }
+  // tool_choice required: the name is one of the tools' too
+  r = await client.chat.completions.create({ ...base, tools: CONSTRAINED, tool_choice: 'required' });
+  c = r.choices[0];
+  ok(c.finish_reason === 'tool_calls' && c.message.tool_calls.length >= 1 &&
+     c.message.tool_calls.every((t) => checks[t.function.name] && checks[t.function.name](JSON.parse(t.function.arguments))),
+     'tool_choice required: calls of the given tools, with valid arguments', c.message);
+  // more tools or properties than a forced call's grammar tells apart: a 400 naming them
+  const many = Array.from({ length: 65 }, (_, i) => ({ type: 'function', function: { name: `t${i}` } }));
+  const wide = [{ type: 'function', function: { name: 'wide', parameters: { type: 'object',
+    properties: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`p${i}`, { type: 'integer' }])) } } }];
+  for (const [tools, why] of [[many, '65 tools'], [wide, '65 properties']]) {
+    try {
+      await client.chat.completions.create({ ...base, tools, tool_choice: 'required' });
+      ok(false, `tool_choice required with ${why}: a 400`);
+    } catch (e) {
+      ok(e instanceof OpenAI.BadRequestError && e.param === 'tools' && /64/.test(e.message),
+         `tool_choice required with ${why}: a 400`, `${e.constructor.name} ${e.status} ${e.param} ${e.message}`);
+    }
+  }
   for (const [choice, tools, why] of [[{ type: 'function', function: { name: 'missing' } }, TWO, 'an unknown name'],
     ['required', undefined, 'no tools'], ['sometimes', TWO, 'an unknown choice']]) {
     try {

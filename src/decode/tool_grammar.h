@@ -1,0 +1,77 @@
+/* Tool-call arguments under tool_choice "required" or a named function: the recogniser that
+ * masks every token that cannot continue Hy3's call syntax (hy_v3.md §8) into calls whose
+ * arguments match the tools' parameter schemas, as vLLM constrains a forced call to the
+ * function's schema. The prompt has opened the call (serve/server.c): `<tool_call>` (required),
+ * or `<tool_call>NAME<tool_sep>` (named); from there the language is
+ *
+ *   [NAME <tool_sep>]  (required: one of the tools' names)
+ *   ( ws <arg_key> KEY </arg_key> ws <arg_value> VALUE </arg_value> )*  ws </tool_call>
+ *   (required only: ws <tool_call> NAME <tool_sep> ... </tool_call>)*  ws </tool_calls>  end
+ *
+ * where every marker is its special token, ws is at most 4 bytes of whitespace, and a function
+ * whose parameters list properties takes those keys in their listed order, each at most once
+ * (an optional one may be skipped, a required one may not, and </tool_call> waits for the
+ * required ones), as JSON mode takes an object's keys. A value is raw text where the
+ * parser reads the argument as a string (nx_tool_arg_types has a string among its types: what
+ * vLLM's hy_v3 tool parser does), otherwise one JSON value of the property's schema
+ * (json_grammar.h: the same subset as response_format json_schema). Parameters the JSON-mode
+ * compiler refuses keep their keys' order and names but take any text as values; parameters
+ * without properties take any keys (up to 128 bytes) and text. Text (raw values, free keys) is
+ * whole UTF-8 characters without NUL, as the parser needs it to keep a pair. */
+#ifndef NX_DECODE_TOOL_GRAMMAR_H
+#define NX_DECODE_TOOL_GRAMMAR_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "decode/json_grammar.h"
+#include "nextn.h"
+
+/* The types an argument's value may take, as vLLM's hy_v3 tool parser reads a property schema:
+ * from "type" (a name or a list; aliases str/text/varchar/char/enum, bool/binary,
+ * int/uint/long/short/unsigned…, num…/float…/double; "null" adds nothing; any other name,
+ * array and object included, is NX_ARG_OTHER), else from the options of "anyOf" / "oneOf"; a
+ * missing schema, or one without either, means a string. */
+enum { NX_ARG_STRING = 1, NX_ARG_BOOL = 2, NX_ARG_INT = 4, NX_ARG_NUM = 8, NX_ARG_OTHER = 16 };
+int nx_tool_arg_types(const json_t *schema);
+
+/* The call syntax's special tokens (-1: the tokenizer lacks it; then no grammar is made). */
+typedef struct nx_tool_markers {
+    int32_t call_open, call_close, calls_close, sep, key_open, key_close, value_open, value_close;
+} nx_tool_markers;
+
+#define NX_TOOL_MAX 64 /* tools a grammar tells apart by name */
+
+/* Where the output is in the language above. Unused fields are zero, so states compare whole
+ * (the sampler's mask cache). */
+typedef struct nx_tool_state {
+    uint8_t mode;  /* tool_grammar.c */
+    uint8_t ws;    /* whitespace bytes in the current run */
+    int16_t tool;  /* the call's tool (-1 while its name is read) */
+    int16_t next;  /* keyed parameters: the first property still allowed */
+    int16_t prop;  /* the property whose value is read (-1: a free key's) */
+    uint16_t cpos; /* name or key: bytes so far */
+    uint8_t u8left, u8lo, u8hi; /* text: UTF-8 continuation bytes owed, and the next one's range */
+    uint64_t cand; /* name or key: the candidates still matching */
+    nx_json_state js; /* a JSON value's reading (zero otherwise) */
+} nx_tool_state;
+
+/* From the request's tools array (OpenAI's [{"type": "function", "function": {"name",
+ * "parameters"}}]), only: the named function, or NULL for any (tool_choice "required", then one
+ * or more calls); vocab gives each token's bytes and the end ids. */
+nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_tool_markers *mk,
+                              const nx_json_vocab *vocab, nx_tool_grammar **out, nx_error *err);
+void nx_tool_grammar_free(nx_tool_grammar *g);
+
+/* The state at the start of the answer (the call opened by the prompt). */
+void nx_tool_init(const nx_tool_grammar *g, nx_tool_state *st);
+/* One more token; false (and the state is dead) if the output can no longer be valid. */
+bool nx_tool_step(const nx_tool_grammar *g, nx_tool_state *st, int32_t id);
+/* The calls are closed: only an end id may follow. */
+bool nx_tool_done(const nx_tool_state *st);
+/* allow[i] = 1 for the tokens that may follow st (the end ids once done; if nothing else is
+ * possible, the end ids anyway); ids past the vocabulary get 0. */
+void nx_tool_allowed(const nx_tool_grammar *g, const nx_tool_state *st, int32_t n_tokens, uint8_t *allow);
+
+#endif

@@ -1,0 +1,331 @@
+/* Tool-call arguments (decode/tool_grammar.h): calls the recogniser accepts and refuses, written
+ * token by token on a small vocabulary; random walks it drives itself, each read back by the
+ * server's own call parser (serve/hy_output.h) and checked against the tools' schemas by hand;
+ * the mask agreeing with the step function on every token; and the sampler under the grammar. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode/tool_grammar.h"
+#include "nextn.h"
+#include "serve/hy_output.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(uint32_t n) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)((rng >> 33) % n);
+}
+
+/* The vocabulary: ids 0..255 single bytes, then words, then the eight markers, an end id and a
+ * special token that is none of them. */
+static const char *const words[] = {"days", "city", "unit", "flags", "true", "false", "12", "1", " Paris",
+                                    "\n",   "get_weather", "other", "ci", "[", "]", ",", "\"c\"", "\"f\"",
+                                    "get", "_weather", "null", "-3", "140", "7"};
+#define N_WORDS (int)(sizeof words / sizeof words[0])
+enum { W0 = 256, MK0 = W0 + N_WORDS, END = MK0 + 8, OTHER_SPECIAL, NV };
+enum { CALL_OPEN = MK0, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE };
+static const nx_tool_markers MK = {CALL_OPEN, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE};
+
+static const char TOOLS[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":14},"
+    "\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"]},\"flags\":{\"type\":\"array\",\"items\":{\"type\":"
+    "\"boolean\"},\"maxItems\":3}},\"required\":[\"city\",\"days\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"other\"}}]";
+
+static nx_json_vocab *vocab;
+static json_t *tools;
+static char tok_bytes[W0][2];
+
+static int setup(void **state) {
+    (void)state;
+    const char *toks[NV];
+    size_t lens[NV];
+    for (int i = 0; i < W0; i++) {
+        tok_bytes[i][0] = (char)i;
+        toks[i] = tok_bytes[i];
+        lens[i] = 1;
+    }
+    for (int i = 0; i < N_WORDS; i++) toks[W0 + i] = words[i], lens[W0 + i] = strlen(words[i]);
+    for (int i = MK0; i < NV; i++) toks[i] = NULL, lens[i] = 0;
+    const int32_t end = END;
+    if (nx_json_vocab_from_bytes(toks, lens, NV, &end, 1, &vocab, NULL) != NX_OK) return -1;
+    tools = json_loads(TOOLS, 0, NULL);
+    return tools ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    nx_json_vocab_free(vocab);
+    json_decref(tools);
+    return 0;
+}
+
+static int word(const char *w) {
+    for (int i = 0; i < N_WORDS; i++)
+        if (strcmp(words[i], w) == 0) return W0 + i;
+    fail_msg("no word %s", w);
+    return -1;
+}
+
+/* Steps ids through g from its start; the index of the first refused id, or n (all taken). */
+static int run(const nx_tool_grammar *g, const int *ids, int n, nx_tool_state *st) {
+    nx_tool_init(g, st);
+    for (int i = 0; i < n; i++)
+        if (!nx_tool_step(g, st, ids[i])) return i;
+    return n;
+}
+
+static nx_tool_grammar *grammar(const char *only) {
+    nx_tool_grammar *g = NULL;
+    nx_error err = {0};
+    assert_int_equal(nx_tool_grammar_new(tools, only, &MK, vocab, &g, &err), NX_OK);
+    return g;
+}
+
+#define K(w) KEY_OPEN, word(w), KEY_CLOSE
+#define V(...) VALUE_OPEN, __VA_ARGS__, VALUE_CLOSE
+
+static void test_named_calls(void **state) {
+    (void)state;
+    nx_tool_grammar *g = grammar("get_weather");
+    nx_tool_state st;
+    const int nl = word("\n");
+    /* accepted: the required keys in order, optional ones skipped or given */
+    const int good1[] = {nl, K("city"), nl, V(word(" Paris")), nl, K("days"), V(word("12")), nl, CALL_CLOSE, nl, CALLS_CLOSE, END};
+    const int n1 = (int)(sizeof good1 / sizeof *good1);
+    assert_int_equal(run(g, good1, n1, &st), n1);
+    assert_true(nx_tool_done(&st));
+    const int good2[] = {K("city"), V('P'), K("days"), V(word("7")), K("unit"), V('c'), K("flags"),
+                         V(word("["), word("true"), word(","), word("false"), word("]")), CALL_CLOSE, CALLS_CLOSE};
+    const int n2 = (int)(sizeof good2 / sizeof *good2);
+    assert_int_equal(run(g, good2, n2, &st), n2);
+    /* an empty text value is a string */
+    const int good3[] = {K("city"), VALUE_OPEN, VALUE_CLOSE, K("days"), V(word("1")), CALL_CLOSE, CALLS_CLOSE};
+    const int n3 = (int)(sizeof good3 / sizeof *good3);
+    assert_int_equal(run(g, good3, n3, &st), n3);
+    /* refused, at the id given */
+    struct {
+        int ids[24], n, at;
+        const char *why;
+    } bad[] = {
+        {{K("days")}, 3, 1, "days before the required city"},
+        {{KEY_OPEN, word("ci"), 'x', KEY_CLOSE}, 4, 2, "no key 'cix'"},
+        {{KEY_OPEN, word("ci"), KEY_CLOSE}, 3, 2, "key cut short"},
+        {{K("city"), V('x'), CALL_CLOSE}, 7, 6, "call closed without days"},
+        {{K("city"), V('x'), K("days"), V(word("140"))}, 11, 10, "days above maximum 14"},
+        {{K("city"), V('x'), K("days"), V(word("-3"))}, 11, 10, "days below minimum 1"},
+        {{K("city"), V('x'), K("days"), VALUE_OPEN, 'x'}, 11, 10, "days not a number"},
+        {{K("city"), V('x'), K("days"), VALUE_OPEN, VALUE_CLOSE}, 11, 10, "days empty"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("city")}, 15, 13, "city twice"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("flags"), V(word("["), word("12"))}, 19, 17, "a flag not a boolean"},
+        {{K("city"), V('x'), K("days"), V(word("7")), CALL_CLOSE, CALL_OPEN}, 14, 13, "a second call when one is named"},
+        {{K("city"), V('x'), K("days"), V(word("7")), CALL_CLOSE, 'x'}, 14, 13, "text after the call"},
+        {{K("city"), V('x'), K("days"), V(word("7")), CALL_CLOSE, CALLS_CLOSE, 'x'}, 15, 14, "text after the calls"},
+        {{K("city"), V('x'), K("days"), V(word("7")), END}, 13, 12, "the end inside the calls"},
+        {{K("city"), OTHER_SPECIAL}, 4, 3, "another special token"},
+        {{' ', ' ', ' ', ' ', ' '}, 5, 4, "a run of whitespace"},
+        {{SEP}, 1, 0, "a separator in a named call"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const int at = run(g, bad[i].ids, bad[i].n, &st);
+        if (at != bad[i].at) fail_msg("%s: refused at %d, expected %d", bad[i].why, at, bad[i].at);
+    }
+    nx_tool_grammar_free(g);
+    /* a tool without parameters takes any keys and text values */
+    g = grammar("other");
+    const int free_ids[] = {KEY_OPEN, 'q', word("unit"), KEY_CLOSE, V(word("12"), 'x'), CALL_CLOSE, CALLS_CLOSE};
+    assert_int_equal(run(g, free_ids, 10, &st), 10);
+    const int no_key[] = {KEY_OPEN, KEY_CLOSE};
+    assert_int_equal(run(g, no_key, 2, &st), 1);
+    nx_tool_grammar_free(g);
+}
+
+static void test_required_calls(void **state) {
+    (void)state;
+    nx_tool_grammar *g = grammar(NULL);
+    nx_tool_state st;
+    /* the name first, then its body; more calls may follow */
+    const int ids[] = {word("get"), word("_weather"), SEP, K("city"), V('a'), K("days"), V(word("7")), CALL_CLOSE,
+                       word("\n"), CALL_OPEN, word("other"), SEP, CALL_CLOSE, CALLS_CLOSE, END};
+    const int n = (int)(sizeof ids / sizeof *ids);
+    assert_int_equal(run(g, ids, n, &st), n);
+    const int unknown[] = {'o', 'x'};
+    assert_int_equal(run(g, unknown, 2, &st), 1);
+    const int cut[] = {word("get"), SEP};
+    assert_int_equal(run(g, cut, 2, &st), 1);
+    nx_tool_grammar_free(g);
+    nx_tool_grammar *none = NULL;
+    nx_error err = {0};
+    assert_int_equal(nx_tool_grammar_new(tools, "missing", &MK, vocab, &none, &err), NX_E_ARG);
+    assert_non_null(strstr(err.msg, "missing"));
+    nx_tool_markers lacking = MK;
+    lacking.sep = -1;
+    assert_int_equal(nx_tool_grammar_new(tools, NULL, &lacking, vocab, &none, &err), NX_E_ARG);
+    json_t *empty = json_array();
+    assert_int_equal(nx_tool_grammar_new(empty, NULL, &MK, vocab, &none, &err), NX_E_ARG);
+    json_decref(empty);
+    assert_null(none);
+}
+
+/* The text of ids, markers spelled bare (nx_hy_markers_init with no suffix). */
+static void spell(const nx_hy_markers *m, const int *ids, int n, char *out, size_t cap) {
+    static const nx_hy_marker of[8] = {NX_HY_CALL_OPEN, NX_HY_CALL_CLOSE, NX_HY_CALLS_CLOSE, NX_HY_SEP,
+                                       NX_HY_KEY_OPEN,  NX_HY_KEY_CLOSE,  NX_HY_VALUE_OPEN,  NX_HY_VALUE_CLOSE};
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        const char *t = NULL;
+        size_t k = 0;
+        if (ids[i] >= MK0 && ids[i] < MK0 + 8) t = m->text[of[ids[i] - MK0]], k = strlen(t);
+        else if (ids[i] < W0) t = tok_bytes[ids[i]], k = 1;
+        else if (ids[i] < MK0) t = words[ids[i] - W0], k = strlen(t);
+        assert_true(len + k < cap);
+        if (t) memcpy(out + len, t, k);
+        len += k;
+    }
+    out[len] = '\0';
+}
+
+/* get_weather's arguments, checked by hand against its schema. */
+static void check_weather(const char *args) {
+    json_error_t e;
+    json_t *a = json_loads(args, 0, &e);
+    if (!json_is_object(a)) fail_msg("arguments not an object: %s", args);
+    const char *key;
+    json_t *val;
+    json_object_foreach(a, key, val) {
+        if (!strcmp(key, "city")) assert_true(json_is_string(val));
+        else if (!strcmp(key, "days")) {
+            if (!(json_is_integer(val) && json_integer_value(val) >= 1 && json_integer_value(val) <= 14))
+                fail_msg("days out of its schema: %s", args);
+        }
+        else if (!strcmp(key, "unit")) assert_true(json_is_string(val));
+        else if (!strcmp(key, "flags")) {
+            assert_true(json_is_array(val) && json_array_size(val) <= 3);
+            size_t i;
+            json_t *x;
+            json_array_foreach(val, i, x) assert_true(json_is_boolean(x));
+        } else fail_msg("unknown key %s in %s", key, args);
+    }
+    if (!json_object_get(a, "city") || !json_object_get(a, "days")) fail_msg("a required key is missing: %s", args);
+    json_decref(a);
+}
+
+/* Random walks the mask drives (markers and short words favoured so calls end), each checked:
+ * every token the mask allows steps, a sample of those it refuses does not, and the finished
+ * text read by the server's parser is calls of known tools with valid arguments. */
+static void test_random_walks(void **state) {
+    (void)state;
+    nx_hy_markers m;
+    nx_hy_markers_init(&m, NULL, NULL);
+    uint8_t allow[NV];
+    for (int mode = 0; mode < 2; mode++) {
+        nx_tool_grammar *g = grammar(mode ? NULL : "get_weather");
+        int finished = 0;
+        for (int walk = 0; walk < 400; walk++) {
+            int ids[400], n = 0;
+            nx_tool_state st;
+            nx_tool_init(g, &st);
+            while (n < 400 && !nx_tool_done(&st)) {
+                nx_tool_allowed(g, &st, NV, allow);
+                int pick[NV], np = 0, marks[8], nm = 0;
+                for (int i = 0; i < NV; i++) {
+                    nx_tool_state t = st;
+                    const bool ok = nx_tool_step(g, &t, i);
+                    if (allow[i] != ok && (i >= W0 || rnd(8) == 0))
+                        fail_msg("token %d: mask %d, step %d", i, allow[i], ok);
+                    if (!allow[i]) continue;
+                    pick[np++] = i;
+                    if (i >= MK0 && i < MK0 + 8) marks[nm++] = i;
+                }
+                assert_true(np > 0);
+                const int id = nm && rnd(3) == 0 ? marks[rnd((uint32_t)nm)] : pick[rnd((uint32_t)np)];
+                assert_true(nx_tool_step(g, &st, id));
+                ids[n++] = id;
+            }
+            if (!nx_tool_done(&st)) continue;
+            finished++;
+            /* the prompt's opening, then the walk */
+            char text[8192] = "<tool_calls><tool_call>";
+            if (mode == 0) strcat(text, "get_weather<tool_sep>");
+            spell(&m, ids, n, text + strlen(text), sizeof text - strlen(text));
+            json_t *calls = nx_hy_parse_tool_calls(text, strlen(text), &m, tools);
+            assert_true(json_is_array(calls) && json_array_size(calls) >= 1);
+            if (mode == 0) assert_int_equal(json_array_size(calls), 1);
+            size_t i;
+            json_t *c;
+            json_array_foreach(calls, i, c) {
+                const char *name = json_string_value(json_object_get(json_object_get(c, "function"), "name"));
+                const char *args = json_string_value(json_object_get(json_object_get(c, "function"), "arguments"));
+                assert_non_null(name);
+                assert_non_null(args);
+                if (!strcmp(name, "get_weather")) check_weather(args);
+                else if (strcmp(name, "other") != 0) fail_msg("unknown tool %s", name);
+            }
+            json_decref(calls);
+        }
+        if (finished < 100) fail_msg("only %d of 400 walks finished", finished);
+        nx_tool_grammar_free(g);
+    }
+}
+
+/* The sampler under the grammar: at temperature 1 on random logits, through drafts it verifies
+ * (extra tokens) and rewinds, every generation is a call the grammar accepts, then an end. */
+static void test_sampler(void **state) {
+    (void)state;
+    nx_tool_grammar *g = grammar("get_weather");
+    nx_sampler_params p;
+    nx_sampler_params_default(&p);
+    p.temperature = 1.0f;
+    p.tools = g;
+    p.seed = 7;
+    nx_sampler *s = NULL;
+    assert_int_equal(nx_sampler_new(&p, NV, &s, NULL), NX_OK);
+    float logits[NV], probs[NV];
+    int done = 0;
+    for (int run_i = 0; run_i < 30; run_i++) {
+        nx_sampler_rewind(s, 0);
+        int ids[300], n = 0;
+        while (n < 300) {
+            for (int i = 0; i < NV; i++) logits[i] = (float)rnd(1000) / 250.0f + (i >= MK0 ? 2.0f : 0.0f);
+            nx_sampler_probs(s, logits, NULL, 0, probs);
+            const int32_t a = nx_sampler_draw(s, probs);
+            assert_true(probs[a] > 0.0f);
+            ids[n++] = a;
+            if (a == END) break;
+            /* the position after a as a verify pass sees it (a as an extra token): whatever it
+             * draws continues a valid call */
+            nx_sampler_probs(s, logits, &a, 1, probs);
+            ids[n] = nx_sampler_draw(s, probs);
+            nx_tool_state t;
+            if (run(g, ids, n + 1, &t) != n + 1) fail_msg("run %d: after an extra token, token %d is refused", run_i, ids[n]);
+            nx_sampler_accept(s, a);
+        }
+        nx_tool_state st;
+        const int at = run(g, ids, n, &st);
+        if (at != n) fail_msg("run %d: the grammar refuses token %d of %d", run_i, at, n);
+        done += ids[n - 1] == END;
+    }
+    assert_true(done >= 10);
+    nx_sampler_free(s);
+    nx_tool_grammar_free(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_named_calls),
+        cmocka_unit_test(test_required_calls),
+        cmocka_unit_test(test_random_walks),
+        cmocka_unit_test(test_sampler),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
