@@ -9,9 +9,10 @@
  *      logit > 0 ? logit / r : logit * r. Then presence and frequency (OpenAI rule) over generated
  *      tokens only: logit -= frequency * count + presence * [count > 0]. The `extra` tokens of a
  *      call count as generated for that call only (the drafts that precede a verify row).
- *      Then the masks set logits to -inf: the ban list (min_tokens' end tokens) while fewer than
- *      ban_until tokens are generated, and JSON mode's (the tokens that cannot continue the text
- *      into one JSON object, or one matching the schema).
+ *      Then the masks set logits to -inf: JSON mode's (the tokens that cannot continue the text
+ *      into one JSON object, or one matching the schema) or tool-call mode's, then the ban list
+ *      (min_tokens' end tokens) while fewer than ban_until tokens are generated, unless it would
+ *      leave no token a grammar allows (a complete object or call then ends early).
  *   2. Temperature. 0 means greedy: a one-hot at the argmax of the penalised logits, lowest id on
  *      ties; the filters below do not apply to it.
  *   3. Top-k: the k largest penalised logits; ties at the boundary go to the lower id.
@@ -621,14 +622,18 @@ static void sampler_filter(nx_sampler *s, double m, double inv_t, float *probs) 
     for (size_t j = 0; j < n; j++) probs[c[j].id] = (float)(c[j].w / zk);
 }
 
+static bool is_banned(const nx_sampler *s, int32_t id) {
+    for (size_t i = 0; i < s->p.n_ban; i++)
+        if (s->p.ban[i] == id) return true;
+    return false;
+}
+
 void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, size_t n_extra,
                       float *probs) {
     const int32_t V = s->vocab;
     if (!extra) n_extra = 0;
     sampler_penalise(s, logits, extra, n_extra);
     float *x = s->work;
-    if (s->p.n_ban > 0 && s->n_gen + n_extra < (size_t)(s->p.ban_until > 0 ? s->p.ban_until : 0))
-        for (size_t i = 0; i < s->p.n_ban; i++) x[s->p.ban[i]] = -INFINITY;
     const uint8_t *allow = NULL;
     if (s->p.tools) { /* tool-call mode's mask, at the state after the history and the extra tokens */
         nx_tool_state st = s->ts;
@@ -643,6 +648,14 @@ void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, 
     if (allow)
         for (int32_t i = 0; i < V; i++)
             if (!allow[i]) x[i] = -INFINITY;
+    /* min_tokens' ban, unless it would leave nothing: where a grammar allows only the end (the
+     * object or the calls are complete), the end comes early rather than text that breaks them */
+    if (s->p.n_ban > 0 && s->n_gen + n_extra < (size_t)(s->p.ban_until > 0 ? s->p.ban_until : 0)) {
+        bool left = !allow; /* without a grammar the ban always applies */
+        for (int32_t i = 0; !left && i < V; i++) left = x[i] > -INFINITY && !is_banned(s, i);
+        if (left)
+            for (size_t i = 0; i < s->p.n_ban; i++) x[s->p.ban[i]] = -INFINITY;
+    }
 
     /* Max scan; NaN becomes -inf so that it can never win or carry mass. */
     float m;

@@ -320,12 +320,41 @@ static void test_sampler(void **state) {
     nx_tool_grammar_free(g);
 }
 
+/* min_tokens' ban of the end ids yields where the grammar allows nothing else (the calls are
+ * closed), and holds where it does (whitespace may still follow a call). */
+static void test_ban_yields(void **state) {
+    (void)state;
+    nx_tool_grammar *g = grammar("other");
+    nx_sampler_params p;
+    nx_sampler_params_default(&p);
+    p.tools = g;
+    const int32_t ban = END;
+    p.ban = &ban, p.n_ban = 1, p.ban_until = 1000;
+    nx_sampler *s = NULL;
+    assert_int_equal(nx_sampler_new(&p, NV, &s, NULL), NX_OK);
+    float logits[NV], probs[NV];
+    for (int i = 0; i < NV; i++) logits[i] = i == END ? 5.0f : 0.0f;
+    nx_sampler_accept(s, CALL_CLOSE);
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    assert_true(probs[END] == 0.0f);
+    nx_sampler_accept(s, CALLS_CLOSE);
+    nx_sampler_probs(s, logits, NULL, 0, probs);
+    assert_true(probs[END] == 1.0f);
+    const int32_t close = CALLS_CLOSE; /* the same through a draft */
+    nx_sampler_rewind(s, 1);
+    nx_sampler_probs(s, logits, &close, 1, probs);
+    assert_true(probs[END] == 1.0f);
+    nx_sampler_free(s);
+    nx_tool_grammar_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_named_calls),
         cmocka_unit_test(test_required_calls),
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_sampler),
+        cmocka_unit_test(test_ban_yields),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
