@@ -41,8 +41,8 @@ typedef struct vargs {
      * it (each 64-bit lane gets the BITS bytes holding 8 elements), and per byte of a lane, the
      * bit offset vpmultishiftqb pulls its element from */
     __m512i pick8, shift8;
-    /* the same by blocks of several 64-element groups (K_A8Q, VBMI build): per weight vector of
-     * the block, the packed byte (of the block's first 128) that lands in each byte */
+    /* 3-bit by blocks of four 64-element groups (K_A8Q, VBMI build): per weight vector of the
+     * block, the packed byte (of the block's 96) that lands in each byte */
     __m512i pickq[4];
     qpf_window pf; /* where the weight prefetches may go */
     spf_stream spf; /* and the scale and bias prefetches */
@@ -63,31 +63,24 @@ AI __m512i q32(const float *x, __m512 iv) {
  * - XL_EVENODD, blocks of 64 as elements 0,2,…,62 then 1,3,…,63: 8-bit (low and high byte of
  *   32 words) and the remaining 4-bit cases (low and high nibble of 32 bytes widened to words);
  * - XL_NATURAL: 3, 5 and 6 bits (each field pulled into its word by vpermb). */
-enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_NATURAL, XL8_EVENODD, XL8_STRIDE4, XL8_QUARTERS, XL8_PARTS4, XL8_PARTS2 };
+enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_NATURAL, XL8_EVENODD, XL8_STRIDE4, XL8_PARTS };
 
 /* 4-bit weights go by 128-element blocks when a block never straddles a group boundary
  * except at its middle (64-element groups, paired) and the row is whole blocks. */
 static int q4_by128(int64_t in, int64_t group) { return in % 128 == 0 && (group == 64 || group % 128 == 0); }
 
-/* 4-bit weights of 64-element groups on int8 go by 256-element blocks (4 groups) when the row is
- * whole blocks (q4_quarters): each of the block's four weight vectors holds 16 elements of every
- * group, one group per 128-bit lane, so one float epilogue serves four groups (two per
- * 128-element block otherwise: on a two-row verify the epilogue, per weight row and input row,
- * was most of the extra row's cost). */
-#ifndef NX_Q4_QUARTERS
-#define NX_Q4_QUARTERS 1
-#endif
-static int q4_quarters(int64_t in, int64_t group) { return NX_Q4_QUARTERS && group == 64 && in % 256 == 0; }
-
-/* 3-, 5- and 6-bit weights of 64-element groups on int8 (VBMI build) go the same way when the
- * row is whole blocks of odd_gpu groups: four groups per 256-element block at 3 bits (96 packed
- * bytes), two per 128-element block at 5 and 6 (80, 96 bytes), each weight vector pulled by one
- * two-source byte permute from the block's packed bytes; 64-element blocks, one group and one
- * epilogue each, otherwise. */
-static int odd_gpu(int bits) { return bits == 3 ? 4 : 2; }
-static int odd_quarters(int bits, int64_t in, int64_t group) {
-    return NX_VNNI_VBMI && NX_Q4_QUARTERS && (bits == 3 || bits == 5 || bits == 6) && group == 64 &&
-           in % (64 * odd_gpu(bits)) == 0;
+/* 3-bit weights of 64-element groups on int8 (VBMI build) go by 256-element blocks of four
+ * groups (96 packed bytes) when the row is whole blocks: each weight vector, pulled by one
+ * two-source byte permute from the block's packed bytes, holds 16 elements of every group, one
+ * group per 128-bit lane, so one float epilogue per weight row and input row serves four groups
+ * (one per 64-element block otherwise). 512x1024 on one core (Zen 5): in cache 5.9 -> 4.7 us at
+ * 1 row, 8.5 -> 6.9 at 2, 16.1 -> 11.7 at 4; streaming from memory 27 -> 27-29 GB/s at 1 row,
+ * 20 -> 23 at 2. Tried and dropped: the same for 4-bit (two 64-byte loads and a lane shuffle per
+ * row and block: 8% faster in cache, but 9% slower streaming on one core and 0.69 against 0.82
+ * of the paired bandwidth reading in model decode) and for 5/6-bit by two groups (5% slower
+ * streaming at 1 row, even at 2). */
+static int q3_by256(int bits, int64_t in, int64_t group) {
+    return NX_VNNI_VBMI && bits == 3 && group == 64 && in % 256 == 0;
 }
 
 /* 2-bit weights on int8 go by 256-element blocks (64 packed bytes): a block holds 4 groups of
@@ -99,13 +92,8 @@ static int q2_by256(int64_t in, int64_t group) {
 /* With 8-bit activations (int8 bytes, vpdpbusd: 64 multiply-adds per instruction):
  * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128), elements 0,2,…,126 then
  *   1,3,…,127 (low and high nibbles of 64 packed bytes);
- * - XL8_PARTS4 / XL8_PARTS2: 3-bit (5-, 6-bit) weights by blocks of 4 (2) groups of 64
- *   (odd_quarters): vector j of the block holds elements 16j..16j+15 (32j..32j+31) of each
- *   group, group q in bytes 16q.. (32q..), in natural order;
- * - XL8_QUARTERS: 4-bit weights of 64-element groups by 256-element blocks (q4_quarters): four
- *   vectors of 64 bytes, 16 per group (lane quarter q: group q of the block); vector j holds
- *   the group's elements 32·(j/2) + 2m + j%2, m = 0..15 (the low, then high nibbles of the
- *   first 16 packed bytes of each group, then the same of its last 16);
+ * - XL8_PARTS: 3-bit weights by blocks of 4 groups of 64 (q3_by256): vector j of the block
+ *   holds elements 16j..16j+15 of each group, group q in bytes 16q.., in natural order;
  * - XL8_STRIDE4: 2-bit weights by 256-element blocks (q2_by256), elements 4k+j for j = 0..3 in
  *   turn, k = 0..63 (the four 2-bit fields of 64 packed bytes);
  * - XL8_NATURAL: 3-, 5- and 6-bit weights (VBMI build) by 64-element blocks in natural order
@@ -119,8 +107,7 @@ static int act8_takes(int bits, int64_t in, int64_t group) {
 }
 
 static int x_layout(int act, int bits, int64_t in, int64_t group) {
-    if (act == 8 && bits == 4 && q4_quarters(in, group)) return XL8_QUARTERS;
-    if (act == 8 && odd_quarters(bits, in, group)) return odd_gpu(bits) == 4 ? XL8_PARTS4 : XL8_PARTS2;
+    if (act == 8 && q3_by256(bits, in, group)) return XL8_PARTS;
     if (act == 8) return bits == 2 ? XL8_STRIDE4 : bits == 4 ? XL8_EVENODD : XL8_NATURAL;
     if (bits == 2 || (bits == 4 && q4_by128(in, group))) return XL_STRIDE4;
     return bits == 4 || bits == 8 ? XL_EVENODD : XL_NATURAL;
@@ -169,8 +156,6 @@ static inline int exp_above(float x) {
 #define IX_FIELD(k, j) ((k) < 16 ? 4 * (k) + (j) : 0)
 static const int16_t ev[32] = {IX32(IX_EVEN, 0)}, od[32] = {IX32(IX_EVEN, 1)};
 static const int16_t q4[4][32] = {{IX32(IX_FIELD, 0)}, {IX32(IX_FIELD, 1)}, {IX32(IX_FIELD, 2)}, {IX32(IX_FIELD, 3)}};
-#define IX_EO(k, j) (k) < 16 ? 2 * (k) : 2 * (k) - 31
-static const int16_t eo[32] = {IX32(IX_EO, 0)}; /* the even words of 32, then the odd ones */
 
 /* The int16 (act 16) or int8 (act 8) image of one input row, in x_layout's order. d[g] = the
  * group's scale, X[g] = Σ x over the group in f32 (for the bias term); a group with a NaN or
@@ -210,31 +195,19 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
         }
     }
     const int lay = x_layout(act, bits, in, group);
-    const int64_t blk = lay == XL8_STRIDE4 || lay == XL8_QUARTERS || lay == XL8_PARTS4 ? 256
-                        : lay == XL_STRIDE4 || lay == XL8_EVENODD || lay == XL8_PARTS2 ? 128
-                                                                                        : 64;
+    const int64_t blk = lay == XL8_STRIDE4 || lay == XL8_PARTS ? 256 : lay == XL_STRIDE4 || lay == XL8_EVENODD ? 128 : 64;
     for (int64_t b0 = 0; b0 < in; b0 += blk) {
         __m512i n[8];
         for (int c = 0; c < (int)(blk / 32); c++)
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
         int16_t *q = (int16_t *)xqv + b0;
         int8_t *q8 = (int8_t *)xqv + b0;
-        if (lay == XL8_QUARTERS) { /* 32 elements c = 2·group + half: evens to vector 2·half, odds to the next */
-            const __m512i e = _mm512_loadu_si512(eo);
-            for (int c = 0; c < 8; c++) {
-                const __m256i b = _mm512_cvtepi16_epi8(_mm512_permutexvar_epi16(e, n[c]));
-                _mm_storeu_si128((__m128i *)(q8 + 64 * (2 * (c & 1)) + 16 * (c >> 1)), _mm256_castsi256_si128(b));
-                _mm_storeu_si128((__m128i *)(q8 + 64 * (2 * (c & 1) + 1) + 16 * (c >> 1)), _mm256_extracti128_si256(b, 1));
-            }
-        } else if (lay == XL8_PARTS4) { /* 32 elements c: group c/2, vectors 2·(c%2) and the next */
+        if (lay == XL8_PARTS) { /* 32 elements c: group c/2, vectors 2·(c%2) and the next */
             for (int c = 0; c < 8; c++) {
                 const __m256i b = _mm512_cvtepi16_epi8(n[c]);
                 _mm_storeu_si128((__m128i *)(q8 + 64 * (2 * (c & 1)) + 16 * (c >> 1)), _mm256_castsi256_si128(b));
                 _mm_storeu_si128((__m128i *)(q8 + 64 * (2 * (c & 1) + 1) + 16 * (c >> 1)), _mm256_extracti128_si256(b, 1));
             }
-        } else if (lay == XL8_PARTS2) { /* 32 elements c: group c/2, vector c%2 */
-            for (int c = 0; c < 4; c++)
-                _mm256_storeu_si256((__m256i *)(q8 + 64 * (c & 1) + 32 * (c >> 1)), _mm512_cvtepi16_epi8(n[c]));
         } else if (lay == XL8_NATURAL) { /* |x̂| <= 127: narrowing is exact */
             _mm256_storeu_si256((__m256i *)q8, _mm512_cvtepi16_epi8(n[0]));
             _mm256_storeu_si256((__m256i *)(q8 + 32), _mm512_cvtepi16_epi8(n[1]));
@@ -351,18 +324,16 @@ AI void scale_in(const int GPU, const int R, const int TT, __m512i is[4][4], flo
  *   instruction) against the fields of 64 packed bytes: 4-bit, 128-element blocks as low and
  *   high nibbles; 2-bit, 256-element blocks as four 2-bit fields; 3/5/6-bit (VBMI), 64-element
  *   blocks of 8·BITS bytes, each element pulled into its own byte;
- * - K_A8Q: int8 inputs against weights of 64-element groups by blocks of several groups, each
- *   in its own lanes of every weight vector, one epilogue per block: 4-bit by 256-element
- *   blocks (two 64-byte loads per row; a 128-bit lane shuffle puts 16 packed bytes of each
- *   group in its own lane quarter, XL8_QUARTERS); 3-bit by 256 and 5/6-bit by 128 (VBMI: one
- *   vpermt2b per weight vector from the block's packed bytes, then vpmultishiftqb as K_A8,
- *   XL8_PARTS4/2). */
+ * - K_A8Q: int8 inputs against 3-bit weights of 64-element groups by 256-element blocks, each
+ *   group in its own lane quarter of every weight vector, one epilogue per block (VBMI: one
+ *   vpermt2b per weight vector from the block's 96 packed bytes, then vpmultishiftqb as K_A8,
+ *   XL8_PARTS). */
 enum { K_W16, K_S4, K_A8, K_A8Q };
 
 /* The packed bytes per row one block of block_products reads. */
 AI size_t block_step(const int KIND, const int BITS) {
     const int ODD = BITS == 3 || BITS == 5 || BITS == 6;
-    if (KIND == K_A8Q) return BITS == 4 ? 128 : (size_t)(8 * BITS * odd_gpu(BITS));
+    if (KIND == K_A8Q) return (size_t)(32 * BITS);
     return KIND == K_A8 ? (size_t)(ODD ? 8 * BITS : 64) : (size_t)(KIND == K_W16 ? 64 : 128) * BITS / 8;
 }
 
@@ -372,10 +343,7 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
                        const qpf_stream *ps, const void *xq, int64_t ldq, int64_t e0, __m512i is[4][4]) {
     const int ODD = BITS == 3 || BITS == 5 || BITS == 6;
     /* weight (and input) vectors per block */
-    const int NX = KIND == K_A8Q && ODD                                  ? odd_gpu(BITS)
-                   : KIND == K_S4 || KIND == K_A8Q || (KIND == K_A8 && BITS == 2) ? 4
-                   : KIND == K_A8 && ODD                                 ? 1
-                                                                         : 2;
+    const int NX = KIND == K_S4 || KIND == K_A8Q || (KIND == K_A8 && BITS == 2) ? 4 : KIND == K_A8 && ODD ? 1 : 2;
     const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
     const uintptr_t pf = qpf_at(&a->pf, ps, (size_t)e0 * BITS / 8);
     __m512i xv[4][4];
@@ -390,25 +358,17 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
         const uint8_t *pr = p + r * a->wstride;
         _mm_prefetch((const char *)(pf + (size_t)r * ps->rstride), QPF_HINT);
         __m512i w[4];
-        if (KIND == K_A8Q && ODD) {
+        if (KIND == K_A8Q) {
             _mm_prefetch((const char *)(pf + (size_t)r * ps->rstride + 64), QPF_HINT);
 #if NX_VNNI_VBMI
             const __m512i A = _mm512_loadu_si512(pr), mb = _mm512_set1_epi8((char)((1 << BITS) - 1));
-            const __m512i B = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (8 * BITS * odd_gpu(BITS) - 64)) - 1u), pr + 64);
+            const __m512i B = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (32 * BITS - 64)) - 1u), pr + 64);
 #pragma GCC unroll 4
             for (int j = 0; j < NX; j++)
                 w[j] = _mm512_and_si512(_mm512_multishift_epi64_epi8(a->shift8, _mm512_permutex2var_epi8(A, a->pickq[j], B)), mb);
 #else
-            w[0] = w[1] = w[2] = w[3] = _mm512_setzero_si512(); /* not taken: odd_quarters declines */
+            w[0] = w[1] = w[2] = w[3] = _mm512_setzero_si512(); /* not taken: q3_by256 declines */
 #endif
-        } else if (KIND == K_A8Q) {
-            _mm_prefetch((const char *)(pf + (size_t)r * ps->rstride + 64), QPF_HINT);
-            const __m512i A = _mm512_loadu_si512(pr), B = _mm512_loadu_si512(pr + 64), m4 = _mm512_set1_epi8(0x0f);
-            const __m512i v0 = _mm512_shuffle_i64x2(A, B, 0x88), v1 = _mm512_shuffle_i64x2(A, B, 0xdd);
-            w[0] = _mm512_and_si512(v0, m4);
-            w[1] = byte_field(v0, 2, 4);
-            w[2] = _mm512_and_si512(v1, m4);
-            w[3] = byte_field(v1, 2, 4);
         } else if (KIND == K_A8 && ODD) {
 #if NX_VNNI_VBMI
             const __m512i v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (8 * BITS)) - 1u), pr);
@@ -470,8 +430,7 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
                  const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X, int64_t ldg, float *y,
                  int64_t ldy) {
     const int64_t blk = KIND == K_W16 || (KIND == K_A8 && BITS != 2 && BITS != 4) ? 64
-                        : KIND == K_A8Q                                          ? (BITS == 4 ? 256 : 64 * odd_gpu(BITS))
-                        : KIND == K_A8 && BITS == 2                             ? 256
+                        : KIND == K_A8Q || (KIND == K_A8 && BITS == 2)          ? 256
                                                                                 : 128;
     const int64_t ngroups = a->in / a->group;
     const int64_t nblk = GPU > 1 ? 1 : NB ? NB : a->group / blk;
@@ -554,18 +513,16 @@ VNNI_KERNEL(kern_v8, K_W16, 8)
 VNNI_KERNEL(kern_v3, K_W16, 3)
 VNNI_KERNEL(kern_v5, K_W16, 5)
 VNNI_KERNEL(kern_v6, K_W16, 6)
+VNNI_KERNEL(kern_v5a8, K_A8, 5)
+VNNI_KERNEL(kern_v6a8, K_A8, 6)
 
-/* 3-, 5- and 6-bit on int8: blocks of several groups where odd_quarters takes the row. */
-#define ODD_A8_KERNEL(NAME, BITS, GPU)                                                         \
-    static void NAME(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq,           \
-                     const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
-        if (odd_quarters(BITS, a->in, a->group)) VNNI_SHAPES(mk_int, K_A8Q, BITS, GPU, 0);     \
-        else if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, BITS, 1, 1);                        \
-        else VNNI_SHAPES(mk_int, K_A8, BITS, 1, 0);                                            \
-    }
-ODD_A8_KERNEL(kern_v3a8, 3, 4)
-ODD_A8_KERNEL(kern_v5a8, 5, 2)
-ODD_A8_KERNEL(kern_v6a8, 6, 2)
+/* 3-bit on int8: blocks of four groups where q3_by256 takes the row. */
+static void kern_v3a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
+                      int64_t ldg, float *y, int64_t ldy) {
+    if (q3_by256(3, a->in, a->group)) VNNI_SHAPES(mk_int, K_A8Q, 3, 4, 0);
+    else if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 3, 1, 1);
+    else VNNI_SHAPES(mk_int, K_A8, 3, 1, 0);
+}
 #endif
 
 static void kern_v2(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
@@ -590,8 +547,7 @@ static void kern_v2a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t
 
 static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
                       int64_t ldg, float *y, int64_t ldy) {
-    if (q4_quarters(a->in, a->group)) VNNI_SHAPES(mk_int, K_A8Q, 4, 4, 0);
-    else if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
+    if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
     else VNNI_SHAPES(mk_int, K_A8, 4, 1, 0);
 }
 
@@ -679,16 +635,13 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
         }
         a.pick8 = _mm512_loadu_si512(pick8);
         a.shift8 = _mm512_loadu_si512(shift8);
-        if (odd_quarters(W->bits, in, W->group)) {
-            /* vector j, byte p: 64-bit lane p/8 holds 8 elements of group q = (p/8)/LG, the
-             * (LG·j + (p/8)%LG)-th 8 of that group (LG = 8/GPU lanes per group) */
-            const int lg = 8 / odd_gpu(W->bits);
-            for (int j = 0; j < odd_gpu(W->bits); j++) {
+        if (q3_by256(W->bits, in, W->group)) {
+            /* vector j, byte p: 64-bit lane p/8 holds 8 elements of group q = p/16 (24 packed
+             * bytes each), its (2j + (p/8)%2)-th 8 (3 packed bytes each) */
+            for (int j = 0; j < 4; j++) {
                 int8_t pq[64];
-                for (int p = 0; p < 64; p++) {
-                    const int lane = p / 8, q = lane / lg, l = lane % lg;
-                    pq[p] = (int8_t)(q * 8 * W->bits + (lg * j + l) * W->bits + (p % 8 < W->bits ? p % 8 : 0));
-                }
+                for (int p = 0; p < 64; p++)
+                    pq[p] = (int8_t)(p / 16 * 24 + (2 * j + p / 8 % 2) * 3 + (p % 8 < 3 ? p % 8 : 0));
                 a.pickq[j] = _mm512_loadu_si512(pq);
             }
         }
