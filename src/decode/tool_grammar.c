@@ -66,6 +66,9 @@ typedef struct tg_prop {
     size_t len;
     bool required;
     int node; /* the value's schema node, or -1: raw text */
+    char **lits; /* raw text under an enum (or const) of strings: one of these, whole */
+    size_t *lit_len;
+    int n_lits;
 } tg_prop;
 
 typedef struct tg_tool {
@@ -92,12 +95,45 @@ void nx_tool_grammar_free(nx_tool_grammar *g) {
     for (int i = 0; i < g->n_tools; i++) {
         tg_tool *t = &g->tools[i];
         free(t->name);
-        for (int k = 0; k < t->n_props; k++) free(t->props[k].name);
+        for (int k = 0; k < t->n_props; k++) {
+            tg_prop *p = &t->props[k];
+            for (int l = 0; l < p->n_lits; l++) free(p->lits[l]);
+            free(p->lits);
+            free(p->lit_len);
+            free(p->name);
+        }
         free(t->props);
         nx_json_schema_free(t->schema);
     }
     free(g->tools);
     free(g);
+}
+
+/* A raw-text property's literals: its schema's "enum" (or "const") when every one is a string
+ * (at most 64, UTF-8 without NUL); none otherwise. */
+static nx_status text_lits(tg_prop *p, const json_t *schema, nx_error *err) {
+    json_t *one = NULL;
+    const json_t *e = json_object_get(schema, "enum");
+    if (!json_is_array(e) && json_is_string(json_object_get(schema, "const")))
+        e = one = json_pack("[O]", json_object_get(schema, "const"));
+    size_t n = json_array_size(e), i;
+    const json_t *v;
+    bool all = n > 0 && n <= 64;
+    json_array_foreach(e, i, v) all = all && json_is_string(v);
+    if (all && (!(p->lits = calloc(n, sizeof *p->lits)) || !(p->lit_len = calloc(n, sizeof *p->lit_len)))) {
+        json_decref(one);
+        return nx_fail(err, NX_E_NOMEM, "out of memory");
+    }
+    for (i = 0; all && i < n; i++) {
+        p->lit_len[i] = json_string_length(json_array_get(e, i));
+        if (!(p->lits[i] = strdup(json_string_value(json_array_get(e, i))))) {
+            json_decref(one);
+            return nx_fail(err, NX_E_NOMEM, "out of memory");
+        }
+        p->n_lits = (int)i + 1;
+    }
+    json_decref(one);
+    return NX_OK;
 }
 
 /* Tool t's properties from its parameters: names, order and required from the compiled schema
@@ -136,6 +172,8 @@ static nx_status tool_props(tg_tool *t, const json_t *params, nx_error *err) {
         }
         if (!(p->name = strdup(name))) return nx_fail(err, NX_E_NOMEM, "out of memory");
         t->n_props = (int)++i;
+        nx_status st;
+        if (p->node < 0 && (st = text_lits(p, json_object_get(props, name), err)) != NX_OK) return st;
     }
     return NX_OK;
 }
@@ -208,11 +246,17 @@ static bool dead(nx_tool_state *st) {
 
 static bool is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-/* Candidate i of the name being read: a tool's (TS_NAME), or a property of the tool called. */
+/* Candidate i of the name being read: a tool's (TS_NAME), a property of the tool called
+ * (TS_KEY), or a literal of the property whose text is read (TS_TEXT). */
 static const char *cand_name(const nx_tool_grammar *g, const nx_tool_state *st, int i, size_t *len) {
     if (st->mode == TS_NAME) {
         *len = g->tools[i].len;
         return g->tools[i].name;
+    }
+    if (st->mode == TS_TEXT) {
+        const tg_prop *v = &g->tools[st->tool].props[st->prop];
+        *len = v->lit_len[i];
+        return v->lits[i];
     }
     const tg_prop *p = &g->tools[st->tool].props[i];
     *len = p->len;
@@ -265,7 +309,7 @@ static bool step_byte(const nx_tool_grammar *g, nx_tool_state *st, uint8_t c) {
     case TS_KEY:
         if (t->free_keys) return ++st->cpos <= MAX_FREE_KEY ? utf8_byte(st, c) : dead(st);
         return match_byte(g, st, c);
-    case TS_TEXT: return utf8_byte(st, c);
+    case TS_TEXT: return st->cand ? match_byte(g, st, c) : utf8_byte(st, c);
     case TS_JSON: return nx_json_step(&st->js, c) ? true : dead(st);
     case TS_BODY:
     case TS_AFTER_KEY:
@@ -313,13 +357,16 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
             nx_json_init_value(&st->js, t->schema, node);
             st->mode = TS_JSON;
         } else {
+            const int nl = st->prop >= 0 ? t->props[st->prop].n_lits : 0;
             st->mode = TS_TEXT;
+            st->cand = nl >= 64 ? ~0ull : (1ull << nl) - 1; /* 0: any text */
         }
         return true;
     }
-    if (id == m->value_close && ((st->mode == TS_TEXT && !st->u8left) || (st->mode == TS_JSON && nx_json_can_end(&st->js)))) {
+    const bool text_ends = st->mode == TS_TEXT && !st->u8left && (!st->cand || exact(g, st) >= 0);
+    if (id == m->value_close && (text_ends || (st->mode == TS_JSON && nx_json_can_end(&st->js)))) {
         memset(&st->js, 0, sizeof st->js);
-        st->mode = TS_BODY, st->prop = -1, st->u8lo = st->u8hi = 0;
+        st->mode = TS_BODY, st->prop = -1, st->u8lo = st->u8hi = 0, st->cand = 0, st->cpos = 0;
         return true;
     }
     if (id == m->call_close && st->mode == TS_BODY) {

@@ -13,7 +13,8 @@
  * (an optional one may be skipped, a required one may not, and </tool_call> waits for the
  * required ones), as JSON mode takes an object's keys. A value is raw text where the
  * parser reads the argument as a string (nx_tool_arg_types has a string among its types: what
- * vLLM's hy_v3 tool parser does), otherwise one JSON value of the property's schema
+ * vLLM's hy_v3 tool parser does; one of the literals, whole, under an enum or const of strings),
+ * otherwise one JSON value of the property's schema
  * (json_grammar.h: the same subset as response_format json_schema). Parameters the JSON-mode
  * compiler refuses keep their keys' order and names but take any text as values; parameters
  * without properties take any keys (up to 128 bytes) and text. Text (raw values, free keys) is

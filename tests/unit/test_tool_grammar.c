@@ -133,6 +133,9 @@ static void test_named_calls(void **state) {
         {{K("city"), V('x'), K("days"), V(word("7")), CALL_CLOSE, CALLS_CLOSE, 'x'}, 15, 14, "text after the calls"},
         {{K("city"), V('x'), K("days"), V(word("7")), END}, 13, 12, "the end inside the calls"},
         {{K("city"), OTHER_SPECIAL}, 4, 3, "another special token"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("unit"), VALUE_OPEN, 'x'}, 17, 16, "a unit not in the enum"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("unit"), VALUE_OPEN, 'c', 'f'}, 18, 17, "a unit past its literal"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("unit"), VALUE_OPEN, VALUE_CLOSE}, 17, 16, "an empty unit"},
         {{' ', ' ', ' ', ' ', ' '}, 5, 4, "a run of whitespace"},
         {{SEP}, 1, 0, "a separator in a named call"},
     };
@@ -208,7 +211,10 @@ static void check_weather(const char *args) {
             if (!(json_is_integer(val) && json_integer_value(val) >= 1 && json_integer_value(val) <= 14))
                 fail_msg("days out of its schema: %s", args);
         }
-        else if (!strcmp(key, "unit")) assert_true(json_is_string(val));
+        else if (!strcmp(key, "unit")) {
+            if (!json_is_string(val) || (strcmp(json_string_value(val), "c") && strcmp(json_string_value(val), "f")))
+                fail_msg("unit out of its enum: %s", args);
+        }
         else if (!strcmp(key, "flags")) {
             assert_true(json_is_array(val) && json_array_size(val) <= 3);
             size_t i;
