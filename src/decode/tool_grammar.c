@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "decode/pattern.h"
 
 /* ---------------------------------------------------------------- argument types */
 
@@ -69,6 +70,7 @@ typedef struct tg_prop {
     char **lits; /* raw text under an enum (or const) of strings: one of these, whole */
     size_t *lit_len;
     int n_lits;
+    nx_pattern *pat; /* raw text under a pattern, minLength or maxLength (else NULL) */
 } tg_prop;
 
 typedef struct tg_tool {
@@ -100,6 +102,7 @@ void nx_tool_grammar_free(nx_tool_grammar *g) {
             for (int l = 0; l < p->n_lits; l++) free(p->lits[l]);
             free(p->lits);
             free(p->lit_len);
+            nx_pattern_free(p->pat);
             free(p->name);
         }
         free(t->props);
@@ -134,6 +137,19 @@ static nx_status text_lits(tg_prop *p, const json_t *schema, nx_error *err) {
     }
     json_decref(one);
     return NX_OK;
+}
+
+/* A raw-text property's pattern and lengths as one automaton (pattern.h; a pattern it refuses
+ * leaves the text free, as parameters the JSON-mode compiler refuses do). */
+static void text_pattern(tg_prop *p, const json_t *schema) {
+    const json_t *re = json_object_get(schema, "pattern"), *lo = json_object_get(schema, "minLength"),
+                 *hi = json_object_get(schema, "maxLength");
+    if (p->n_lits || (!json_is_string(re) && !json_is_integer(lo) && !json_is_integer(hi))) return;
+    const json_int_t min = json_is_integer(lo) ? json_integer_value(lo) : 0, max = json_is_integer(hi) ? json_integer_value(hi) : -1;
+    if (min < 0 || min > 65535 || max > 65535 || (max >= 0 && max < min)) return;
+    char err[128];
+    const char *r = json_is_string(re) ? json_string_value(re) : "";
+    p->pat = nx_pattern_compile(r, strlen(r), (int32_t)min, (int32_t)max, err, sizeof err);
 }
 
 /* Tool t's properties from its parameters: names, order and required from the compiled schema
@@ -174,6 +190,7 @@ static nx_status tool_props(tg_tool *t, const json_t *params, nx_error *err) {
         t->n_props = (int)++i;
         nx_status st;
         if (p->node < 0 && (st = text_lits(p, json_object_get(props, name), err)) != NX_OK) return st;
+        if (p->node < 0) text_pattern(p, json_object_get(props, name));
     }
     return NX_OK;
 }
@@ -309,7 +326,12 @@ static bool step_byte(const nx_tool_grammar *g, nx_tool_state *st, uint8_t c) {
     case TS_KEY:
         if (t->free_keys) return ++st->cpos <= MAX_FREE_KEY ? utf8_byte(st, c) : dead(st);
         return match_byte(g, st, c);
-    case TS_TEXT: return st->cand ? match_byte(g, st, c) : utf8_byte(st, c);
+    case TS_TEXT: {
+        if (st->cand) return match_byte(g, st, c);
+        const nx_pattern *pat = st->prop >= 0 ? t->props[st->prop].pat : NULL;
+        if (pat && !(st->pst = nx_pattern_step(pat, st->pst, c))) return dead(st);
+        return utf8_byte(st, c);
+    }
     case TS_JSON: return nx_json_step(&st->js, c) ? true : dead(st);
     case TS_BODY:
     case TS_AFTER_KEY:
@@ -357,16 +379,20 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
             nx_json_init_value(&st->js, t->schema, node);
             st->mode = TS_JSON;
         } else {
-            const int nl = st->prop >= 0 ? t->props[st->prop].n_lits : 0;
+            const tg_prop *p = st->prop >= 0 ? &t->props[st->prop] : NULL;
+            const int nl = p ? p->n_lits : 0;
             st->mode = TS_TEXT;
             st->cand = nl >= 64 ? ~0ull : (1ull << nl) - 1; /* 0: any text */
+            st->pst = p && p->pat ? p->pat->start : 0;
         }
         return true;
     }
-    const bool text_ends = st->mode == TS_TEXT && !st->u8left && (!st->cand || exact(g, st) >= 0);
+    const nx_pattern *pat = st->mode == TS_TEXT && st->prop >= 0 ? t->props[st->prop].pat : NULL;
+    const bool text_ends = st->mode == TS_TEXT && !st->u8left && (!st->cand || exact(g, st) >= 0) &&
+                           (!pat || pat->accept[st->pst]);
     if (id == m->value_close && (text_ends || (st->mode == TS_JSON && nx_json_can_end(&st->js)))) {
         memset(&st->js, 0, sizeof st->js);
-        st->mode = TS_BODY, st->prop = -1, st->u8lo = st->u8hi = 0, st->cand = 0, st->cpos = 0;
+        st->mode = TS_BODY, st->prop = -1, st->u8lo = st->u8hi = 0, st->cand = 0, st->cpos = 0, st->pst = 0;
         return true;
     }
     if (id == m->call_close && st->mode == TS_BODY) {

@@ -13,7 +13,8 @@
  * (an optional one may be skipped, a required one may not, and </tool_call> waits for the
  * required ones), as JSON mode takes an object's keys. A value is raw text where the
  * parser reads the argument as a string (nx_tool_arg_types has a string among its types: what
- * vLLM's hy_v3 tool parser does; one of the literals, whole, under an enum or const of strings),
+ * vLLM's hy_v3 tool parser does; one of the literals, whole, under an enum or const of strings;
+ * under a pattern, minLength or maxLength, text those allow, through pattern.h's automaton),
  * otherwise one JSON value of the property's schema
  * (json_grammar.h: the same subset as response_format json_schema). Parameters the JSON-mode
  * compiler refuses keep their keys' order and names but take any text as values; parameters
@@ -54,6 +55,7 @@ typedef struct nx_tool_state {
     int16_t prop;  /* the property whose value is read (-1: a free key's) */
     uint16_t cpos; /* name or key: bytes so far */
     uint8_t u8left, u8lo, u8hi; /* text: UTF-8 continuation bytes owed, and the next one's range */
+    uint16_t pst;  /* text under a pattern or lengths: the pattern automaton's state */
     uint64_t cand; /* name or key: the candidates still matching */
     nx_json_state js; /* a JSON value's reading (zero otherwise) */
 } nx_tool_state;

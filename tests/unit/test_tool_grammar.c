@@ -27,7 +27,7 @@ static uint32_t rnd(uint32_t n) {
 
 /* The vocabulary: ids 0..255 single bytes, then words, then the eight markers, an end id and a
  * special token that is none of them. */
-static const char *const words[] = {"days", "city", "unit", "flags", "true", "false", "12", "1", " Paris",
+static const char *const words[] = {"days", "city", "unit", "flags", "code", "tag", "\xc3\xa9", "true", "false", "12", "1", " Paris",
                                     "\n",   "get_weather", "other", "ci", "[", "]", ",", "\"c\"", "\"f\"",
                                     "get", "_weather", "null", "-3", "140", "7"};
 #define N_WORDS (int)(sizeof words / sizeof words[0])
@@ -39,7 +39,8 @@ static const char TOOLS[] =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":14},"
     "\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"]},\"flags\":{\"type\":\"array\",\"items\":{\"type\":"
-    "\"boolean\"},\"maxItems\":3}},\"required\":[\"city\",\"days\"]}}},"
+    "\"boolean\"},\"maxItems\":3},\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}$\"},"
+    "\"tag\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":2}},\"required\":[\"city\",\"days\"]}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"other\"}}]";
 
 static nx_json_vocab *vocab;
@@ -106,7 +107,8 @@ static void test_named_calls(void **state) {
     assert_int_equal(run(g, good1, n1, &st), n1);
     assert_true(nx_tool_done(&st));
     const int good2[] = {K("city"), V('P'), K("days"), V(word("7")), K("unit"), V('c'), K("flags"),
-                         V(word("["), word("true"), word(","), word("false"), word("]")), CALL_CLOSE, CALLS_CLOSE};
+                         V(word("["), word("true"), word(","), word("false"), word("]")), K("code"), V('X', 'Y', 'Z'),
+                         K("tag"), V(word("\xc3\xa9"), 'x'), CALL_CLOSE, CALLS_CLOSE};
     const int n2 = (int)(sizeof good2 / sizeof *good2);
     assert_int_equal(run(g, good2, n2, &st), n2);
     /* an empty text value is a string */
@@ -136,6 +138,11 @@ static void test_named_calls(void **state) {
         {{K("city"), V('x'), K("days"), V(word("7")), K("unit"), VALUE_OPEN, 'x'}, 17, 16, "a unit not in the enum"},
         {{K("city"), V('x'), K("days"), V(word("7")), K("unit"), VALUE_OPEN, 'c', 'f'}, 18, 17, "a unit past its literal"},
         {{K("city"), V('x'), K("days"), V(word("7")), K("unit"), VALUE_OPEN, VALUE_CLOSE}, 17, 16, "an empty unit"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("code"), VALUE_OPEN, 'A', 'b'}, 18, 17, "a code off its pattern"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("code"), VALUE_OPEN, 'A', 'B', VALUE_CLOSE}, 19, 18, "a code cut short"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("code"), VALUE_OPEN, 'A', 'B', 'C', 'D'}, 20, 19, "a code too long"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("tag"), VALUE_OPEN, VALUE_CLOSE}, 17, 16, "a tag under minLength"},
+        {{K("city"), V('x'), K("days"), V(word("7")), K("tag"), VALUE_OPEN, word("\xc3\xa9"), 'x', 'y'}, 19, 18, "a tag over maxLength"},
         {{' ', ' ', ' ', ' ', ' '}, 5, 4, "a run of whitespace"},
         {{SEP}, 1, 0, "a separator in a named call"},
     };
@@ -220,6 +227,14 @@ static void check_weather(const char *args) {
             size_t i;
             json_t *x;
             json_array_foreach(val, i, x) assert_true(json_is_boolean(x));
+        } else if (!strcmp(key, "code")) {
+            const char *v = json_string_value(val);
+            if (!v || strlen(v) != 3 || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != 3) fail_msg("code off its pattern: %s", args);
+        } else if (!strcmp(key, "tag")) {
+            const char *v = json_string_value(val);
+            size_t cps = 0; /* code points: bytes that do not continue a character */
+            for (const char *c = v; c && *c; c++) cps += ((unsigned char)*c & 0xc0) != 0x80;
+            if (!v || cps < 1 || cps > 2) fail_msg("tag off its lengths: %s", args);
         } else fail_msg("unknown key %s in %s", key, args);
     }
     if (!json_object_get(a, "city") || !json_object_get(a, "days")) fail_msg("a required key is missing: %s", args);
