@@ -139,6 +139,13 @@ const char *nx_json_schema_prop(const nx_json_schema *S, int i, size_t *len, boo
     return pr->name;
 }
 
+int nx_json_schema_n_patterns(const nx_json_schema *S) { return S->n_patterns; }
+
+const nx_pattern *nx_json_schema_pattern(const nx_json_schema *S, int node) {
+    const js_node *nd = schema_node(S, node);
+    return nd->pattern >= 0 ? S->patterns[nd->pattern] : NULL;
+}
+
 /* An object node without properties that still constrains its keys, values or their count. */
 static bool is_dict(const js_node *nd) { return nd->addl >= 0 || nd->names >= 0 || nd->max_props >= 0 || nd->min_one; }
 

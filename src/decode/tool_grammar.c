@@ -70,7 +70,9 @@ typedef struct tg_prop {
     char **lits; /* raw text under an enum (or const) of strings: one of these, whole */
     size_t *lit_len;
     int n_lits;
-    nx_pattern *pat; /* raw text under a pattern, minLength or maxLength (else NULL) */
+    const nx_pattern *pat; /* raw text under a pattern or format (else NULL): */
+    nx_pattern *own;       /* compiled here, or (NULL) the compiled schema's */
+    int32_t min_len, max_len; /* raw text: code points at least and at most (-1: no limit) */
 } tg_prop;
 
 typedef struct tg_tool {
@@ -102,7 +104,7 @@ void nx_tool_grammar_free(nx_tool_grammar *g) {
             for (int l = 0; l < p->n_lits; l++) free(p->lits[l]);
             free(p->lits);
             free(p->lit_len);
-            nx_pattern_free(p->pat);
+            nx_pattern_free(p->own);
             free(p->name);
         }
         free(t->props);
@@ -139,17 +141,33 @@ static nx_status text_lits(tg_prop *p, const json_t *schema, nx_error *err) {
     return NX_OK;
 }
 
-/* A raw-text property's pattern and lengths as one automaton (pattern.h; a pattern it refuses
- * leaves the text free, as parameters the JSON-mode compiler refuses do). */
-static void text_pattern(tg_prop *p, const json_t *schema) {
+/* A raw-text property's lengths (minLength / maxLength, counted as the text goes) and pattern:
+ * the automaton the JSON-mode compiler made for its node (pattern or format, lengths included),
+ * else its pattern compiled here (one that pattern.h refuses leaves the text free, as parameters
+ * the JSON-mode compiler refuses do). */
+static void text_rules(tg_prop *p, const json_t *schema, const nx_pattern *compiled) {
     const json_t *re = json_object_get(schema, "pattern"), *lo = json_object_get(schema, "minLength"),
                  *hi = json_object_get(schema, "maxLength");
-    if (p->n_lits || (!json_is_string(re) && !json_is_integer(lo) && !json_is_integer(hi))) return;
+    p->min_len = 0, p->max_len = -1;
+    if (p->n_lits) return;
     const json_int_t min = json_is_integer(lo) ? json_integer_value(lo) : 0, max = json_is_integer(hi) ? json_integer_value(hi) : -1;
-    if (min < 0 || min > 65535 || max > 65535 || (max >= 0 && max < min)) return;
+    if (min >= 0 && min <= 65535 && max <= 65535 && (max < 0 || max >= min)) p->min_len = (int32_t)min, p->max_len = (int32_t)max;
+    if ((p->pat = compiled) || !json_is_string(re)) return;
     char err[128];
-    const char *r = json_is_string(re) ? json_string_value(re) : "";
-    p->pat = nx_pattern_compile(r, strlen(r), (int32_t)min, (int32_t)max, err, sizeof err);
+    p->pat = p->own = nx_pattern_compile(json_string_value(re), json_string_length(re), 0, -1, err, sizeof err);
+}
+
+/* How many "pattern" and "format" keys schema holds at any depth: each can cost a pattern
+ * automaton of up to NX_PATTERN_MAX_STATES states. */
+static int count_patterns(const json_t *schema) {
+    int n = 0;
+    const char *key;
+    json_t *v;
+    size_t i;
+    if (json_is_array(schema)) json_array_foreach(schema, i, v) n += count_patterns(v);
+    if (json_is_object(schema))
+        json_object_foreach((json_t *)schema, key, v) n += (!strcmp(key, "pattern") || !strcmp(key, "format")) + count_patterns(v);
+    return n;
 }
 
 /* Tool t's properties from its parameters: names, order and required from the compiled schema
@@ -176,10 +194,14 @@ static nx_status tool_props(tg_tool *t, const json_t *params, nx_error *err) {
         if (i == n) break;
         tg_prop *p = &t->props[i];
         const char *name = key;
+        const nx_pattern *compiled = NULL;
         p->node = -1;
         if (t->schema) {
             name = nx_json_schema_prop(t->schema, (int)i, &p->len, &p->required, &p->node);
-            if (nx_tool_arg_types(json_object_get(props, name)) & NX_ARG_STRING) p->node = -1;
+            if (nx_tool_arg_types(json_object_get(props, name)) & NX_ARG_STRING) {
+                compiled = nx_json_schema_pattern(t->schema, p->node);
+                p->node = -1;
+            }
         } else {
             p->len = strlen(key);
             size_t k;
@@ -190,7 +212,7 @@ static nx_status tool_props(tg_tool *t, const json_t *params, nx_error *err) {
         t->n_props = (int)++i;
         nx_status st;
         if (p->node < 0 && (st = text_lits(p, json_object_get(props, name), err)) != NX_OK) return st;
-        if (p->node < 0) text_pattern(p, json_object_get(props, name));
+        if (p->node < 0) text_rules(p, json_object_get(props, name), compiled);
     }
     return NX_OK;
 }
@@ -213,9 +235,11 @@ nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_to
     g->only = -1;
     size_t i;
     const json_t *tool;
+    int patterns = 0;
     json_array_foreach(tools, i, tool) {
         const json_t *f = json_object_get(tool, "function");
         const char *name = json_string_value(json_object_get(f, "name"));
+        if (only && name && strcmp(only, name) != 0) continue; /* a named call needs that tool alone */
         tg_tool *t = &g->tools[g->n_tools];
         if (!name || !*name || !(t->name = strdup(name))) {
             nx_tool_grammar_free(g);
@@ -224,12 +248,17 @@ nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_to
         }
         t->len = strlen(name);
         g->n_tools++;
-        nx_status st = tool_props(t, json_object_get(f, "parameters"), err);
+        const json_t *params = json_object_get(f, "parameters");
+        /* counted before compiling: pattern automata are the costly part (up to ~0.1 s each) */
+        nx_status st = (patterns += count_patterns(params)) > NX_TOOL_MAX_PATTERNS
+                           ? nx_fail(err, NX_E_ARG, "tool grammar: the tools' parameters hold more than %d patterns "
+                                     "and formats in all", NX_TOOL_MAX_PATTERNS)
+                           : tool_props(t, params, err);
         if (st != NX_OK) {
             nx_tool_grammar_free(g);
             return st;
         }
-        if (only && strcmp(only, name) == 0) g->only = g->n_tools - 1;
+        if (only) g->only = g->n_tools - 1;
     }
     if (only && g->only < 0) {
         nx_tool_grammar_free(g);
@@ -328,8 +357,13 @@ static bool step_byte(const nx_tool_grammar *g, nx_tool_state *st, uint8_t c) {
         return match_byte(g, st, c);
     case TS_TEXT: {
         if (st->cand) return match_byte(g, st, c);
-        const nx_pattern *pat = st->prop >= 0 ? t->props[st->prop].pat : NULL;
-        if (pat && !(st->pst = nx_pattern_step(pat, st->pst, c))) return dead(st);
+        const tg_prop *p = st->prop >= 0 ? &t->props[st->prop] : NULL;
+        if (p && p->pat && !(st->pst = nx_pattern_step(p->pat, st->pst, c))) return dead(st);
+        /* a new character, counted where the property limits them (elsewhere the state stays put,
+         * so a free text's mask is computed once) */
+        if (!st->u8left && p && (p->min_len > 0 || p->max_len >= 0) && st->chars < UINT16_MAX &&
+            ++st->chars > p->max_len && p->max_len >= 0)
+            return dead(st);
         return utf8_byte(st, c);
     }
     case TS_JSON: return nx_json_step(&st->js, c) ? true : dead(st);
@@ -387,12 +421,12 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
         }
         return true;
     }
-    const nx_pattern *pat = st->mode == TS_TEXT && st->prop >= 0 ? t->props[st->prop].pat : NULL;
+    const tg_prop *tp = st->mode == TS_TEXT && st->prop >= 0 ? &t->props[st->prop] : NULL;
     const bool text_ends = st->mode == TS_TEXT && !st->u8left && (!st->cand || exact(g, st) >= 0) &&
-                           (!pat || pat->accept[st->pst]);
+                           (!tp || ((!tp->pat || tp->pat->accept[st->pst]) && st->chars >= tp->min_len));
     if (id == m->value_close && (text_ends || (st->mode == TS_JSON && nx_json_can_end(&st->js)))) {
         memset(&st->js, 0, sizeof st->js);
-        st->mode = TS_BODY, st->prop = -1, st->u8lo = st->u8hi = 0, st->cand = 0, st->cpos = 0, st->pst = 0;
+        st->mode = TS_BODY, st->prop = -1, st->u8lo = st->u8hi = 0, st->cand = 0, st->cpos = 0, st->pst = 0, st->chars = 0;
         return true;
     }
     if (id == m->call_close && st->mode == TS_BODY) {

@@ -14,7 +14,8 @@
  * required ones), as JSON mode takes an object's keys. A value is raw text where the
  * parser reads the argument as a string (nx_tool_arg_types has a string among its types: what
  * vLLM's hy_v3 tool parser does; one of the literals, whole, under an enum or const of strings;
- * under a pattern, minLength or maxLength, text those allow, through pattern.h's automaton),
+ * under a pattern, format, minLength or maxLength, text those allow, through pattern.h's
+ * automaton; at most NX_TOOL_MAX_PATTERNS patterns and formats in all, each compiled once),
  * otherwise one JSON value of the property's schema
  * (json_grammar.h: the same subset as response_format json_schema). Parameters the JSON-mode
  * compiler refuses keep their keys' order and names but take any text as values; parameters
@@ -44,6 +45,7 @@ typedef struct nx_tool_markers {
 } nx_tool_markers;
 
 #define NX_TOOL_MAX 64 /* tools a grammar tells apart by name */
+#define NX_TOOL_MAX_PATTERNS 64 /* "pattern" and "format" keys in all the tools' parameters */
 
 /* Where the output is in the language above. Unused fields are zero, so states compare whole
  * (the sampler's mask cache). */
@@ -55,7 +57,8 @@ typedef struct nx_tool_state {
     int16_t prop;  /* the property whose value is read (-1: a free key's) */
     uint16_t cpos; /* name or key: bytes so far */
     uint8_t u8left, u8lo, u8hi; /* text: UTF-8 continuation bytes owed, and the next one's range */
-    uint16_t pst;  /* text under a pattern or lengths: the pattern automaton's state */
+    uint16_t pst;  /* text under a pattern: the pattern automaton's state */
+    uint16_t chars; /* text: code points so far (counted where a property limits them) */
     uint64_t cand; /* name or key: the candidates still matching */
     nx_json_state js; /* a JSON value's reading (zero otherwise) */
 } nx_tool_state;

@@ -40,7 +40,7 @@ static const char TOOLS[] =
     "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":14},"
     "\"unit\":{\"type\":\"string\",\"enum\":[\"c\",\"f\"]},\"flags\":{\"type\":\"array\",\"items\":{\"type\":"
     "\"boolean\"},\"maxItems\":3},\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}$\"},"
-    "\"tag\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":2}},\"required\":[\"city\",\"days\"]}}},"
+    "\"tag\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":2},\"note\":{\"type\":\"string\",\"minLength\":2}},\"required\":[\"city\",\"days\"]}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"other\"}}]";
 
 static nx_json_vocab *vocab;
@@ -108,7 +108,8 @@ static void test_named_calls(void **state) {
     assert_true(nx_tool_done(&st));
     const int good2[] = {K("city"), V('P'), K("days"), V(word("7")), K("unit"), V('c'), K("flags"),
                          V(word("["), word("true"), word(","), word("false"), word("]")), K("code"), V('X', 'Y', 'Z'),
-                         K("tag"), V(word("\xc3\xa9"), 'x'), CALL_CLOSE, CALLS_CLOSE};
+                         K("tag"), V(word("\xc3\xa9"), 'x'), KEY_OPEN, 'n', 'o', 't', 'e', KEY_CLOSE,
+                         V(word("\xc3\xa9"), word("\xc3\xa9"), 'x'), CALL_CLOSE, CALLS_CLOSE};
     const int n2 = (int)(sizeof good2 / sizeof *good2);
     assert_int_equal(run(g, good2, n2, &st), n2);
     /* an empty text value is a string */
@@ -142,6 +143,7 @@ static void test_named_calls(void **state) {
         {{K("city"), V('x'), K("days"), V(word("7")), K("code"), VALUE_OPEN, 'A', 'B', VALUE_CLOSE}, 19, 18, "a code cut short"},
         {{K("city"), V('x'), K("days"), V(word("7")), K("code"), VALUE_OPEN, 'A', 'B', 'C', 'D'}, 20, 19, "a code too long"},
         {{K("city"), V('x'), K("days"), V(word("7")), K("tag"), VALUE_OPEN, VALUE_CLOSE}, 17, 16, "a tag under minLength"},
+        {{K("city"), V('x'), K("days"), V(word("7")), KEY_OPEN, 'n', 'o', 't', 'e', KEY_CLOSE, VALUE_OPEN, word("\xc3\xa9"), VALUE_CLOSE}, 21, 20, "a note under minLength"},
         {{K("city"), V('x'), K("days"), V(word("7")), K("tag"), VALUE_OPEN, word("\xc3\xa9"), 'x', 'y'}, 19, 18, "a tag over maxLength"},
         {{' ', ' ', ' ', ' ', ' '}, 5, 4, "a run of whitespace"},
         {{SEP}, 1, 0, "a separator in a named call"},
@@ -181,6 +183,24 @@ static void test_required_calls(void **state) {
     nx_tool_markers lacking = MK;
     lacking.sep = -1;
     assert_int_equal(nx_tool_grammar_new(tools, NULL, &lacking, vocab, &none, &err), NX_E_ARG);
+    /* more patterns than the budget, counted before anything is compiled */
+    json_t *heavy = json_array();
+    for (int i = 0; i < 2; i++) {
+        json_t *props = json_object();
+        for (int k = 0; k < 33; k++) {
+            char key[8];
+            snprintf(key, sizeof key, "p%d", k);
+            json_object_set_new(props, key, json_pack("{s:s, s:s}", "type", "string", "pattern", "^[a-z]{1,9}$"));
+        }
+        json_array_append_new(heavy, json_pack("{s:s, s:{s:s, s:{s:s, s:o}}}", "type", "function", "function", "name",
+                                               i ? "b" : "a", "parameters", "type", "object", "properties", props));
+    }
+    assert_int_equal(nx_tool_grammar_new(heavy, NULL, &MK, vocab, &none, &err), NX_E_ARG);
+    assert_non_null(strstr(err.msg, "patterns"));
+    assert_int_equal(nx_tool_grammar_new(heavy, "a", &MK, vocab, &none, &err), NX_OK); /* one tool's 33 */
+    nx_tool_grammar_free(none);
+    none = NULL;
+    json_decref(heavy);
     json_t *empty = json_array();
     assert_int_equal(nx_tool_grammar_new(empty, NULL, &MK, vocab, &none, &err), NX_E_ARG);
     json_decref(empty);
@@ -235,6 +255,11 @@ static void check_weather(const char *args) {
             size_t cps = 0; /* code points: bytes that do not continue a character */
             for (const char *c = v; c && *c; c++) cps += ((unsigned char)*c & 0xc0) != 0x80;
             if (!v || cps < 1 || cps > 2) fail_msg("tag off its lengths: %s", args);
+        } else if (!strcmp(key, "note")) {
+            const char *v = json_string_value(val);
+            size_t cps = 0;
+            for (const char *c = v; c && *c; c++) cps += ((unsigned char)*c & 0xc0) != 0x80;
+            if (!v || cps < 2) fail_msg("note under its minLength: %s", args);
         } else fail_msg("unknown key %s in %s", key, args);
     }
     if (!json_object_get(a, "city") || !json_object_get(a, "days")) fail_msg("a required key is missing: %s", args);
