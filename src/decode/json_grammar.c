@@ -1433,6 +1433,9 @@ static int compile_node(compiler *C, json_t *v, int depth) {
     }
     if (ptext) {
         if (nd.n_lits) return bad_schema(C, "pattern or format beside enum or const is not supported");
+        /* each automaton can take ~0.1 s to build: a schema's work stays bounded */
+        if (S->n_patterns == NX_JSON_MAX_PATTERNS)
+            return bad_schema(C, "a schema may hold at most 64 patterns and formats");
         if (!grow((void **)&S->patterns, &C->cap_patterns, S->n_patterns + 1, sizeof *S->patterns))
             return bad_schema(C, "out of memory");
         char why[200];

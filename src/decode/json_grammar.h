@@ -33,6 +33,7 @@
 #define NX_JSON_MAX_DEPTH 32
 #define NX_JSON_MAX_PROPS 64 /* properties of one object schema, and literals of one enum */
 #define NX_JSON_MAX_WS 16
+#define NX_JSON_MAX_PATTERNS 64 /* pattern automata (patterns and formats) of one schema */
 
 typedef struct nx_json_path {
     const nx_json_schema *schema;     /* NULL: any object */

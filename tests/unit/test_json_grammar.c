@@ -1090,6 +1090,26 @@ static void test_schema_errors(void **state) {
         {"[1]", "must be an object"},
         {"{not json", "not JSON"},
     };
+    /* 65 patterns (two objects of 33 and 32 properties): more automata than one schema may build;
+     * 64 compile */
+    for (int extra = 1; extra >= 0; extra--) {
+        static char many[8192];
+        int len = snprintf(many, sizeof many, "{\"properties\":{");
+        for (int o = 0; o < 2; o++) {
+            len += snprintf(many + len, sizeof many - (size_t)len, "%s\"%c\":{\"type\":\"object\",\"properties\":{",
+                            o ? "," : "", 'a' + o);
+            for (int k = 0; k < 32 + (o == 0 && extra); k++)
+                len += snprintf(many + len, sizeof many - (size_t)len, "%s\"p%d\":{\"type\":\"string\",\"pattern\":\"^x\"}",
+                                k ? "," : "", k);
+            len += snprintf(many + len, sizeof many - (size_t)len, "}}");
+        }
+        snprintf(many + len, sizeof many - (size_t)len, "}}");
+        nx_json_schema *msc = NULL;
+        nx_error merr = {0};
+        assert_int_equal(nx_json_schema_new(many, strlen(many), &msc, &merr), extra ? NX_E_ARG : NX_OK);
+        if (extra) assert_non_null(strstr(merr.msg, "#/properties/b/properties/p31: a schema may hold at most 64 patterns"));
+        nx_json_schema_free(msc);
+    }
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         nx_json_schema *sc = NULL;
         nx_error err = {0};
