@@ -188,7 +188,7 @@ static void test_required_calls(void **state) {
     for (int i = 0; i < 2; i++) {
         json_t *props = json_object();
         for (int k = 0; k < 33; k++) {
-            char key[8];
+            char key[16];
             snprintf(key, sizeof key, "p%d", k);
             json_object_set_new(props, key, json_pack("{s:s, s:s}", "type", "string", "pattern", "^[a-z]{1,9}$"));
         }
