@@ -716,6 +716,36 @@ void nx_avx512_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n,
     }
 }
 
+/* nx_exp_weights on 8 doubles: y = (x - m)·inv_t = k·ln2 + r with k = round(y/ln2), |r| <= ln2/2
+ * (ln2 in two parts, so r is exact to ~2^-60), e^r by its Taylor polynomial to r^12 (truncation
+ * below 2e-16 relative), then ·2^k (vscalefpd: underflows to 0 as exp does); y below -746, and
+ * -inf, give 0. The sum runs in 8 lanes, added in a fixed tree at the end. */
+double nx_avx512_exp_weights(const float *x, int64_t n, float m, double inv_t, double *w) {
+    static const double c[13] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040,
+                                 1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600};
+    const __m512d vm = _mm512_set1_pd((double)m), vt = _mm512_set1_pd(inv_t), lo = _mm512_set1_pd(-746.0);
+    const __m512d log2e = _mm512_set1_pd(1.4426950408889634), ln2hi = _mm512_set1_pd(6.93147180369123816490e-01),
+                  ln2lo = _mm512_set1_pd(1.90821492927058770002e-10);
+    __m512d sum = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 8) {
+        const __mmask8 k8 = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1u);
+        const __m512d xd = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k8, x + i));
+        const __m512d y = _mm512_mul_pd(_mm512_sub_pd(xd, vm), vt);
+        const __mmask8 live = _mm512_mask_cmp_pd_mask(k8, y, lo, _CMP_GT_OQ);
+        const __m512d yc = _mm512_max_pd(y, lo); /* -inf and NaN-free for the reduction */
+        const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(yc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512d r = _mm512_fnmadd_pd(k, ln2lo, _mm512_fnmadd_pd(k, ln2hi, yc));
+        __m512d p = _mm512_set1_pd(c[12]);
+        for (int j = 11; j >= 0; j--) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[j]));
+        const __m512d e = _mm512_maskz_mov_pd(live, _mm512_scalef_pd(p, k));
+        _mm512_mask_storeu_pd(w + i, k8, e);
+        sum = _mm512_add_pd(sum, e);
+    }
+    const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(sum), _mm512_extractf64x4_pd(sum, 1));
+    const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
+}
+
 /* nx_argmax_f32 on 16 lanes: each lane keeps its first largest element (strictly greater
  * replaces), then the lanes holding the overall largest give their smallest index. */
 int64_t nx_avx512_argmax_f32(float *x, int64_t n, float *max) {

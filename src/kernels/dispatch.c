@@ -296,6 +296,14 @@ static void rmsnorm_scalar(const float *x, const float *w, float eps, int64_t n,
     for (i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
 }
 
+double nx_exp_weights(const float *x, int64_t n, float m, double inv_t, double *w) {
+    const nx_kernel_table *t = table_get();
+    if (t->exp_weights && n > 0) return t->exp_weights(x, n, m, inv_t, w);
+    double z = 0.0;
+    for (int64_t i = 0; i < n; i++) z += w[i] = exp(((double)x[i] - (double)m) * inv_t);
+    return z;
+}
+
 int64_t nx_argmax_f32(float *x, int64_t n, float *max) {
     const nx_kernel_table *t = table_get();
     if (t->argmax_f32 && n > 0 && n <= INT32_MAX) return t->argmax_f32(x, n, max);

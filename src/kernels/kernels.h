@@ -151,6 +151,11 @@ void nx_swiglu_f32(float *g, const float *u, int64_t n);
  * added in a fixed tree: the same bits on every ISA. out may be x. */
 void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out);
 
+/* w[i] ← exp((x[i] - m)·inv_t) in double for x[i] <= m (-inf: 0), the sampler's unnormalised
+ * weights; returns their sum. Within 2 ulp of libm's exp on every ISA (the SIMD one is a fixed
+ * degree-12 polynomial after range reduction), the sum's order fixed per ISA. */
+double nx_exp_weights(const float *x, int64_t n, float m, double inv_t, double *w);
+
 /* The first index of x's largest element (0 when every element is -inf, or n is 0), its value in
  * *max; NaN elements become -inf in place first, so they never win. */
 int64_t nx_argmax_f32(float *x, int64_t n, float *max);

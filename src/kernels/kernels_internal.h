@@ -31,6 +31,7 @@ typedef struct nx_kernel_table {
     void (*swiglu_f32)(float *g, const float *u, int64_t n);
     void (*rmsnorm_f32)(const float *x, const float *w, float eps, int64_t n, float *out);
     int64_t (*argmax_f32)(float *x, int64_t n, float *max);
+    double (*exp_weights)(const float *x, int64_t n, float m, double inv_t, double *w);
 } nx_kernel_table;
 
 
