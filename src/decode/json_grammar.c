@@ -139,8 +139,6 @@ const char *nx_json_schema_prop(const nx_json_schema *S, int i, size_t *len, boo
     return pr->name;
 }
 
-int nx_json_schema_n_patterns(const nx_json_schema *S) { return S->n_patterns; }
-
 const nx_pattern *nx_json_schema_pattern(const nx_json_schema *S, int node) {
     const js_node *nd = schema_node(S, node);
     return nd->pattern >= 0 ? S->patterns[nd->pattern] : NULL;

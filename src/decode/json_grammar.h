@@ -92,9 +92,8 @@ void nx_json_init_value(nx_json_state *s, const nx_json_schema *schema, int node
  * bytes, NUL-terminated), whether it is required and its value's node. */
 int nx_json_schema_n_props(const nx_json_schema *S);
 const char *nx_json_schema_prop(const nx_json_schema *S, int i, size_t *len, bool *required, int *node);
-/* The patterns (pattern or format, with the string's lengths) the schema compiled, and node's
- * (NULL: none). */
-int nx_json_schema_n_patterns(const nx_json_schema *S);
+/* The pattern automaton (pattern or format, with the string's lengths) the schema compiled for
+ * node (NULL: none). */
 const struct nx_pattern *nx_json_schema_pattern(const nx_json_schema *S, int node);
 /* Feeds one byte; false (and the state is dead) if no valid JSON object starts with the bytes fed. */
 bool nx_json_step(nx_json_state *s, uint8_t c);

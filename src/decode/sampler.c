@@ -20,14 +20,16 @@
  *      descending order (ties: lower id first) whose mass reaches top_p; never empty.
  *   5. Min-p: drop tokens with p < min_p * p_max (p_max is the most likely surviving token).
  *   6. Renormalise the survivors.
- * Softmax is computed in double with max subtraction (each weight within 2 ulp of libm's exp). NaN logits count as -inf; if some logits
- * are +inf the distribution is uniform over them; if every logit is -inf the result is a one-hot
- * at id 0 (the greedy argmax of an all-masked row), so callers always get a valid distribution.
+ * Softmax is computed in double with max subtraction (each weight within 2 ulp of libm's exp).
+ * NaN logits count as -inf; if some logits are +inf the distribution is uniform over them; if
+ * every logit is -inf the result is a one-hot at id 0 (the greedy argmax of an all-masked row),
+ * so callers always get a valid distribution.
  *
  * Cost at vocab 120832: one copy of the row, one max scan and (unless greedy or top-k) one exp
- * per token (nx_exp_weights: 8 doubles per AVX-512 instruction sequence; 0.20 ms for a
- * temperature-only row against 0.49 ms with libm's exp). Top-k is a heap (small k) or a quickselect; top-p histograms mass into logit
- * buckets and sorts only the bucket holding the nucleus boundary; nothing sorts the vocabulary.
+ * per token (nx_exp_weights: 8 doubles at a time on AVX-512; 0.20 ms for a temperature-only
+ * row against 0.49 ms with libm's exp). Top-k is a heap (small k) or a quickselect; top-p
+ * histograms mass into logit buckets and sorts only the bucket holding the nucleus boundary;
+ * nothing sorts the vocabulary.
  *
  * A sampler is not thread-safe: nx_sampler_probs borrows the count table for the extra tokens. */
 #include "base/error.h"

@@ -220,9 +220,8 @@ static nx_status tool_props(tg_tool *t, const json_t *params, nx_error *err) {
 nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_tool_markers *mk,
                               const nx_json_vocab *vocab, nx_tool_grammar **out, nx_error *err) {
     *out = NULL;
-    const int32_t *ids = &mk->call_open;
-    for (size_t i = 0; i < sizeof *mk / sizeof *ids; i++)
-        if (ids[i] < 0) return nx_fail(err, NX_E_ARG, "tool grammar: the tokenizer lacks a tool-call marker");
+    for (int i = 0; i < NX_TM_N; i++)
+        if (mk->id[i] < 0) return nx_fail(err, NX_E_ARG, "tool grammar: the tokenizer lacks a tool-call marker");
     if (!json_is_array(tools) || json_array_size(tools) == 0 || json_array_size(tools) > NX_TOOL_MAX)
         return nx_fail(err, NX_E_ARG, "tool grammar: 1 to %d tools are needed", NX_TOOL_MAX);
     nx_tool_grammar *g = calloc(1, sizeof *g);
@@ -376,16 +375,16 @@ static bool step_byte(const nx_tool_grammar *g, nx_tool_state *st, uint8_t c) {
 
 /* A marker: where it may stand, and where it leads. */
 static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id) {
-    const nx_tool_markers *m = &g->mk;
+    const int32_t *m = g->mk.id;
     const tg_tool *t = st->tool >= 0 ? &g->tools[st->tool] : NULL;
     st->ws = 0;
-    if (id == m->sep && st->mode == TS_NAME) {
+    if (id == m[NX_TM_SEP] && st->mode == TS_NAME) {
         const int i = exact(g, st);
         if (i < 0) return dead(st);
         st->mode = TS_BODY, st->tool = (int16_t)i, st->next = 0, st->cand = 0, st->cpos = 0;
         return true;
     }
-    if (id == m->key_open && st->mode == TS_BODY) {
+    if (id == m[NX_TM_KEY_OPEN] && st->mode == TS_BODY) {
         st->cand = 0, st->cpos = 0;
         if (!t->free_keys) /* from the first key still allowed up to the first required one */
             for (int i = st->next; i < t->n_props; i++) {
@@ -396,7 +395,7 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
         st->mode = TS_KEY;
         return true;
     }
-    if (id == m->key_close && st->mode == TS_KEY) {
+    if (id == m[NX_TM_KEY_CLOSE] && st->mode == TS_KEY) {
         int i = -1;
         if (!t->free_keys) {
             if ((i = exact(g, st)) < 0) return dead(st);
@@ -407,7 +406,7 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
         st->mode = TS_AFTER_KEY, st->prop = (int16_t)i, st->cand = 0, st->cpos = 0, st->u8lo = st->u8hi = 0;
         return true;
     }
-    if (id == m->value_open && st->mode == TS_AFTER_KEY) {
+    if (id == m[NX_TM_VALUE_OPEN] && st->mode == TS_AFTER_KEY) {
         const int node = st->prop >= 0 ? t->props[st->prop].node : -1;
         if (node >= 0) {
             nx_json_init_value(&st->js, t->schema, node);
@@ -424,22 +423,22 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
     const tg_prop *tp = st->mode == TS_TEXT && st->prop >= 0 ? &t->props[st->prop] : NULL;
     const bool text_ends = st->mode == TS_TEXT && !st->u8left && (!st->cand || exact(g, st) >= 0) &&
                            (!tp || ((!tp->pat || tp->pat->accept[st->pst]) && st->chars >= tp->min_len));
-    if (id == m->value_close && (text_ends || (st->mode == TS_JSON && nx_json_can_end(&st->js)))) {
+    if (id == m[NX_TM_VALUE_CLOSE] && (text_ends || (st->mode == TS_JSON && nx_json_can_end(&st->js)))) {
         memset(&st->js, 0, sizeof st->js);
         st->mode = TS_BODY, st->prop = -1, st->u8lo = st->u8hi = 0, st->cand = 0, st->cpos = 0, st->pst = 0, st->chars = 0;
         return true;
     }
-    if (id == m->call_close && st->mode == TS_BODY) {
+    if (id == m[NX_TM_CALL_CLOSE] && st->mode == TS_BODY) {
         for (int i = st->next; i < t->n_props; i++)
             if (t->props[i].required) return dead(st);
         st->mode = TS_AFTER_CALL;
         return true;
     }
-    if (id == m->call_open && st->mode == TS_AFTER_CALL && g->only < 0) {
+    if (id == m[NX_TM_CALL_OPEN] && st->mode == TS_AFTER_CALL && g->only < 0) {
         nx_tool_init(g, st);
         return true;
     }
-    if (id == m->calls_close && st->mode == TS_AFTER_CALL) {
+    if (id == m[NX_TM_CALLS_CLOSE] && st->mode == TS_AFTER_CALL) {
         st->mode = TS_END, st->tool = -1, st->next = 0;
         return true;
     }
@@ -447,9 +446,8 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
 }
 
 static bool is_marker(const nx_tool_grammar *g, int32_t id) {
-    const int32_t *ids = &g->mk.call_open;
-    for (size_t i = 0; i < sizeof g->mk / sizeof *ids; i++)
-        if (ids[i] == id) return true;
+    for (int i = 0; i < NX_TM_N; i++)
+        if (g->mk.id[i] == id) return true;
     return false;
 }
 
@@ -505,11 +503,11 @@ void nx_tool_allowed(const nx_tool_grammar *g, const nx_tool_state *st, int32_t 
             if (ok) allow[i] = 1, any = true;
         }
     }
-    const int32_t *ids = &g->mk.call_open;
-    for (size_t k = 0; k < sizeof g->mk / sizeof *ids; k++) {
-        if (ids[k] >= n_tokens) continue;
+    for (int k = 0; k < NX_TM_N; k++) {
+        const int32_t mid = g->mk.id[k];
+        if (mid >= n_tokens) continue;
         t = *st;
-        if (step_marker(g, &t, ids[k])) allow[ids[k]] = 1, any = true;
+        if (step_marker(g, &t, mid)) allow[mid] = 1, any = true;
     }
     if (!any) /* a vocabulary without the bytes needed: let the generation end */
         for (int32_t i = 0; i < n; i++) allow[i] = v->end[i];

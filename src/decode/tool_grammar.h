@@ -39,9 +39,12 @@
 enum { NX_ARG_STRING = 1, NX_ARG_BOOL = 2, NX_ARG_INT = 4, NX_ARG_NUM = 8, NX_ARG_OTHER = 16 };
 int nx_tool_arg_types(const json_t *schema);
 
-/* The call syntax's special tokens (-1: the tokenizer lacks it; then no grammar is made). */
+/* The call syntax's special tokens by NX_TM_* (-1: the tokenizer lacks it; then no grammar is
+ * made). */
+enum { NX_TM_CALL_OPEN, NX_TM_CALL_CLOSE, NX_TM_CALLS_CLOSE, NX_TM_SEP, NX_TM_KEY_OPEN, NX_TM_KEY_CLOSE,
+       NX_TM_VALUE_OPEN, NX_TM_VALUE_CLOSE, NX_TM_N };
 typedef struct nx_tool_markers {
-    int32_t call_open, call_close, calls_close, sep, key_open, key_close, value_open, value_close;
+    int32_t id[NX_TM_N];
 } nx_tool_markers;
 
 #define NX_TOOL_MAX 64 /* tools a grammar tells apart by name */

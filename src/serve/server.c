@@ -1057,9 +1057,9 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
             }
             /* the arguments the answer writes follow the tools' schemas */
             const int32_t *id = s->hy.id;
-            const nx_tool_markers mk = {id[NX_HY_CALL_OPEN], id[NX_HY_CALL_CLOSE], id[NX_HY_CALLS_CLOSE],
+            const nx_tool_markers mk = {{id[NX_HY_CALL_OPEN], id[NX_HY_CALL_CLOSE], id[NX_HY_CALLS_CLOSE],
                                         id[NX_HY_SEP],       id[NX_HY_KEY_OPEN],   id[NX_HY_KEY_CLOSE],
-                                        id[NX_HY_VALUE_OPEN], id[NX_HY_VALUE_CLOSE]};
+                                        id[NX_HY_VALUE_OPEN], id[NX_HY_VALUE_CLOSE]}};
             if ((st = nx_tool_grammar_new(r->tools, r->tool_name, &mk, s->json_vocab, &j->tool_grammar, &err)) !=
                 NX_OK) {
                 free(text);

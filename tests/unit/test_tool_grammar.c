@@ -33,7 +33,7 @@ static const char *const words[] = {"days", "city", "unit", "flags", "code", "ta
 #define N_WORDS (int)(sizeof words / sizeof words[0])
 enum { W0 = 256, MK0 = W0 + N_WORDS, END = MK0 + 8, OTHER_SPECIAL, NV };
 enum { CALL_OPEN = MK0, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE };
-static const nx_tool_markers MK = {CALL_OPEN, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE};
+static const nx_tool_markers MK = {{CALL_OPEN, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE}};
 
 static const char TOOLS[] =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
@@ -181,7 +181,7 @@ static void test_required_calls(void **state) {
     assert_int_equal(nx_tool_grammar_new(tools, "missing", &MK, vocab, &none, &err), NX_E_ARG);
     assert_non_null(strstr(err.msg, "missing"));
     nx_tool_markers lacking = MK;
-    lacking.sep = -1;
+    lacking.id[NX_TM_SEP] = -1;
     assert_int_equal(nx_tool_grammar_new(tools, NULL, &lacking, vocab, &none, &err), NX_E_ARG);
     /* more patterns than the budget, counted before anything is compiled */
     json_t *heavy = json_array();
