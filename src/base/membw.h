@@ -1,5 +1,5 @@
 /* Memory read-bandwidth passes: every thread of a pool streams its share of a buffer far larger
- * than the last-level cache, in one of two patterns, and the pass's rate is the machine's read
+ * than the last-level cache, in one of three patterns, and the pass's rate is the machine's read
  * bandwidth at that moment. The ceiling decode is measured against (build/bench/membw, and
  * `nextn bench --membw`, which interleaves passes with decode steps so a shift of the machine's
  * speed lands on both sides of the ratio). */
@@ -14,9 +14,13 @@
 typedef struct nx_membw nx_membw;
 
 /* The patterns: several interleaved sequential streams per thread left to the hardware
- * prefetchers (as a matmul reads several weight rows at once), and one stream per thread with
- * software prefetch ahead. On some machines only one of them reaches the ceiling. */
-typedef enum { NX_MEMBW_STREAMS, NX_MEMBW_PREFETCH } nx_membw_pattern;
+ * prefetchers (as a matmul reads several weight rows at once), one stream per thread with
+ * software prefetch ahead, and the several streams each with its own software prefetch. On
+ * some machines only one of them reaches the ceiling: on a Zen 5 VM (2 threads) the last read
+ * 75-80 GB/s where the others read 68-73 in the machine's fast phases, and alike in its slow
+ * ones; one thread alone, 38 GB/s against 25 and 30. */
+typedef enum { NX_MEMBW_STREAMS, NX_MEMBW_PREFETCH, NX_MEMBW_STREAMS_PREFETCH } nx_membw_pattern;
+#define NX_MEMBW_PATTERNS 3
 
 /* A buffer of `bytes` (rounded up to whole 2 MB pages, mapped with them where the kernel gives
  * them, as model files are), every page written once so no pass takes a page fault. NULL when

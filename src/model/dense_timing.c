@@ -85,6 +85,10 @@ nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds,
 }
 
 double nx_model_read_bandwidth(nx_model *m, nx_membw *b) {
-    const double s = nx_membw_pass(b, m->pool, NX_MEMBW_STREAMS), p = nx_membw_pass(b, m->pool, NX_MEMBW_PREFETCH);
-    return s > p ? s : p;
+    double best = 0;
+    for (int pat = 0; pat < NX_MEMBW_PATTERNS; pat++) {
+        const double g = nx_membw_pass(b, m->pool, (nx_membw_pattern)pat);
+        if (g > best) best = g;
+    }
+    return best;
 }

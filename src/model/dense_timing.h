@@ -14,7 +14,7 @@ nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds,
                               nx_error *err);
 
 /* The machine's read bandwidth right now, on the model's own threads: one pass of each
- * nx_membw pattern over b, the better one in GB/s (nextn bench --membw pairs it with the next
+ * nx_membw pattern over b, the best one in GB/s (nextn bench --membw pairs it with the next
  * decode step). */
 double nx_model_read_bandwidth(nx_model *m, nx_membw *b);
 

@@ -271,8 +271,8 @@ static void test_membw(void **state) {
     for (int threads = 0; threads <= 3; threads++) {
         nx_pool *p = threads ? nx_pool_new(threads) : NULL;
         if (threads) assert_non_null(p);
-        for (int pat = 0; pat < 2; pat++) {
-            const double gbs = nx_membw_pass(b, p, pat ? NX_MEMBW_PREFETCH : NX_MEMBW_STREAMS);
+        for (int pat = 0; pat < NX_MEMBW_PATTERNS; pat++) {
+            const double gbs = nx_membw_pass(b, p, (nx_membw_pattern)pat);
             assert_true(gbs > 0);
             assert_true(nx_membw_checksum(b) == want);
         }

@@ -28,7 +28,7 @@ static const char *usage =
     "The last line times the step's routing-independent matmuls (attention, router, shared\n"
     "expert or dense FFN, lm_head) alone at 1 row and at 2 rows (a k = 1 verify).\n"
     "--membw MB reads the machine's bandwidth on the decoding threads (an MB-megabyte pass in\n"
-    "each pattern of build/bench/membw, the better one; MB well above the last-level cache)\n"
+    "each pattern of build/bench/membw, the best one; MB well above the last-level cache)\n"
     "before every other step of the ar mode, and pairs each reading with the step that follows:\n"
     "weight_frac is the median over the pairs of the step's weight read rate over the reading,\n"
     "so a machine whose bandwidth shifts from second to second is measured at one level on\n"
