@@ -1165,8 +1165,10 @@ static int compile_node(compiler *C, json_t *v, int depth) {
                   .pattern = -1};
     S->nodes[me] = nd;
     if (!v) return me;
+    /* annotations (JSON Schema's meta-data and content vocabularies), which never constrain a value */
     static const char *const ignored[] = {"description", "title", "default", "examples", "$schema", "$id", "strict",
-                                          "$comment", "$defs", "definitions"};
+                                          "$comment", "$defs", "definitions", "deprecated", "readOnly", "writeOnly",
+                                          "contentEncoding", "contentMediaType"};
     static const char *const known[] = {"type", "properties", "required", "additionalProperties", "items",
                                         "enum", "const", "minItems", "maxItems", "minLength", "maxLength",
                                         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref",

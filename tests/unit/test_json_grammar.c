@@ -349,7 +349,7 @@ static void test_mask_cache(void **state) {
 
 static const char *const SCHEMA =
     "{\"type\":\"object\",\"properties\":{"
-    "\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
+    "\"name\":{\"type\":\"string\",\"contentMediaType\":\"text/plain\"},\"age\":{\"type\":\"integer\"},"
     "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"maxItems\":3},"
     "\"kind\":{\"enum\":[\"a\",\"bc\",null,true]},\"extra\":{\"type\":\"object\"},"
     "\"score\":{\"type\":[\"number\",\"null\"],\"description\":\"ignored\"},"
@@ -364,14 +364,14 @@ static const char *const SCHEMA_DEFS =
     "\"Node\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
     "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/Node\"},\"maxItems\":2}},"
     "\"required\":[\"name\"],\"additionalProperties\":false},"
-    "\"Color\":{\"enum\":[\"red\",\"green\"],\"title\":\"Color\"},"
+    "\"Color\":{\"enum\":[\"red\",\"green\"],\"title\":\"Color\",\"readOnly\":true,\"writeOnly\":false},"
     "\"Unused\":{\"pattern\":\"never compiled\"}},"
     "\"type\":\"object\",\"properties\":{"
     "\"root\":{\"$ref\":\"#/$defs/Node\"},"
     "\"color\":{\"anyOf\":[{\"$ref\":\"#/$defs/Color\"},{\"type\":\"null\"}],\"default\":null},"
     "\"n\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"boolean\"}}},"
     "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"boolean\"},{\"type\":\"string\"}]},\"maxItems\":3}]},"
-    "\"w\":{\"allOf\":[{\"$ref\":\"#/definitions/Flag\"}],\"description\":\"d\"},"
+    "\"w\":{\"allOf\":[{\"$ref\":\"#/definitions/Flag\"}],\"description\":\"d\",\"deprecated\":true},"
     "\"self\":{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}},"
     "\"definitions\":{\"Flag\":{\"type\":\"boolean\"}},"
     "\"required\":[\"root\"],\"additionalProperties\":false}";
