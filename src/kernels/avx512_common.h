@@ -13,7 +13,8 @@
  * further on. Measured on 4-bit decode: 8192x1024 65% -> 105% of the probe's bandwidth with
  * the sweep (1 KB ahead along each row before), 4096x14336 85% -> 95% with whole blocks. Model
  * decode (4-bit, 36 layers; both settings in one process, alternating every 8 steps, median of
- * 30-40 pairs) is flat from 6 to 12 KB and loses below: 4 KB 0.91x, 5 KB 0.97x, 16 KB 0.99x. */
+ * 30-40 pairs) is flat from 6 to 12 KB and loses below: 4 KB 0.91x, 5 KB 0.97x, 16 KB 0.99x.
+ * The VNNI kernels read decode and verify calls as split streams instead (avx512_vnni.c). */
 #ifndef QPF_LINEAR
 #define QPF_LINEAR 8192
 #endif
@@ -41,10 +42,11 @@
 typedef struct qpf_window {
     uintptr_t end, next;
     size_t next_len;
+    size_t next_rs; /* split streams (qpf_at_split): the row stride of the next call's streams */
 } qpf_window;
 
 AI qpf_window qpf_window_of(const nx_linear *W, int64_t o1, const nx_rows *next) {
-    qpf_window pw = {(uintptr_t)W->w + (size_t)o1 * nx_linear_weight_row_bytes(W), 0, 0};
+    qpf_window pw = {(uintptr_t)W->w + (size_t)o1 * nx_linear_weight_row_bytes(W), 0, 0, 0};
     if (next) {
         const size_t rb = nx_linear_weight_row_bytes(next->W);
         pw.next = (uintptr_t)next->W->w + (size_t)next->r0 * rb;

@@ -46,7 +46,59 @@ typedef struct vargs {
     __m512i pickq[4];
     qpf_window pf; /* where the weight prefetches may go */
     spf_stream spf; /* and the scale and bias prefetches */
+    int split;      /* register blocks take their rows from R streams (split_streams) */
 } vargs;
+
+/* Split streams. A register block multiplies R weight rows at once. Taken as R consecutive rows,
+ * its reads interleave R rows a row apart, which the hardware prefetchers do not follow, so the
+ * block's rows were swept by one linear software prefetch. Taken instead as one row from each
+ * of R equal parts of the call's rows (rows o, o + q, o + 2q, ... for q = rows / R), each part is
+ * read front to back as a stream of its own, with its own prefetch QPF_SPLIT bytes ahead (the
+ * same 8 KB ahead in all for R = 4): the pattern the bandwidth probe's third pass reads, which
+ * on the Zen 5 VM read 38 GB/s on one thread against 25-30 for one stream or four unprefetched
+ * ones. Near a part's end its prefetches move on to the same part of the rows the thread
+ * multiplies next (when those split into R parts too), not into the next part of this call,
+ * read long since. Each row's result is the same bits whichever rows share its block. Taken
+ * where every input row goes through the weights in one pass (T <= 4: decode and verify).
+ * Measured (Zen 5 VM): 4-bit 65536x1024 at 1 row on two threads 38 -> 67 GB/s, 1024x1024 31-34
+ * -> 48-55 (fast phase); model decode per step, in one process alternating every step
+ * (bench/ab_steps.py, 6 runs): 1.15x median (1.11-1.20; feed-forward 1.11-1.22x, attention
+ * 1.05-1.16x, lm_head 1.18-1.44x). 1 or 4 KB ahead per part read slower than 2 KB. 2-row calls
+ * gain less: on int8 they are bound as much by compute as by memory. */
+#ifndef QPF_SPLIT
+#define QPF_SPLIT 2048
+#endif
+
+/* The register block's rows for TT input rows (VNNI_SHAPES). */
+static int block_rows(int64_t TT) { return TT <= 2 ? 4 : TT == 3 ? 3 : 2; }
+
+/* Row 0's weight hint at `done` in a split register block, and in *rs the distance from one
+ * stream's hint to the next one's: past the first part's end, the next call's parts. */
+AI uintptr_t qpf_at_split(const qpf_window *pw, const qpf_stream *s, size_t done, size_t *rs) {
+    uintptr_t p = s->base + done;
+    *rs = s->rstride;
+    if (__builtin_expect(p >= pw->end, 0)) {
+        const size_t off = p - pw->end;
+        if (off < pw->next_len) {
+            *rs = pw->next_rs;
+            return pw->next + off;
+        }
+        return pw->end - 64; /* + r·rstride: the last line of part r, already read */
+    }
+    return p;
+}
+
+/* The scale (and bias) lines that begin within bytes [sc + ahead, sc + ahead + len): within one
+ * part, consecutive rows hint each line once. */
+AI void spf_hint_from(const spf_stream *s, const uint8_t *sc, size_t len) {
+    const uintptr_t a = (uintptr_t)sc + s->ahead;
+    uintptr_t e = a + len;
+    if (e > s->lim) e = s->lim;
+    for (uintptr_t p = (a + 63) & ~(uintptr_t)63; p < e; p += 64) {
+        _mm_prefetch((const char *)p, SPF_HINT);
+        if (s->bi_delta) _mm_prefetch((const char *)(p + (uintptr_t)s->bi_delta), SPF_HINT);
+    }
+}
 
 /* 32 elements (within one group) rounded to int16 at scale 1/inv, in natural order. */
 AI __m512i q32(const float *x, __m512 iv) {
@@ -256,7 +308,7 @@ AI __m512 load_sc16(nx_dtype dt, const uint8_t *p, int64_t i, int64_t n) {
  * the main sums), then one fixed tree per output (four rows' trees at once: the same order as
  * one alone). */
 AI void finish(const int R, const int TT, const vargs *a, __m512 acc[4][4], const float *X, int64_t ldg, float *y,
-               int64_t ldy) {
+               int64_t ldy, int64_t ys) {
     const int64_t ngroups = a->in / a->group;
     __m512 tot[4][4];
 #pragma GCC unroll 4
@@ -275,11 +327,16 @@ AI void finish(const int R, const int TT, const vargs *a, __m512 acc[4][4], cons
     }
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++) {
-        if (R == 4) {
+        if (R == 4 && ys == 1) {
             _mm_storeu_ps(y + t * ldy, hsum16x4(tot[0][t], tot[1][t], tot[2][t], tot[3][t]));
+        } else if (R == 4) {
+            float o4[4];
+            _mm_storeu_ps(o4, hsum16x4(tot[0][t], tot[1][t], tot[2][t], tot[3][t]));
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) y[t * ldy + r * ys] = o4[r];
         } else {
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) y[t * ldy + r] = hsum16(tot[r][t]);
+            for (int r = 0; r < R; r++) y[t * ldy + r * ys] = hsum16(tot[r][t]);
         }
     }
 }
@@ -345,7 +402,9 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
     /* weight (and input) vectors per block */
     const int NX = KIND == K_S4 || KIND == K_A8Q || (KIND == K_A8 && BITS == 2) ? 4 : KIND == K_A8 && ODD ? 1 : 2;
     const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
-    const uintptr_t pf = qpf_at(&a->pf, ps, (size_t)e0 * BITS / 8);
+    size_t prs = ps->rstride;
+    const uintptr_t pf = a->split ? qpf_at_split(&a->pf, ps, (size_t)e0 * BITS / 8, &prs)
+                                  : qpf_at(&a->pf, ps, (size_t)e0 * BITS / 8);
     __m512i xv[4][4];
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++)
@@ -356,10 +415,10 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const uint8_t *pr = p + r * a->wstride;
-        _mm_prefetch((const char *)(pf + (size_t)r * ps->rstride), QPF_HINT);
+        _mm_prefetch((const char *)(pf + (size_t)r * prs), QPF_HINT);
         __m512i w[4];
         if (KIND == K_A8Q) {
-            _mm_prefetch((const char *)(pf + (size_t)r * ps->rstride + 64), QPF_HINT);
+            _mm_prefetch((const char *)(pf + (size_t)r * prs + 64), QPF_HINT);
 #if NX_VNNI_VBMI
             const __m512i A = _mm512_loadu_si512(pr), mb = _mm512_set1_epi8((char)((1 << BITS) - 1));
             const __m512i B = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (32 * BITS - 64)) - 1u), pr + 64);
@@ -428,7 +487,7 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
  * end. NB fixes the blocks per group at compile time (0: from the group size). */
 AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, const int R, const int TT,
                  const vargs *a, const void *xq, int64_t ldq, const float *d, const float *X, int64_t ldg, float *y,
-                 int64_t ldy) {
+                 int64_t ldy, int64_t ys) {
     const int64_t blk = KIND == K_W16 || (KIND == K_A8 && BITS != 2 && BITS != 4) ? 64
                         : KIND == K_A8Q || (KIND == K_A8 && BITS == 2)          ? 256
                                                                                 : 128;
@@ -436,7 +495,9 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
     const int64_t nblk = GPU > 1 ? 1 : NB ? NB : a->group / blk;
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
-    const qpf_stream ps = qpf_stream_of(a->w, a->wstride, R, block_step(KIND, BITS));
+    /* split: row r's hint QPF_SPLIT bytes ahead in its own part (a->wstride apart) */
+    const qpf_stream ps = a->split ? (qpf_stream){(uintptr_t)a->w + QPF_SPLIT, 1, a->wstride}
+                                   : qpf_stream_of(a->w, a->wstride, R, block_step(KIND, BITS));
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -459,7 +520,7 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
             scale_in(GPU, R, TT, is, sd, gi, lanes, acc);
         }
     }
-    finish(R, TT, a, acc, X, ldg, y, ldy);
+    finish(R, TT, a, acc, X, ldg, y, ldy, ys);
 }
 
 /* Rows [r0, r1) of the call (a multiple of R) as consecutive register blocks of R rows, in one
@@ -469,13 +530,31 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
                int64_t ldg, float *y, int64_t ldy) {
     vargs b = *a;
     nx_side_pf *side = nx_side_state();
+    if (R > 1 && a->split) { /* row o of each of the R parts: rows o + r·q */
+        const int64_t q = (r1 - r0) / R;
+        b.wstride = (size_t)q * a->wstride;
+        b.sstride = (size_t)q * a->sstride;
+        b.pf.end = (uintptr_t)(a->w + (size_t)(r0 + q) * a->wstride); /* where part 1 begins */
+        b.spf.ahead = (QPF_SPLIT + a->wstride - 1) / a->wstride * a->sstride;
+        for (int64_t o = r0; o < r0 + q; o++) {
+            b.w = a->w + (size_t)o * a->wstride;
+            b.sc = a->sc + (size_t)o * a->sstride;
+            b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) spf_hint_from(&b.spf, b.sc + r * b.sstride, a->sstride);
+            nx_side_hint(side, R);
+            mk_block(KIND, BITS, GPU, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy, q);
+        }
+        return;
+    }
+    b.split = 0;
     for (int64_t o = r0; o < r1; o += R) {
         b.w = a->w + (size_t)o * a->wstride;
         b.sc = a->sc + (size_t)o * a->sstride;
         b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
         spf_hint(&b.spf, b.sc, (size_t)R * a->sstride);
         nx_side_hint(side, R);
-        mk_block(KIND, BITS, GPU, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy);
+        mk_block(KIND, BITS, GPU, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy, 1);
     }
 }
 
@@ -597,6 +676,29 @@ typedef struct qcache {
 } qcache;
 static _Thread_local qcache qc;
 
+/* A split call's prefetch window past its first part: the first part of the rows the thread
+ * multiplies next, R parts apart as that call splits them (R: its register block, the same
+ * input rows), and the first scale lines of each of those parts. */
+static void split_next(vargs *a, const nx_rows *next, int R) {
+    if (!next) return;
+    const nx_linear *N = next->W;
+    const size_t rb = nx_linear_weight_row_bytes(N);
+    const int64_t n = next->r1 - next->r0, q = (n - n % R) / R;
+    a->pf.next_len = a->pf.next_rs = (size_t)q * rb;
+    if (N->dtype != NX_DTYPE_U32 || q == 0) return;
+    const size_t srow = (size_t)(N->in / N->group) * nx_dtype_size(N->sdtype);
+    int64_t rows = (int64_t)(QPF_SPLIT / rb) + 1;
+    if (rows > q) rows = q;
+    for (int r = 0; r < R; r++) {
+        const char *sc = (const char *)N->scales + (size_t)(next->r0 + r * q) * srow;
+        const char *bi = N->biases ? (const char *)N->biases + (size_t)(next->r0 + r * q) * srow : NULL;
+        for (size_t o = 0; o < (size_t)rows * srow; o += 64) {
+            _mm_prefetch(sc + o, QPF_HINT);
+            if (bi) _mm_prefetch(bi + o, QPF_HINT);
+        }
+    }
+}
+
 static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                             int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
     if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, next);
@@ -610,7 +712,6 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                .group = W->group,
                .pf = qpf_window_of(W, o1, next)};
     a.spf = spf_stream_of(W, a.wstride, a.sstride);
-    qpf_next_scales(next);
     /* 3/5/6-bit (VBMI build): the lane tables of the activation width in use */
     const int odd = W->bits == 3 || W->bits == 5 || W->bits == 6;
     if (odd && act == 16) {
@@ -652,8 +753,12 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     float *dg = dgs, *Xg = Xgs;
     int64_t tc = XQ_MAX / in;
     if (tc > XG_MAX / ngroups) tc = XG_MAX / ngroups;
-    const int64_t ob = nx_rows_per_block(a.wstride);
     const int cached = T * in <= QC_FLOATS && T * ngroups <= QC_GROUPS;
+    /* split streams where the input rows go through the weights in one pass */
+    a.split = T <= 4 && (cached || tc >= T);
+    if (a.split) split_next(&a, next, block_rows(T));
+    else qpf_next_scales(next);
+    const int64_t ob = a.split ? o1 - o0 : nx_rows_per_block(a.wstride);
     if (cached) {
         qcache *q = &qc;
         const int lay = x_layout(act, W->bits, in, W->group);
