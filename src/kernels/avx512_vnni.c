@@ -46,7 +46,13 @@ typedef struct vargs {
     __m512i pickq[4];
     qpf_window pf; /* where the weight prefetches may go */
     spf_stream spf; /* and the scale and bias prefetches */
-    int split;      /* register blocks take their rows from R streams (split_streams) */
+    int split;      /* register blocks take their rows from R parts (split streams, below) */
+    /* split: the scale rows of the rows the thread multiplies next (nsc NULL: none), nsrow
+     * bytes a row, its parts nq rows long, and its biases at nsc + nbi_delta (0: none) */
+    const uint8_t *nsc;
+    size_t nsrow;
+    int64_t nq;
+    ptrdiff_t nbi_delta;
 } vargs;
 
 /* Split streams. A register block multiplies R weight rows at once. Taken as R consecutive rows,
@@ -97,6 +103,19 @@ AI void spf_hint_from(const spf_stream *s, const uint8_t *sc, size_t len) {
     for (uintptr_t p = (a + 63) & ~(uintptr_t)63; p < e; p += 64) {
         _mm_prefetch((const char *)p, SPF_HINT);
         if (s->bi_delta) _mm_prefetch((const char *)(p + (uintptr_t)s->bi_delta), SPF_HINT);
+    }
+}
+
+/* Row h of each of the next call's R parts: hints for its scale (and bias) lines, the line it
+ * begins in too when it is its part's first row. */
+AI void spf_hint_next(const vargs *a, int R, int64_t h) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const uintptr_t b = (uintptr_t)a->nsc + (size_t)(r * a->nq + h) * a->nsrow, e = b + a->nsrow;
+        for (uintptr_t p = h ? (b + 63) & ~(uintptr_t)63 : b & ~(uintptr_t)63; p < e; p += 64) {
+            _mm_prefetch((const char *)p, SPF_HINT);
+            if (a->nbi_delta) _mm_prefetch((const char *)(p + (uintptr_t)a->nbi_delta), SPF_HINT);
+        }
     }
 }
 
@@ -535,13 +554,19 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
         b.wstride = (size_t)q * a->wstride;
         b.sstride = (size_t)q * a->sstride;
         b.pf.end = (uintptr_t)(a->w + (size_t)(r0 + q) * a->wstride); /* where part 1 begins */
-        b.spf.ahead = (QPF_SPLIT + a->wstride - 1) / a->wstride * a->sstride;
+        const int64_t ahead = (int64_t)((QPF_SPLIT + a->wstride - 1) / a->wstride); /* rows */
+        b.spf.ahead = (size_t)ahead * a->sstride;
         for (int64_t o = r0; o < r0 + q; o++) {
             b.w = a->w + (size_t)o * a->wstride;
             b.sc = a->sc + (size_t)o * a->sstride;
             b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
+            const int64_t h = o - r0 + ahead; /* the row of each part whose scales are hinted */
+            if (h < q) {
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) spf_hint_from(&b.spf, b.sc + r * b.sstride, a->sstride);
+                for (int r = 0; r < R; r++) spf_hint_from(&b.spf, b.sc + r * b.sstride, a->sstride);
+            } else if (a->nsc && h - q < a->nq) {
+                spf_hint_next(a, R, h - q);
+            }
             nx_side_hint(side, R);
             mk_block(KIND, BITS, GPU, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy, q);
         }
@@ -678,7 +703,9 @@ static _Thread_local qcache qc;
 
 /* A split call's prefetch window past its first part: the first part of the rows the thread
  * multiplies next, R parts apart as that call splits them (R: its register block, the same
- * input rows), and the first scale lines of each of those parts. */
+ * input rows); and where that call's scale rows are, for the scale hints to run on into as
+ * each part nears its end (model decode 1.012x against hinting them as this call starts, all 6
+ * runs of bench/ab_steps.py 1.011-1.021x: by the time they are read they had left L1). */
 static void split_next(vargs *a, const nx_rows *next, int R) {
     if (!next) return;
     const nx_linear *N = next->W;
@@ -686,18 +713,12 @@ static void split_next(vargs *a, const nx_rows *next, int R) {
     const int64_t n = next->r1 - next->r0, q = (n - n % R) / R;
     a->pf.next_len = a->pf.next_rs = (size_t)q * rb;
     if (N->dtype != NX_DTYPE_U32 || q == 0) return;
-    const size_t srow = (size_t)(N->in / N->group) * nx_dtype_size(N->sdtype);
-    int64_t rows = (int64_t)(QPF_SPLIT / rb) + 1;
-    if (rows > q) rows = q;
-    for (int r = 0; r < R; r++) {
-        const char *sc = (const char *)N->scales + (size_t)(next->r0 + r * q) * srow;
-        const char *bi = N->biases ? (const char *)N->biases + (size_t)(next->r0 + r * q) * srow : NULL;
-        for (size_t o = 0; o < (size_t)rows * srow; o += 64) {
-            _mm_prefetch(sc + o, QPF_HINT);
-            if (bi) _mm_prefetch(bi + o, QPF_HINT);
-        }
-    }
+    a->nsrow = (size_t)(N->in / N->group) * nx_dtype_size(N->sdtype);
+    a->nsc = (const uint8_t *)N->scales + (size_t)next->r0 * a->nsrow;
+    a->nq = q;
+    a->nbi_delta = N->biases ? (ptrdiff_t)((uintptr_t)N->biases - (uintptr_t)N->scales) : 0;
 }
+
 
 static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                             int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
