@@ -31,9 +31,11 @@ AI __m512 load_w16_tail(nx_dtype dt, const uint8_t *row, int64_t i, __mmask16 m)
 
 /* ------------------------------------------------------------------ float weights */
 
-/* y[tt*ldy + r] for r < R, tt < TT: rows w + r*stride against x + tt*ldx. */
+/* y[tt*ldy + r*ys] for r < R, tt < TT: rows w + r*stride against x + tt*ldx; split: the rows
+ * are R split streams (qpf_at_split), stride apart. */
 AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_t stride,
-                 const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in, const qpf_window *pw) {
+                 const float *x, int64_t ldx, float *y, int64_t ldy, int64_t ys, int64_t in, const qpf_window *pw,
+                 int split) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -41,7 +43,7 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     int64_t i = 0;
     const size_t esz = dt == NX_DTYPE_F32 ? 4 : 2;
-    const qpf_stream ps = qpf_stream_of(w, stride, R, 64);
+    const qpf_stream ps = split ? (qpf_stream){(uintptr_t)w + QPF_SPLIT, 1, stride} : qpf_stream_of(w, stride, R, 64);
     for (; i + 16 <= in; i += 16) {
         __m512 xv[4];
 #pragma GCC unroll 4
@@ -50,9 +52,10 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
          * line consumed, ahead of the block, within the call's rows and then the next ones
          * (qpf_stream / qpf_window, avx512_common.h). */
         if (((size_t)i * esz) % 64 == 0) {
-            const uintptr_t pf = qpf_at(pw, &ps, (size_t)i * esz);
+            size_t rs = ps.rstride;
+            const uintptr_t pf = split ? qpf_at_split(pw, &ps, (size_t)i * esz, &rs) : qpf_at(pw, &ps, (size_t)i * esz);
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + (size_t)r * ps.rstride), QPF_HINT);
+            for (int r = 0; r < R; r++) _mm_prefetch((const char *)(pf + (size_t)r * rs), QPF_HINT);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -76,29 +79,42 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum16(acc[r][t]);
+        for (int t = 0; t < TT; t++) y[t * ldy + r * ys] = hsum16(acc[r][t]);
 }
 
-/* Rows [r0, r1) of a call as register blocks of R rows, in one function (no call per block). */
+/* Rows [r0, r1) of a call as register blocks of R rows, in one function (no call per block);
+ * split (decode and verify calls, avx512_matmul_rows), R > 1 blocks take row o of each of
+ * R equal parts, rows o + r·q. */
 AI void mk_float_rows(const nx_dtype dt, const int R, const int TT, const uint8_t *w, size_t stride,
                       const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in, int64_t r0, int64_t r1,
-                      const qpf_window *pw) {
+                      const qpf_window *pw, int split) {
     nx_side_pf *side = nx_side_state();
+    if (R > 1 && split) {
+        const int64_t q = (r1 - r0) / R;
+        qpf_window sw = *pw;
+        sw.end = (uintptr_t)(w + (size_t)(r0 + q) * stride); /* where part 1 begins */
+        for (int64_t o = r0; o < r0 + q; o++) {
+            nx_side_hint(side, R);
+            mk_float(dt, R, TT, w + (size_t)o * stride, (size_t)q * stride, x, ldx, y + o, ldy, q, in, &sw, 1);
+        }
+        return;
+    }
     for (int64_t o = r0; o < r1; o += R) {
         nx_side_hint(side, R);
-        mk_float(dt, R, TT, w + (size_t)o * stride, stride, x, ldx, y + o, ldy, in, pw);
+        mk_float(dt, R, TT, w + (size_t)o * stride, stride, x, ldx, y + o, ldy, 1, in, pw, 0);
     }
 }
 
 /* n rows for TT input rows: blocks of 4 rows, then the remaining rows one at a time. */
 #define FLOAT_SHAPE(DT, T_)                                                                    \
     do {                                                                                       \
-        mk_float_rows(DT, 4, T_, w, stride, x, ldx, y, ldy, in, 0, n - n % 4, pw);             \
-        mk_float_rows(DT, 1, T_, w, stride, x, ldx, y, ldy, in, n - n % 4, n, pw);             \
+        mk_float_rows(DT, 4, T_, w, stride, x, ldx, y, ldy, in, 0, n - n % 4, pw, split);      \
+        mk_float_rows(DT, 1, T_, w, stride, x, ldx, y, ldy, in, n - n % 4, n, pw, 0);          \
     } while (0)
 #define FLOAT_KERNEL(NAME, DT)                                                                 \
     static void NAME(int TT, const uint8_t *w, size_t stride, const float *x, int64_t ldx,     \
-                     float *y, int64_t ldy, int64_t in, int64_t n, const qpf_window *pw) {     \
+                     float *y, int64_t ldy, int64_t in, int64_t n, const qpf_window *pw,        \
+                     int split) {                                                              \
         switch (TT) {                                                                          \
         case 1: FLOAT_SHAPE(DT, 1); break;                                                     \
         case 2: FLOAT_SHAPE(DT, 2); break;                                                     \
@@ -425,7 +441,7 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
         return 1;
     }
     void (*kern)(int, const uint8_t *, size_t, const float *, int64_t, float *, int64_t, int64_t, int64_t,
-                 const qpf_window *);
+                 const qpf_window *, int);
     switch (W->dtype) {
     case NX_DTYPE_F32: kern = kern_f32; break;
     case NX_DTYPE_F16: kern = kern_f16; break;
@@ -433,13 +449,17 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
     default: return 0;
     }
     size_t stride = (size_t)in * nx_dtype_size(W->dtype);
-    int64_t ob = nx_rows_per_block(stride);
+    /* decode and verify (one pass of every input row) read split streams (avx512_vnni.c) */
+    const int split = T <= 4;
+    qpf_window sw = pw;
+    if (split) qpf_split_next(&sw, next, 4);
+    int64_t ob = split ? o1 - o0 : nx_rows_per_block(stride);
     for (int64_t b0 = o0; b0 < o1; b0 += ob) {
         int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;
         for (int64_t t = 0; t < T; t += 4) {
             int tt = T - t < 4 ? (int)(T - t) : 4;
             kern(tt, (const uint8_t *)W->w + (size_t)b0 * stride, stride, x + t * ldx, ldx, y + t * ldy + b0, ldy,
-                 in, b1 - b0, &pw);
+                 in, b1 - b0, &sw, split);
         }
     }
     return 1;

@@ -100,6 +100,39 @@ AI uintptr_t qpf_at(const qpf_window *pw, const qpf_stream *s, size_t done) {
     return p;
 }
 
+/* Split streams (avx512_vnni.c, and the float kernels): a register block of R rows takes one
+ * row from each of R equal parts of the call's rows, each part read as a stream with its own
+ * hint QPF_SPLIT bytes ahead. */
+#ifndef QPF_SPLIT
+#define QPF_SPLIT 2048
+#endif
+
+/* Row 0's weight hint at `done` in a split register block, and in *rs the distance from one
+ * part's hint to the next one's: past the first part's end, the next call's parts. */
+AI uintptr_t qpf_at_split(const qpf_window *pw, const qpf_stream *s, size_t done, size_t *rs) {
+    uintptr_t p = s->base + done;
+    *rs = s->rstride;
+    if (__builtin_expect(p >= pw->end, 0)) {
+        const size_t off = p - pw->end;
+        if (off < pw->next_len) {
+            *rs = pw->next_rs;
+            return pw->next + off;
+        }
+        return pw->end - 64; /* + r·rstride: the last line of part r, already read */
+    }
+    return p;
+}
+
+/* A split call's window past its first part: the first part of the rows the thread multiplies
+ * next, R parts apart as that call splits them (R: its register block, for the same input
+ * rows). Returns the rows of each of next's parts (0 without next). */
+AI int64_t qpf_split_next(qpf_window *pw, const nx_rows *next, int R) {
+    if (!next) return 0;
+    const int64_t n = next->r1 - next->r0, q = (n - n % R) / R;
+    pw->next_len = pw->next_rs = (size_t)q * nx_linear_weight_row_bytes(next->W);
+    return q;
+}
+
 /* The scale and bias rows of a quantized call are two more streams, one line per 2-32 rows (a
  * bf16 scale per 64-element group): too sparse for the hardware prefetchers to run ahead of, so
  * without hints nearly every new line is a demand miss that stalls the core. Each register

@@ -71,28 +71,10 @@ typedef struct vargs {
  * (bench/ab_steps.py, 6 runs): 1.15x median (1.11-1.20; feed-forward 1.11-1.22x, attention
  * 1.05-1.16x, lm_head 1.18-1.44x). 1 or 4 KB ahead per part read slower than 2 KB. 2-row calls
  * gain less: on int8 they are bound as much by compute as by memory. */
-#ifndef QPF_SPLIT
-#define QPF_SPLIT 2048
-#endif
 
 /* The register block's rows for TT input rows (VNNI_SHAPES). */
 static int block_rows(int64_t TT) { return TT <= 2 ? 4 : TT == 3 ? 3 : 2; }
 
-/* Row 0's weight hint at `done` in a split register block, and in *rs the distance from one
- * stream's hint to the next one's: past the first part's end, the next call's parts. */
-AI uintptr_t qpf_at_split(const qpf_window *pw, const qpf_stream *s, size_t done, size_t *rs) {
-    uintptr_t p = s->base + done;
-    *rs = s->rstride;
-    if (__builtin_expect(p >= pw->end, 0)) {
-        const size_t off = p - pw->end;
-        if (off < pw->next_len) {
-            *rs = pw->next_rs;
-            return pw->next + off;
-        }
-        return pw->end - 64; /* + r·rstride: the last line of part r, already read */
-    }
-    return p;
-}
 
 /* The scale (and bias) lines that begin within bytes [sc + ahead, sc + ahead + len): within one
  * part, consecutive rows hint each line once. */
@@ -709,9 +691,7 @@ static _Thread_local qcache qc;
 static void split_next(vargs *a, const nx_rows *next, int R) {
     if (!next) return;
     const nx_linear *N = next->W;
-    const size_t rb = nx_linear_weight_row_bytes(N);
-    const int64_t n = next->r1 - next->r0, q = (n - n % R) / R;
-    a->pf.next_len = a->pf.next_rs = (size_t)q * rb;
+    const int64_t q = qpf_split_next(&a->pf, next, R);
     if (N->dtype != NX_DTYPE_U32 || q == 0) return;
     a->nsrow = (size_t)(N->in / N->group) * nx_dtype_size(N->sdtype);
     a->nsc = (const uint8_t *)N->scales + (size_t)next->r0 * a->nsrow;
