@@ -69,7 +69,8 @@ typedef struct vargs {
  * Measured (Zen 5 VM): 4-bit 65536x1024 at 1 row on two threads 38 -> 67 GB/s, 1024x1024 31-34
  * -> 48-55 (fast phase); model decode per step, in one process alternating every step
  * (bench/ab_steps.py, 6 runs): 1.15x median (1.11-1.20; feed-forward 1.11-1.22x, attention
- * 1.05-1.16x, lm_head 1.18-1.44x). 1 or 4 KB ahead per part read slower than 2 KB. 2-row calls
+ * 1.05-1.16x, lm_head 1.18-1.44x). Per part, 2 KB ahead read faster than 3 KB (model decode
+ * 1.026x, bench/ab_steps.py, 6 runs) and than 1.5 KB (1.006x). 2-row calls
  * gain less: on int8 they are bound as much by compute as by memory. */
 
 /* The register block's rows for TT input rows (VNNI_SHAPES). */
