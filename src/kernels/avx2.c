@@ -84,17 +84,17 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
                      int64_t ldx, float *y, int64_t ldy, int64_t ys, int64_t in) {             \
         if (R > 1) {                                                                           \
             switch (TT) {                                                                      \
-            case 1: mk_float(DT, 4, 1, w, stride, x, ldx, y, ldy, ys, in); break;                  \
-            case 2: mk_float(DT, 4, 2, w, stride, x, ldx, y, ldy, ys, in); break;                  \
-            case 3: mk_float(DT, 2, 3, w, stride, x, ldx, y, ldy, ys, in); break;                  \
-            default: mk_float(DT, 2, 4, w, stride, x, ldx, y, ldy, ys, in); break;                 \
+            case 1: mk_float(DT, 4, 1, w, stride, x, ldx, y, ldy, ys, in); break;              \
+            case 2: mk_float(DT, 4, 2, w, stride, x, ldx, y, ldy, ys, in); break;              \
+            case 3: mk_float(DT, 2, 3, w, stride, x, ldx, y, ldy, ys, in); break;              \
+            default: mk_float(DT, 2, 4, w, stride, x, ldx, y, ldy, ys, in); break;             \
             }                                                                                  \
         } else {                                                                               \
             switch (TT) {                                                                      \
-            case 1: mk_float(DT, 1, 1, w, stride, x, ldx, y, ldy, ys, in); break;                  \
-            case 2: mk_float(DT, 1, 2, w, stride, x, ldx, y, ldy, ys, in); break;                  \
-            case 3: mk_float(DT, 1, 3, w, stride, x, ldx, y, ldy, ys, in); break;                  \
-            default: mk_float(DT, 1, 4, w, stride, x, ldx, y, ldy, ys, in); break;                 \
+            case 1: mk_float(DT, 1, 1, w, stride, x, ldx, y, ldy, ys, in); break;              \
+            case 2: mk_float(DT, 1, 2, w, stride, x, ldx, y, ldy, ys, in); break;              \
+            case 3: mk_float(DT, 1, 3, w, stride, x, ldx, y, ldy, ys, in); break;              \
+            default: mk_float(DT, 1, 4, w, stride, x, ldx, y, ldy, ys, in); break;             \
             }                                                                                  \
         }                                                                                      \
     }
@@ -226,17 +226,17 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
                      int64_t ldy, int64_t ys) {                                                \
         if (R > 1) {                                                                           \
             switch (TT) {                                                                      \
-            case 1: mk_quant(BITS, 4, 1, a, x, ldx, y, ldy, ys); break;                            \
-            case 2: mk_quant(BITS, 4, 2, a, x, ldx, y, ldy, ys); break;                            \
-            case 3: mk_quant(BITS, 2, 3, a, x, ldx, y, ldy, ys); break;                            \
-            default: mk_quant(BITS, 2, 4, a, x, ldx, y, ldy, ys); break;                           \
+            case 1: mk_quant(BITS, 4, 1, a, x, ldx, y, ldy, ys); break;                        \
+            case 2: mk_quant(BITS, 4, 2, a, x, ldx, y, ldy, ys); break;                        \
+            case 3: mk_quant(BITS, 2, 3, a, x, ldx, y, ldy, ys); break;                        \
+            default: mk_quant(BITS, 2, 4, a, x, ldx, y, ldy, ys); break;                       \
             }                                                                                  \
         } else {                                                                               \
             switch (TT) {                                                                      \
-            case 1: mk_quant(BITS, 1, 1, a, x, ldx, y, ldy, ys); break;                            \
-            case 2: mk_quant(BITS, 1, 2, a, x, ldx, y, ldy, ys); break;                            \
-            case 3: mk_quant(BITS, 1, 3, a, x, ldx, y, ldy, ys); break;                            \
-            default: mk_quant(BITS, 1, 4, a, x, ldx, y, ldy, ys); break;                           \
+            case 1: mk_quant(BITS, 1, 1, a, x, ldx, y, ldy, ys); break;                        \
+            case 2: mk_quant(BITS, 1, 2, a, x, ldx, y, ldy, ys); break;                        \
+            case 3: mk_quant(BITS, 1, 3, a, x, ldx, y, ldy, ys); break;                        \
+            default: mk_quant(BITS, 1, 4, a, x, ldx, y, ldy, ys); break;                       \
             }                                                                                  \
         }                                                                                      \
     }
@@ -274,7 +274,7 @@ static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                    .in = in,
                    .group = W->group,
                    .lut = &lut};
-        if (T <= 4) { /* split streams (below): row o of each of R parts, then the rest */
+        if (T <= 4) { /* split streams, as for float weights below: row o of each of R parts, then the rest */
             const int R = RFULL(T);
             const int64_t q = (o1 - o0) / R;
             for (int64_t o = o0; o < o1; o = o == o0 + q - 1 ? o0 + R * q : o + 1) {
