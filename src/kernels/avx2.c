@@ -248,6 +248,13 @@ QUANT_KERNEL(kern_q5, 5)
 QUANT_KERNEL(kern_q6, 6)
 QUANT_KERNEL(kern_q8, 8)
 
+/* b's first row: row o of W (a: the call's row geometry). */
+static inline void qargs_at(qargs *b, const nx_linear *W, const qargs *a, int64_t o) {
+    b->w = (const uint8_t *)W->w + (size_t)o * a->wstride;
+    b->sc = (const uint8_t *)W->scales + (size_t)o * a->sstride;
+    b->bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a->sstride : NULL;
+}
+
 /* ------------------------------------------------------------------ blocking driver */
 
 static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T,
@@ -277,14 +284,16 @@ static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
         if (T <= 4) { /* split streams, as for float weights below: row o of each of R parts, then the rest */
             const int R = RFULL(T);
             const int64_t q = (o1 - o0) / R;
-            for (int64_t o = o0; o < o1; o = o == o0 + q - 1 ? o0 + R * q : o + 1) {
-                const int split = o < o0 + q;
-                qargs b = a;
-                b.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
-                b.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
-                b.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
-                if (split) b.wstride *= (size_t)q, b.sstride *= (size_t)q;
-                kern(split ? R : 1, (int)T, &b, x, ldx, y + o, ldy, q);
+            qargs b = a;
+            b.wstride *= (size_t)q;
+            b.sstride *= (size_t)q;
+            for (int64_t o = o0; o < o0 + q; o++) {
+                qargs_at(&b, W, &a, o);
+                kern(R, (int)T, &b, x, ldx, y + o, ldy, q);
+            }
+            for (int64_t o = o0 + R * q; o < o1; o++) {
+                qargs_at(&a, W, &a, o);
+                kern(1, (int)T, &a, x, ldx, y + o, ldy, 1);
             }
             return 1;
         }
@@ -295,9 +304,7 @@ static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                 int tt = T - t < 4 ? (int)(T - t) : 4;
                 for (int64_t o = b0; o < b1;) {
                     int R = o + RFULL(tt) <= b1 ? RFULL(tt) : 1;
-                    a.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
-                    a.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
-                    a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
+                    qargs_at(&a, W, &a, o);
                     kern(R, tt, &a, x + t * ldx, ldx, y + t * ldy + o, ldy, 1);
                     o += R;
                 }

@@ -105,11 +105,13 @@ AI void mk_float_rows(const nx_dtype dt, const int R, const int TT, const uint8_
     }
 }
 
-/* n rows for TT input rows: blocks of 4 rows, then the remaining rows one at a time. */
+/* n rows for TT input rows: blocks of FLOAT_R rows, then the remaining rows one at a time. */
+#define FLOAT_R 4
 #define FLOAT_SHAPE(DT, T_)                                                                    \
     do {                                                                                       \
-        mk_float_rows(DT, 4, T_, w, stride, x, ldx, y, ldy, in, 0, n - n % 4, pw, split);      \
-        mk_float_rows(DT, 1, T_, w, stride, x, ldx, y, ldy, in, n - n % 4, n, pw, 0);          \
+        mk_float_rows(DT, FLOAT_R, T_, w, stride, x, ldx, y, ldy, in, 0, n - n % FLOAT_R, pw,  \
+                      split);                                                                  \
+        mk_float_rows(DT, 1, T_, w, stride, x, ldx, y, ldy, in, n - n % FLOAT_R, n, pw, 0);    \
     } while (0)
 #define FLOAT_KERNEL(NAME, DT)                                                                 \
     static void NAME(int TT, const uint8_t *w, size_t stride, const float *x, int64_t ldx,     \
@@ -452,7 +454,7 @@ static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, i
     /* decode and verify (one pass of every input row) read split streams (avx512_vnni.c) */
     const int split = T <= 4;
     qpf_window sw = pw;
-    if (split) qpf_split_next(&sw, next, 4);
+    if (split) qpf_split_next(&sw, next, FLOAT_R);
     int64_t ob = split ? o1 - o0 : nx_rows_per_block(stride);
     for (int64_t b0 = o0; b0 < o1; b0 += ob) {
         int64_t b1 = b0 + ob < o1 ? b0 + ob : o1;

@@ -47,12 +47,13 @@ typedef struct vargs {
     qpf_window pf; /* where the weight prefetches may go */
     spf_stream spf; /* and the scale and bias prefetches */
     int split;      /* register blocks take their rows from R parts (split streams, below) */
-    /* split: the scale rows of the rows the thread multiplies next (nsc NULL: none), nsrow
-     * bytes a row, its parts nq rows long, and its biases at nsc + nbi_delta (0: none) */
+    const nx_rows *next; /* the rows the thread multiplies next (NULL: none) */
+    /* split: the scale rows of next (nsc NULL: none), nsrow bytes a row, its parts nq rows long,
+     * and its hints' bias offset and end (nspf; ahead 0) */
     const uint8_t *nsc;
     size_t nsrow;
     int64_t nq;
-    ptrdiff_t nbi_delta;
+    spf_stream nspf;
 } vargs;
 
 /* Split streams. A register block multiplies R weight rows at once. Taken as R consecutive rows,
@@ -73,9 +74,6 @@ typedef struct vargs {
  * 1.026x, bench/ab_steps.py, 6 runs) and than 1.5 KB (1.006x). 2-row calls
  * gain less: on int8 they are bound as much by compute as by memory. */
 
-/* The register block's rows for TT input rows (VNNI_SHAPES). */
-static int block_rows(int64_t TT) { return TT <= 2 ? 4 : TT == 3 ? 3 : 2; }
-
 
 /* The scale (and bias) lines that begin within bytes [sc + ahead, sc + ahead + len): within one
  * part, consecutive rows hint each line once. */
@@ -94,12 +92,28 @@ AI void spf_hint_from(const spf_stream *s, const uint8_t *sc, size_t len) {
 AI void spf_hint_next(const vargs *a, int R, int64_t h) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        const uintptr_t b = (uintptr_t)a->nsc + (size_t)(r * a->nq + h) * a->nsrow, e = b + a->nsrow;
-        for (uintptr_t p = h ? (b + 63) & ~(uintptr_t)63 : b & ~(uintptr_t)63; p < e; p += 64) {
-            _mm_prefetch((const char *)p, SPF_HINT);
-            if (a->nbi_delta) _mm_prefetch((const char *)(p + (uintptr_t)a->nbi_delta), SPF_HINT);
-        }
+        const uint8_t *sc = a->nsc + (size_t)(r * a->nq + h) * a->nsrow;
+        const size_t lead = h ? 0 : (uintptr_t)sc & 63;
+        spf_hint_from(&a->nspf, sc - lead, a->nsrow + lead);
     }
+}
+
+/* A split call's window past its first part (qpf_split_next: the first part of the next rows,
+ * R parts apart as that call splits them, R being its register block for the same input rows),
+ * and where the next rows' scales are, for the scale hints to run on into as each part nears its
+ * end (model decode 1.012x against hinting them as this call starts, all 6 runs of
+ * bench/ab_steps.py 1.011-1.021x: by the time they are read they had left L1). */
+AI void split_next(vargs *b, int R) {
+    const nx_rows *next = b->next;
+    const int64_t q = qpf_split_next(&b->pf, next, R);
+    if (q == 0 || next->W->dtype != NX_DTYPE_U32) return;
+    const nx_linear *N = next->W;
+    b->nsrow = (size_t)(N->in / N->group) * nx_dtype_size(N->sdtype);
+    b->nsc = (const uint8_t *)N->scales + (size_t)next->r0 * b->nsrow;
+    b->nq = q;
+    b->nspf = (spf_stream){.ahead = 0,
+                           .lim = (uintptr_t)N->scales + (size_t)N->out * b->nsrow,
+                           .bi_delta = N->biases ? (ptrdiff_t)((uintptr_t)N->biases - (uintptr_t)N->scales) : 0};
 }
 
 /* 32 elements (within one group) rounded to int16 at scale 1/inv, in natural order. */
@@ -539,6 +553,7 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
         b.pf.end = (uintptr_t)(a->w + (size_t)(r0 + q) * a->wstride); /* where part 1 begins */
         const int64_t ahead = (int64_t)((QPF_SPLIT + a->wstride - 1) / a->wstride); /* rows */
         b.spf.ahead = (size_t)ahead * a->sstride;
+        split_next(&b, R);
         for (int64_t o = r0; o < r0 + q; o++) {
             b.w = a->w + (size_t)o * a->wstride;
             b.sc = a->sc + (size_t)o * a->sstride;
@@ -547,8 +562,8 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
             if (h < q) {
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++) spf_hint_from(&b.spf, b.sc + r * b.sstride, a->sstride);
-            } else if (a->nsc && h - q < a->nq) {
-                spf_hint_next(a, R, h - q);
+            } else if (b.nsc && h - q < b.nq) {
+                spf_hint_next(&b, R, h - q);
             }
             nx_side_hint(side, R);
             mk_block(KIND, BITS, GPU, NB, R, TT, &b, xq, ldq, d, X, ldg, y + o, ldy, q);
@@ -684,21 +699,6 @@ typedef struct qcache {
 } qcache;
 static _Thread_local qcache qc;
 
-/* A split call's prefetch window past its first part: the first part of the rows the thread
- * multiplies next, R parts apart as that call splits them (R: its register block, the same
- * input rows); and where that call's scale rows are, for the scale hints to run on into as
- * each part nears its end (model decode 1.012x against hinting them as this call starts, all 6
- * runs of bench/ab_steps.py 1.011-1.021x: by the time they are read they had left L1). */
-static void split_next(vargs *a, const nx_rows *next, int R) {
-    if (!next) return;
-    const nx_linear *N = next->W;
-    const int64_t q = qpf_split_next(&a->pf, next, R);
-    if (N->dtype != NX_DTYPE_U32 || q == 0) return;
-    a->nsrow = (size_t)(N->in / N->group) * nx_dtype_size(N->sdtype);
-    a->nsc = (const uint8_t *)N->scales + (size_t)next->r0 * a->nsrow;
-    a->nq = q;
-    a->nbi_delta = N->biases ? (ptrdiff_t)((uintptr_t)N->biases - (uintptr_t)N->scales) : 0;
-}
 
 
 static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
@@ -712,7 +712,8 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                .sdt = W->sdtype,
                .in = in,
                .group = W->group,
-               .pf = qpf_window_of(W, o1, next)};
+               .pf = qpf_window_of(W, o1, next),
+               .next = next};
     a.spf = spf_stream_of(W, a.wstride, a.sstride);
     /* 3/5/6-bit (VBMI build): the lane tables of the activation width in use */
     const int odd = W->bits == 3 || W->bits == 5 || W->bits == 6;
@@ -758,8 +759,7 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     const int cached = T * in <= QC_FLOATS && T * ngroups <= QC_GROUPS;
     /* split streams where the input rows go through the weights in one pass */
     a.split = T <= 4 && (cached || tc >= T);
-    if (a.split) split_next(&a, next, block_rows(T));
-    else qpf_next_scales(next);
+    if (!a.split) qpf_next_scales(next); /* split calls hint them as their parts end (mk_int) */
     const int64_t ob = a.split ? o1 - o0 : nx_rows_per_block(a.wstride);
     if (cached) {
         qcache *q = &qc;
