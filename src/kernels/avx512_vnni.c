@@ -131,7 +131,7 @@ AI __m512i q32(const float *x, __m512 iv) {
  * - XL_EVENODD, blocks of 64 as elements 0,2,…,62 then 1,3,…,63: 8-bit (low and high byte of
  *   32 words) and the remaining 4-bit cases (low and high nibble of 32 bytes widened to words);
  * - XL_NATURAL: 3, 5 and 6 bits (each field pulled into its word by vpermb). */
-enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_NATURAL, XL8_EVENODD, XL8_STRIDE4, XL8_PARTS };
+enum { XL_NATURAL, XL_EVENODD, XL_STRIDE4, XL8_NATURAL, XL8_EVENODD, XL8_STRIDE4, XL8_PARTS, XL8_PARTS4 };
 
 /* 4-bit weights go by 128-element blocks when a block never straddles a group boundary
  * except at its middle (64-element groups, paired) and the row is whole blocks. */
@@ -143,13 +143,24 @@ static int q4_by128(int64_t in, int64_t group) { return in % 128 == 0 && (group 
  * group per 128-bit lane, so one float epilogue per weight row and input row serves four groups
  * (one per 64-element block otherwise). 512x1024 on one core (Zen 5): in cache 5.9 -> 4.7 us at
  * 1 row, 8.5 -> 6.9 at 2, 16.1 -> 11.7 at 4; streaming from memory 27 -> 27-29 GB/s at 1 row,
- * 20 -> 23 at 2. Tried and dropped: the same for 4-bit (two 64-byte loads and a lane shuffle per
- * row and block: 8% faster in cache, but 9% slower streaming on one core and 0.69 against 0.82
- * of the paired bandwidth reading in model decode) and for 5/6-bit by two groups (5% slower
- * streaming at 1 row, even at 2). */
+ * 20 -> 23 at 2. Tried and dropped: the same for 5/6-bit by two groups (5% slower streaming at
+ * 1 row, even at 2). */
 static int q3_by256(int bits, int64_t in, int64_t group) {
     return NX_VNNI_VBMI && bits == 3 && group == 64 && in % 256 == 0;
 }
+
+/* 4-bit weights of 64-element groups on int8 go the same way (K_A8Q) when the row is whole
+ * 256-element blocks: the block's 128 packed bytes are two 64-byte loads, one lane shuffle each
+ * way gathers bytes 0-15 of every group into one vector and bytes 16-31 into the other, and
+ * their low and high nibbles are the four weight vectors, so one float epilogue (scale spread,
+ * convert, multiply-add) per weight row and input row serves four groups instead of two: the
+ * epilogue, not the multiplies, bounds a call of 2 or more input rows. Measured on the Zen 5 VM
+ * (4-bit bench model): the dense parts' 2-row verify against a 1-row step 1.38-1.44x -> 1.23-1.30x
+ * (`nextn bench`, three runs each, alternating); 1-row decode per step 1.020x (bench/ab_steps.py,
+ * 6 runs, 0.99-1.06x); 1024x1024 in cache on one core 1.12x at 1 row, 1.13x at 2, 1.03x at 4.
+ * Before split streams the same layout had read 9% slower from memory on one core, and was
+ * dropped then. */
+static int q4_by256(int bits, int64_t in, int64_t group) { return bits == 4 && group == 64 && in % 256 == 0; }
 
 /* 2-bit weights on int8 go by 256-element blocks (64 packed bytes): a block holds 4 groups of
  * 64 (4 int32 lanes each), 2 of 128 (8 lanes each) or a part of one larger group. */
@@ -158,10 +169,15 @@ static int q2_by256(int64_t in, int64_t group) {
 }
 
 /* With 8-bit activations (int8 bytes, vpdpbusd: 64 multiply-adds per instruction):
- * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128), elements 0,2,…,126 then
+ * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128, where q4_by256 does not take
+ *   them), elements 0,2,…,126 then
  *   1,3,…,127 (low and high nibbles of 64 packed bytes);
  * - XL8_PARTS: 3-bit weights by blocks of 4 groups of 64 (q3_by256): vector j of the block
  *   holds elements 16j..16j+15 of each group, group q in bytes 16q.., in natural order;
+ * - XL8_PARTS4: 4-bit weights by blocks of 4 groups of 64 (q4_by256): group q in bytes 16q.. of
+ *   every vector, vectors 0 and 1 holding its elements 0,2,…,30 and 1,3,…,31, vectors 2 and 3
+ *   elements 32,34,…,62 and 33,35,…,63 (the low and high nibbles of its packed bytes 0-15, then
+ *   16-31);
  * - XL8_STRIDE4: 2-bit weights by 256-element blocks (q2_by256), elements 4k+j for j = 0..3 in
  *   turn, k = 0..63 (the four 2-bit fields of 64 packed bytes);
  * - XL8_NATURAL: 3-, 5- and 6-bit weights (VBMI build) by 64-element blocks in natural order
@@ -176,6 +192,7 @@ static int act8_takes(int bits, int64_t in, int64_t group) {
 
 static int x_layout(int act, int bits, int64_t in, int64_t group) {
     if (act == 8 && q3_by256(bits, in, group)) return XL8_PARTS;
+    if (act == 8 && q4_by256(bits, in, group)) return XL8_PARTS4;
     if (act == 8) return bits == 2 ? XL8_STRIDE4 : bits == 4 ? XL8_EVENODD : XL8_NATURAL;
     if (bits == 2 || (bits == 4 && q4_by128(in, group))) return XL_STRIDE4;
     return bits == 4 || bits == 8 ? XL_EVENODD : XL_NATURAL;
@@ -263,14 +280,24 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
         }
     }
     const int lay = x_layout(act, bits, in, group);
-    const int64_t blk = lay == XL8_STRIDE4 || lay == XL8_PARTS ? 256 : lay == XL_STRIDE4 || lay == XL8_EVENODD ? 128 : 64;
+    const int64_t blk = lay == XL8_STRIDE4 || lay == XL8_PARTS || lay == XL8_PARTS4 ? 256 : lay == XL_STRIDE4 || lay == XL8_EVENODD ? 128 : 64;
     for (int64_t b0 = 0; b0 < in; b0 += blk) {
         __m512i n[8];
         for (int c = 0; c < (int)(blk / 32); c++)
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
         int16_t *q = (int16_t *)xqv + b0;
         int8_t *q8 = (int8_t *)xqv + b0;
-        if (lay == XL8_PARTS) { /* 32 elements c: group c/2, vectors 2·(c%2) and the next */
+        if (lay == XL8_PARTS4) { /* group g: evens, then odds, of its two 32-element halves */
+            const __m512i e = _mm512_loadu_si512(ev), o = _mm512_loadu_si512(od);
+            for (int g = 0; g < 4; g++) {
+                const __m256i E = _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2 * g], e, n[2 * g + 1]));
+                const __m256i O = _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2 * g], o, n[2 * g + 1]));
+                _mm_storeu_si128((__m128i *)(q8 + 16 * g), _mm256_castsi256_si128(E));
+                _mm_storeu_si128((__m128i *)(q8 + 64 + 16 * g), _mm256_castsi256_si128(O));
+                _mm_storeu_si128((__m128i *)(q8 + 128 + 16 * g), _mm256_extracti128_si256(E, 1));
+                _mm_storeu_si128((__m128i *)(q8 + 192 + 16 * g), _mm256_extracti128_si256(O, 1));
+            }
+        } else if (lay == XL8_PARTS) { /* 32 elements c: group c/2, vectors 2·(c%2) and the next */
             for (int c = 0; c < 8; c++) {
                 const __m256i b = _mm512_cvtepi16_epi8(n[c]);
                 _mm_storeu_si128((__m128i *)(q8 + 64 * (2 * (c & 1)) + 16 * (c >> 1)), _mm256_castsi256_si128(b));
@@ -397,10 +424,11 @@ AI void scale_in(const int GPU, const int R, const int TT, __m512i is[4][4], flo
  *   instruction) against the fields of 64 packed bytes: 4-bit, 128-element blocks as low and
  *   high nibbles; 2-bit, 256-element blocks as four 2-bit fields; 3/5/6-bit (VBMI), 64-element
  *   blocks of 8·BITS bytes, each element pulled into its own byte;
- * - K_A8Q: int8 inputs against 3-bit weights of 64-element groups by 256-element blocks, each
- *   group in its own lane quarter of every weight vector, one epilogue per block (VBMI: one
- *   vpermt2b per weight vector from the block's 96 packed bytes, then vpmultishiftqb as K_A8,
- *   XL8_PARTS). */
+ * - K_A8Q: int8 inputs against 3- or 4-bit weights of 64-element groups by 256-element blocks,
+ *   each group in its own lane quarter of every weight vector, one epilogue per block (3-bit,
+ *   VBMI: one vpermt2b per weight vector from the block's 96 packed bytes, then vpmultishiftqb
+ *   as K_A8, XL8_PARTS; 4-bit: two lane shuffles of the block's 128 bytes, then nibbles,
+ *   XL8_PARTS4). */
 enum { K_W16, K_S4, K_A8, K_A8Q };
 
 /* The packed bytes per row one block of block_products reads. */
@@ -433,7 +461,16 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
         const uint8_t *pr = p + r * a->wstride;
         _mm_prefetch((const char *)(pf + (size_t)r * prs), QPF_HINT);
         __m512i w[4];
-        if (KIND == K_A8Q) {
+        if (KIND == K_A8Q && BITS == 4) { /* bytes 0-15, then 16-31, of each group */
+            _mm_prefetch((const char *)(pf + (size_t)r * prs + 64), QPF_HINT);
+            const __m512i A = _mm512_loadu_si512(pr), B = _mm512_loadu_si512(pr + 64), m4 = _mm512_set1_epi8(0x0f);
+            const __m512i lo = _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(2, 0, 2, 0));
+            const __m512i hi = _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 1, 3, 1));
+            w[0] = _mm512_and_si512(lo, m4);
+            w[1] = byte_field(lo, 2, 4);
+            w[2] = _mm512_and_si512(hi, m4);
+            w[3] = byte_field(hi, 2, 4);
+        } else if (KIND == K_A8Q) {
             _mm_prefetch((const char *)(pf + (size_t)r * prs + 64), QPF_HINT);
 #if NX_VNNI_VBMI
             const __m512i A = _mm512_loadu_si512(pr), mb = _mm512_set1_epi8((char)((1 << BITS) - 1));
@@ -649,7 +686,8 @@ static void kern_v2a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t
 
 static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
                       int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
+    if (q4_by256(4, a->in, a->group)) VNNI_SHAPES(mk_int, K_A8Q, 4, 4, 0);
+    else if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
     else VNNI_SHAPES(mk_int, K_A8, 4, 1, 0);
 }
 
