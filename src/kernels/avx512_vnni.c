@@ -170,8 +170,7 @@ static int q2_by256(int64_t in, int64_t group) {
 
 /* With 8-bit activations (int8 bytes, vpdpbusd: 64 multiply-adds per instruction):
  * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128, where q4_by256 does not take
- *   them), elements 0,2,…,126 then
- *   1,3,…,127 (low and high nibbles of 64 packed bytes);
+ *   them), elements 0,2,…,126 then 1,3,…,127 (low and high nibbles of 64 packed bytes);
  * - XL8_PARTS: 3-bit weights by blocks of 4 groups of 64 (q3_by256): vector j of the block
  *   holds elements 16j..16j+15 of each group, group q in bytes 16q.., in natural order;
  * - XL8_PARTS4: 4-bit weights by blocks of 4 groups of 64 (q4_by256): group q in bytes 16q.. of
@@ -460,9 +459,9 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
     for (int r = 0; r < R; r++) {
         const uint8_t *pr = p + r * a->wstride;
         _mm_prefetch((const char *)(pf + (size_t)r * prs), QPF_HINT);
+        if (KIND == K_A8Q) _mm_prefetch((const char *)(pf + (size_t)r * prs + 64), QPF_HINT); /* 2 lines */
         __m512i w[4];
         if (KIND == K_A8Q && BITS == 4) { /* bytes 0-15, then 16-31, of each group */
-            _mm_prefetch((const char *)(pf + (size_t)r * prs + 64), QPF_HINT);
             const __m512i A = _mm512_loadu_si512(pr), B = _mm512_loadu_si512(pr + 64), m4 = _mm512_set1_epi8(0x0f);
             const __m512i lo = _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(2, 0, 2, 0));
             const __m512i hi = _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 1, 3, 1));
@@ -471,7 +470,6 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
             w[2] = _mm512_and_si512(hi, m4);
             w[3] = byte_field(hi, 2, 4);
         } else if (KIND == K_A8Q) {
-            _mm_prefetch((const char *)(pf + (size_t)r * prs + 64), QPF_HINT);
 #if NX_VNNI_VBMI
             const __m512i A = _mm512_loadu_si512(pr), mb = _mm512_set1_epi8((char)((1 << BITS) - 1));
             const __m512i B = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (32 * BITS - 64)) - 1u), pr + 64);
