@@ -159,8 +159,14 @@ static int q3_by256(int bits, int64_t in, int64_t group) {
  * (`nextn bench`, three runs each, alternating); 1-row decode per step 1.020x (bench/ab_steps.py,
  * 6 runs, 0.99-1.06x); 1024x1024 in cache on one core 1.12x at 1 row, 1.13x at 2, 1.03x at 4.
  * Before split streams the same layout had read 9% slower from memory on one core, and was
- * dropped then. */
-static int q4_by256(int bits, int64_t in, int64_t group) { return bits == 4 && group == 64 && in % 256 == 0; }
+ * dropped then. Groups of 128 go by the same blocks two groups at a time (the first half of each
+ * group's 64 bytes in one vector, the second half in the other; one epilogue per two groups
+ * where it was one per group): 1024x1024 in cache on one core 1.39x at 1 row, 1.12x at 2, 1.19x
+ * at 4 (three alternating runs); 65536x1024 from memory on two threads 1.04-1.15x at 1 row,
+ * 1.03-1.08x at 2, 1.13-1.16x at 4. */
+static int q4_by256(int bits, int64_t in, int64_t group) {
+    return bits == 4 && (group == 64 || group == 128) && in % 256 == 0;
+}
 
 /* 2-bit weights on int8 go by 256-element blocks (64 packed bytes): a block holds 4 groups of
  * 64 (4 int32 lanes each), 2 of 128 (8 lanes each) or a part of one larger group. */
@@ -173,10 +179,10 @@ static int q2_by256(int64_t in, int64_t group) {
  *   them), elements 0,2,…,126 then 1,3,…,127 (low and high nibbles of 64 packed bytes);
  * - XL8_PARTS: 3-bit weights by blocks of 4 groups of 64 (q3_by256): vector j of the block
  *   holds elements 16j..16j+15 of each group, group q in bytes 16q.., in natural order;
- * - XL8_PARTS4: 4-bit weights by blocks of 4 groups of 64 (q4_by256): group q in bytes 16q.. of
- *   every vector, vectors 0 and 1 holding its elements 0,2,…,30 and 1,3,…,31, vectors 2 and 3
- *   elements 32,34,…,62 and 33,35,…,63 (the low and high nibbles of its packed bytes 0-15, then
- *   16-31);
+ * - XL8_PARTS4: 4-bit weights by 256-element blocks of groups of 64 or 128 (q4_by256): group q
+ *   of the block in bytes 16q.. (64) or 32q.. (128) of every vector, vectors 0 and 1 holding the
+ *   even and the odd elements of its first half, vectors 2 and 3 of its second (the low and
+ *   high nibbles of the first and the second half of its packed bytes);
  * - XL8_STRIDE4: 2-bit weights by 256-element blocks (q2_by256), elements 4k+j for j = 0..3 in
  *   turn, k = 0..63 (the four 2-bit fields of 64 packed bytes);
  * - XL8_NATURAL: 3-, 5- and 6-bit weights (VBMI build) by 64-element blocks in natural order
@@ -286,15 +292,20 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
         int16_t *q = (int16_t *)xqv + b0;
         int8_t *q8 = (int8_t *)xqv + b0;
-        if (lay == XL8_PARTS4) { /* group g: evens, then odds, of its two 32-element halves */
+        if (lay == XL8_PARTS4) { /* 64 elements p: evens and odds, in the halves of their group */
             const __m512i e = _mm512_loadu_si512(ev), o = _mm512_loadu_si512(od);
-            for (int g = 0; g < 4; g++) {
-                const __m256i E = _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2 * g], e, n[2 * g + 1]));
-                const __m256i O = _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2 * g], o, n[2 * g + 1]));
-                _mm_storeu_si128((__m128i *)(q8 + 16 * g), _mm256_castsi256_si128(E));
-                _mm_storeu_si128((__m128i *)(q8 + 64 + 16 * g), _mm256_castsi256_si128(O));
-                _mm_storeu_si128((__m128i *)(q8 + 128 + 16 * g), _mm256_extracti128_si256(E, 1));
-                _mm_storeu_si128((__m128i *)(q8 + 192 + 16 * g), _mm256_extracti128_si256(O, 1));
+            for (int p = 0; p < 4; p++) {
+                const __m256i E = _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2 * p], e, n[2 * p + 1]));
+                const __m256i O = _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2 * p], o, n[2 * p + 1]));
+                if (group == 64) { /* group p: its first 32 elements to vectors 0/1, the rest to 2/3 */
+                    _mm_storeu_si128((__m128i *)(q8 + 16 * p), _mm256_castsi256_si128(E));
+                    _mm_storeu_si128((__m128i *)(q8 + 64 + 16 * p), _mm256_castsi256_si128(O));
+                    _mm_storeu_si128((__m128i *)(q8 + 128 + 16 * p), _mm256_extracti128_si256(E, 1));
+                    _mm_storeu_si128((__m128i *)(q8 + 192 + 16 * p), _mm256_extracti128_si256(O, 1));
+                } else { /* half p % 2 of group p / 2 */
+                    _mm256_storeu_si256((__m256i *)(q8 + 128 * (p & 1) + 32 * (p >> 1)), E);
+                    _mm256_storeu_si256((__m256i *)(q8 + 128 * (p & 1) + 64 + 32 * (p >> 1)), O);
+                }
             }
         } else if (lay == XL8_PARTS) { /* 32 elements c: group c/2, vectors 2·(c%2) and the next */
             for (int c = 0; c < 8; c++) {
@@ -424,7 +435,8 @@ AI void scale_in(const int GPU, const int R, const int TT, __m512i is[4][4], flo
  *   high nibbles; 2-bit, 256-element blocks as four 2-bit fields; 3/5/6-bit (VBMI), 64-element
  *   blocks of 8·BITS bytes, each element pulled into its own byte;
  * - K_A8Q: int8 inputs against 3- or 4-bit weights of 64-element groups by 256-element blocks,
- *   each group in its own lane quarter of every weight vector, one epilogue per block (3-bit,
+ *   each group in its own lane quarter of every weight vector (4-bit groups of 128: a lane half),
+ *   one epilogue per block (3-bit,
  *   VBMI: one vpermt2b per weight vector from the block's 96 packed bytes, then vpmultishiftqb
  *   as K_A8, XL8_PARTS; 4-bit: two lane shuffles of the block's 128 bytes, then nibbles,
  *   XL8_PARTS4). */
@@ -439,7 +451,7 @@ AI size_t block_step(const int KIND, const int BITS) {
 
 /* Adds one block's products (elements e0.. of R weight rows, TT input rows) into the exact
  * int32 lane sums is[r][t]; ps is the register block's prefetch stream. */
-AI void block_products(const int KIND, const int BITS, const int R, const int TT, const vargs *a,
+AI void block_products(const int KIND, const int BITS, const int GPU, const int R, const int TT, const vargs *a,
                        const qpf_stream *ps, const void *xq, int64_t ldq, int64_t e0, __m512i is[4][4]) {
     const int ODD = BITS == 3 || BITS == 5 || BITS == 6;
     /* weight (and input) vectors per block */
@@ -461,10 +473,12 @@ AI void block_products(const int KIND, const int BITS, const int R, const int TT
         _mm_prefetch((const char *)(pf + (size_t)r * prs), QPF_HINT);
         if (KIND == K_A8Q) _mm_prefetch((const char *)(pf + (size_t)r * prs + 64), QPF_HINT); /* 2 lines */
         __m512i w[4];
-        if (KIND == K_A8Q && BITS == 4) { /* bytes 0-15, then 16-31, of each group */
+        if (KIND == K_A8Q && BITS == 4) { /* the first half of each group's bytes, then the second */
             const __m512i A = _mm512_loadu_si512(pr), B = _mm512_loadu_si512(pr + 64), m4 = _mm512_set1_epi8(0x0f);
-            const __m512i lo = _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(2, 0, 2, 0));
-            const __m512i hi = _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 1, 3, 1));
+            const __m512i lo = GPU == 4 ? _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(2, 0, 2, 0))
+                                        : _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(1, 0, 1, 0));
+            const __m512i hi = GPU == 4 ? _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 1, 3, 1))
+                                        : _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 2, 3, 2));
             w[0] = _mm512_and_si512(lo, m4);
             w[1] = byte_field(lo, 2, 4);
             w[2] = _mm512_and_si512(hi, m4);
@@ -567,7 +581,7 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512();
             for (int64_t k = 0; k < nblk; k++)
-                block_products(KIND, BITS, R, TT, a, &ps, xq, ldq, (g0 + gi) * a->group + k * blk, is);
+                block_products(KIND, BITS, GPU, R, TT, a, &ps, xq, ldq, (g0 + gi) * a->group + k * blk, is);
             scale_in(GPU, R, TT, is, sd, gi, lanes, acc);
         }
     }
@@ -684,7 +698,8 @@ static void kern_v2a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t
 
 static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
                       int64_t ldg, float *y, int64_t ldy) {
-    if (q4_by256(4, a->in, a->group)) VNNI_SHAPES(mk_int, K_A8Q, 4, 4, 0);
+    if (q4_by256(4, a->in, a->group) && a->group == 64) VNNI_SHAPES(mk_int, K_A8Q, 4, 4, 0);
+    else if (q4_by256(4, a->in, a->group)) VNNI_SHAPES(mk_int, K_A8Q, 4, 2, 0);
     else if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
     else VNNI_SHAPES(mk_int, K_A8, 4, 1, 0);
 }

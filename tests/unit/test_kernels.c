@@ -765,6 +765,14 @@ static void test_matmul_quant_activations(void **state) {
             check_against_ref(&qb, T);
             tw_free(&qb);
         }
+    /* 4-bit groups of 128 on rows of whole 256-element blocks (on int8: two groups per block),
+     * every input-row count the kernels block for */
+    for (int64_t T = 1; T <= 5; T++) {
+        tw qb;
+        tw_make(&qb, NX_DTYPE_U32, 6 + T, 256 * (1 + T % 3), 4, 128, T % 2 ? NX_DTYPE_F16 : NX_DTYPE_BF16, (int)T % 4);
+        check_against_ref(&qb, T);
+        tw_free(&qb);
+    }
     const int64_t q2_in[2] = {64 * 8, 512 * 2}, q2_group[2] = {64, 512};
     for (int i = 0; i < 2; i++) {
         tw q2;
