@@ -698,9 +698,10 @@ static void kern_v2a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t
 
 static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
                       int64_t ldg, float *y, int64_t ldy) {
-    if (q4_by256(4, a->in, a->group) && a->group == 64) VNNI_SHAPES(mk_int, K_A8Q, 4, 4, 0);
-    else if (q4_by256(4, a->in, a->group)) VNNI_SHAPES(mk_int, K_A8Q, 4, 2, 0);
-    else if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
+    if (q4_by256(4, a->in, a->group)) {
+        if (a->group == 64) VNNI_SHAPES(mk_int, K_A8Q, 4, 4, 0);
+        else VNNI_SHAPES(mk_int, K_A8Q, 4, 2, 0); /* groups of 128 */
+    } else if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
     else VNNI_SHAPES(mk_int, K_A8, 4, 1, 0);
 }
 
