@@ -8,6 +8,7 @@ B=build
 NEXTN=$B/nextn
 BIG=${NEXTN_BIG_MODEL:-/tmp/nextn-bench-big}
 BIGQ4=${NEXTN_BIG_Q4_MODEL:-/tmp/nextn-bench-big36-q4}
+HY3Q4=${NEXTN_HY3_Q4_MODEL:-/tmp/nextn-bench-hy3shape-q4}
 N=${NEXTN_BENCH_TOKENS:-96}
 
 echo "== memory read bandwidth"
@@ -130,3 +131,20 @@ decode_vs_bw "4-bit" "$BIGQ4"
 echo "== memory-bound 4-bit model, int16 activations (--act-bits 16)"
 $NEXTN bench -m "$BIGQ4" -n 48 --modes ar,1 --synthetic-accept 0.8 --repeat 3 --act-bits 16
 decode_vs_bw "4-bit (--act-bits 16)" "$BIGQ4" --act-bits 16
+
+# A 4-bit model with Hy3's own layer shapes (hidden 4096, 64 query / 8 kv heads of 128, experts
+# of 1536, top-8 + a shared expert, a 13312-wide dense first layer; hy_v3.md §1), cut to 6
+# layers of 32 experts so it is ~3 GB (>= 2 GB packed): its matmul calls are as long as the real
+# model's (a thread's share of an expert matrix is ~1.7 MB where the 1024-wide model's is ~150
+# KB), so per-call and per-row costs weigh as they do there. Written 4-bit g64 directly, MTP
+# head 8-bit (~6 min, once).
+if [ ! -f "$HY3Q4/config.json" ]; then
+    echo "== generating the 4-bit Hy3-shaped model in $HY3Q4"
+    /usr/bin/python3 tests/ref/make_random_ckpt.py --preset big --hidden 4096 --heads 64 --kv-heads 8 --head-dim 128 \
+        --inter 13312 --experts 32 --topk 8 --expert-dim 1536 --layers 6 --layout mlx --quant 4:64 --mtp-quant 8:64 \
+        --mtp inline --shards 4 --seed 21 --out "$HY3Q4"
+fi
+drop_from_cache "$HY3Q4"
+$NEXTN inspect -m "$HY3Q4" | grep -E "weights|shape|parameters"
+echo "== 4-bit Hy3-shaped model: AR decode against the bandwidth"
+decode_vs_bw "4-bit Hy3-shaped" "$HY3Q4"

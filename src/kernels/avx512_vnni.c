@@ -100,13 +100,14 @@ AI void spf_hint_line(const spf_stream *s, const uint8_t *sc) {
 }
 
 /* Row h of each of the next call's R parts: hints for its scale (and bias) lines, the line it
- * begins in too when it is its part's first row. */
+ * begins in too when it is its part's first row (rows of at most a line: that line). */
 AI void spf_hint_next(const vargs *a, int R, int64_t h) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const uint8_t *sc = a->nsc + (size_t)(r * a->nq + h) * a->nsrow;
         const size_t lead = h ? 0 : (uintptr_t)sc & 63;
-        spf_hint_from(&a->nspf, sc - lead, a->nsrow + lead);
+        if (a->nsrow <= 64) spf_hint_line(&a->nspf, sc); /* nspf.ahead is 0: the row's first line */
+        else spf_hint_from(&a->nspf, sc - lead, a->nsrow + lead);
     }
 }
 
