@@ -105,9 +105,12 @@ AI void spf_hint_next(const vargs *a, int R, int64_t h) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const uint8_t *sc = a->nsc + (size_t)(r * a->nq + h) * a->nsrow;
-        const size_t lead = h ? 0 : (uintptr_t)sc & 63;
-        if (a->nsrow <= 64) spf_hint_line(&a->nspf, sc); /* nspf.ahead is 0: the row's first line */
-        else spf_hint_from(&a->nspf, sc - lead, a->nsrow + lead);
+        if (a->nsrow <= 64) { /* nspf.ahead is 0: the row's first line */
+            spf_hint_line(&a->nspf, sc);
+        } else {
+            const size_t lead = h ? 0 : (uintptr_t)sc & 63;
+            spf_hint_from(&a->nspf, sc - lead, a->nsrow + lead);
+        }
     }
 }
 
