@@ -71,7 +71,8 @@ typedef struct vargs {
  * -> 48-55 (fast phase); model decode per step, in one process alternating every step
  * (bench/ab_steps.py, 6 runs): 1.15x median (1.11-1.20; feed-forward 1.11-1.22x, attention
  * 1.05-1.16x, lm_head 1.18-1.44x). Per part, 2 KB ahead read faster than 3 KB (model decode
- * 1.026x, bench/ab_steps.py, 6 runs) and than 1.5 KB (1.006x). 2-row calls
+ * 1.026x, bench/ab_steps.py, 6 runs) and than 1.5 KB (1.006x); on the Hy3-shaped model, whose
+ * calls are ~10x longer, than 4 KB (1.114x, 5 runs) and 1.5 KB (1.019x). 2-row calls
  * gain less: on int8 they are bound as much by compute as by memory. */
 
 
