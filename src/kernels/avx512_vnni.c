@@ -100,18 +100,20 @@ AI void spf_hint_line(const spf_stream *s, const uint8_t *sc) {
     if (s->bi_delta) _mm_prefetch(p + s->bi_delta, SPF_HINT);
 }
 
+/* The scale (and bias) lines of one row of len bytes at sc (and lead bytes before it): its first
+ * line where the row fits one (spf_hint_line), else every line in range (spf_hint_from). */
+AI void spf_hint_row(const spf_stream *s, const uint8_t *sc, size_t len, size_t lead) {
+    if (len <= 64) spf_hint_line(s, sc);
+    else spf_hint_from(s, sc - lead, len + lead);
+}
+
 /* Row h of each of the next call's R parts: hints for its scale (and bias) lines, the line it
  * begins in too when it is its part's first row (rows of at most a line: that line). */
 AI void spf_hint_next(const vargs *a, int R, int64_t h) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        const uint8_t *sc = a->nsc + (size_t)(r * a->nq + h) * a->nsrow;
-        if (a->nsrow <= 64) { /* nspf.ahead is 0: the row's first line */
-            spf_hint_line(&a->nspf, sc);
-        } else {
-            const size_t lead = h ? 0 : (uintptr_t)sc & 63;
-            spf_hint_from(&a->nspf, sc - lead, a->nsrow + lead);
-        }
+        const uint8_t *sc = a->nsc + (size_t)(r * a->nq + h) * a->nsrow; /* nspf.ahead is 0 */
+        spf_hint_row(&a->nspf, sc, a->nsrow, h ? 0 : (uintptr_t)sc & 63);
     }
 }
 
@@ -625,12 +627,9 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
             b.sc = a->sc + (size_t)o * a->sstride;
             b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
             const int64_t h = o - r0 + ahead; /* the row of each part whose scales are hinted */
-            if (h < q && a->sstride <= 64) {
+            if (h < q) {
 #pragma GCC unroll 4
-                for (int r = 0; r < R; r++) spf_hint_line(&b.spf, b.sc + r * b.sstride);
-            } else if (h < q) {
-#pragma GCC unroll 4
-                for (int r = 0; r < R; r++) spf_hint_from(&b.spf, b.sc + r * b.sstride, a->sstride);
+                for (int r = 0; r < R; r++) spf_hint_row(&b.spf, b.sc + r * b.sstride, a->sstride, 0);
             } else if (b.nsc && h - q < b.nq) {
                 spf_hint_next(&b, R, h - q);
             }
