@@ -481,7 +481,9 @@ static int on_token(void *user, int32_t id, const float *probs) {
     const int part = nx_hy_split_token(&g->split, id, &marker);
     char *piece = NULL;
     size_t len = 0;
+    bool closes = marker != NULL; /* whether the calls may have grown (below) */
     if (nx_detok_push(g->detok, id, &piece, &len, NULL) == NX_OK && piece) {
+        closes = closes || memchr(piece, '>', len) != NULL;
         if (part == NX_HY_CONTENT) {
             bool stopped = false;
             nx_strbuf *dst = j->req.stream ? &g->released : &g->out->text;
@@ -496,7 +498,10 @@ static int on_token(void *user, int32_t id, const float *probs) {
     }
     free(piece);
     if (j->req.stream) stream_emit(g, NULL, NULL);
-    if (j->req.stream && part == NX_HY_TOOLS) stream_tool_progress(s, g);
+    /* A call's name or a key/value pair is complete only once a marker closes it (every marker
+     * ends in '>'; one spelled out in plain tokens too), so the held-back text is parsed again
+     * only then, not on every token of a long argument value. */
+    if (j->req.stream && part == NX_HY_TOOLS && closes) stream_tool_progress(s, g);
     return g->stopped_by_string ? 1 : 0;
 }
 
