@@ -145,15 +145,19 @@ void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, 
  * blocks and no two threads write the same cache line of y. */
 #define MATMUL_CHUNK 16
 
-/* The output rows of all tasks are cut into chunks and split across the threads, so several
- * small matmuls cost one pool wake-up instead of one each. */
+/* The output rows of all tasks are cut into chunks (the tasks' chunks numbered one after the
+ * other) and shared across the threads, so several small matmuls cost one pool wake-up instead
+ * of one each. */
 typedef struct matmul_job {
     const nx_matmul_task *t;
     int n;
-    long long chunks;
+    nx_pool *pool;
 } matmul_job;
 
 static int task_counts(const nx_matmul_task *t) { return t->T > 0 && t->W->out > 0; }
+static long long task_chunks(const nx_matmul_task *t) {
+    return task_counts(t) ? (t->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK : 0;
+}
 
 int nx_rows_of_units(const nx_linear *W, int64_t unit, long long base, long long b, long long e, nx_rows *r) {
     const long long nc = (W->out + unit - 1) / unit;
@@ -163,40 +167,96 @@ int nx_rows_of_units(const nx_linear *W, int64_t unit, long long base, long long
     return lo < hi;
 }
 
-static void matmul_worker(void *arg, int ith, int nth) {
-    const matmul_job *j = arg;
-    long long b, e, base = 0;
-    nx_pool_split(j->chunks, ith, nth, &b, &e);
-    for (int i = 0; i < j->n && base < e; i++) {
-        const nx_matmul_task *t = &j->t[i];
-        if (!task_counts(t)) continue; /* as nx_matmul_many counts the chunks */
-        const long long nc = (t->W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
+/* The rows of the first of tasks t[0..n) (their chunks numbered from base) with chunks in
+ * [b, e): 0 if none. */
+static int tasks_rows_at(const nx_matmul_task *t, int n, long long base, long long b, long long e, nx_rows *r) {
+    for (int i = 0; i < n && base < e; i++) {
+        if (task_counts(&t[i]) && nx_rows_of_units(t[i].W, MATMUL_CHUNK, base, b, e, r)) return 1;
+        base += task_chunks(&t[i]);
+    }
+    return 0;
+}
+
+/* Chunks [b, e) of the tasks, each call naming the rows read next: the next task's chunks in
+ * range, or after (NULL: none) past the range's end. */
+static void tasks_run(const nx_matmul_task *t, int n, long long b, long long e, const nx_rows *after) {
+    long long base = 0;
+    for (int i = 0; i < n && base < e; i++) {
+        const nx_matmul_task *ti = &t[i];
+        const long long nc = task_chunks(ti);
         nx_rows r, nr;
-        if (nx_rows_of_units(t->W, MATMUL_CHUNK, base, b, e, &r)) {
-            const int has_next = i + 1 < j->n && task_counts(&j->t[i + 1]) &&
-                                 nx_rows_of_units(j->t[i + 1].W, MATMUL_CHUNK, base + nc, b, e, &nr);
-            nx_matmul_rows_then(t->W, t->x, t->ldx, t->T, t->y, t->ldy, r.r0, r.r1, has_next ? &nr : NULL);
+        if (nc && nx_rows_of_units(ti->W, MATMUL_CHUNK, base, b, e, &r)) {
+            const nx_rows *next = tasks_rows_at(t + i + 1, n - i - 1, base + nc, b, e, &nr) ? &nr
+                                  : base + nc >= e                                          ? after
+                                                                                           : NULL;
+            nx_matmul_rows_then(ti->W, ti->x, ti->ldx, ti->T, ti->y, ti->ldy, r.r0, r.r1, next);
         }
         base += nc;
     }
 }
 
+/* The tasks' chunks as pool shares for nth threads (nx_pool_share_reset's result). */
+static int matmul_share_reset(const nx_matmul_task *t, int n, nx_pool *pool, int nth) {
+    long long chunks = 0;
+    size_t unit = 0;
+    for (int i = 0; i < n; i++) {
+        chunks += task_chunks(&t[i]);
+        if (!unit && task_chunks(&t[i])) unit = MATMUL_CHUNK * nx_linear_row_bytes(t[i].W);
+    }
+    /* pieces of at least ~32 KB of weights (a call's fixed cost is ~0.3-1 µs), halving as a
+     * thread's own chunk runs out */
+    long long min_piece = unit ? (long long)(32768 / unit) : 1;
+    if (min_piece < 1) min_piece = 1;
+    return nx_pool_share_reset(pool, nth, chunks, min_piece, chunks);
+}
+
+/* Claims and runs shared chunks until none is left. */
+static void matmul_share_run(const nx_matmul_task *t, int n, nx_pool *pool, int ith) {
+    long long b, e, nb, ne;
+    while (nx_pool_share_next(pool, ith, &b, &e)) {
+        nx_pool_share_peek(pool, ith, &nb, &ne);
+        nx_rows nr;
+        tasks_run(t, n, b, e, nb < ne && tasks_rows_at(t, n, 0, nb, ne, &nr) ? &nr : NULL);
+    }
+}
+
+static void matmul_worker(void *arg, int ith, int nth) {
+    const matmul_job *j = arg;
+    if (j->pool) {
+        matmul_share_run(j->t, j->n, j->pool, ith);
+        return;
+    }
+    long long chunks = 0, b, e;
+    for (int i = 0; i < j->n; i++) chunks += task_chunks(&j->t[i]);
+    nx_pool_split(chunks, ith, nth, &b, &e);
+    tasks_run(j->t, j->n, b, e, NULL);
+}
+
 void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
-    matmul_job j = {t, n, 0};
+    matmul_job j = {t, n, NULL};
     double work = 0;
+    long long chunks = 0;
     for (int i = 0; i < n; i++) {
         if (!task_counts(&t[i])) continue;
-        j.chunks += (t[i].W->out + MATMUL_CHUNK - 1) / MATMUL_CHUNK;
+        chunks += task_chunks(&t[i]);
         work += (double)t[i].W->out * (double)t[i].W->in * (double)t[i].T;
     }
-    if (j.chunks == 0) return;
+    if (chunks == 0) return;
     /* A pool job costs a few microseconds (the wake-up, and each thread's first weight lines
      * arriving unprefetched): not worth it below 256K multiply-adds per call, such as a MoE
      * router (64x1024: 3.8 µs as a two-thread job, 4-bit model decode 1.03x with it on one). */
-    if (nx_pool_size(pool) <= 1 || work < 262144 || j.chunks < 2)
+    if (nx_pool_size(pool) <= 1 || work < 262144 || chunks < 2) {
         matmul_worker(&j, 0, 1);
-    else
-        nx_pool_run(pool, matmul_worker, &j);
+        return;
+    }
+    /* Shared rather than split (decode and verify): a thread that is ahead (the other started
+     * late, or streams slower: a static split left one core idle for up to a fifth of the
+     * lm_head's time on the Zen 5 VM) takes over the end of the other's rows. lm_head per step
+     * 1.018-1.042x on the Hy3-shaped 4-bit model (bench/ab_steps.py, 5 runs). */
+    int few = 1;
+    for (int i = 0; i < n; i++) few = few && t[i].T <= NX_SHARE_MAX_T;
+    if (few && matmul_share_reset(t, n, pool, nx_pool_size(pool)) == 0) j.pool = pool;
+    nx_pool_run(pool, matmul_worker, &j);
 }
 
 void nx_matmul(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,

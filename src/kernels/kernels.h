@@ -74,6 +74,11 @@ typedef struct nx_matmul_task {
 
 void nx_matmul_many(const nx_matmul_task *tasks, int n, nx_pool *pool);
 
+/* Input rows up to which nx_matmul_many shares the output rows (pool shares: a thread claims
+ * them piece by piece, each piece one kernel call). Above it the rows are split once: each call
+ * quantizes its input rows afresh, which many rows make too dear to repeat per piece. */
+#define NX_SHARE_MAX_T 4
+
 /* Like nx_matmul on rows [o0, o1) only, on the calling thread (for callers that schedule
  * work themselves, e.g. several experts' matmuls in one parallel region). */
 void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,

@@ -908,37 +908,43 @@ static void test_thread_invariance(void **state) {
     use_isa(default_isa);
 }
 
-/* Several matmuls in one job give exactly what separate calls give, whatever the pool. */
+/* Several matmuls in one job give exactly what separate calls give, whatever the pool: as pool
+ * shares (up to NX_SHARE_MAX_T input rows, claimed piece by piece) and as one split (more). */
 static void test_matmul_many(void **state) {
     (void)state;
-    nx_pool *pool = nx_pool_new(2);
-    assert_non_null(pool);
     tw ws[3];
     tw_make(&ws[0], NX_DTYPE_BF16, 37, 129, 0, 0, NX_DTYPE_F32, 0);
     tw_make(&ws[1], NX_DTYPE_U32, 300, 256, 3, 32, NX_DTYPE_BF16, 1);
     tw_make(&ws[2], NX_DTYPE_F16, 5, 129, 0, 0, NX_DTYPE_F32, 0);
-    const int64_t T = 3;
-    float *x0 = rnd_vec(T * 129), *x1 = rnd_vec(T * 256);
-    const float *xs[3] = {x0, x1, x0};
-    nx_matmul_task t[3];
-    float *sep[3], *many[3];
-    for (int i = 0; i < 3; i++) {
-        const nx_linear *W = &ws[i].L;
-        sep[i] = calloc((size_t)(T * W->out), sizeof(float));
-        many[i] = calloc((size_t)(T * W->out), sizeof(float));
-        nx_matmul(W, xs[i], W->in, T, sep[i], W->out, NULL);
-        t[i] = (nx_matmul_task){W, xs[i], W->in, T, many[i], W->out};
+    const int64_t Ts[3] = {1, 3, NX_SHARE_MAX_T + 4};
+    for (int nt = 2; nt <= 3; nt++) {
+        nx_pool *pool = nx_pool_new(nt);
+        assert_non_null(pool);
+        for (int k = 0; k < 3; k++) {
+            const int64_t T = Ts[k];
+            float *x0 = rnd_vec(T * 129), *x1 = rnd_vec(T * 256);
+            const float *xs[3] = {x0, x1, x0};
+            nx_matmul_task t[3];
+            float *sep[3], *many[3];
+            for (int i = 0; i < 3; i++) {
+                const nx_linear *W = &ws[i].L;
+                sep[i] = calloc((size_t)(T * W->out), sizeof(float));
+                many[i] = calloc((size_t)(T * W->out), sizeof(float));
+                nx_matmul(W, xs[i], W->in, T, sep[i], W->out, NULL);
+                t[i] = (nx_matmul_task){W, xs[i], W->in, T, many[i], W->out};
+            }
+            nx_matmul_many(t, 3, pool);
+            for (int i = 0; i < 3; i++) {
+                assert_memory_equal(sep[i], many[i], sizeof(float) * (size_t)(T * ws[i].L.out));
+                free(sep[i]);
+                free(many[i]);
+            }
+            free(x0);
+            free(x1);
+        }
+        nx_pool_free(pool);
     }
-    nx_matmul_many(t, 3, pool);
-    for (int i = 0; i < 3; i++) {
-        assert_memory_equal(sep[i], many[i], sizeof(float) * (size_t)(T * ws[i].L.out));
-        free(sep[i]);
-        free(many[i]);
-        tw_free(&ws[i]);
-    }
-    free(x0);
-    free(x1);
-    nx_pool_free(pool);
+    for (int i = 0; i < 3; i++) tw_free(&ws[i]);
 }
 
 static void test_unaligned(void **state) {
