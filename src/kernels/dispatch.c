@@ -151,7 +151,8 @@ void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, 
 typedef struct matmul_job {
     const nx_matmul_task *t;
     int n;
-    nx_pool *pool;
+    long long chunks;
+    nx_pool *pool; /* non-NULL: the chunks are its shares (matmul_share_reset) */
 } matmul_job;
 
 static int task_counts(const nx_matmul_task *t) { return t->T > 0 && t->W->out > 0; }
@@ -195,57 +196,48 @@ static void tasks_run(const nx_matmul_task *t, int n, long long b, long long e, 
     }
 }
 
-/* The tasks' chunks as pool shares for nth threads (nx_pool_share_reset's result). */
-static int matmul_share_reset(const nx_matmul_task *t, int n, nx_pool *pool, int nth) {
-    long long chunks = 0;
+/* j's chunks as pool shares for nth threads (nx_pool_share_reset's result). */
+static int matmul_share_reset(const matmul_job *j, int nth) {
     size_t unit = 0;
-    for (int i = 0; i < n; i++) {
-        chunks += task_chunks(&t[i]);
-        if (!unit && task_chunks(&t[i])) unit = MATMUL_CHUNK * nx_linear_row_bytes(t[i].W);
-    }
+    for (int i = 0; i < j->n && !unit; i++)
+        if (task_chunks(&j->t[i])) unit = MATMUL_CHUNK * nx_linear_row_bytes(j->t[i].W);
     /* pieces of at least ~32 KB of weights (a call's fixed cost is ~0.3-1 µs), halving as a
      * thread's own chunk runs out */
     long long min_piece = unit ? (long long)(32768 / unit) : 1;
     if (min_piece < 1) min_piece = 1;
-    return nx_pool_share_reset(pool, nth, chunks, min_piece, chunks);
+    return nx_pool_share_reset(j->pool, nth, j->chunks, min_piece, j->chunks);
 }
 
-/* Claims and runs shared chunks until none is left. */
-static void matmul_share_run(const nx_matmul_task *t, int n, nx_pool *pool, int ith) {
-    long long b, e, nb, ne;
-    while (nx_pool_share_next(pool, ith, &b, &e)) {
-        nx_pool_share_peek(pool, ith, &nb, &ne);
-        nx_rows nr;
-        tasks_run(t, n, b, e, nb < ne && tasks_rows_at(t, n, 0, nb, ne, &nr) ? &nr : NULL);
-    }
-}
-
+/* Shares claimed and run until none is left, each piece's last call naming where the thread's
+ * next piece most likely begins; or the thread's one chunk of a split. */
 static void matmul_worker(void *arg, int ith, int nth) {
     const matmul_job *j = arg;
-    if (j->pool) {
-        matmul_share_run(j->t, j->n, j->pool, ith);
+    long long b, e, nb, ne;
+    if (!j->pool) {
+        nx_pool_split(j->chunks, ith, nth, &b, &e);
+        tasks_run(j->t, j->n, b, e, NULL);
         return;
     }
-    long long chunks = 0, b, e;
-    for (int i = 0; i < j->n; i++) chunks += task_chunks(&j->t[i]);
-    nx_pool_split(chunks, ith, nth, &b, &e);
-    tasks_run(j->t, j->n, b, e, NULL);
+    while (nx_pool_share_next(j->pool, ith, &b, &e)) {
+        nx_pool_share_peek(j->pool, ith, &nb, &ne);
+        nx_rows nr;
+        tasks_run(j->t, j->n, b, e, nb < ne && tasks_rows_at(j->t, j->n, 0, nb, ne, &nr) ? &nr : NULL);
+    }
 }
 
 void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
-    matmul_job j = {t, n, NULL};
+    matmul_job j = {t, n, 0, NULL};
     double work = 0;
-    long long chunks = 0;
     for (int i = 0; i < n; i++) {
         if (!task_counts(&t[i])) continue;
-        chunks += task_chunks(&t[i]);
+        j.chunks += task_chunks(&t[i]);
         work += (double)t[i].W->out * (double)t[i].W->in * (double)t[i].T;
     }
-    if (chunks == 0) return;
+    if (j.chunks == 0) return;
     /* A pool job costs a few microseconds (the wake-up, and each thread's first weight lines
      * arriving unprefetched): not worth it below 256K multiply-adds per call, such as a MoE
      * router (64x1024: 3.8 µs as a two-thread job, 4-bit model decode 1.03x with it on one). */
-    if (nx_pool_size(pool) <= 1 || work < 262144 || chunks < 2) {
+    if (nx_pool_size(pool) <= 1 || work < 262144 || j.chunks < 2) {
         matmul_worker(&j, 0, 1);
         return;
     }
@@ -255,7 +247,8 @@ void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
      * 1.018-1.042x on the Hy3-shaped 4-bit model (bench/ab_steps.py, 5 runs). */
     int few = 1;
     for (int i = 0; i < n; i++) few = few && t[i].T <= NX_SHARE_MAX_T;
-    if (few && matmul_share_reset(t, n, pool, nx_pool_size(pool)) == 0) j.pool = pool;
+    j.pool = few ? pool : NULL;
+    if (j.pool && matmul_share_reset(&j, nx_pool_size(pool)) != 0) j.pool = NULL;
     nx_pool_run(pool, matmul_worker, &j);
 }
 
