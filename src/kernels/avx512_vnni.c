@@ -432,15 +432,20 @@ AI void stage_sd(const int R, const int TT, const vargs *a, const float *d, int6
 /* acc += float(is)·(s·d) for one unit of integer sums: GPU groups from gi on, each in 16/GPU
  * consecutive lanes (1: one group in all lanes; 2: lanes 0-7 and 8-15; 4: quarters), their
  * staged scales spread over the lanes by the index vector lanes (group gi + lane·GPU/16). */
+AI void scale_row(const int GPU, const int TT, const __m512i is[4], float sd[4][SG], int64_t gi, __m512i lanes,
+                  __m512 acc[4]) {
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) {
+        const __m512 s = GPU > 1 ? _mm512_permutexvar_ps(lanes, _mm512_load_ps(sd[t])) : _mm512_set1_ps(sd[t][gi]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), s, acc[t]);
+    }
+}
+
+/* The same for the R rows of a register block. */
 AI void scale_in(const int GPU, const int R, const int TT, __m512i is[4][4], float sd[4][4][SG], int64_t gi,
                  __m512i lanes, __m512 acc[4][4]) {
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) {
-            const __m512 s = GPU > 1 ? _mm512_permutexvar_ps(lanes, _mm512_load_ps(sd[r][t])) : _mm512_set1_ps(sd[r][t][gi]);
-            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[r][t]), s, acc[r][t]);
-        }
+    for (int r = 0; r < R; r++) scale_row(GPU, TT, is[r], sd[r], gi, lanes, acc[r]);
 }
 
 /* How a kernel reads a block of weights against its activation image:
@@ -468,6 +473,29 @@ AI size_t block_step(const int KIND, const int BITS) {
     return KIND == K_A8 ? (size_t)(ODD ? 8 * BITS : 64) : (size_t)(KIND == K_W16 ? 64 : 128) * BITS / 8;
 }
 
+/* The four weight vectors of a 256-element block of 4-bit weights (K_A8Q, 128 packed bytes at pr):
+ * the first half of each group's bytes, then the second, as low and high nibbles. */
+AI void weights_q4x4(const int GPU, const uint8_t *pr, __m512i w[4]) {
+    const __m512i A = _mm512_loadu_si512(pr), B = _mm512_loadu_si512(pr + 64), m4 = _mm512_set1_epi8(0x0f);
+    const __m512i lo = GPU == 4 ? _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(2, 0, 2, 0))
+                                : _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i hi = GPU == 4 ? _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 1, 3, 1))
+                                : _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 2, 3, 2));
+    w[0] = _mm512_and_si512(lo, m4);
+    w[1] = byte_field(lo, 2, 4);
+    w[2] = _mm512_and_si512(hi, m4);
+    w[3] = byte_field(hi, 2, 4);
+}
+
+/* The four weight vectors of a 256-element block of 2-bit weights (K_A8, 64 packed bytes). */
+AI void weights_q2x4(const uint8_t *pr, __m512i w[4]) {
+    const __m512i v = _mm512_loadu_si512(pr), m2 = _mm512_set1_epi8(0x03);
+    w[0] = _mm512_and_si512(v, m2);
+    w[1] = byte_field(v, 1, 2);
+    w[2] = byte_field(v, 2, 2);
+    w[3] = byte_field(v, 3, 2);
+}
+
 /* Adds one block's products (elements e0.. of R weight rows, TT input rows) into the exact
  * int32 lane sums is[r][t]; ps is the register block's prefetch stream. */
 AI void block_products(const int KIND, const int BITS, const int GPU, const int R, const int TT, const vargs *a,
@@ -492,16 +520,8 @@ AI void block_products(const int KIND, const int BITS, const int GPU, const int 
         _mm_prefetch((const char *)(pf + (size_t)r * prs), QPF_HINT);
         if (KIND == K_A8Q) _mm_prefetch((const char *)(pf + (size_t)r * prs + 64), QPF_HINT); /* 2 lines */
         __m512i w[4];
-        if (KIND == K_A8Q && BITS == 4) { /* the first half of each group's bytes, then the second */
-            const __m512i A = _mm512_loadu_si512(pr), B = _mm512_loadu_si512(pr + 64), m4 = _mm512_set1_epi8(0x0f);
-            const __m512i lo = GPU == 4 ? _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(2, 0, 2, 0))
-                                        : _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(1, 0, 1, 0));
-            const __m512i hi = GPU == 4 ? _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 1, 3, 1))
-                                        : _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 2, 3, 2));
-            w[0] = _mm512_and_si512(lo, m4);
-            w[1] = byte_field(lo, 2, 4);
-            w[2] = _mm512_and_si512(hi, m4);
-            w[3] = byte_field(hi, 2, 4);
+        if (KIND == K_A8Q && BITS == 4) {
+            weights_q4x4(GPU, pr, w);
         } else if (KIND == K_A8Q) {
 #if NX_VNNI_VBMI
             const __m512i A = _mm512_loadu_si512(pr), mb = _mm512_set1_epi8((char)((1 << BITS) - 1));
@@ -521,11 +541,7 @@ AI void block_products(const int KIND, const int BITS, const int GPU, const int 
             w[0] = _mm512_setzero_si512(); /* not taken: act8_takes declines these widths */
 #endif
         } else if (KIND == K_A8 && BITS == 2) {
-            const __m512i v = _mm512_loadu_si512(pr), m2 = _mm512_set1_epi8(0x03);
-            w[0] = _mm512_and_si512(v, m2);
-            w[1] = byte_field(v, 1, 2);
-            w[2] = byte_field(v, 2, 2);
-            w[3] = byte_field(v, 3, 2);
+            weights_q2x4(pr, w);
         } else if (KIND == K_A8) {
             const __m512i v = _mm512_loadu_si512(pr), m4 = _mm512_set1_epi8(0x0f);
             w[0] = _mm512_and_si512(v, m4);
@@ -565,6 +581,34 @@ AI void block_products(const int KIND, const int BITS, const int GPU, const int 
     }
 }
 
+/* Units taken row by row (mk_block): 4- and 2-bit weights on int8 by 256-element blocks, at 2
+ * input rows. One row's sums are live at a time instead of the register block's, so the block's
+ * input vectors stay in registers rather than being reloaded as memory operands of every row's
+ * products. 128x4096 in L2 on one core (Zen 5 VM, in one process alternating): 4-bit 1.09x,
+ * 2-bit 1.13x; at 3 input rows 1.01x, at 4 and for the other kinds slower (their registers run
+ * out), so those stay with block_products. */
+AI int by_rows(const int KIND, const int BITS, const int TT) {
+    return TT == 2 && ((KIND == K_A8Q && BITS == 4) || (KIND == K_A8 && BITS == 2));
+}
+
+/* A by_rows unit, one weight row: adds its products with the block (packed bytes at pr, its
+ * weight hint at pfr) to the int32 lane sums is[t] of the TT input rows, whose vectors are xv. */
+AI void row_products(const int KIND, const int GPU, const int TT, const uint8_t *pr, uintptr_t pfr,
+                     const __m512i xv[4][4], __m512i is[4]) {
+    __m512i w[4];
+    _mm_prefetch((const char *)pfr, QPF_HINT);
+    if (KIND == K_A8Q) {
+        _mm_prefetch((const char *)(pfr + 64), QPF_HINT); /* 2 lines */
+        weights_q4x4(GPU, pr, w);
+    } else {
+        weights_q2x4(pr, w);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) is[t] = _mm512_dpbusd_epi32(is[t], w[j], xv[t][j]);
+}
+
 /* R weight rows × TT input rows. Per unit (one group of nblk blocks, or GPU = 2 or 4 groups
  * sharing one block) and input row: exact int32 lane sums of q·x̂, then
  * acc += float(sum)·(s·d); the bias terms Σ_g b_g·X_g are one vector dot product per row at the
@@ -577,6 +621,7 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
                                                                                 : 128;
     const int64_t ngroups = a->in / a->group;
     const int64_t nblk = GPU > 1 ? 1 : NB ? NB : a->group / blk;
+    const int rowwise = nblk == 1 && by_rows(KIND, BITS, TT);
     __m512 acc[4][4];
     float sd[4][4][SG] __attribute__((aligned(64)));
     /* split: row r's hint QPF_SPLIT bytes ahead in its own part (a->wstride apart) */
@@ -594,6 +639,30 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
         __m512i lanes = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           GPU == 4 ? 2 : 3);
         for (int64_t gi = 0; gi < gn; gi += GPU, lanes = _mm512_add_epi32(lanes, _mm512_set1_epi32(GPU))) {
+            if (rowwise) { /* row by row: one row's sums live at a time, the inputs stay in registers */
+                const int64_t e0 = (g0 + gi) * a->group;
+                size_t prs = ps.rstride;
+                const uintptr_t pf = a->split ? qpf_at_split(&a->pf, &ps, (size_t)e0 * BITS / 8, &prs)
+                                              : qpf_at(&a->pf, &ps, (size_t)e0 * BITS / 8);
+                __m512i xv[4][4];
+#pragma GCC unroll 4
+                for (int t = 0; t < TT; t++)
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++) {
+                        xv[t][j] = _mm512_loadu_si512((const int8_t *)xq + t * ldq + e0 + 64 * j);
+                        __asm__("" : "+v"(xv[t][j])); /* held: not reloaded as each row's operand */
+                    }
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    __m512i is[4];
+#pragma GCC unroll 4
+                    for (int t = 0; t < TT; t++) is[t] = _mm512_setzero_si512();
+                    row_products(KIND, GPU, TT, a->w + (size_t)e0 * BITS / 8 + r * a->wstride, pf + (size_t)r * prs,
+                                 xv, is);
+                    scale_row(GPU, TT, is, sd[r], gi, lanes, acc[r]);
+                }
+                continue;
+            }
             __m512i is[4][4];
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
@@ -650,32 +719,42 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
 }
 
 /* Calls K(params..., R, TT, ...) with R and TT as compile-time constants: the n rows of the call
- * as register blocks of R rows, then the remaining rows one at a time. R for TT input rows is
- * 4, 4, 3, 2 (measured best on Zen 4: the R×TT int32 sums, the weights and the activations
- * must share 32 registers). */
+ * as register blocks of R rows, then the remaining rows one at a time. */
 #define VNNI_SHAPE(K, RR, T_, ...)                                                             \
     do {                                                                                       \
         const int64_t nf_ = n - n % (RR);                                                      \
         K(__VA_ARGS__, RR, T_, a, 0, nf_, xq, ldq, d, X, ldg, y, ldy);                         \
         K(__VA_ARGS__, 1, T_, a, nf_, n, xq, ldq, d, X, ldg, y, ldy);                          \
     } while (0)
-#define VNNI_SHAPES(K, ...)                                                                    \
-    do {                                                                                       \
-        switch (TT) {                                                                          \
-        case 1: VNNI_SHAPE(K, 4, 1, __VA_ARGS__); break;                                       \
-        case 2: VNNI_SHAPE(K, 4, 2, __VA_ARGS__); break;                                       \
-        case 3: VNNI_SHAPE(K, 3, 3, __VA_ARGS__); break;                                       \
-        default: VNNI_SHAPE(K, 2, 4, __VA_ARGS__); break;                                      \
-        }                                                                                      \
-    } while (0)
+/* One kernel family: R x TT register blocks of the given kind for TT = 1, 2, 3, 4 input rows (R =
+ * 4, 4, 3, 2: measured best on Zen 4; the R×TT int32 sums, the weights and the activations must
+ * share 32 registers), each compiled as a function of its own, and NAME(TT, ...) choosing. Built
+ * into one function, the 16 to 32 shapes of a width had its register allocation and unrolling
+ * change with any edit to one of them (a 2-row change moved the 4-row 4-bit kernel by 1.5x in
+ * cache). */
+#define VNNI_ARGS                                                                              \
+    const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, \
+        int64_t ldy
+#define VNNI_SHAPE_FN(NAME, RR, T_, ...)                                                       \
+    static __attribute__((noinline)) void NAME(VNNI_ARGS) { VNNI_SHAPE(mk_int, RR, T_, __VA_ARGS__); }
+#define VNNI_FAMILY(NAME, KIND, BITS, GPU, NB)                                                 \
+    VNNI_SHAPE_FN(NAME##_t1, 4, 1, KIND, BITS, GPU, NB)                                        \
+    VNNI_SHAPE_FN(NAME##_t2, 4, 2, KIND, BITS, GPU, NB)                                        \
+    VNNI_SHAPE_FN(NAME##_t3, 3, 3, KIND, BITS, GPU, NB)                                        \
+    VNNI_SHAPE_FN(NAME##_t4, 2, 4, KIND, BITS, GPU, NB)                                        \
+    static void NAME(int TT, VNNI_ARGS) {                                                      \
+        (TT == 1 ? NAME##_t1 : TT == 2 ? NAME##_t2 : TT == 3 ? NAME##_t3 : NAME##_t4)(a, n, xq, ldq, d, X, ldg, y, ldy); \
+    }
+#define VNNI_PASS TT, a, n, xq, ldq, d, X, ldg, y, ldy
 
 /* Kernels on 64-element blocks, one group per unit: 64-element groups get the block loop
  * unrolled away, other sizes loop over their blocks. */
 #define VNNI_KERNEL(NAME, KIND, BITS)                                                          \
-    static void NAME(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq,           \
-                     const float *d, const float *X, int64_t ldg, float *y, int64_t ldy) {     \
-        if (a->group == 64) VNNI_SHAPES(mk_int, KIND, BITS, 1, 1);                             \
-        else VNNI_SHAPES(mk_int, KIND, BITS, 1, 0);                                            \
+    VNNI_FAMILY(NAME##_g64, KIND, BITS, 1, 1)                                                  \
+    VNNI_FAMILY(NAME##_g, KIND, BITS, 1, 0)                                                    \
+    static void NAME(int TT, VNNI_ARGS) {                                                      \
+        if (a->group == 64) NAME##_g64(VNNI_PASS);                                             \
+        else NAME##_g(VNNI_PASS);                                                              \
     }
 
 VNNI_KERNEL(kern_v8, K_W16, 8)
@@ -687,43 +766,52 @@ VNNI_KERNEL(kern_v5a8, K_A8, 5)
 VNNI_KERNEL(kern_v6a8, K_A8, 6)
 
 /* 3-bit on int8: blocks of four groups where q3_by256 takes the row. */
-static void kern_v3a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
-                      int64_t ldg, float *y, int64_t ldy) {
-    if (q3_by256(3, a->in, a->group)) VNNI_SHAPES(mk_int, K_A8Q, 3, 4, 0);
-    else if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 3, 1, 1);
-    else VNNI_SHAPES(mk_int, K_A8, 3, 1, 0);
+VNNI_FAMILY(v3a8_q, K_A8Q, 3, 4, 0)
+VNNI_FAMILY(v3a8_g64, K_A8, 3, 1, 1)
+VNNI_FAMILY(v3a8_g, K_A8, 3, 1, 0)
+static void kern_v3a8(int TT, VNNI_ARGS) {
+    if (q3_by256(3, a->in, a->group)) v3a8_q(VNNI_PASS);
+    else if (a->group == 64) v3a8_g64(VNNI_PASS);
+    else v3a8_g(VNNI_PASS);
 }
 #endif
 
-static void kern_v2(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
-                    int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI_SHAPES(mk_int, K_S4, 2, 2, 0);
-    else VNNI_SHAPES(mk_int, K_S4, 2, 1, 0);
+VNNI_FAMILY(v2_g64, K_S4, 2, 2, 0)
+VNNI_FAMILY(v2_g, K_S4, 2, 1, 0)
+static void kern_v2(int TT, VNNI_ARGS) {
+    if (a->group == 64) v2_g64(VNNI_PASS);
+    else v2_g(VNNI_PASS);
 }
 
-static void kern_v4(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
-                    int64_t ldg, float *y, int64_t ldy) {
-    if (!q4_by128(a->in, a->group)) VNNI_SHAPES(mk_int, K_W16, 4, 1, 0);
-    else if (a->group == 64) VNNI_SHAPES(mk_int, K_S4, 4, 2, 0);
-    else VNNI_SHAPES(mk_int, K_S4, 4, 1, 0);
+VNNI_FAMILY(v4_w16, K_W16, 4, 1, 0)
+VNNI_FAMILY(v4_g64, K_S4, 4, 2, 0)
+VNNI_FAMILY(v4_g, K_S4, 4, 1, 0)
+static void kern_v4(int TT, VNNI_ARGS) {
+    if (!q4_by128(a->in, a->group)) v4_w16(VNNI_PASS);
+    else if (a->group == 64) v4_g64(VNNI_PASS);
+    else v4_g(VNNI_PASS);
 }
 
-static void kern_v2a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
-                      int64_t ldg, float *y, int64_t ldy) {
-    if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 2, 4, 0);
-    else if (a->group == 128) VNNI_SHAPES(mk_int, K_A8, 2, 2, 0);
-    else VNNI_SHAPES(mk_int, K_A8, 2, 1, 0);
+VNNI_FAMILY(v2a8_g64, K_A8, 2, 4, 0)
+VNNI_FAMILY(v2a8_g128, K_A8, 2, 2, 0)
+VNNI_FAMILY(v2a8_g, K_A8, 2, 1, 0)
+static void kern_v2a8(int TT, VNNI_ARGS) {
+    if (a->group == 64) v2a8_g64(VNNI_PASS);
+    else if (a->group == 128) v2a8_g128(VNNI_PASS);
+    else v2a8_g(VNNI_PASS);
 }
 
-static void kern_v4a8(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X,
-                      int64_t ldg, float *y, int64_t ldy) {
+VNNI_FAMILY(v4a8_q64, K_A8Q, 4, 4, 0)
+VNNI_FAMILY(v4a8_q128, K_A8Q, 4, 2, 0)
+VNNI_FAMILY(v4a8_g64, K_A8, 4, 2, 0)
+VNNI_FAMILY(v4a8_g, K_A8, 4, 1, 0)
+static void kern_v4a8(int TT, VNNI_ARGS) {
     if (q4_by256(4, a->in, a->group)) {
-        if (a->group == 64) VNNI_SHAPES(mk_int, K_A8Q, 4, 4, 0);
-        else VNNI_SHAPES(mk_int, K_A8Q, 4, 2, 0); /* groups of 128 */
-    } else if (a->group == 64) VNNI_SHAPES(mk_int, K_A8, 4, 2, 0);
-    else VNNI_SHAPES(mk_int, K_A8, 4, 1, 0);
+        if (a->group == 64) v4a8_q64(VNNI_PASS);
+        else v4a8_q128(VNNI_PASS); /* groups of 128 */
+    } else if (a->group == 64) v4a8_g64(VNNI_PASS);
+    else v4a8_g(VNNI_PASS);
 }
-
 
 typedef void kern_fn(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d,
                      const float *X, int64_t ldg, float *y, int64_t ldy);
