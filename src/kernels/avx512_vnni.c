@@ -496,6 +496,13 @@ AI void weights_q2x4(const uint8_t *pr, __m512i w[4]) {
     w[3] = byte_field(v, 3, 2);
 }
 
+/* Row 0's weight hint for the block at packed byte offset off of a register block's rows, and in
+ * *prs the distance to row 1's (row r's: + r·*prs). */
+AI uintptr_t block_hint(const vargs *a, const qpf_stream *ps, size_t off, size_t *prs) {
+    *prs = ps->rstride;
+    return a->split ? qpf_at_split(&a->pf, ps, off, prs) : qpf_at(&a->pf, ps, off);
+}
+
 /* Adds one block's products (elements e0.. of R weight rows, TT input rows) into the exact
  * int32 lane sums is[r][t]; ps is the register block's prefetch stream. */
 AI void block_products(const int KIND, const int BITS, const int GPU, const int R, const int TT, const vargs *a,
@@ -504,9 +511,8 @@ AI void block_products(const int KIND, const int BITS, const int GPU, const int 
     /* weight (and input) vectors per block */
     const int NX = KIND == K_S4 || KIND == K_A8Q || (KIND == K_A8 && BITS == 2) ? 4 : KIND == K_A8 && ODD ? 1 : 2;
     const uint8_t *p = a->w + (size_t)e0 * BITS / 8;
-    size_t prs = ps->rstride;
-    const uintptr_t pf = a->split ? qpf_at_split(&a->pf, ps, (size_t)e0 * BITS / 8, &prs)
-                                  : qpf_at(&a->pf, ps, (size_t)e0 * BITS / 8);
+    size_t prs;
+    const uintptr_t pf = block_hint(a, ps, (size_t)e0 * BITS / 8, &prs);
     __m512i xv[4][4];
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++)
@@ -641,9 +647,8 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
         for (int64_t gi = 0; gi < gn; gi += GPU, lanes = _mm512_add_epi32(lanes, _mm512_set1_epi32(GPU))) {
             if (rowwise) { /* row by row: one row's sums live at a time, the inputs stay in registers */
                 const int64_t e0 = (g0 + gi) * a->group;
-                size_t prs = ps.rstride;
-                const uintptr_t pf = a->split ? qpf_at_split(&a->pf, &ps, (size_t)e0 * BITS / 8, &prs)
-                                              : qpf_at(&a->pf, &ps, (size_t)e0 * BITS / 8);
+                size_t prs;
+                const uintptr_t pf = block_hint(a, &ps, (size_t)e0 * BITS / 8, &prs);
                 __m512i xv[4][4];
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++)
