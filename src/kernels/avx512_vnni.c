@@ -818,8 +818,7 @@ static void kern_v4a8(int TT, VNNI_ARGS) {
     else v4a8_g(VNNI_PASS);
 }
 
-typedef void kern_fn(int TT, const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d,
-                     const float *X, int64_t ldg, float *y, int64_t ldy);
+typedef void kern_fn(int TT, VNNI_ARGS);
 
 /* The kernels by weight width, on int16 and on int8 activations (NULL where vnni_takes or
  * act8_takes declines the width). */
