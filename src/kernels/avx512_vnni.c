@@ -89,8 +89,10 @@ typedef struct vargs {
  * (16 prefetches for 4096-wide rows of 64-element groups), cost more than their bytes: without
  * any side traffic, a 16384x4096 4-bit call on two threads ran 1.35x faster while reading 11%
  * fewer bytes. Queued instead (side_put) and issued one per unit of the row as mk_block goes
- * (side_step; what is left at the row's end, side_rest), the same hints made that call 1.10-1.15x
- * faster (Zen 5 VM, both variants alternating call by call in one process). */
+ * (side_step; what is left at the row's end, side_rest), the same hints made 4-bit calls at one
+ * input row 1.04-1.12x faster in the machine's fast phase (16384x4096 1.125x; ~1.0x in its slow
+ * phase, where memory itself limits) and model decode 1.027x (Zen 5 VM, old and new kernels
+ * alternating call by call, and step by step with bench/ab_steps.py, in one process). */
 AI void side_put(vargs *b, uintptr_t p) {
     if (b->sqn < SQ_MAX) b->sq[b->sqn++] = p;
     else _mm_prefetch((const char *)p, SPF_HINT);
@@ -101,6 +103,7 @@ AI void side_step(const vargs *a, int *si) {
     if (*si < a->sqn) _mm_prefetch((const char *)a->sq[(*si)++], SPF_HINT);
 }
 
+/* The queued hints not yet issued, at the row's end. */
 AI void side_rest(const vargs *a, int si) {
     for (; si < a->sqn; si++) _mm_prefetch((const char *)a->sq[si], SPF_HINT);
 }
@@ -745,8 +748,7 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
         }
         return;
     }
-    b.split = 0;
-    b.sqn = 0;
+    b.split = 0; /* and no side hints queued: vargs of a call start with none */
     for (int64_t o = r0; o < r1; o += R) {
         b.w = a->w + (size_t)o * a->wstride;
         b.sc = a->sc + (size_t)o * a->sstride;
