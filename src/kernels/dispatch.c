@@ -225,6 +225,31 @@ static void matmul_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* Whether nth threads of pool can share the output rows of tasks t[0..n) (nx_matmul_many's
+ * rule: T at most NX_SHARE_MAX_T), counting their chunks into *chunks. */
+static int can_share(const nx_matmul_task *t, int n, nx_pool *pool, int nth, long long *chunks) {
+    int few = 1;
+    *chunks = 0;
+    for (int i = 0; i < n; i++) {
+        *chunks += task_chunks(&t[i]);
+        few = few && t[i].T <= NX_SHARE_MAX_T;
+    }
+    return few && pool && nth > 1 && nth <= nx_pool_size(pool) && *chunks <= (long long)UINT32_MAX;
+}
+
+int nx_matmul_shares_reset(const nx_matmul_task *t, int n, nx_pool *pool, int nth) {
+    long long chunks;
+    if (!can_share(t, n, pool, nth, &chunks)) return 0;
+    const matmul_job j = {t, n, chunks, pool};
+    return matmul_share_reset(&j, nth) == 0;
+}
+
+void nx_matmul_shares_work(const nx_matmul_task *t, int n, nx_pool *pool, int ith, int nth) {
+    matmul_job j = {t, n, 0, NULL};
+    if (can_share(t, n, pool, nth, &j.chunks)) j.pool = pool;
+    if (j.chunks) matmul_worker(&j, ith, nth);
+}
+
 void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
     matmul_job j = {t, n, 0, NULL};
     double work = 0;

@@ -79,6 +79,15 @@ void nx_matmul_many(const nx_matmul_task *tasks, int n, nx_pool *pool);
  * quantizes its input rows afresh, which many rows make too dear to repeat per piece. */
 #define NX_SHARE_MAX_T 4
 
+/* nx_matmul_many's sharing inside a pool job the caller runs (nx_pool_run, nth threads), for
+ * matmuls between other per-thread work: one thread calls nx_matmul_shares_reset before any
+ * thread works on the tasks (before nx_pool_run, or between two barriers), then every thread
+ * calls nx_matmul_shares_work, which returns when no rows are left. Where nx_matmul_many would
+ * not share (T above NX_SHARE_MAX_T), each thread takes a fixed part of the rows instead, and
+ * the reset does nothing (returns 0; 1 when the shares were set). Same results as nx_matmul. */
+int nx_matmul_shares_reset(const nx_matmul_task *tasks, int n, nx_pool *pool, int nth);
+void nx_matmul_shares_work(const nx_matmul_task *tasks, int n, nx_pool *pool, int ith, int nth);
+
 /* Like nx_matmul on rows [o0, o1) only, on the calling thread (for callers that schedule
  * work themselves, e.g. several experts' matmuls in one parallel region). */
 void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,

@@ -63,6 +63,7 @@ typedef struct attn_job {
     int32_t T, pos0, n_heads, n_kv, hd;
     int32_t window; /* 0 = full */
     int32_t lo_min; /* positions below this are not attended (an MTP cache fed from here on) */
+    nx_matmul_task qkv[3], wo; /* the projections (attn_heads_worker) */
 } attn_job;
 
 /* hd elements of a key or value row into a cache row of dtype dt. */
@@ -156,39 +157,29 @@ static void kv_prefetch(const attn_job *j, int64_t h0, int64_t h1) {
     nx_prefetch_side(sp, n);
 }
 
-/* When the threads can share the kv heads evenly, each takes whole kv heads from the
- * projections on: its rows of q, k and v (the kernels' results do not depend on the row split),
- * norms, RoPE, cache writes and attention, then after a barrier its rows of the output
- * projection, in one job instead of a projection job, serial post-processing, an attention job
- * and an output job (4-bit model decode 1.00-1.01x, one pool job less per layer). */
+/* When the threads can share the kv heads evenly, each takes whole kv heads for the norms,
+ * RoPE, cache writes and attention, in one job with the projections around them instead of a
+ * projection job, serial post-processing, an attention job and an output job (4-bit model
+ * decode 1.00-1.01x, one pool job less per layer). The projections' rows are shared (pool
+ * shares, nx_matmul_shares_work) rather than split by head: split, the threads' projection
+ * times differed enough that each waited ~45 us per layer at the barrier before the output
+ * projection (Hy3-shaped 4-bit model, ~800 us per layer on the Zen 5 VM); shared, ~6 us.
+ * Attention per step 1.02x, decode 1.009x (bench/ab_steps.py, 6 runs, attention 0.98-1.05x). */
 static void attn_heads_worker(void *arg, int ith, int nth) {
     const attn_job *j = arg;
-    nx_ctx *c = j->c;
-    const nx_layer *L = j->L;
-    const int64_t H = c->m->cfg.hidden_size, hd = j->hd, group = j->n_heads / j->n_kv;
+    nx_pool *pool = j->c->m->pool;
     long long h0, h1;
     nx_pool_split(j->n_kv, ith, nth, &h0, &h1); /* never empty: n_kv is a multiple of nth */
-    const nx_rows k_rows = {&L->wk, h0 * hd, h1 * hd}, v_rows = {&L->wv, h0 * hd, h1 * hd};
     kv_prefetch(j, h0, h1);
-    nx_matmul_rows_then(&L->wq, c->xn, H, j->T, c->q, (int64_t)j->n_heads * hd, h0 * group * hd, h1 * group * hd,
-                        &k_rows);
-    /* this thread's rows of the output projection, whose first lines the v projection's
-     * prefetch runs on into */
-    long long o0, o1;
-    nx_pool_split((L->wo.out + ROW_CHUNK - 1) / ROW_CHUNK, ith, nth, &o0, &o1);
-    nx_rows o_rows;
-    const int has_o = nx_rows_of_units(&L->wo, ROW_CHUNK, 0, o0, o1, &o_rows);
-    nx_matmul_rows_then(&L->wk, c->xn, H, j->T, c->k, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd, &v_rows);
-    nx_matmul_rows_then(&L->wv, c->xn, H, j->T, c->v, (int64_t)j->n_kv * hd, h0 * hd, h1 * hd,
-                        has_o ? &o_rows : NULL);
+    nx_matmul_shares_work(j->qkv, 3, pool, ith, nth);
     nx_prefetch_side(NULL, 0);
+    nx_pool_barrier(pool, nth); /* every head's q, k and v */
     qk_post(j, h0, h1);
     for (int32_t t = 0; t < j->T; t++)
         for (long long h = h0; h < h1; h++) attend(j, thread_scores(j, ith), t, (int32_t)h);
-    /* the output projection reads every head's result */
-    nx_pool_barrier(c->m->pool, nth);
-    if (has_o)
-        nx_matmul_rows(&L->wo, c->att, (int64_t)j->n_heads * hd, j->T, c->y, H, o_rows.r0, o_rows.r1);
+    if (ith == 0) nx_matmul_shares_reset(&j->wo, 1, pool, nth);
+    nx_pool_barrier(pool, nth); /* every head's result, and the output projection's shares */
+    nx_matmul_shares_work(&j->wo, 1, pool, ith, nth);
 }
 
 /* xn (T, H) → c->y (T, H). Appends the rows' keys/values at pos0.. to kv. */
@@ -198,14 +189,17 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     const int32_t H = cfg->hidden_size, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
     const int32_t qw = nh * hd, kvw = nkv * hd;
     nx_pool *pool = c->m->pool;
-    const attn_job j = {c, L, kv, rope_table(c, T, pos0, hd, theta), T, pos0, nh, nkv, hd, window, lo_min};
+    const attn_job j = {c, L, kv, rope_table(c, T, pos0, hd, theta), T, pos0, nh, nkv, hd, window, lo_min,
+                        .qkv = {{&L->wq, c->xn, H, T, c->q, qw},
+                                {&L->wk, c->xn, H, T, c->k, kvw},
+                                {&L->wv, c->xn, H, T, c->v, kvw}},
+                        .wo = {&L->wo, c->att, qw, T, c->y, H}};
     if (nkv % nx_pool_size(pool) == 0) {
+        nx_matmul_shares_reset(j.qkv, 3, pool, nx_pool_size(pool));
         nx_pool_run(pool, attn_heads_worker, (void *)&j); /* the output projection too */
         return;
     }
-    const nx_matmul_task qkv[3] = {{&L->wq, c->xn, H, T, c->q, qw}, {&L->wk, c->xn, H, T, c->k, kvw},
-                                   {&L->wv, c->xn, H, T, c->v, kvw}};
-    nx_matmul_many(qkv, 3, pool);
+    nx_matmul_many(j.qkv, 3, pool);
     qk_post(&j, 0, nkv);
     nx_pool_run(pool, attn_worker, (void *)&j);
     nx_matmul(&L->wo, c->att, qw, T, c->y, H, pool);

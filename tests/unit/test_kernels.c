@@ -947,6 +947,67 @@ static void test_matmul_many(void **state) {
     for (int i = 0; i < 3; i++) tw_free(&ws[i]);
 }
 
+/* nx_matmul_shares_*: matmuls shared inside a job the caller runs, around other work: the
+ * three first matmuls, a barrier, one thread setting the shares of a fourth that reads the
+ * second's output, a barrier, the fourth. Exactly what separate calls give, shared or split. */
+typedef struct shares_job {
+    nx_pool *pool;
+    const nx_matmul_task *first, *second;
+    int reset2; /* what thread 0's reset of the second returned */
+} shares_job;
+
+static void shares_worker(void *arg, int ith, int nth) {
+    shares_job *j = arg;
+    nx_matmul_shares_work(j->first, 3, j->pool, ith, nth);
+    nx_pool_barrier(j->pool, nth);
+    if (ith == 0) j->reset2 = nx_matmul_shares_reset(j->second, 1, j->pool, nth);
+    nx_pool_barrier(j->pool, nth);
+    nx_matmul_shares_work(j->second, 1, j->pool, ith, nth);
+}
+
+static void test_matmul_shares(void **state) {
+    (void)state;
+    tw ws[4];
+    tw_make(&ws[0], NX_DTYPE_BF16, 37, 129, 0, 0, NX_DTYPE_F32, 0);
+    tw_make(&ws[1], NX_DTYPE_U32, 300, 256, 4, 64, NX_DTYPE_BF16, 1);
+    tw_make(&ws[2], NX_DTYPE_U32, 64, 256, 3, 32, NX_DTYPE_BF16, 1);
+    tw_make(&ws[3], NX_DTYPE_BF16, 41, 300, 0, 0, NX_DTYPE_F32, 0);
+    const int64_t Ts[3] = {1, 2, NX_SHARE_MAX_T + 3};
+    for (int nt = 1; nt <= 3; nt++) {
+        nx_pool *pool = nx_pool_new(nt);
+        assert_non_null(pool);
+        for (int k = 0; k < 3; k++) {
+            const int64_t T = Ts[k];
+            float *x0 = rnd_vec(T * 129), *x1 = rnd_vec(T * 256);
+            const float *xs[3] = {x0, x1, x1};
+            nx_matmul_task t[4];
+            float *sep[4], *job[4];
+            for (int i = 0; i < 4; i++) {
+                const nx_linear *W = &ws[i].L;
+                sep[i] = calloc((size_t)(T * W->out), sizeof(float));
+                job[i] = calloc((size_t)(T * W->out), sizeof(float));
+                /* the fourth reads the second's output */
+                nx_matmul(W, i == 3 ? sep[1] : xs[i], W->in, T, sep[i], W->out, NULL);
+                t[i] = (nx_matmul_task){W, i == 3 ? job[1] : xs[i], W->in, T, job[i], W->out};
+            }
+            const int shared = nt > 1 && T <= NX_SHARE_MAX_T;
+            assert_int_equal(nx_matmul_shares_reset(t, 3, pool, nt), shared);
+            shares_job j = {pool, t, t + 3, -1};
+            nx_pool_run(pool, shares_worker, &j);
+            assert_int_equal(j.reset2, shared);
+            for (int i = 0; i < 4; i++) {
+                assert_memory_equal(sep[i], job[i], sizeof(float) * (size_t)(T * ws[i].L.out));
+                free(sep[i]);
+                free(job[i]);
+            }
+            free(x0);
+            free(x1);
+        }
+        nx_pool_free(pool);
+    }
+    for (int i = 0; i < 4; i++) tw_free(&ws[i]);
+}
+
 static void test_unaligned(void **state) {
     (void)state;
     tw base[4];
@@ -1094,6 +1155,7 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_matmul_many),
+        cmocka_unit_test(test_matmul_shares),
         cmocka_unit_test(test_unaligned),
         cmocka_unit_test(test_get_row),
         cmocka_unit_test(test_force),
