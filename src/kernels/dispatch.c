@@ -225,8 +225,9 @@ static void matmul_worker(void *arg, int ith, int nth) {
     }
 }
 
-/* Whether nth threads of pool can share the output rows of tasks t[0..n) (nx_matmul_many's
- * rule: T at most NX_SHARE_MAX_T), counting their chunks into *chunks. */
+/* Whether nth threads of pool can share the output rows of tasks t[0..n) (T at most
+ * NX_SHARE_MAX_T; the conditions under which matmul_share_reset succeeds), counting their
+ * chunks into *chunks. */
 static int can_share(const nx_matmul_task *t, int n, nx_pool *pool, int nth, long long *chunks) {
     int few = 1;
     *chunks = 0;
@@ -253,11 +254,9 @@ void nx_matmul_shares_work(const nx_matmul_task *t, int n, nx_pool *pool, int it
 void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
     matmul_job j = {t, n, 0, NULL};
     double work = 0;
-    for (int i = 0; i < n; i++) {
-        if (!task_counts(&t[i])) continue;
-        j.chunks += task_chunks(&t[i]);
-        work += (double)t[i].W->out * (double)t[i].W->in * (double)t[i].T;
-    }
+    for (int i = 0; i < n; i++)
+        if (task_counts(&t[i])) work += (double)t[i].W->out * (double)t[i].W->in * (double)t[i].T;
+    const int share = can_share(t, n, pool, nx_pool_size(pool), &j.chunks);
     if (j.chunks == 0) return;
     /* A pool job costs a few microseconds (the wake-up, and each thread's first weight lines
      * arriving unprefetched): not worth it below 256K multiply-adds per call, such as a MoE
@@ -270,10 +269,10 @@ void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
      * late, or streams slower: a static split left one core idle for up to a fifth of the
      * lm_head's time on the Zen 5 VM) takes over the end of the other's rows. lm_head per step
      * 1.018-1.042x on the Hy3-shaped 4-bit model (bench/ab_steps.py, 5 runs). */
-    int few = 1;
-    for (int i = 0; i < n; i++) few = few && t[i].T <= NX_SHARE_MAX_T;
-    j.pool = few ? pool : NULL;
-    if (j.pool && matmul_share_reset(&j, nx_pool_size(pool)) != 0) j.pool = NULL;
+    if (share) {
+        j.pool = pool;
+        if (matmul_share_reset(&j, nx_pool_size(pool)) != 0) j.pool = NULL;
+    }
     nx_pool_run(pool, matmul_worker, &j);
 }
 
