@@ -255,17 +255,24 @@ static int x_layout(int act, int bits, int64_t in, int64_t group) {
 }
 
 /* Bits [2k, 2k + w) of every byte of v at bit 0, the rest zero (w = 2: k = 1..3; w = 4: k = 2).
- * The VBMI build (whose table also asks for GFNI) does it in one vgf2p8affineqb, a bit-matrix
- * multiply per byte (the matrix's byte 7 - i picks output bit i); otherwise a 16-bit shift and a
- * mask. */
-AI __m512i byte_field(__m512i v, int k, int w) {
+ * With GF, the VBMI build (whose table also asks for GFNI) does it in one vgf2p8affineqb, a
+ * bit-matrix multiply per byte (the matrix's byte 7 - i picks output bit i); otherwise a 16-bit
+ * shift and a mask. At 2 or more input rows, 4-bit weights take the shift and mask, where the
+ * multiplies make a call partly compute-bound: in-process A/B on the Zen 5 VM, 4-bit g64,
+ * 512x4096 in cache on one core, 2 rows 1.036x and 1.048x (the unchanged 1-row code alongside
+ * 0.996x and 1.000x), 3 rows 1.00x, 4 rows 1.01x; 8192x4096 from memory on two threads, 2 rows
+ * 1.01-1.05x. At 1 row it measured 0.94-1.01x, so 1 row keeps the affine op. */
+AI __m512i byte_field(__m512i v, int k, int w, const int GF) {
 #if NX_VNNI_VBMI
-    uint64_t m = 0;
-    for (int i = 0; i < w; i++) m |= (uint64_t)1 << (2 * k + i) << (8 * (7 - i));
-    return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64((long long)m), 0);
+    if (GF) {
+        uint64_t m = 0;
+        for (int i = 0; i < w; i++) m |= (uint64_t)1 << (2 * k + i) << (8 * (7 - i));
+        return _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64((long long)m), 0);
+    }
 #else
-    return _mm512_and_si512(_mm512_srli_epi16(v, 2 * k), _mm512_set1_epi8((char)((1 << w) - 1)));
+    (void)GF;
 #endif
+    return _mm512_and_si512(_mm512_srli_epi16(v, 2 * k), _mm512_set1_epi8((char)((1 << w) - 1)));
 }
 
 /* 2^k for -126 <= k <= 127, exactly (the group scales; no libm call per group). */
@@ -507,25 +514,25 @@ AI size_t block_step(const int KIND, const int BITS) {
 
 /* The four weight vectors of a 256-element block of 4-bit weights (K_A8Q, 128 packed bytes at pr):
  * the first half of each group's bytes, then the second, as low and high nibbles. */
-AI void weights_q4x4(const int GPU, const uint8_t *pr, __m512i w[4]) {
+AI void weights_q4x4(const int GPU, const int TT, const uint8_t *pr, __m512i w[4]) {
     const __m512i A = _mm512_loadu_si512(pr), B = _mm512_loadu_si512(pr + 64), m4 = _mm512_set1_epi8(0x0f);
     const __m512i lo = GPU == 4 ? _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(2, 0, 2, 0))
                                 : _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(1, 0, 1, 0));
     const __m512i hi = GPU == 4 ? _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 1, 3, 1))
                                 : _mm512_shuffle_i64x2(A, B, _MM_SHUFFLE(3, 2, 3, 2));
     w[0] = _mm512_and_si512(lo, m4);
-    w[1] = byte_field(lo, 2, 4);
+    w[1] = byte_field(lo, 2, 4, TT == 1);
     w[2] = _mm512_and_si512(hi, m4);
-    w[3] = byte_field(hi, 2, 4);
+    w[3] = byte_field(hi, 2, 4, TT == 1);
 }
 
 /* The four weight vectors of a 256-element block of 2-bit weights (K_A8, 64 packed bytes). */
 AI void weights_q2x4(const uint8_t *pr, __m512i w[4]) {
     const __m512i v = _mm512_loadu_si512(pr), m2 = _mm512_set1_epi8(0x03);
     w[0] = _mm512_and_si512(v, m2);
-    w[1] = byte_field(v, 1, 2);
-    w[2] = byte_field(v, 2, 2);
-    w[3] = byte_field(v, 3, 2);
+    w[1] = byte_field(v, 1, 2, 1);
+    w[2] = byte_field(v, 2, 2, 1);
+    w[3] = byte_field(v, 3, 2, 1);
 }
 
 /* Row 0's weight hint for the block at packed byte offset off of a register block's rows, and in
@@ -559,7 +566,7 @@ AI void block_products(const int KIND, const int BITS, const int GPU, const int 
         if (KIND == K_A8Q) _mm_prefetch((const char *)(pf + (size_t)r * prs + 64), QPF_HINT); /* 2 lines */
         __m512i w[4];
         if (KIND == K_A8Q && BITS == 4) {
-            weights_q4x4(GPU, pr, w);
+            weights_q4x4(GPU, TT, pr, w);
         } else if (KIND == K_A8Q) {
 #if NX_VNNI_VBMI
             const __m512i A = _mm512_loadu_si512(pr), mb = _mm512_set1_epi8((char)((1 << BITS) - 1));
@@ -583,7 +590,7 @@ AI void block_products(const int KIND, const int BITS, const int GPU, const int 
         } else if (KIND == K_A8) {
             const __m512i v = _mm512_loadu_si512(pr), m4 = _mm512_set1_epi8(0x0f);
             w[0] = _mm512_and_si512(v, m4);
-            w[1] = byte_field(v, 2, 4);
+            w[1] = byte_field(v, 2, 4, TT == 1);
         } else if (KIND == K_S4) {
             const __m512i v = BITS == 2 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pr))
                                         : _mm512_loadu_si512(pr);
@@ -637,7 +644,7 @@ AI void row_products(const int KIND, const int GPU, const int TT, const uint8_t 
     _mm_prefetch((const char *)pfr, QPF_HINT);
     if (KIND == K_A8Q) {
         _mm_prefetch((const char *)(pfr + 64), QPF_HINT); /* 2 lines */
-        weights_q4x4(GPU, pr, w);
+        weights_q4x4(GPU, TT, pr, w);
     } else {
         weights_q2x4(pr, w);
     }
