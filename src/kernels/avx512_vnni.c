@@ -257,11 +257,12 @@ static int x_layout(int act, int bits, int64_t in, int64_t group) {
 /* Bits [2k, 2k + w) of every byte of v at bit 0, the rest zero (w = 2: k = 1..3; w = 4: k = 2).
  * With GF, the VBMI build (whose table also asks for GFNI) does it in one vgf2p8affineqb, a
  * bit-matrix multiply per byte (the matrix's byte 7 - i picks output bit i); otherwise a 16-bit
- * shift and a mask. At 2 or more input rows, 4-bit weights take the shift and mask, where the
- * multiplies make a call partly compute-bound: in-process A/B on the Zen 5 VM, 4-bit g64,
- * 512x4096 in cache on one core, 2 rows 1.036x and 1.048x (the unchanged 1-row code alongside
- * 0.996x and 1.000x), 3 rows 1.00x, 4 rows 1.01x; 8192x4096 from memory on two threads, 2 rows
- * 1.01-1.05x. At 1 row it measured 0.94-1.01x, so 1 row keeps the affine op. */
+ * shift and a mask. At 2 or more input rows the kernels take the shift and mask, where the
+ * multiplies make a call partly compute-bound: in-process A/B on the Zen 5 VM, g64, 512x4096 in
+ * cache on one core, 4-bit 2 rows 1.036x and 1.048x (the unchanged 1-row code alongside 0.996x
+ * and 1.000x), 3 rows 1.00x, 4 rows 1.01x; 2-bit 2 rows 1.059x and 1.111x, 3 rows 1.00x, 4 rows
+ * 1.04x; 4-bit 8192x4096 from memory on two threads, 2 rows 1.01-1.05x. At 1 row it measured
+ * 0.94-1.01x, so 1 row keeps the affine op. */
 AI __m512i byte_field(__m512i v, int k, int w, const int GF) {
 #if NX_VNNI_VBMI
     if (GF) {
@@ -527,12 +528,12 @@ AI void weights_q4x4(const int GPU, const int TT, const uint8_t *pr, __m512i w[4
 }
 
 /* The four weight vectors of a 256-element block of 2-bit weights (K_A8, 64 packed bytes). */
-AI void weights_q2x4(const uint8_t *pr, __m512i w[4]) {
+AI void weights_q2x4(const int TT, const uint8_t *pr, __m512i w[4]) {
     const __m512i v = _mm512_loadu_si512(pr), m2 = _mm512_set1_epi8(0x03);
     w[0] = _mm512_and_si512(v, m2);
-    w[1] = byte_field(v, 1, 2, 1);
-    w[2] = byte_field(v, 2, 2, 1);
-    w[3] = byte_field(v, 3, 2, 1);
+    w[1] = byte_field(v, 1, 2, TT == 1);
+    w[2] = byte_field(v, 2, 2, TT == 1);
+    w[3] = byte_field(v, 3, 2, TT == 1);
 }
 
 /* Row 0's weight hint for the block at packed byte offset off of a register block's rows, and in
@@ -586,7 +587,7 @@ AI void block_products(const int KIND, const int BITS, const int GPU, const int 
             w[0] = _mm512_setzero_si512(); /* not taken: act8_takes declines these widths */
 #endif
         } else if (KIND == K_A8 && BITS == 2) {
-            weights_q2x4(pr, w);
+            weights_q2x4(TT, pr, w);
         } else if (KIND == K_A8) {
             const __m512i v = _mm512_loadu_si512(pr), m4 = _mm512_set1_epi8(0x0f);
             w[0] = _mm512_and_si512(v, m4);
@@ -646,7 +647,7 @@ AI void row_products(const int KIND, const int GPU, const int TT, const uint8_t 
         _mm_prefetch((const char *)(pfr + 64), QPF_HINT); /* 2 lines */
         weights_q4x4(GPU, TT, pr, w);
     } else {
-        weights_q2x4(pr, w);
+        weights_q2x4(TT, pr, w);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++)
