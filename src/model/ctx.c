@@ -1,10 +1,12 @@
 /* Decoding contexts: KV caches for the trunk and the MTP layer and every scratch buffer a
  * forward needs, allocated once at creation (nothing is allocated inside the forward pass);
  * teacher-forced evaluation and rollback. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "model/model_internal.h"
@@ -19,17 +21,37 @@ static int64_t ffn_width(const nx_layer *L) {
     return f;
 }
 
-/* Zeroed memory for the KV caches, 2 MB-aligned and advised for huge pages (attention at long
- * context walks the whole cache every step, 4 KB pages at a time otherwise); pages are
- * committed as the cache fills. Returns the aligned start; *base / *mapped are what to unmap. */
+/* Zeroed memory for the KV caches and the per-position hidden states, 2 MB-aligned and advised
+ * for huge pages (attention at long context walks the whole cache every step, 4 KB pages at a
+ * time otherwise), and committed now, as llama.cpp clears its KV buffer at creation: a context
+ * that does not fit fails here with a clear error, not mid-generation, and decoding does not
+ * pay for first touches (each step writes fresh KV rows and a hidden row; on a VM first-touch
+ * faults cost ~70 us a step of a Hy3-shaped model's 4.5 ms-per-GB decode). Returns the aligned
+ * start (NULL, errno set, on failure); *base / *mapped are what to unmap. */
 static void *kv_arena_new(size_t bytes, void **base, size_t *mapped) {
     const size_t huge = (size_t)2 << 20, len = (bytes + huge - 1) / huge * huge + huge;
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
+    const size_t used = len - (size_t)(a - (uint8_t *)m);
+    (void)madvise(a, used, MADV_HUGEPAGE);
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+    if (madvise(a, used, MADV_POPULATE_WRITE) != 0) {
+        if (errno != EINVAL) { /* ENOMEM, EFAULT, EHWPOISON: the memory is not there */
+            const int e = errno;
+            munmap(m, len);
+            errno = e;
+            return NULL;
+        }
+        /* kernels before 5.14: one write per page (the memory is zero already) */
+        const long pg = sysconf(_SC_PAGESIZE);
+        volatile uint8_t *b = a;
+        for (size_t o = 0; o < used; o += (size_t)(pg > 0 ? pg : 4096)) b[o] = 0;
+    }
     *base = m;
     *mapped = len;
-    uint8_t *a = (uint8_t *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
-    (void)madvise(a, len - (size_t)(a - (uint8_t *)m), MADV_HUGEPAGE);
     return a;
 }
 
@@ -68,8 +90,18 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     c->kv = zalloc((size_t)cfg->n_layers, sizeof *c->kv, &ok);
     const size_t per = N * kvw * nx_dtype_size(m->kv_dtype); /* bytes per cache */
     const size_t n_caches = 2 * ((size_t)cfg->n_layers + (m->w.has_mtp ? 1 : 0));
-    char *arena = ok ? kv_arena_new(n_caches * per, &c->kv_arena, &c->kv_arena_bytes) : NULL;
-    if (!arena) ok = false;
+    const size_t hidden_at = (n_caches * per + 63) / 64 * 64, arena_bytes = hidden_at + N * H * sizeof(float);
+    char *arena = ok ? kv_arena_new(arena_bytes, &c->kv_arena, &c->kv_arena_bytes) : NULL;
+    if (!arena) {
+        const bool mem = ok;
+        nx_ctx_free(c);
+        if (!mem) return nx_fail(err, NX_E_NOMEM, "out of memory allocating a context of %d positions", n_ctx);
+        return nx_fail(err, NX_E_NOMEM,
+                       "a context of %d positions needs %.1f MB for its KV caches and hidden states: %s "
+                       "(a smaller --ctx or --kv-type f16 needs less)",
+                       n_ctx, (double)arena_bytes / (1 << 20), strerror(errno));
+    }
+    c->hidden = (float *)(void *)(arena + hidden_at);
     for (int32_t l = 0; ok && l < cfg->n_layers; l++) {
         c->kv[l].k = arena + (2 * (size_t)l) * per;
         c->kv[l].v = arena + (2 * (size_t)l + 1) * per;
@@ -82,7 +114,6 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
         c->mtp_in = zalloc(B * 2 * H, sizeof(float), &ok);
         c->mtp_out = zalloc(B * H, sizeof(float), &ok);
     }
-    c->hidden = zalloc(N * H, sizeof(float), &ok);
     c->tokens = zalloc(N, sizeof(int32_t), &ok);
     c->x = zalloc(B * H, sizeof(float), &ok);
     c->xn = zalloc(B * H, sizeof(float), &ok);
@@ -119,7 +150,7 @@ void nx_ctx_free(nx_ctx *c) {
     if (!c) return;
     if (c->kv_arena) munmap(c->kv_arena, c->kv_arena_bytes);
     free(c->kv);
-    float *bufs[] = {c->mtp_in, c->mtp_out, c->hidden, c->x,  c->xn,    c->q,      c->k,
+    float *bufs[] = {c->mtp_in, c->mtp_out, c->x,      c->xn, c->q,     c->k,
                      c->v,      c->att,     c->y,      c->g,  c->u,     c->hpre,   c->hpost,
                      c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye, c->rope};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);

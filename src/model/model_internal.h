@@ -68,14 +68,16 @@ struct nx_ctx {
     int32_t n_past;  /* rows in the trunk cache */
     int32_t *tokens; /* [n_ctx] the token of each trunk cache row (valid below n_past) */
     nx_kv mtp_kv;
-    void *kv_arena;  /* every k and v above, in one mapping on 2 MB pages where the kernel gives them */
+    void *kv_arena;  /* every k and v above and the hidden states below, in one mapping on 2 MB
+                        pages where the kernel gives them */
     size_t kv_arena_bytes;
     int32_t mtp_past; /* rows in the MTP cache */
     int32_t mtp_lo;   /* first MTP row attended: > 0 after a long stretch of plain decoding was
                          skipped rather than re-fed (see generate.c) */
     nx_auto_state autos; /* --draft auto's measurements */
 
-    /* Trunk hidden per position, the one the MTP is fed (post- or pre-final-norm): [n_ctx, H] */
+    /* Trunk hidden per position, the one the MTP is fed (post- or pre-final-norm): [n_ctx, H];
+       in kv_arena */
     float *hidden;
 
     /* Scratch sized for n_batch rows (shape comments give the row width). */

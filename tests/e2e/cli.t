@@ -84,6 +84,12 @@ def edit_config(key, value):
     return f
 
 
+# a context is committed when it is made: one that cannot be (6 TB here) is refused up front
+# with its size, not found short mid-generation
+expect_error("context larger than memory",
+             ["run", "-m", variant("longctx", edit_config("max_position_embeddings", 2147483647)),
+              "--prompt-tokens", "1,2", "-n", "2", "--ctx", "2000000000"],
+             "context of 2000000000 positions needs", "MB for its KV caches")
 expect_error("config: wrong type", ["inspect", "-m", variant("cfgtype", edit_config("hidden_size", "big"))], "hidden_size")
 expect_error("config: missing field", ["inspect", "-m", variant("cfgmiss", edit_config("num_hidden_layers", None))],
              "num_hidden_layers")
