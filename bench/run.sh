@@ -77,8 +77,9 @@ echo "memory-bound model: $($NEXTN run -m "$BIG" --prompt-tokens "$(seq 1 512 | 
 echo "== memory-bound model: AR vs MTP with synthetic acceptance 0.8"
 # This machine's bandwidth drifts from minute to minute (on shared VMs it can switch between two
 # levels within a second). `nextn bench --membw` reads it on the decoding threads before every
-# other step and pairs each reading with the step after it (a 256 MB pass in each of membw's
-# patterns: smaller buffers partly stay in a 32 MB last-level cache and read high), so both
+# other step and pairs each reading with the step after it (a 1 GB pass in each of membw's
+# patterns: smaller buffers partly stay in the last-level cache and read high; on the Zen 5 VM
+# 256 MB read 86-97 GB/s while 1 and 4 GB read 80-84 in the same minutes), so both
 # sides of each ratio see the same level. ROUNDS separate runs; the median round is reported
 # with all of them, each with its median reading and the median over the pairs read at the
 # run's top level (at least 3/4 of its highest reading).
@@ -87,7 +88,7 @@ decode_vs_bw() { # NAME MODEL [nextn bench options...]
     local name=$1 model=$2 rounds="" out
     shift 2
     for _ in $(seq "$ROUNDS"); do
-        out=$($NEXTN bench -m "$model" -n 96 --modes ar --membw 256 "$@")
+        out=$($NEXTN bench -m "$model" -n 96 --modes ar --membw 1024 "$@")
         rounds="$rounds $(echo "$out" | grep '^mode=ar' | tr ' ' '\n' | awk -F= '{ v[$1] = $2 } END {
             printf "%s:%s:%s:%s:%s", v["weight_frac"], v["membw_GB_s"], v["weight_frac_top"], v["membw_hi_GB_s"], v["weight_GB_s"] }'):$(echo "$out" | grep -o 'dense_verify2/step=[0-9.]*' | cut -d= -f2)"
     done
