@@ -515,22 +515,38 @@ AI __m512 kv_load(const int F16, const void *row, int64_t i, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, (const float *)row + i);
 }
 
-/* Scores of up to 4 heads (q, q + hd, ...) against row k: each accumulated exactly as
- * nx_avx512_dot_f32 does it, then reduced in hsum16's order (four at once). */
-AI __m128 dots4(const int F16, const float *q, int G, const void *k, int64_t hd, int64_t full, __mmask16 m) {
+/* Scores of up to 4 heads (q, q + hd, ...) against rows k0 and, when TWO, k1: each
+ * accumulated exactly as nx_avx512_dot_f32 does it, then reduced in hsum16's order (four at
+ * once). Two rows at a time interleave two independent chains per head (and load each q slice
+ * once for both): one row's eight dependent multiply-adds per head and its reduction left the
+ * core mostly waiting (Hy3's 128-wide heads, ~90 cycles per row and 4 heads). */
+AI void dots4(const int F16, const int TWO, const float *q, int G, const void *k0, const void *k1, int64_t hd,
+              int64_t full, __mmask16 m, __m128 *s0, __m128 *s1) {
     __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 b[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     int64_t i = 0;
     for (; i < full; i += 16) {
-        const __m512 kv = kv_load(F16, k, i, (__mmask16)0xffff);
+        const __m512 kv = kv_load(F16, k0, i, (__mmask16)0xffff);
+        const __m512 kw = TWO ? kv_load(F16, k1, i, (__mmask16)0xffff) : kv;
 #pragma GCC unroll 4
-        for (int h = 0; h < G; h++) a[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * hd + i), kv, a[h]);
+        for (int h = 0; h < G; h++) {
+            const __m512 qv = _mm512_loadu_ps(q + h * hd + i);
+            a[h] = _mm512_fmadd_ps(qv, kv, a[h]);
+            if (TWO) b[h] = _mm512_fmadd_ps(qv, kw, b[h]);
+        }
     }
     if (i < hd) {
-        const __m512 kv = kv_load(F16, k, i, m);
+        const __m512 kv = kv_load(F16, k0, i, m);
+        const __m512 kw = TWO ? kv_load(F16, k1, i, m) : kv;
 #pragma GCC unroll 4
-        for (int h = 0; h < G; h++) a[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * hd + i), kv, a[h]);
+        for (int h = 0; h < G; h++) {
+            const __m512 qv = _mm512_maskz_loadu_ps(m, q + h * hd + i);
+            a[h] = _mm512_fmadd_ps(qv, kv, a[h]);
+            if (TWO) b[h] = _mm512_fmadd_ps(qv, kw, b[h]);
+        }
     }
-    return hsum16x4(a[0], a[1], a[2], a[3]);
+    *s0 = hsum16x4(a[0], a[1], a[2], a[3]);
+    if (TWO) *s1 = hsum16x4(b[0], b[1], b[2], b[3]);
 }
 
 /* Cached rows are prefetched this many bytes ahead (8 KB: 32 rows of 64 f32 elements). The
@@ -557,30 +573,62 @@ AI int64_t attn_pf_rows(size_t es, int64_t stride) {
     return r > 0 ? r : 1;
 }
 
-/* Each cached row is loaded once for up to 4 heads at a time. */
+/* Cached rows a block of the attention takes at a time: every pass over the block (heads by
+ * fours, 64 elements of a row at a time) finds its rows in L1 or L2, so each row comes from
+ * memory once rather than once per pass (twice or four times for 8 heads of 128). ~16 KB. */
+AI int64_t attn_block_rows(size_t es, int64_t hd) {
+    const int64_t r = 16384 / ((int64_t)es * hd);
+    return r > 8 ? r : 8;
+}
+
+/* Rows p (and p + 1 when TWO) of scores for G heads. */
+AI void scores_at(const int F16, const int TWO, const float *qh, int G, const void *K, int64_t stride, size_t es,
+                  int64_t p, int64_t hd, int64_t full, __mmask16 m, __m128 sc, float *oh, int64_t ldo) {
+    const void *k0 = (const char *)K + (size_t)(p * stride) * es, *k1 = (const char *)k0 + (size_t)stride * es;
+    __m128 s0, s1 = _mm_setzero_ps();
+    switch (G) {
+    case 1: dots4(F16, TWO, qh, 1, k0, k1, hd, full, m, &s0, &s1); break;
+    case 2: dots4(F16, TWO, qh, 2, k0, k1, hd, full, m, &s0, &s1); break;
+    case 3: dots4(F16, TWO, qh, 3, k0, k1, hd, full, m, &s0, &s1); break;
+    default: dots4(F16, TWO, qh, 4, k0, k1, hd, full, m, &s0, &s1); break;
+    }
+    float v[8];
+    _mm_storeu_ps(v, _mm_mul_ps(s0, sc));
+    _mm_storeu_ps(v + 4, _mm_mul_ps(s1, sc));
+    for (int h = 0; h < G; h++) {
+        oh[h * ldo + p] = v[h];
+        if (TWO) oh[h * ldo + p + 1] = v[4 + h];
+    }
+}
+
+/* Each cached row is loaded once for up to 4 heads at a time, two rows at a time, a block of
+ * rows at a time. */
 AI void scores(const int F16, const float *q, int64_t g, const void *K, int64_t stride, int64_t n, int64_t hd,
                float scale, float *out, int64_t ldo) {
     const size_t es = F16 ? 2 : 4;
     const int64_t ahead = attn_pf_rows(es, stride);
     const int64_t full = hd & ~(int64_t)15;
     const __mmask16 m = (__mmask16)((1u << (hd - full)) - 1u);
-    for (int64_t h0 = 0; h0 < g; h0 += 4) {
-        const int G = g - h0 < 4 ? (int)(g - h0) : 4;
-        const float *qh = q + h0 * hd;
-        float *oh = out + h0 * ldo;
-        for (int64_t p = 0; p < n; p++) {
-            attn_prefetch_row(K, es, stride, p, ahead, n, hd);
-            const void *kp = (const char *)K + (size_t)(p * stride) * es;
-            __m128 s;
-            switch (G) {
-            case 1: s = dots4(F16, qh, 1, kp, hd, full, m); break;
-            case 2: s = dots4(F16, qh, 2, kp, hd, full, m); break;
-            case 3: s = dots4(F16, qh, 3, kp, hd, full, m); break;
-            default: s = dots4(F16, qh, 4, kp, hd, full, m); break;
+    const __m128 sc = _mm_set1_ps(scale);
+    const int64_t pb = attn_block_rows(es, hd);
+    for (int64_t p0 = 0; p0 < n; p0 += pb) {
+        const int64_t p1 = n - p0 < pb ? n : p0 + pb;
+        for (int64_t h0 = 0; h0 < g; h0 += 4) {
+            const int G = g - h0 < 4 ? (int)(g - h0) : 4;
+            const float *qh = q + h0 * hd;
+            float *oh = out + h0 * ldo;
+            int64_t p = p0;
+            for (; p + 2 <= p1; p += 2) {
+                if (h0 == 0) {
+                    attn_prefetch_row(K, es, stride, p, ahead, n, hd);
+                    attn_prefetch_row(K, es, stride, p + 1, ahead, n, hd);
+                }
+                scores_at(F16, 1, qh, G, K, stride, es, p, hd, full, m, sc, oh, ldo);
             }
-            float v[4];
-            _mm_storeu_ps(v, _mm_mul_ps(s, _mm_set1_ps(scale)));
-            for (int h = 0; h < G; h++) oh[h * ldo + p] = v[h];
+            if (p < p1) {
+                if (h0 == 0) attn_prefetch_row(K, es, stride, p, ahead, n, hd);
+                scores_at(F16, 0, qh, G, K, stride, es, p, hd, full, m, sc, oh, ldo);
+            }
         }
     }
 }
@@ -593,13 +641,15 @@ void nx_avx512_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kv
 
 /* o_h += Σ_p w_h[p]·V_p for up to 4 heads and 64 elements of o at a time, kept in registers
  * while all rows pass: each row's slice is loaded once for the heads, and each element takes the
- * same fused multiply-adds in the same order as nx_avx512_axpy_f32 calls would. */
-AI void accum4(const int F16, const float *w, int64_t ldw, const int G, const void *V, int64_t stride, int64_t n,
-               int64_t hd, int64_t c0, float *o) {
+ * same fused multiply-adds in the same order as nx_avx512_axpy_f32 calls would. All four
+ * vectors are always computed (lanes past hd load and store nothing, their sums are unused):
+ * with a run-time vector count the compiler kept the sums on the stack, a store-to-load
+ * round trip per row that made this 3-4x slower. */
+AI void accum4(const int F16, const float *w, int64_t ldw, const int G, const void *V, int64_t stride, int64_t p0,
+               int64_t p1, int64_t n, int64_t hd, int64_t c0, int pf, float *o) {
     const size_t es = F16 ? 2 : 4;
     const int64_t ahead = attn_pf_rows(es, stride);
     const int64_t len = hd - c0 < 64 ? hd - c0 : 64;
-    const int nv = (int)((len + 15) / 16);
     __mmask16 mk[4];
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -609,8 +659,8 @@ AI void accum4(const int F16, const float *w, int64_t ldw, const int G, const vo
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) acc[h][v] = _mm512_maskz_loadu_ps(mk[v], o + h * hd + c0 + 16 * v);
     }
-    for (int64_t p = 0; p < n; p++) {
-        if (c0 == 0) attn_prefetch_row(V, es, stride, p, ahead, n, hd);
+    for (int64_t p = p0; p < p1; p++) {
+        if (pf) attn_prefetch_row(V, es, stride, p, ahead, n, hd);
         const void *vp = (const char *)V + (size_t)(p * stride + c0) * es;
         __m512 x[4];
 #pragma GCC unroll 4
@@ -620,26 +670,32 @@ AI void accum4(const int F16, const float *w, int64_t ldw, const int G, const vo
             const __m512 wv = _mm512_set1_ps(w[h * ldw + p]);
 #pragma GCC unroll 4
             for (int v = 0; v < 4; v++)
-                if (v < nv) acc[h][v] = _mm512_fmadd_ps(wv, x[v], acc[h][v]);
+                acc[h][v] = _mm512_fmadd_ps(wv, x[v], acc[h][v]);
         }
     }
 #pragma GCC unroll 4
     for (int h = 0; h < G; h++)
-        for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(o + h * hd + c0 + 16 * v, mk[v], acc[h][v]);
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(o + h * hd + c0 + 16 * v, mk[v], acc[h][v]);
 }
 
 AI void accum(const int F16, const float *w, int64_t ldw, int64_t g, const void *V, int64_t stride, int64_t n,
               int64_t hd, float *o) {
-    for (int64_t h0 = 0; h0 < g; h0 += 4) {
-        const int G = g - h0 < 4 ? (int)(g - h0) : 4;
-        for (int64_t c0 = 0; c0 < hd; c0 += 64) {
-            const float *wh = w + h0 * ldw;
-            float *oh = o + h0 * hd;
-            switch (G) {
-            case 1: accum4(F16, wh, ldw, 1, V, stride, n, hd, c0, oh); break;
-            case 2: accum4(F16, wh, ldw, 2, V, stride, n, hd, c0, oh); break;
-            case 3: accum4(F16, wh, ldw, 3, V, stride, n, hd, c0, oh); break;
-            default: accum4(F16, wh, ldw, 4, V, stride, n, hd, c0, oh); break;
+    const int64_t pb = attn_block_rows(F16 ? 2 : 4, hd);
+    for (int64_t p0 = 0; p0 < n; p0 += pb) {
+        const int64_t p1 = n - p0 < pb ? n : p0 + pb;
+        for (int64_t h0 = 0; h0 < g; h0 += 4) {
+            const int G = g - h0 < 4 ? (int)(g - h0) : 4;
+            for (int64_t c0 = 0; c0 < hd; c0 += 64) {
+                const float *wh = w + h0 * ldw;
+                float *oh = o + h0 * hd;
+                const int pf = h0 == 0 && c0 == 0;
+                switch (G) {
+                case 1: accum4(F16, wh, ldw, 1, V, stride, p0, p1, n, hd, c0, pf, oh); break;
+                case 2: accum4(F16, wh, ldw, 2, V, stride, p0, p1, n, hd, c0, pf, oh); break;
+                case 3: accum4(F16, wh, ldw, 3, V, stride, p0, p1, n, hd, c0, pf, oh); break;
+                default: accum4(F16, wh, ldw, 4, V, stride, p0, p1, n, hd, c0, pf, oh); break;
+                }
             }
         }
     }
