@@ -385,10 +385,231 @@ static void avx2_axpy_f32(float a, const float *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
 
+/* ------------------------------------------------------------------ attention over the cache */
+
+/* Lanes [0, n) of 8 (n <= 8). */
+AI __m256i lanes8(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* 8 elements of a cached row from element i, lanes past mask mk 0 (FULL: all 8), widened from
+ * f16 (exact) when F16: the values avx2_dot_f32 / avx2_axpy_f32 see on the rows nx_attn_*
+ * widens for them (their tails zero-padded alike). */
+AI __m256 kv8(const int F16, const int FULL, const void *row, int64_t i, int64_t n, __m256i mk) {
+    if (F16) {
+        if (FULL) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+        uint16_t b[8] = {0};
+        memcpy(b, (const uint16_t *)row + i, (size_t)n * 2);
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b));
+    }
+    return FULL ? _mm256_loadu_ps((const float *)row + i) : _mm256_maskload_ps((const float *)row + i, mk);
+}
+
+/* The lines of the cached row 8 KB of rows past p (hd elements of es bytes at row stride), if
+ * there is one: the caches' streams start too often for the hardware prefetchers. */
+AI void attn_prefetch(const void *base, size_t es, int64_t stride, int64_t p, int64_t n, int64_t hd) {
+    int64_t ahead = 8192 / ((int64_t)es * stride);
+    if (ahead < 1) ahead = 1;
+    if (p + ahead >= n) return;
+    const char *r = (const char *)base + (size_t)((p + ahead) * stride) * es;
+    for (int64_t b = 0; b < hd * (int64_t)es; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
+}
+
+/* Cached rows a block takes at a time (~16 KB): every pass over the block (heads by fours,
+ * 16 elements of a row at a time) finds them in L1 or L2, so each row comes from memory once. */
+AI int64_t attn_block_rows(size_t es, int64_t hd) {
+    const int64_t r = 16384 / ((int64_t)es * hd);
+    return r > 8 ? r : 8;
+}
+
+/* Scores of G heads (q, q + hd, ...) against row k, each accumulated and reduced exactly as
+ * avx2_dot_f32 does it. */
+AI void dots_g(const int F16, const int G, const float *q, int64_t hd, const void *k, float *v) {
+    __m256 a[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++) a[h] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= hd; i += 8) {
+        const __m256 kv = kv8(F16, 1, k, i, 8, _mm256_setzero_si256());
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + i), kv, a[h]);
+    }
+    if (i < hd) {
+        const __m256i mk = lanes8(hd - i);
+        const __m256 kv = kv8(F16, 0, k, i, hd - i, mk);
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) a[h] = _mm256_fmadd_ps(_mm256_maskload_ps(q + h * hd + i, mk), kv, a[h]);
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++) v[h] = hsum8(a[h]);
+}
+
+AI void scores_rows(const int F16, const int G, const float *q, const void *K, int64_t stride, int64_t p0,
+                    int64_t p1, int64_t n, int64_t hd, int pf, float scale, float *out, int64_t ldo) {
+    const size_t es = F16 ? 2 : 4;
+    for (int64_t p = p0; p < p1; p++) {
+        if (pf) attn_prefetch(K, es, stride, p, n, hd);
+        float v[4];
+        dots_g(F16, G, q, hd, (const char *)K + (size_t)(p * stride) * es, v);
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) out[h * ldo + p] = v[h] * scale;
+    }
+}
+
+AI void scores8(const int F16, const float *q, int64_t g, const void *K, int64_t stride, int64_t n, int64_t hd,
+                float scale, float *out, int64_t ldo) {
+    const int64_t pb = attn_block_rows(F16 ? 2 : 4, hd);
+    for (int64_t p0 = 0; p0 < n; p0 += pb) {
+        const int64_t p1 = n - p0 < pb ? n : p0 + pb;
+        for (int64_t h0 = 0; h0 < g; h0 += 4) {
+            const float *qh = q + h0 * hd;
+            float *oh = out + h0 * ldo;
+            switch (g - h0 < 4 ? g - h0 : 4) {
+            case 1: scores_rows(F16, 1, qh, K, stride, p0, p1, n, hd, h0 == 0, scale, oh, ldo); break;
+            case 2: scores_rows(F16, 2, qh, K, stride, p0, p1, n, hd, h0 == 0, scale, oh, ldo); break;
+            case 3: scores_rows(F16, 3, qh, K, stride, p0, p1, n, hd, h0 == 0, scale, oh, ldo); break;
+            default: scores_rows(F16, 4, qh, K, stride, p0, p1, n, hd, h0 == 0, scale, oh, ldo); break;
+            }
+        }
+    }
+}
+
+static void avx2_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kvt, int64_t stride, int64_t n,
+                             int64_t hd, float scale, float *out, int64_t ldo) {
+    if (kvt == NX_DTYPE_F16) scores8(1, q, g, K, stride, n, hd, scale, out, ldo);
+    else scores8(0, q, g, K, stride, n, hd, scale, out, ldo);
+}
+
+/* o_h[c0, c0 + 16) (FULL; else the row's last hd - c0 < 16 elements) += Σ_p w_h[p]·V_p over
+ * rows [p0, p1) for G heads, the sums in registers: per element the fused multiply-adds
+ * avx2_axpy_f32 would do, in row order (its scalar tail's fmaf rounds once, as a lane does). */
+AI void accum16(const int F16, const int FULL, const int G, const float *w, int64_t ldw, const void *V,
+                int64_t stride, int64_t p0, int64_t p1, int64_t n, int64_t hd, int64_t c0, int pf, float *o) {
+    const size_t es = F16 ? 2 : 4;
+    const int64_t len = FULL ? 16 : hd - c0, n0 = len < 8 ? len : 8, n1 = len - n0;
+    const __m256i m0 = lanes8(n0), m1 = lanes8(n1);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++) {
+        acc[h][0] = FULL ? _mm256_loadu_ps(o + h * hd + c0) : _mm256_maskload_ps(o + h * hd + c0, m0);
+        acc[h][1] = FULL ? _mm256_loadu_ps(o + h * hd + c0 + 8) : _mm256_maskload_ps(o + h * hd + c0 + 8, m1);
+    }
+    for (int64_t p = p0; p < p1; p++) {
+        if (pf) attn_prefetch(V, es, stride, p, n, hd);
+        const void *vp = (const char *)V + (size_t)(p * stride) * es;
+        const __m256 x0 = kv8(F16, FULL, vp, c0, n0, m0);
+        const __m256 x1 = FULL || n1 > 0 ? kv8(F16, FULL, vp, c0 + 8, n1, m1) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) {
+            const __m256 wv = _mm256_set1_ps(w[h * ldw + p]);
+            acc[h][0] = _mm256_fmadd_ps(wv, x0, acc[h][0]);
+            acc[h][1] = _mm256_fmadd_ps(wv, x1, acc[h][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++) {
+        if (FULL) {
+            _mm256_storeu_ps(o + h * hd + c0, acc[h][0]);
+            _mm256_storeu_ps(o + h * hd + c0 + 8, acc[h][1]);
+        } else {
+            _mm256_maskstore_ps(o + h * hd + c0, m0, acc[h][0]);
+            _mm256_maskstore_ps(o + h * hd + c0 + 8, m1, acc[h][1]);
+        }
+    }
+}
+
+AI void accum_g(const int F16, const int G, const float *w, int64_t ldw, const void *V, int64_t stride,
+                int64_t p0, int64_t p1, int64_t n, int64_t hd, int pf, float *o) {
+    int64_t c0 = 0;
+    for (; c0 + 16 <= hd; c0 += 16) accum16(F16, 1, G, w, ldw, V, stride, p0, p1, n, hd, c0, pf && c0 == 0, o);
+    if (c0 < hd) accum16(F16, 0, G, w, ldw, V, stride, p0, p1, n, hd, c0, pf && c0 == 0, o);
+}
+
+AI void accum8(const int F16, const float *w, int64_t ldw, int64_t g, const void *V, int64_t stride, int64_t n,
+               int64_t hd, float *o) {
+    const int64_t pb = attn_block_rows(F16 ? 2 : 4, hd);
+    for (int64_t p0 = 0; p0 < n; p0 += pb) {
+        const int64_t p1 = n - p0 < pb ? n : p0 + pb;
+        for (int64_t h0 = 0; h0 < g; h0 += 4) {
+            const float *wh = w + h0 * ldw;
+            float *oh = o + h0 * hd;
+            switch (g - h0 < 4 ? g - h0 : 4) {
+            case 1: accum_g(F16, 1, wh, ldw, V, stride, p0, p1, n, hd, h0 == 0, oh); break;
+            case 2: accum_g(F16, 2, wh, ldw, V, stride, p0, p1, n, hd, h0 == 0, oh); break;
+            case 3: accum_g(F16, 3, wh, ldw, V, stride, p0, p1, n, hd, h0 == 0, oh); break;
+            default: accum_g(F16, 4, wh, ldw, V, stride, p0, p1, n, hd, h0 == 0, oh); break;
+            }
+        }
+    }
+}
+
+static void avx2_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride,
+                            int64_t n, int64_t hd, float *o) {
+    if (kvt == NX_DTYPE_F16) accum8(1, w, ldw, g, V, stride, n, hd, o);
+    else accum8(0, w, ldw, g, V, stride, n, hd, o);
+}
+
+/* e^x for 8 lanes: avx512.c's exp16 step for step (within 2 ulp of expf; below about -103 the
+ * result is 0, NaN stays NaN), with its ·2^k as two exact power-of-two factors (each half of k
+ * in the normal range) in place of vscalefps: the second product rounds once, as vscalefps does. */
+AI __m256 exp8(__m256 x) {
+    /* clamp; a NaN passes (max/min return their second operand when either is NaN) */
+    x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(88.7f), x);
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i ki = _mm256_cvtps_epi32(k); /* a NaN's lanes: garbage, and p is NaN anyway */
+    const __m256i k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 f1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+    const __m256 f2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
+}
+
+/* Softmax as avx512.c's: the max, e^(x - max) by exp8 summed in 8 lanes, then · 1/sum. */
+static void avx2_softmax_f32(float *x, int64_t n) {
+    const int64_t full = n & ~(int64_t)7;
+    const __m256i mk = lanes8(n - full);
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i < full; i += 8) mx = _mm256_max_ps(_mm256_loadu_ps(x + i), mx);
+    if (i < n) mx = _mm256_blendv_ps(mx, _mm256_max_ps(_mm256_maskload_ps(x + i, mk), mx), _mm256_castsi256_ps(mk));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const __m256 mv = _mm256_set1_ps(_mm_cvtss_f32(m4));
+    __m256 sum = _mm256_setzero_ps();
+    for (i = 0; i < full; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        _mm256_storeu_ps(x + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (i < n) {
+        const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mk), mv)), _mm256_castsi256_ps(mk));
+        _mm256_maskstore_ps(x + i, mk, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / hsum8(sum));
+    for (i = 0; i < full; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    if (i < n) _mm256_maskstore_ps(x + i, mk, _mm256_mul_ps(_mm256_maskload_ps(x + i, mk), inv));
+}
+
 const nx_kernel_table nx_kernels_avx2 = {
     .name = "avx2",
     .matmul_rows = avx2_matmul_rows,
     .to_f32 = avx2_to_f32,
     .dot_f32 = avx2_dot_f32,
     .axpy_f32 = avx2_axpy_f32,
+    .attn_scores = avx2_attn_scores,
+    .attn_accum = avx2_attn_accum,
+    .softmax_f32 = avx2_softmax_f32,
 };
