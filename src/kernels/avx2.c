@@ -603,6 +603,21 @@ static void avx2_softmax_f32(float *x, int64_t n) {
     if (i < n) _mm256_maskstore_ps(x + i, mk, _mm256_mul_ps(_mm256_maskload_ps(x + i, mk), inv));
 }
 
+/* g / (1 + e^-g) · u, 8 lanes at a time, as avx512.c's swiglu16. */
+AI __m256 swiglu8(__m256 g, __m256 u) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+static void avx2_swiglu_f32(float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, swiglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        const __m256i mk = lanes8(n - i);
+        _mm256_maskstore_ps(g + i, mk, swiglu8(_mm256_maskload_ps(g + i, mk), _mm256_maskload_ps(u + i, mk)));
+    }
+}
+
 const nx_kernel_table nx_kernels_avx2 = {
     .name = "avx2",
     .matmul_rows = avx2_matmul_rows,
@@ -612,4 +627,5 @@ const nx_kernel_table nx_kernels_avx2 = {
     .attn_scores = avx2_attn_scores,
     .attn_accum = avx2_attn_accum,
     .softmax_f32 = avx2_softmax_f32,
+    .swiglu_f32 = avx2_swiglu_f32,
 };
