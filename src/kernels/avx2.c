@@ -415,13 +415,6 @@ AI void attn_prefetch(const void *base, size_t es, int64_t stride, int64_t p, in
     for (int64_t b = 0; b < hd * (int64_t)es; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
 }
 
-/* Cached rows a block takes at a time (~16 KB): every pass over the block (heads by fours,
- * 16 elements of a row at a time) finds them in L1 or L2, so each row comes from memory once. */
-AI int64_t attn_block_rows(size_t es, int64_t hd) {
-    const int64_t r = 16384 / ((int64_t)es * hd);
-    return r > 8 ? r : 8;
-}
-
 /* Scores of G heads (q, q + hd, ...) against row k, each accumulated and reduced exactly as
  * avx2_dot_f32 does it. */
 AI void dots_g(const int F16, const int G, const float *q, int64_t hd, const void *k, float *v) {

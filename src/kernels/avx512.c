@@ -573,14 +573,6 @@ AI int64_t attn_pf_rows(size_t es, int64_t stride) {
     return r > 0 ? r : 1;
 }
 
-/* Cached rows a block of the attention takes at a time: every pass over the block (heads by
- * fours, 64 elements of a row at a time) finds its rows in L1 or L2, so each row comes from
- * memory once rather than once per pass (twice or four times for 8 heads of 128). ~16 KB. */
-AI int64_t attn_block_rows(size_t es, int64_t hd) {
-    const int64_t r = 16384 / ((int64_t)es * hd);
-    return r > 8 ? r : 8;
-}
-
 /* Rows p (and p + 1 when TWO) of scores for G heads. */
 AI void scores_at(const int F16, const int TWO, const float *qh, int G, const void *K, int64_t stride, size_t es,
                   int64_t p, int64_t hd, int64_t full, __mmask16 m, __m128 sc, float *oh, int64_t ldo) {
