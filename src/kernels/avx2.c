@@ -405,16 +405,6 @@ AI __m256 kv8(const int F16, const int FULL, const void *row, int64_t i, int64_t
     return FULL ? _mm256_loadu_ps((const float *)row + i) : _mm256_maskload_ps((const float *)row + i, mk);
 }
 
-/* The lines of the cached row 8 KB of rows past p (hd elements of es bytes at row stride), if
- * there is one: the caches' streams start too often for the hardware prefetchers. */
-AI void attn_prefetch(const void *base, size_t es, int64_t stride, int64_t p, int64_t n, int64_t hd) {
-    int64_t ahead = 8192 / ((int64_t)es * stride);
-    if (ahead < 1) ahead = 1;
-    if (p + ahead >= n) return;
-    const char *r = (const char *)base + (size_t)((p + ahead) * stride) * es;
-    for (int64_t b = 0; b < hd * (int64_t)es; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
-}
-
 /* Scores of G heads (q, q + hd, ...) against row k, each accumulated and reduced exactly as
  * avx2_dot_f32 does it. */
 AI void dots_g(const int F16, const int G, const float *q, int64_t hd, const void *k, float *v) {
@@ -440,8 +430,9 @@ AI void dots_g(const int F16, const int G, const float *q, int64_t hd, const voi
 AI void scores_rows(const int F16, const int G, const float *q, const void *K, int64_t stride, int64_t p0,
                     int64_t p1, int64_t n, int64_t hd, int pf, float scale, float *out, int64_t ldo) {
     const size_t es = F16 ? 2 : 4;
+    const int64_t ahead = attn_pf_rows(es, stride);
     for (int64_t p = p0; p < p1; p++) {
-        if (pf) attn_prefetch(K, es, stride, p, n, hd);
+        if (pf) attn_prefetch_row(K, es, stride, p, ahead, n, hd);
         float v[4];
         dots_g(F16, G, q, hd, (const char *)K + (size_t)(p * stride) * es, v);
 #pragma GCC unroll 4
@@ -479,6 +470,7 @@ static void avx2_attn_scores(const float *q, int64_t g, const void *K, nx_dtype 
 AI void accum16(const int F16, const int FULL, const int G, const float *w, int64_t ldw, const void *V,
                 int64_t stride, int64_t p0, int64_t p1, int64_t n, int64_t hd, int64_t c0, int pf, float *o) {
     const size_t es = F16 ? 2 : 4;
+    const int64_t ahead = attn_pf_rows(es, stride);
     const int64_t len = FULL ? 16 : hd - c0, n0 = len < 8 ? len : 8, n1 = len - n0;
     const __m256i m0 = lanes8(n0), m1 = lanes8(n1);
     __m256 acc[4][2];
@@ -488,7 +480,7 @@ AI void accum16(const int F16, const int FULL, const int G, const float *w, int6
         acc[h][1] = FULL ? _mm256_loadu_ps(o + h * hd + c0 + 8) : _mm256_maskload_ps(o + h * hd + c0 + 8, m1);
     }
     for (int64_t p = p0; p < p1; p++) {
-        if (pf) attn_prefetch(V, es, stride, p, n, hd);
+        if (pf) attn_prefetch_row(V, es, stride, p, ahead, n, hd);
         const void *vp = (const char *)V + (size_t)(p * stride) * es;
         const __m256 x0 = kv8(F16, FULL, vp, c0, n0, m0);
         const __m256 x1 = FULL || n1 > 0 ? kv8(F16, FULL, vp, c0 + 8, n1, m1) : _mm256_setzero_ps();

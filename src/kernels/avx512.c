@@ -549,30 +549,6 @@ AI void dots4(const int F16, const int TWO, const float *q, int G, const void *k
     if (TWO) *s1 = hsum16x4(b[0], b[1], b[2], b[3]);
 }
 
-/* Cached rows are prefetched this many bytes ahead (8 KB: 32 rows of 64 f32 elements). The
- * hardware prefetchers pick up the cache's streams (one per kv head) too late to matter. 4-bit
- * model, 3000-token context, AR decode: 80-84 tok/s with 8 rows (2 KB) ahead, 88-92 with 8 KB,
- * no better at 16 or 32 KB. The first rows of each head are hinted by the caller before the
- * layer's projections (forward.c, kv_prefetch). */
-#ifndef ATTN_PF_BYTES
-#define ATTN_PF_BYTES 8192
-#endif
-
-/* The lines of the cached row `ahead` rows past p, if there is one (hd elements of es bytes at
- * row stride). */
-AI void attn_prefetch_row(const void *base, size_t es, int64_t stride, int64_t p, int64_t ahead, int64_t n,
-                          int64_t hd) {
-    if (p + ahead >= n) return;
-    const char *r = (const char *)base + (size_t)((p + ahead) * stride) * es;
-    for (int64_t b = 0; b < hd * (int64_t)es; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
-}
-
-/* Rows ahead for ATTN_PF_BYTES at this row stride (at least one). */
-AI int64_t attn_pf_rows(size_t es, int64_t stride) {
-    const int64_t r = ATTN_PF_BYTES / ((int64_t)es * stride);
-    return r > 0 ? r : 1;
-}
-
 /* Rows p (and p + 1 when TWO) of scores for G heads. */
 AI void scores_at(const int F16, const int TWO, const float *qh, int G, const void *K, int64_t stride, size_t es,
                   int64_t p, int64_t hd, int64_t full, __mmask16 m, __m128 sc, float *oh, int64_t ldo) {
