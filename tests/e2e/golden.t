@@ -6,6 +6,7 @@ greedy continuations — plain and speculative."""
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -48,4 +49,5 @@ for s in g["sequences"]:
             out = nextn("run", "-m", model, "--prompt-tokens", ",".join(map(str, toks)), "-n", n, "--print-ids",
                         "--ignore-eos", "--draft", draft, "--quiet").stdout.split()
             t.ok(list(map(int, out)) == s["greedy"], f"{name}: greedy continuation (draft {draft})")
+shutil.rmtree(tmp, ignore_errors=True)
 t.done()

@@ -51,6 +51,7 @@ def skip_all_unless_ready():
 class Server:
     def __init__(self, *args, startup_timeout=180):
         self.log = tempfile.NamedTemporaryFile(prefix="nextn-serve-", suffix=".log", delete=False)
+        _logs.append(self.log.name)
         cmd = [NEXTN, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", *map(str, args)]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
         _servers.append(self)
@@ -88,12 +89,24 @@ class Server:
         return open(self.log.name, errors="replace").read()
 
 
+_logs = []
+
+
 def _stop_all(*_):
     for s in list(_servers):
         s.stop()
 
 
-atexit.register(_stop_all)
+def _remove_logs():
+    _stop_all()
+    for name in _logs:
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
+
+
+atexit.register(_remove_logs)
 for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(_sig, lambda signum, frame: (_stop_all(), sys.exit(128 + signum)))
 
