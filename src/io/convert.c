@@ -579,7 +579,7 @@ static void add_entry(json_t *root, const char *name, nx_dtype dt, json_t *shape
     json_object_set_new(root, name, e);
 }
 
-/* Output tensor names of an item, in file order (1 or 3). */
+/* Output tensor names of an item (1 or 3): the weight, then its scales and biases. */
 static int item_names(const item *it, char names[3][NAME_CAP]) {
     if (!it->linear) {
         snprintf(names[0], NAME_CAP, "%s%s", it->path, it->suffix ? ".weight" : "");
@@ -604,43 +604,54 @@ static nx_status file_write(const char *dir, const char *fname, plan *p, int fil
     json_t *root = json_object();
     json_object_set_new(root, "__metadata__", json_pack("{ss}", "format", "mlx"));
     uint64_t off = 0;
-    for (size_t i = 0; i < p->n; i++) {
-        item *it = &p->it[i];
-        if (it->file != file) continue;
-        char names[3][NAME_CAP];
-        int n = item_names(it, names);
-        if (!it->linear) {
-            const nx_tensor *t = it->parts[0].w;
-            json_t *sh = json_array();
-            for (int d = 0; d < t->n_dims; d++) json_array_append_new(sh, json_integer(t->shape[d]));
-            it->off[0] = off;
-            add_entry(root, names[0], t->dtype, sh, off, t->nbytes);
-            off += t->nbytes;
-        } else if (!it->bits) {
-            uint64_t n0 = (uint64_t)it->mats * (uint64_t)it->out * (uint64_t)it->in * nx_dtype_size(it->odtype);
-            it->off[0] = off;
-            add_entry(root, names[0], it->odtype, shape_json(it, it->in), off, n0);
-            off += n0;
-        } else {
-            uint64_t rows = (uint64_t)it->mats * (uint64_t)it->out;
-            uint64_t nw = rows * (uint64_t)it->in * (uint64_t)it->bits / 8;
-            uint64_t ns = rows * (uint64_t)(it->in / it->group) * nx_dtype_size(it->odtype);
-            it->off[0] = off;
-            add_entry(root, names[0], NX_DTYPE_U32, shape_json(it, it->in * it->bits / 32), off, nw);
-            it->off[1] = off + nw;
-            add_entry(root, names[1], it->odtype, shape_json(it, it->in / it->group), off + nw, ns);
-            it->off[2] = off + nw + ns;
-            add_entry(root, names[2], it->odtype, shape_json(it, it->in / it->group), off + nw + ns, ns);
-            off += nw + 2 * ns;
+    /* Tensor data begins on a 64-byte boundary (the header is padded to it) and the tensors whose
+     * sizes are whole cache lines come first, so every quantized weight, scale and bias tensor of
+     * such a size starts on a cache line: the kernels' 64-byte loads of its rows never straddle
+     * two lines. The format allows no gaps between tensors, so the order does the aligning. */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < p->n; i++) {
+            item *it = &p->it[i];
+            if (it->file != file) continue;
+            char names[3][NAME_CAP];
+            const int n = item_names(it, names);
+            nx_dtype dt[3] = {it->odtype, it->odtype, it->odtype};
+            json_t *sh[3] = {NULL, NULL, NULL};
+            uint64_t nb[3] = {0, 0, 0};
+            if (!it->linear) {
+                const nx_tensor *t = it->parts[0].w;
+                dt[0] = t->dtype;
+                sh[0] = json_array();
+                for (int d = 0; d < t->n_dims; d++) json_array_append_new(sh[0], json_integer(t->shape[d]));
+                nb[0] = t->nbytes;
+            } else if (!it->bits) {
+                nb[0] = (uint64_t)it->mats * (uint64_t)it->out * (uint64_t)it->in * nx_dtype_size(it->odtype);
+                sh[0] = shape_json(it, it->in);
+            } else {
+                const uint64_t rows = (uint64_t)it->mats * (uint64_t)it->out;
+                dt[0] = NX_DTYPE_U32;
+                nb[0] = rows * (uint64_t)it->in * (uint64_t)it->bits / 8;
+                nb[1] = nb[2] = rows * (uint64_t)(it->in / it->group) * nx_dtype_size(it->odtype);
+                sh[0] = shape_json(it, it->in * it->bits / 32);
+                sh[1] = shape_json(it, it->in / it->group);
+                sh[2] = shape_json(it, it->in / it->group);
+            }
+            for (int k = 0; k < n; k++) {
+                if ((nb[k] % 64 == 0) == (pass == 0)) {
+                    it->off[k] = off;
+                    add_entry(root, names[k], dt[k], sh[k], off, nb[k]);
+                    off += nb[k];
+                    if (weight_map) json_object_set_new(weight_map, names[k], json_string(fname));
+                } else {
+                    json_decref(sh[k]);
+                }
+            }
         }
-        for (int k = 0; k < n && weight_map; k++) json_object_set_new(weight_map, names[k], json_string(fname));
-    }
     hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!hdr) {
         st = nx_fail(err, NX_E_NOMEM, "%s: cannot build the header", path);
         goto fail;
     }
-    size_t hlen = strlen(hdr), pad = (8 - (8 + hlen) % 8) % 8; /* tensor data 8-aligned */
+    size_t hlen = strlen(hdr), pad = (64 - (8 + hlen) % 64) % 64; /* tensor data 64-aligned */
     uint8_t head[8];
     for (int i = 0; i < 8; i++) head[i] = (uint8_t)((uint64_t)(hlen + pad) >> (8 * i));
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -648,7 +659,8 @@ static nx_status file_write(const char *dir, const char *fname, plan *p, int fil
         st = nx_fail(err, NX_E_IO, "%s: cannot create: %s", path, strerror(errno));
         goto fail;
     }
-    char spaces[8] = "        ";
+    char spaces[64];
+    memset(spaces, ' ', sizeof spaces);
     if ((st = pwrite_all(fd, head, 8, 0, path, err)) || (st = pwrite_all(fd, hdr, hlen, 8, path, err)) ||
         (st = pwrite_all(fd, spaces, pad, 8 + hlen, path, err)))
         goto fail;

@@ -93,11 +93,32 @@ def header_meta(path):
         return json.loads(f.read(n)).get("__metadata__", {})
 
 
+def misaligned(mdir):
+    """Tensors of whole 64-byte lines whose data does not start on a line of the file (and the
+    files whose tensor data does not begin on one)."""
+    bad = []
+    for path in sorted(glob.glob(os.path.join(mdir, "*.safetensors"))):
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            hdr = json.loads(f.read(n))
+        if (8 + n) % 64:
+            bad.append(f"{os.path.basename(path)}: data at {8 + n}")
+        for k, v in hdr.items():
+            if k == "__metadata__":
+                continue
+            a, b = v["data_offsets"]
+            if (b - a) % 64 == 0 and (8 + n + a) % 64:
+                bad.append(f"{k} at {8 + n + a}")
+    return bad
+
+
 # ---------------------------------------------------------------- convert: 4-bit, head 8-bit
 src = gen("src", "--layout", "tencent", "--mtp", "inline", "--seed", "21", *EVEN)
 r = nextn("convert", src, d("q4"), "--quiet")
 t.ok("wrote" in r.stderr and "MTP head" in r.stderr, "convert prints a summary line", r.stderr)
 info = inspect(d("q4"))
+bad = misaligned(d("q4"))
+t.ok(not bad, "q4: tensor data starts on 64-byte lines (every tensor of whole lines)", "\n".join(bad[:8]))
 t.ok(info["layout"] == "mlx" and info["mtp"] == "sidecar", f"q4: layout {info['layout']}, head {info['mtp']}")
 cfg = config(d("q4"))
 q = cfg.get("quantization", {})
@@ -136,6 +157,8 @@ info = inspect(d("q3"))
 t.ok(info["layout"] == "mlx" and info["mtp"] == "sidecar" and "3bit-g32" in info["dtype"],
      f"q3: layout {info['layout']}, head {info['mtp']}, weights {info['dtype']}")
 parity(d("q3"), "q3")
+bad = misaligned(d("q3"))
+t.ok(not bad, "q3 (odd shapes): tensors of whole lines start on 64-byte lines", "\n".join(bad[:8]))
 
 # an MLX-quantized source: same precision copies the packed bytes; another one requantizes
 nextn("convert", pyq, d("q4copy"), "--quiet", "--mtp-bits", "8")
