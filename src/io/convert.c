@@ -579,6 +579,32 @@ static void add_entry(json_t *root, const char *name, nx_dtype dt, json_t *shape
     json_object_set_new(root, name, e);
 }
 
+/* Bytes and dtype of part k of an item's output (0: the weight; 1, 2: its scales, biases). */
+static uint64_t part_bytes(const item *it, int k, nx_dtype *dt) {
+    const uint64_t rows = (uint64_t)it->mats * (uint64_t)it->out;
+    *dt = it->odtype;
+    if (!it->linear) {
+        *dt = it->parts[0].w->dtype;
+        return it->parts[0].w->nbytes;
+    }
+    if (!it->bits) return rows * (uint64_t)it->in * nx_dtype_size(it->odtype);
+    if (k > 0) return rows * (uint64_t)(it->in / it->group) * nx_dtype_size(it->odtype);
+    *dt = NX_DTYPE_U32;
+    return rows * (uint64_t)it->in * (uint64_t)it->bits / 8;
+}
+
+/* The shape of part k of an item's output, as part_bytes counts it. */
+static json_t *part_shape(const item *it, int k) {
+    if (!it->linear) {
+        const nx_tensor *t = it->parts[0].w;
+        json_t *sh = json_array();
+        for (int d = 0; d < t->n_dims; d++) json_array_append_new(sh, json_integer(t->shape[d]));
+        return sh;
+    }
+    if (!it->bits) return shape_json(it, it->in);
+    return shape_json(it, k > 0 ? it->in / it->group : it->in * it->bits / 32);
+}
+
 /* Output tensor names of an item (1 or 3): the weight, then its scales and biases. */
 static int item_names(const item *it, char names[3][NAME_CAP]) {
     if (!it->linear) {
@@ -614,36 +640,14 @@ static nx_status file_write(const char *dir, const char *fname, plan *p, int fil
             if (it->file != file) continue;
             char names[3][NAME_CAP];
             const int n = item_names(it, names);
-            nx_dtype dt[3] = {it->odtype, it->odtype, it->odtype};
-            json_t *sh[3] = {NULL, NULL, NULL};
-            uint64_t nb[3] = {0, 0, 0};
-            if (!it->linear) {
-                const nx_tensor *t = it->parts[0].w;
-                dt[0] = t->dtype;
-                sh[0] = json_array();
-                for (int d = 0; d < t->n_dims; d++) json_array_append_new(sh[0], json_integer(t->shape[d]));
-                nb[0] = t->nbytes;
-            } else if (!it->bits) {
-                nb[0] = (uint64_t)it->mats * (uint64_t)it->out * (uint64_t)it->in * nx_dtype_size(it->odtype);
-                sh[0] = shape_json(it, it->in);
-            } else {
-                const uint64_t rows = (uint64_t)it->mats * (uint64_t)it->out;
-                dt[0] = NX_DTYPE_U32;
-                nb[0] = rows * (uint64_t)it->in * (uint64_t)it->bits / 8;
-                nb[1] = nb[2] = rows * (uint64_t)(it->in / it->group) * nx_dtype_size(it->odtype);
-                sh[0] = shape_json(it, it->in * it->bits / 32);
-                sh[1] = shape_json(it, it->in / it->group);
-                sh[2] = shape_json(it, it->in / it->group);
-            }
             for (int k = 0; k < n; k++) {
-                if ((nb[k] % 64 == 0) == (pass == 0)) {
-                    it->off[k] = off;
-                    add_entry(root, names[k], dt[k], sh[k], off, nb[k]);
-                    off += nb[k];
-                    if (weight_map) json_object_set_new(weight_map, names[k], json_string(fname));
-                } else {
-                    json_decref(sh[k]);
-                }
+                nx_dtype dt;
+                const uint64_t nb = part_bytes(it, k, &dt);
+                if ((nb % 64 == 0) != (pass == 0)) continue;
+                it->off[k] = off;
+                add_entry(root, names[k], dt, part_shape(it, k), off, nb);
+                off += nb;
+                if (weight_map) json_object_set_new(weight_map, names[k], json_string(fname));
             }
         }
     hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
