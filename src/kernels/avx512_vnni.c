@@ -742,11 +742,11 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
              * between skip theirs (never the next call's first row, which hints the line it
              * begins in too). 1024x512 and 1024x1024 4-bit in cache 1.04x; 36-layer 1024-wide
              * model decode 1.022x per step (bench/ab_steps.py, 4 runs, 1.017-1.025x). */
-            if (((o - r0) & 1) && a->sstride <= 32 && (h < q || (b.nsrow <= 32 && h != q))) {
-            } else if (h < q) {
+            const int skip = ((o - r0) & 1) && a->sstride <= 32 && (h < q || (b.nsrow <= 32 && h != q));
+            if (!skip && h < q) {
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++) spf_hint_row(&b, &b.spf, b.sc + r * b.sstride, a->sstride, 0);
-            } else if (b.nsc && h - q < b.nq) {
+            } else if (!skip && b.nsc && h - q < b.nq) {
                 spf_hint_next(&b, R, h - q);
             }
             nx_side_hint(side, R);
