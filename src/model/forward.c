@@ -76,29 +76,24 @@ static void cache_put(nx_dtype dt, void *row, const float *src, int32_t hd) {
     }
 }
 
-/* q/k-norm and RoPE on the rows' query and key heads of kv heads [h0, h1) (each query head
- * with the kv head it shares), then the keys and values into the cache at pos0... */
-static void qk_post(const attn_job *j, int64_t h0, int64_t h1) {
+/* q/k-norm and RoPE on row t's query and key heads of kv head h (each query head with the kv
+ * head it shares), then its key and value into the cache at pos0 + t. */
+static void qk_post(const attn_job *j, int32_t t, int64_t h) {
     nx_ctx *c = j->c;
     const nx_layer *L = j->L;
     const float eps = c->m->cfg.rms_eps;
     const int32_t hd = j->hd, group = j->n_heads / j->n_kv, qw = j->n_heads * hd, kvw = j->n_kv * hd;
-    for (int32_t t = 0; t < j->T; t++) {
-        const float *cs_sn = j->rope + (size_t)t * hd;
-        for (int64_t h = h0; h < h1; h++) {
-            for (int64_t qh = h * group; qh < (h + 1) * group; qh++) {
-                float *q = c->q + (size_t)t * qw + (size_t)qh * hd;
-                if (L->q_norm) nx_rmsnorm_f32(q, L->q_norm, eps, hd, q);
-                rope_neox(q, hd, cs_sn);
-            }
-            float *k = c->k + (size_t)t * kvw + (size_t)h * hd;
-            if (L->k_norm) nx_rmsnorm_f32(k, L->k_norm, eps, hd, k);
-            rope_neox(k, hd, cs_sn);
-            cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, h, j->pos0 + t), k, hd);
-            cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->v, h, j->pos0 + t), c->v + (size_t)t * kvw + (size_t)h * hd,
-                      hd);
-        }
+    const float *cs_sn = j->rope + (size_t)t * hd;
+    for (int64_t qh = h * group; qh < (h + 1) * group; qh++) {
+        float *q = c->q + (size_t)t * qw + (size_t)qh * hd;
+        if (L->q_norm) nx_rmsnorm_f32(q, L->q_norm, eps, hd, q);
+        rope_neox(q, hd, cs_sn);
     }
+    float *k = c->k + (size_t)t * kvw + (size_t)h * hd;
+    if (L->k_norm) nx_rmsnorm_f32(k, L->k_norm, eps, hd, k);
+    rope_neox(k, hd, cs_sn);
+    cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, h, j->pos0 + t), k, hd);
+    cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->v, h, j->pos0 + t), c->v + (size_t)t * kvw + (size_t)h * hd, hd);
 }
 
 /* The first cached position the row at pos attends to (sliding window, MTP cache start). */
@@ -128,14 +123,6 @@ static float *thread_scores(const attn_job *j, int ith) {
     return j->c->scores + (size_t)ith * (size_t)(j->n_heads / j->n_kv) * j->c->n_ctx;
 }
 
-/* Work items are (row, kv head), split evenly. */
-static void attn_worker(void *arg, int ith, int nth) {
-    const attn_job *j = arg;
-    long long b, e;
-    nx_pool_split((long long)j->T * j->n_kv, ith, nth, &b, &e);
-    for (long long it = b; it < e; it++) attend(j, thread_scores(j, ith), (int32_t)(it / j->n_kv), (int32_t)(it % j->n_kv));
-}
-
 /* The cached keys and values the attention over kv heads [h0, h1) reads first (up to KV_PF_BYTES
  * per head and cache: the rows the attention kernels' own prefetch, running that far ahead of
  * its reads, does not cover), handed to the thread's next matmul calls (the layer's
@@ -157,26 +144,37 @@ static void kv_prefetch(const attn_job *j, int64_t h0, int64_t h1) {
     nx_prefetch_side(sp, n);
 }
 
-/* When the threads can share the kv heads evenly, each takes whole kv heads for the norms,
- * RoPE, cache writes and attention, in one job with the projections around them instead of a
- * projection job, serial post-processing, an attention job and an output job (4-bit model
- * decode 1.00-1.01x, one pool job less per layer). The projections' rows are shared (pool
- * shares, nx_matmul_shares_work) rather than split by head: split, the threads' projection
- * times differed enough that each waited ~45 us per layer at the barrier before the output
- * projection (Hy3-shaped 4-bit model, ~800 us per layer on the Zen 5 VM); shared, ~6 us.
- * Attention per step 1.02x, decode 1.009x (bench/ab_steps.py, 6 runs, attention 0.98-1.05x). */
+/* The layer's attention as one pool job: the q/k/v projections (their rows shared between the
+ * threads as pool shares, nx_matmul_shares_work: split by head, the threads' projection times
+ * differed enough that each waited ~45 us per layer at the next barrier, Hy3-shaped 4-bit model,
+ * ~800 us per layer on the Zen 5 VM; shared, ~6 us), the norms, RoPE, cache writes and attention,
+ * then the output projection, shared the same way. One job instead of a projection job, serial
+ * post-processing, an attention job and an output job: 4-bit model decode 1.00-1.01x. When the
+ * threads can share the kv heads evenly each takes whole kv heads, so a thread's cache rows are
+ * its own and it attends right after writing them; otherwise the (row, kv head) items are split
+ * evenly, with a barrier between the cache writes and the attention that reads them (a row
+ * attends to the rows before it, of the same head, written by any thread). */
 static void attn_heads_worker(void *arg, int ith, int nth) {
     const attn_job *j = arg;
     nx_pool *pool = j->c->m->pool;
-    long long h0, h1;
-    nx_pool_split(j->n_kv, ith, nth, &h0, &h1); /* never empty: n_kv is a multiple of nth */
-    kv_prefetch(j, h0, h1);
+    const int by_heads = j->n_kv % nth == 0;
+    long long b, e;
+    nx_pool_split(by_heads ? j->n_kv : (long long)j->T * j->n_kv, ith, nth, &b, &e);
+    if (by_heads) kv_prefetch(j, b, e);
     nx_matmul_shares_work(j->qkv, 3, pool, ith, nth);
     nx_prefetch_side(NULL, 0);
     nx_pool_barrier(pool, nth); /* every head's q, k and v */
-    qk_post(j, h0, h1);
-    for (int32_t t = 0; t < j->T; t++)
-        for (long long h = h0; h < h1; h++) attend(j, thread_scores(j, ith), t, (int32_t)h);
+    if (by_heads) {
+        for (int32_t t = 0; t < j->T; t++)
+            for (long long h = b; h < e; h++) qk_post(j, t, h);
+        for (int32_t t = 0; t < j->T; t++)
+            for (long long h = b; h < e; h++) attend(j, thread_scores(j, ith), t, (int32_t)h);
+    } else {
+        for (long long it = b; it < e; it++) qk_post(j, (int32_t)(it / j->n_kv), it % j->n_kv);
+        nx_pool_barrier(pool, nth); /* every row's keys and values cached */
+        for (long long it = b; it < e; it++)
+            attend(j, thread_scores(j, ith), (int32_t)(it / j->n_kv), (int32_t)(it % j->n_kv));
+    }
     if (ith == 0) nx_matmul_shares_reset(&j->wo, 1, pool, nth);
     nx_pool_barrier(pool, nth); /* every head's result, and the output projection's shares */
     nx_matmul_shares_work(&j->wo, 1, pool, ith, nth);
@@ -194,15 +192,8 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
                                 {&L->wk, c->xn, H, T, c->k, kvw},
                                 {&L->wv, c->xn, H, T, c->v, kvw}},
                         .wo = {&L->wo, c->att, qw, T, c->y, H}};
-    if (nkv % nx_pool_size(pool) == 0) {
-        nx_matmul_shares_reset(j.qkv, 3, pool, nx_pool_size(pool));
-        nx_pool_run(pool, attn_heads_worker, (void *)&j); /* the output projection too */
-        return;
-    }
-    nx_matmul_many(j.qkv, 3, pool);
-    qk_post(&j, 0, nkv);
-    nx_pool_run(pool, attn_worker, (void *)&j);
-    nx_matmul(&L->wo, c->att, qw, T, c->y, H, pool);
+    nx_matmul_shares_reset(j.qkv, 3, pool, nx_pool_size(pool));
+    nx_pool_run(pool, attn_heads_worker, (void *)&j);
 }
 
 /* ---------------------------------------------------------------- feed-forward */
