@@ -42,7 +42,7 @@ done
 # per-call and per-layer costs; where that is below the machine's bandwidth, decode is
 # compute-bound and does not speed up with the bandwidth.
 echo "== the int8 dot-product instruction rate, one core (every int8 kernel's ceiling)"
-$B/bench/vnni_rate | head -1
+$B/bench/vnni_rate | sed -n 1p
 echo "== 4-bit kernel in cache, one core (512x1024, an expert's gate/up)"
 for ab in 16 8; do
     NX_ACT_BITS=$ab $B/bench/kernels --out 512 --in 1024 --dtypes q4 --T 1,2 --hot --threads 1 | awk -v ab="$ab" '
