@@ -964,7 +964,10 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     float dgs[XG_MAX], Xgs[XG_MAX];
     int16_t *xq = xqs;
     float *dg = dgs, *Xg = Xgs;
-    int64_t tc = XQ_MAX / in;
+    /* input rows per chunk: as many images as the stack holds (an int8 image takes half the
+     * bytes of an int16 one, so 4 rows of up to 16384 elements fit: a 3- or 4-row verify of a
+     * 13312-wide down projection reads its weights once, not in two 2-row passes) */
+    int64_t tc = XQ_MAX * 16 / (in * act);
     if (tc > XG_MAX / ngroups) tc = XG_MAX / ngroups;
     const int cached = T * in <= QC_FLOATS && T * ngroups <= QC_GROUPS;
     /* split streams where the input rows go through the weights in one pass */
