@@ -742,11 +742,11 @@ static void test_matmul_quant_activations(void **state) {
         free(x);
         tw_free(&t);
     }
-    /* 300 groups of 64: 19200 elements per row, so a T=5 call is staged in chunks (int16 one
-     * row at a time; int8 three rows, then two) */
+    /* 300 groups of 64: 19200 elements per row, so a T=14 call is staged in chunks of input
+     * rows (int16 six rows at a time; int8 thirteen, then one), each row in column chunks */
     tw big;
     tw_make(&big, NX_DTYPE_U32, 5, 64 * 300, 4, 64, NX_DTYPE_F16, 0);
-    check_against_ref(&big, 5);
+    check_against_ref(&big, 14);
     tw_free(&big);
     /* 2- and 4-bit groups of 256: two 128-element blocks per group (one 256-element block on
      * int8); 2-bit groups of 64 on rows of whole 256-element blocks (four groups per block on
@@ -879,8 +879,9 @@ static void test_batch_invariance(void **state) {
         check_batch_invariance(&t.L);
         tw_free(&t);
     }
-    /* rows as wide as a dense down projection (13312): T=9 staged in chunks (int8 four rows
-     * at a time, int16 two), every sub-batch the same bits */
+    /* rows as wide as a dense down projection (13312): at T=9 each register block goes through
+     * them in column chunks, its sums carried between them; every sub-batch (whole rows at up
+     * to 4 input rows) the same bits */
     tw wide;
     tw_make(&wide, NX_DTYPE_U32, 20, 13312, 4, 64, NX_DTYPE_BF16, 1);
     check_batch_invariance(&wide.L);
