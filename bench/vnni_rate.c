@@ -1,7 +1,8 @@
 /* The int8 dot-product instruction rate of one core: how many 512-bit vpdpbusd (64 multiply-adds
- * each) it retires per second over independent chains, the ceiling of every int8 quantized kernel
- * (avx512_vnni.c; 16 chains: 12 read ~20% lower on the Zen 5 VM, its latency showing). A 4-bit weight row of groups of 64 needs one vpdpbusd per 64 elements and
- * input row, for 36 bytes (32 packed, a bf16 scale and bias), so one core cannot consume more
+ * each) it retires per second over 16 independent chains (12 read ~20% lower on the Zen 5 VM, its
+ * latency showing), the ceiling of every int8 quantized kernel (avx512_vnni.c). A 4-bit weight
+ * row of groups of 64 needs one vpdpbusd per 64 elements and input row, for 36 bytes (32 packed,
+ * a bf16 scale and bias), so one core cannot consume more
  * than rate x 36 / T bytes per second at T input rows, cache or no cache: a 2-row verify call
  * needs twice the instructions of a 1-row step, which is what bounds its cost once a step
  * reads near that rate. Prints `vnni_rate` key=value lines (`make bench`).

@@ -65,7 +65,7 @@ typedef struct vargs {
     /* the groups [g_lo, g_hi) of every row this call multiplies; below all of a row (column
      * chunks, vnni_matmul_rows), the register block's sums carried in acc between chunks */
     int64_t g_lo, g_hi;
-    int carry_in, carry_out; /* sums carried in from the chunk before, out to the next */
+    int carry_out; /* sums carried out to the next chunk (in from the one before: g_lo > 0) */
     float *accs; /* per row of the call, 4 x 16 floats (NULL: whole rows) */
     float *acc;  /* the register block's (mk_int) */
 } vargs;
@@ -675,7 +675,7 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++)
-            acc[r][t] = a->carry_in ? _mm512_load_ps(a->acc + 64 * r + 16 * t) : _mm512_setzero_ps();
+            acc[r][t] = a->g_lo > 0 ? _mm512_load_ps(a->acc + 64 * r + 16 * t) : _mm512_setzero_ps();
     int si = 0; /* side hints issued */
     for (int64_t g0 = a->g_lo; g0 < g_end; g0 += SG) {
         const int64_t gn = g_end - g0 < SG ? g_end - g0 : SG;
@@ -1057,7 +1057,6 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
                 a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)b0 * a.sstride : NULL;
                 for (a.g_lo = 0; a.g_lo < ngroups; a.g_lo = a.g_hi) {
                     a.g_hi = a.g_lo + kcg < ngroups ? a.g_lo + kcg : ngroups;
-                    a.carry_in = a.g_lo > 0;
                     a.carry_out = a.g_hi < ngroups;
                     kern(tt, &a, b1 - b0, (const char *)xq + q0 * act / 8, in, dg + g0, Xg + g0, ngroups,
                          y + t * ldy + b0, ldy);
