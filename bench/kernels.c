@@ -4,7 +4,8 @@
  *   kernels [--out 4096] [--in 14336] [--threads N] [--membw GBs] [--ms 400]
  *           [--dtypes f32,f16,bf16,q2,q3,q4,q5,q6,q8] [--T 1,2,4,8,64] [--group 64] [--hot]
  * --hot keeps one copy, so a weight that fits the caches measures the kernel's compute rate
- * (GB/s then means weight bytes consumed per second, not DRAM traffic). */
+ * (GB/s then means weight bytes consumed per second, not DRAM traffic). NX_ACT_BITS=16 in the
+ * environment runs quantized weights on int16 activations (x16), as `--act-bits 16` does. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,8 @@ static const wspec specs[] = {
 int main(int argc, char **argv) {
     int64_t out = 4096, in = 14336;
     int threads = 0, group = 64, hot = 0;
+    const char *act_env = getenv("NX_ACT_BITS");
+    const bool act16 = act_env && strcmp(act_env, "16") == 0;
     double membw = 0, budget_ms = 400;
     const char *dtypes = "f32,f16,bf16,q2,q3,q4,q5,q6,q8", *Ts = "1,2,4,8,64";
     for (int i = 1; i < argc; i++) {
@@ -147,7 +150,7 @@ int main(int argc, char **argv) {
         if (sp->dtype == NX_DTYPE_U32 && in % group) continue;
 
         nx_linear W = {.dtype = sp->dtype, .out = out, .in = in, .bits = sp->bits,
-                       .group = group, .sdtype = NX_DTYPE_BF16};
+                       .group = group, .sdtype = NX_DTYPE_BF16, .x16 = act16};
         size_t wbytes = sp->dtype == NX_DTYPE_U32 ? (size_t)out * (size_t)in * sp->bits / 8
                                                   : (size_t)out * (size_t)in * nx_dtype_size(sp->dtype);
         size_t sbytes = sp->dtype == NX_DTYPE_U32 ? (size_t)out * (size_t)(in / group) * 2 : 0;

@@ -230,6 +230,10 @@ typedef struct nx_load_params {
     int32_t draft_vocab;  /* > 0: the head drafts over token ids [0, draft_vocab) only (a smaller
                              lm_head read per draft; exact either way, the trunk verifies) */
     nx_kv_type kv_type;   /* element type of the KV caches of this model's contexts */
+    int act_bits;         /* 8 (0 = 8) or 16: the precision the integer kernels round activations
+                             to before multiplying quantized weights (int8 where the shape allows,
+                             else int16; routers always int16). Either way the result of a row
+                             does not depend on batching or threads. */
     void (*progress)(void *user, double fraction); /* optional loading progress */
     void *progress_user;
 } nx_load_params;

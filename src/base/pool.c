@@ -1,25 +1,19 @@
 /* The persistent thread pool behind every parallel kernel. A job start is one atomic
  * increment of a generation counter; workers spin on it briefly (decode issues hundreds of
- * jobs per token, microseconds apart) and then sleep on a futex, so an idle pool costs nothing. */
+ * jobs per token, microseconds apart) and then sleep on a futex, so an idle pool costs nothing.
+ * The spin budget adapts to competition for the cores (pool.h, Waiting). */
 #include "base/pool.h"
 
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-/* How long a waiting thread spins before sleeping: long enough to bridge the gaps of decoding,
- * including the one between two tokens (lm_head, sampling over the vocabulary, output: ~100 µs
- * on a 32k vocabulary), short enough not to burn a core (or a busy machine's CPU) when idle.
- * At 50 µs the workers slept between tokens and the next token's first job waited ~75 µs for
- * their wake-up (4-bit model, 200 tokens: 16-22 ms in all, 1-6 ms at 250 µs).
- * Timed rather than counted because `pause` costs from 10 to 150 cycles across CPUs. */
-#define POOL_SPIN_NS 250000
 
 struct nx_pool {
     int n;                 /* threads including the caller */
@@ -35,7 +29,15 @@ struct nx_pool {
     int share_n;           /* chunks in use */
     long long share_min, share_align;
     _Atomic int bar_count;      /* threads arrived at the current in-job barrier */
-    _Atomic unsigned bar_phase; /* bumped by the last arrival */
+    _Atomic unsigned bar_phase; /* futex word: bumped by the last arrival */
+    _Atomic int bar_sleepers;   /* threads blocked (or about to block) on bar_phase */
+    /* Long enough to bridge the gaps of decoding, including the one between two tokens (~100 µs
+     * on a 32k vocabulary: at 50 µs the workers slept between tokens and the next token's first
+     * job waited ~75 µs for their wake-up); timed, since `pause` costs 10 to 150 cycles. */
+    _Atomic long long spin_ns;
+    _Atomic unsigned long long n_wait[3], n_sleep;
+    void **scratch;             /* n_scratch: each thread's NX_POOL_SCRATCH_BYTES (raw allocations) */
+    int n_scratch;
 };
 
 /* One thread's chunk [lo, hi) as hi << 32 | lo, on its own cache line. */
@@ -62,16 +64,62 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Spin step `spins` (counting from 1) of a wait that began at *t0 (0 = not read yet):
- * pauses and returns 1 while the spin budget lasts, 0 once it is spent. */
-static int spin_more(int spins, int64_t *t0) {
-    if ((spins & 31) == 1) {
-        int64_t t = now_ns();
-        if (*t0 == 0) *t0 = t;
-        else if (t - *t0 > POOL_SPIN_NS) return 0;
+/* One wait's spinning: when it began, the clock's last reading, the steps so far. */
+typedef struct spin {
+    int64_t t0, last;
+    int steps;
+    nx_pool_wait how;
+} spin;
+
+/* A spin step of wait w: pauses and returns 1 while the budget lasts; 0 once it is spent or the
+ * thread was descheduled since the last look at the clock (w->how says which). */
+static int spin_more(nx_pool *p, spin *w) {
+    if ((++w->steps & 31) == 1) {
+        const int64_t t = now_ns();
+        if (w->t0 == 0) {
+            w->t0 = w->last = t;
+        } else {
+            const int64_t gap = t - w->last;
+            w->last = t;
+            if (gap > NX_POOL_PREEMPT_NS) {
+                w->how = NX_WAIT_PREEMPTED;
+                return 0;
+            }
+            if (t - w->t0 > atomic_load_explicit(&p->spin_ns, memory_order_relaxed)) {
+                w->how = NX_WAIT_IDLE;
+                return 0;
+            }
+        }
     }
     nx_cpu_relax();
     return 1;
+}
+
+void nx_pool_note_wait(nx_pool *p, nx_pool_wait how) {
+    if (!p || how < NX_WAIT_FAST || how > NX_WAIT_PREEMPTED) return;
+    /* fast waits are the common case: not counted, so they write no shared line */
+    if (how != NX_WAIT_FAST) atomic_fetch_add_explicit(&p->n_wait[how], 1, memory_order_relaxed);
+    long long b = atomic_load_explicit(&p->spin_ns, memory_order_relaxed), nb = b;
+    if (how == NX_WAIT_PREEMPTED) nb = b / 4 > NX_POOL_SPIN_MIN_NS ? b / 4 : NX_POOL_SPIN_MIN_NS;
+    else if (how == NX_WAIT_FAST && b < NX_POOL_SPIN_MAX_NS)
+        nb = b + NX_POOL_SPIN_MAX_NS / 4096 < NX_POOL_SPIN_MAX_NS ? b + NX_POOL_SPIN_MAX_NS / 4096 : NX_POOL_SPIN_MAX_NS;
+    /* racing updates may drop one: the budget is a heuristic */
+    if (nb != b) atomic_store_explicit(&p->spin_ns, nb, memory_order_relaxed);
+}
+
+/* The end of a wait: its outcome, and whether it slept. */
+static void spin_end(nx_pool *p, const spin *w, int slept) {
+    nx_pool_note_wait(p, slept ? w->how : NX_WAIT_FAST);
+    if (slept) atomic_fetch_add_explicit(&p->n_sleep, 1, memory_order_relaxed);
+}
+
+void nx_pool_get_stats(const nx_pool *p, nx_pool_stats *s) {
+    *s = (nx_pool_stats){0};
+    if (!p) return;
+    s->spin_ns = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
+    s->idle = atomic_load_explicit(&p->n_wait[NX_WAIT_IDLE], memory_order_relaxed);
+    s->preempted = atomic_load_explicit(&p->n_wait[NX_WAIT_PREEMPTED], memory_order_relaxed);
+    s->sleeps = atomic_load_explicit(&p->n_sleep, memory_order_relaxed);
 }
 
 static void *worker_main(void *vp) {
@@ -82,19 +130,19 @@ static void *worker_main(void *vp) {
     unsigned seen = 0;
     for (;;) {
         unsigned g;
-        int spins = 0;
-        int64_t t0 = 0;
+        spin w = {0};
+        int slept = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
-            if (spin_more(++spins, &t0)) continue;
+            if (!slept && spin_more(p, &w)) continue;
             /* Announce the sleep before re-checking: the caller bumps gen and then reads
              * sleepers (both seq_cst), so either it sees us and wakes us, or FUTEX_WAIT sees
              * the new gen and returns at once. */
+            slept = 1;
             atomic_fetch_add(&p->sleepers, 1);
             futex_wait(&p->gen, (int)seen);
             atomic_fetch_sub(&p->sleepers, 1);
-            spins = 0;
-            t0 = 0;
         }
+        spin_end(p, &w, slept);
         seen = g;
         if (atomic_load(&p->stop)) break;
         p->fn(p->arg, ith, p->n);
@@ -112,8 +160,14 @@ nx_pool *nx_pool_new(int n_threads) {
     nx_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n = 1;
+    atomic_store(&p->spin_ns, NX_POOL_SPIN_MAX_NS);
     p->shares = aligned_alloc(64, (size_t)n_threads * sizeof *p->shares);
-    if (!p->shares) goto fail;
+    p->scratch = calloc((size_t)n_threads, sizeof *p->scratch);
+    if (!p->shares || !p->scratch) goto fail;
+    p->n_scratch = n_threads;
+    /* calloc: the pages are mapped on first use, by the thread that uses them */
+    for (int i = 0; i < n_threads; i++)
+        if (!(p->scratch[i] = calloc(1, NX_POOL_SCRATCH_BYTES + 64))) goto fail;
     if (n_threads > 1) {
         p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
         if (!p->threads) goto fail;
@@ -143,10 +197,17 @@ void nx_pool_free(nx_pool *p) {
     for (int i = 0; i < p->n - 1; i++) pthread_join(p->threads[i], NULL);
     free(p->threads);
     free(p->shares);
+    for (int i = 0; p->scratch && i < p->n_scratch; i++) free(p->scratch[i]);
+    free(p->scratch);
     free(p);
 }
 
 int nx_pool_size(const nx_pool *p) { return p ? p->n : 1; }
+
+void *nx_pool_scratch(nx_pool *p, int ith) {
+    if (!p || ith < 0 || ith >= p->n || !p->scratch[ith]) return NULL;
+    return (void *)(((uintptr_t)p->scratch[ith] + 63) & ~(uintptr_t)63);
+}
 
 void nx_pool_run(nx_pool *p, nx_pool_fn fn, void *arg) {
     if (!p || p->n <= 1) {
@@ -161,17 +222,17 @@ void nx_pool_run(nx_pool *p, nx_pool_fn fn, void *arg) {
 
     fn(arg, 0, p->n);
 
-    int spins = 0, left;
-    int64_t t0 = 0;
+    int left, slept = 0;
+    spin w = {0};
     while ((left = atomic_load_explicit(&p->pending, memory_order_acquire)) != 0) {
-        if (spin_more(++spins, &t0)) continue;
+        if (!slept && spin_more(p, &w)) continue;
+        slept = 1;
         atomic_store(&p->waiter, 1);
         left = atomic_load(&p->pending);
         if (left != 0) futex_wait(&p->pending, left);
         atomic_store(&p->waiter, 0);
-        spins = 0;
-        t0 = 0;
     }
+    spin_end(p, &w, slept);
 }
 
 void nx_pool_barrier(nx_pool *p, int nth) {
@@ -181,10 +242,32 @@ void nx_pool_barrier(nx_pool *p, int nth) {
         /* the last arrival resets the count before releasing the others, so none can arrive
          * at the next barrier early */
         atomic_store_explicit(&p->bar_count, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->bar_phase, 1, memory_order_release);
+        atomic_fetch_add(&p->bar_phase, 1);
+        if (atomic_load(&p->bar_sleepers) > 0) futex_wake(&p->bar_phase, INT_MAX);
         return;
     }
-    while (atomic_load_explicit(&p->bar_phase, memory_order_acquire) == phase) nx_cpu_relax();
+    spin w = {0};
+    int slept = 0;
+    while (atomic_load_explicit(&p->bar_phase, memory_order_acquire) == phase) {
+        if (!slept && spin_more(p, &w)) continue;
+        /* as the workers' sleep on gen: announced before the re-check (both seq_cst) */
+        slept = 1;
+        atomic_fetch_add(&p->bar_sleepers, 1);
+        futex_wait(&p->bar_phase, (int)phase);
+        atomic_fetch_sub(&p->bar_sleepers, 1);
+    }
+    spin_end(p, &w, slept);
+}
+
+void nx_pool_await(nx_pool *p, const _Atomic int *flag) {
+    spin w = {0};
+    int slept = 0;
+    while (!atomic_load_explicit(flag, memory_order_acquire)) {
+        if (p && !slept && spin_more(p, &w)) continue;
+        slept = 1;
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+    }
+    if (p) spin_end(p, &w, slept);
 }
 
 void nx_pool_split(long long n, int ith, int nth, long long *b, long long *e) {

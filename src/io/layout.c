@@ -21,6 +21,7 @@ typedef struct loader {
      * different prefix (a Tencent-named MTP sidecar), `alias_from` is retried as `alias_to`. */
     const char *alias_from, *alias_to;
     bool saw_stacked, saw_quant; /* layout evidence */
+    bool act16;                  /* quantized weights keep int16 activations (x16) */
 } loader;
 
 /* ================================================================ small helpers */
@@ -239,7 +240,7 @@ static nx_status load_linear(loader *L, const char *path, int64_t n_stack, int64
     for (int64_t i = 0; i < n; i++) {
         size_t r0 = (size_t)i * (size_t)out;
         dst[i] = (nx_linear){.dtype = NX_DTYPE_U32, .out = out, .in = in, .w = w->data + r0 * wrow,
-                             .bits = bits, .group = group, .sdtype = s->dtype,
+                             .bits = bits, .group = group, .sdtype = s->dtype, .x16 = L->act16,
                              .scales = s->data + r0 * srow, .biases = b->data + r0 * srow};
     }
     return NX_OK;
@@ -477,10 +478,10 @@ void nx_weights_free(nx_weights *w) {
     memset(w, 0, sizeof *w);
 }
 
-nx_status nx_weights_load(const nx_store *st, const nx_config *cfg, bool want_mtp, nx_weights *w,
+nx_status nx_weights_load(const nx_store *st, const nx_config *cfg, bool want_mtp, bool act16, nx_weights *w,
                           nx_error *err) {
     memset(w, 0, sizeof *w);
-    loader L = {.st = st, .cfg = cfg, .err = err};
+    loader L = {.st = st, .cfg = cfg, .err = err, .act16 = act16};
     nx_status s;
     int64_t vocab = cfg->vocab_size, hidden = cfg->hidden_size;
     if (cfg->n_layers <= 0 || hidden <= 0 || vocab <= 0)

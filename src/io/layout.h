@@ -17,9 +17,9 @@
  * at all the load still succeeds with w->has_mtp = false (a headless checkpoint — the caller
  * may tell the user), whereas a partial MTP is an error. The MTP layer's expert count comes
  * from its own router tensor. Quantized modules (P.scales present) are cross-checked against
- * the config's bits/group_size. Errors name the tensor and the expected vs actual shape. On
+ * the config's bits/group_size; act16 marks every quantized weight x16 (kernels.h). Errors name the tensor and the expected vs actual shape. On
  * failure *w is left zeroed. */
-nx_status nx_weights_load(const nx_store *st, const nx_config *cfg, bool want_mtp, nx_weights *w,
+nx_status nx_weights_load(const nx_store *st, const nx_config *cfg, bool want_mtp, bool act16, nx_weights *w,
                           nx_error *err);
 
 /* Frees the owned arrays (not the mapped data); NULL-safe; leaves *w zeroed. */

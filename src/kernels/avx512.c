@@ -88,7 +88,7 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
 AI void mk_float_rows(const nx_dtype dt, const int R, const int TT, const uint8_t *w, size_t stride,
                       const float *x, int64_t ldx, float *y, int64_t ldy, int64_t in, int64_t r0, int64_t r1,
                       const qpf_window *pw, int split) {
-    nx_side_pf *side = nx_side_state();
+    nx_side_pf *side = pw->side;
     if (R > 1 && split) {
         const int64_t q = (r1 - r0) / R;
         qpf_window sw = *pw;
@@ -354,7 +354,7 @@ static void xsum_row(const float *x, int64_t in, int64_t group, float *X) {
 AI void mk_quant_rows(const int BITS, const int R, const int TT, const qargs *a, const float *x, int64_t ldx,
                       const float *X, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     qargs b = *a;
-    nx_side_pf *side = nx_side_state();
+    nx_side_pf *side = a->pf.side;
     for (int64_t o = r0; o < r1; o += R) {
         b.w = a->w + (size_t)o * a->wstride;
         b.sc = a->sc + (size_t)o * a->sstride;
@@ -393,9 +393,9 @@ QUANT_KERNEL(kern_q8, 8)
 /* ------------------------------------------------------------------ blocking driver */
 
 static int avx512_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T,
-                              float *y, int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
+                              float *y, int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s) {
     const int64_t in = W->in;
-    const qpf_window pw = qpf_window_of(W, o1, next);
+    const qpf_window pw = qpf_window_of(W, o1, next, &s->side);
     if (W->dtype == NX_DTYPE_U32) {
         void (*kern)(int, const qargs *, int64_t, const float *, int64_t, const float *, float *, int64_t);
         switch (W->bits) {

@@ -42,11 +42,12 @@
 typedef struct qpf_window {
     uintptr_t end, next;
     size_t next_len;
-    size_t next_rs; /* split streams (qpf_at_split): the row stride of the next call's streams */
+    size_t next_rs;   /* split streams (qpf_at_split): the row stride of the next call's streams */
+    nx_side_pf *side; /* the thread's side spans, hinted a line per weight row (kernels.h) */
 } qpf_window;
 
-AI qpf_window qpf_window_of(const nx_linear *W, int64_t o1, const nx_rows *next) {
-    qpf_window pw = {(uintptr_t)W->w + (size_t)o1 * nx_linear_weight_row_bytes(W), 0, 0, 0};
+AI qpf_window qpf_window_of(const nx_linear *W, int64_t o1, const nx_rows *next, nx_side_pf *side) {
+    qpf_window pw = {(uintptr_t)W->w + (size_t)o1 * nx_linear_weight_row_bytes(W), 0, 0, 0, side};
     if (next) {
         const size_t rb = nx_linear_weight_row_bytes(next->W);
         pw.next = (uintptr_t)next->W->w + (size_t)next->r0 * rb;

@@ -736,7 +736,7 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
                const vargs *a, int64_t r0, int64_t r1, const void *xq, int64_t ldq, const float *d, const float *X,
                int64_t ldg, float *y, int64_t ldy) {
     vargs b = *a;
-    nx_side_pf *side = nx_side_state();
+    nx_side_pf *side = a->pf.side;
     if (R > 1 && a->split) { /* row o of each of the R parts: rows o + r·q */
         const int64_t q = (r1 - r0) / R;
         b.wstride = (size_t)q * a->wstride;
@@ -904,16 +904,11 @@ static int vnni_takes(const nx_linear *W) {
     return 0;
 }
 
-/* The last few input rows a thread quantized, kept with their image: decode multiplies one
- * input by many matrices in a row (gate then up; at one row, every routed expert's gate and
- * up), and quantizing a 1024-wide row costs about as much as streaming 8 KB of 4-bit weights.
- * The image is reused only when the rows' bytes, their count and width, the group size and
- * the layout all match, so results do not change. It holds up to 16384 floats: a 2-row verify
- * of 4096-wide rows, up to 4 rows, and 8192-wide rows (an output projection), whose shared rows
- * come as several calls per thread (one per piece claimed). Per 16-row 4-bit call in cache on
- * one core (avx512vbmi, best of 40 x 200 calls), against 4096 floats: 4096-wide at 2 rows 1.96
- * -> 1.34 us, at 4 rows 3.57 -> 2.28, 8192-wide at 1 row 2.12 -> 1.52 (the byte compare of a hit
- * costs less than quantizing the rows again). */
+/* The last few input rows a thread quantized, kept with their image: decode multiplies one input
+ * by many matrices in a row (gate then up; every routed expert's gate and up), and quantizing a
+ * 1024-wide row costs about as much as streaming 8 KB of 4-bit weights. Reused only when the
+ * rows' bytes, count, width, group size and layout all match, so results do not change. 16384
+ * floats: a 2-row verify of 4096-wide rows, and 8192-wide rows (an output projection). */
 #define QC_FLOATS 16384
 #define QC_GROUPS 1024
 typedef struct qcache {
@@ -923,38 +918,43 @@ typedef struct qcache {
     int16_t xq[QC_FLOATS] __attribute__((aligned(64)));
     float dg[QC_GROUPS], Xg[QC_GROUPS];
 } qcache;
-static _Thread_local qcache qc;
 
 /* The input rows' images staged per call when they are not the cached ones: XS_WORDS int16
- * (twice as many int8 bytes) and their groups' scales and sums. */
+ * (twice as many int8 bytes) and their groups' scales and sums. Each chunk of input rows that
+ * fits is one pass over the call's weights, so the staging is large. */
 #define XS_WORDS 131072
 #define XS_GROUPS 4096
-static _Thread_local struct {
-    int16_t xq[XS_WORDS] __attribute__((aligned(64)));
-    float dg[XS_GROUPS], Xg[XS_GROUPS];
-} xstage;
 
-/* Column chunks (vnni_matmul_rows): the int8 or int16 images of a register block's 4 input rows
- * kept below ACC_X_BYTES per chunk, and each row's 4 x 16 carried sums for up to ACC_ROWS rows (a
- * row block of rows of 1 KB or more). */
+/* Column chunks (vnni_matmul_rows): a register block's 4 input rows' images kept below
+ * ACC_X_BYTES per chunk (they stay in L1 across the row block), and each row's 4 x 16 carried
+ * sums for up to ACC_ROWS rows. */
 #define ACC_X_BYTES 16384
 #define ACC_ROWS 256
-static _Thread_local float accs[ACC_ROWS * 64] __attribute__((aligned(64)));
 
-
+/* The thread's scratch (nx_kscratch's vnni bytes; both builds share the layout). */
+typedef struct vnni_scratch {
+    qcache qc;
+    struct {
+        int16_t xq[XS_WORDS] __attribute__((aligned(64)));
+        float dg[XS_GROUPS], Xg[XS_GROUPS];
+    } xstage;
+    float accs[ACC_ROWS * 64] __attribute__((aligned(64)));
+} vnni_scratch;
+_Static_assert(sizeof(vnni_scratch) <= NX_VNNI_SCRATCH_BYTES, "VNNI staging exceeds NX_VNNI_SCRATCH_BYTES");
 
 static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                            int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
-    if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, next);
+                            int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s) {
+    if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, next, s);
+    vnni_scratch *vs = (vnni_scratch *)(void *)s->vnni;
     const int64_t in = W->in, ngroups = in / W->group;
-    const int act = !W->x16 && nx_kernels_act_bits() == 8 && act8_takes(W->bits, in, W->group) ? 8 : 16;
+    const int act = !W->x16 && act8_takes(W->bits, in, W->group) ? 8 : 16;
     kern_fn *const kern = (act == 8 ? kerns_a8 : kerns_a16)[W->bits];
     vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,
                .in = in,
                .group = W->group,
-               .pf = qpf_window_of(W, o1, next),
+               .pf = qpf_window_of(W, o1, next, &s->side),
                .next = next,
                .g_hi = ngroups};
     a.spf = spf_stream_of(W, a.wstride, a.sstride);
@@ -993,11 +993,10 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
             }
         }
     }
-    int16_t *xq = xstage.xq;
-    float *dg = xstage.dg, *Xg = xstage.Xg;
-    /* input rows per chunk: as many images as xstage holds (an int8 image takes half the bytes
-     * of an int16 one). Each chunk is a pass over the call's weights: from a 64 KB stack buffer,
-     * a 64-row call on 14336-wide rows took 16 passes; from 256 KB, 4 (below). */
+    int16_t *xq = vs->xstage.xq;
+    float *dg = vs->xstage.dg, *Xg = vs->xstage.Xg;
+    /* input rows per chunk: as many images as the staging holds (an int8 image takes half the
+     * bytes of an int16 one) */
     int64_t tc = XS_WORDS * 16 / (in * act);
     if (tc > XS_GROUPS / ngroups) tc = XS_GROUPS / ngroups;
     const int cached = T * in <= QC_FLOATS && T * ngroups <= QC_GROUPS;
@@ -1018,10 +1017,10 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     if (!a.split && in * act / 2 > 2 * ACC_X_BYTES && ob <= ACC_ROWS) {
         kcg = ACC_X_BYTES * 2 / act / W->group / SG * SG;
         if (kcg < SG) kcg = SG;
-        a.accs = accs;
+        a.accs = vs->accs;
     }
     if (cached) {
-        qcache *q = &qc;
+        qcache *q = &vs->qc;
         const int lay = x_layout(act, W->bits, in, W->group);
         int hit = q->T == T && q->in == in && q->group == W->group && q->act == act && q->lay == lay;
         for (int64_t t = 0; hit && t < T; t++) hit = !memcmp(q->x + t * in, x + t * ldx, sizeof(float) * (size_t)in);

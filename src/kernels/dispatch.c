@@ -1,7 +1,7 @@
-/* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx512|avx512vnni|avx512vbmi) and fronts it with the
- * public kernel API. nx_matmul splits output rows over the pool in 16-row chunks; since every
+/* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx512|avx512vnni|avx512vbmi) and
+ * fronts it with the public kernel API; no arithmetic of its own (a NULL table entry is the
+ * reference's). nx_matmul splits output rows over the pool in 16-row chunks; since every
  * kernel computes each output element in a fixed order, the split never changes a result. */
-#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,40 +57,30 @@ static const nx_kernel_table *table_by_name(const char *isa) {
     return NULL;
 }
 
+static const nx_kernel_table *table_best(void) {
+    return cpu_has_avx512vbmi()   ? &nx_kernels_avx512vbmi
+           : cpu_has_avx512vnni() ? &nx_kernels_avx512vnni
+           : cpu_has_avx512()     ? &nx_kernels_avx512
+           : cpu_has_avx2()       ? &nx_kernels_avx2
+                                  : &nx_kernels_ref;
+}
+
 static const nx_kernel_table *table_get(void) {
     const nx_kernel_table *t = atomic_load_explicit(&g_table, memory_order_acquire);
     if (t) return t;
     /* Racing first calls all compute the same answer, so a plain store is enough. */
     const char *env = getenv("NX_ISA");
     if (env && *env) t = table_by_name(env);
-    if (!t) t = cpu_has_avx512vbmi()   ? &nx_kernels_avx512vbmi
-                : cpu_has_avx512vnni() ? &nx_kernels_avx512vnni
-                : cpu_has_avx512() ? &nx_kernels_avx512
-                : cpu_has_avx2() ? &nx_kernels_avx2
-                                 : &nx_kernels_ref;
+    if (!t) t = table_best();
     atomic_store_explicit(&g_table, t, memory_order_release);
     return t;
 }
 
-/* 0 until first asked: then NX_ACT_BITS (8 or 16), else 8 */
-static _Atomic int g_act_bits;
-
-int nx_kernels_set_act_bits(int bits) {
-    if (bits != 8 && bits != 16) return -1;
-    atomic_store_explicit(&g_act_bits, bits, memory_order_relaxed);
-    return 0;
-}
-
-int nx_kernels_act_bits(void) {
-    int b = atomic_load_explicit(&g_act_bits, memory_order_relaxed);
-    if (b) return b;
-    const char *env = getenv("NX_ACT_BITS");
-    b = env && strcmp(env, "16") == 0 ? 16 : 8;
-    atomic_store_explicit(&g_act_bits, b, memory_order_relaxed);
-    return b;
-}
+/* The table that has entry f: the chosen one, else the reference. */
+#define KT(f) (table_get()->f ? table_get() : &nx_kernels_ref)
 
 const char *nx_kernels_isa(void) { return table_get()->name; }
+const char *nx_kernels_best_isa(void) { return table_best()->name; }
 
 int nx_kernels_force(const char *isa) {
     const nx_kernel_table *t = isa ? table_by_name(isa) : NULL;
@@ -99,8 +89,19 @@ int nx_kernels_force(const char *isa) {
     return 0;
 }
 
-void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                         int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next) {
+nx_kscratch *nx_kscratch_of(nx_pool *pool, int ith) { return nx_pool_scratch(pool, ith); }
+
+nx_kscratch *nx_kscratch_new(void) {
+    nx_kscratch *s = aligned_alloc(64, sizeof *s);
+    if (s) memset(s, 0, sizeof *s);
+    return s;
+}
+
+void nx_kscratch_free(nx_kscratch *s) { free(s); }
+
+/* Rows [o0, o1) on the calling thread with scratch s (non-NULL). */
+static void matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy,
+                        int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s) {
     if (o0 < 0) o0 = 0;
     if (o1 > W->out) o1 = W->out;
     if (T <= 0 || o1 <= o0) return;
@@ -114,18 +115,21 @@ void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_
     }
     const nx_rows *hint = nx.W && nx.r1 > nx.r0 ? &nx : NULL;
     const nx_kernel_table *k = table_get();
-    if (!k->matmul_rows(W, x, ldx, T, y, ldy, o0, o1, hint))
-        nx_kernels_ref.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, NULL);
+    if (!k->matmul_rows(W, x, ldx, T, y, ldy, o0, o1, hint, s))
+        nx_kernels_ref.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, NULL, s);
 }
 
-static _Thread_local nx_side_pf nx_side;
-
-nx_side_pf *nx_side_state(void) {
-    return &nx_side;
+/* The reference computes calls that cannot get a scratch of their own (out of memory). */
+void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+                         int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s) {
+    nx_kscratch *own = s ? NULL : nx_kscratch_new();
+    if (s || own) matmul_rows(W, x, ldx, T, y, ldy, o0, o1, next, s ? s : own);
+    else if (W->dtype != NX_DTYPE_U32 || nx_quant_shape_ok(W))
+        nx_kernels_ref.matmul_rows(W, x, ldx, T, y, ldy, o0 < 0 ? 0 : o0, o1 > W->out ? W->out : o1, NULL, NULL);
+    nx_kscratch_free(own);
 }
 
-void nx_prefetch_side(const nx_span *spans, int n) {
-    nx_side_pf *s = &nx_side;
+void nx_side_set(nx_side_pf *s, const nx_span *spans, int n) {
     s->n = s->i = 0;
     for (int k = 0; k < n && s->n < NX_SIDE_SPANS; k++) {
         if (!spans[k].p || !spans[k].len) continue;
@@ -137,8 +141,8 @@ void nx_prefetch_side(const nx_span *spans, int n) {
 }
 
 void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                    int64_t ldy, int64_t o0, int64_t o1) {
-    nx_matmul_rows_then(W, x, ldx, T, y, ldy, o0, o1, NULL);
+                    int64_t ldy, int64_t o0, int64_t o1, nx_kscratch *s) {
+    nx_matmul_rows_then(W, x, ldx, T, y, ldy, o0, o1, NULL, s);
 }
 
 /* Rows are handed out in chunks of this many so each thread's kernel works on whole register
@@ -152,7 +156,9 @@ typedef struct matmul_job {
     const nx_matmul_task *t;
     int n;
     long long chunks;
-    nx_pool *pool; /* non-NULL: the chunks are its shares (matmul_share_reset) */
+    nx_pool *pool;     /* non-NULL: the chunks are its shares (matmul_share_reset) */
+    nx_pool *sp;       /* whose threads' scratch the calls use */
+    nx_kscratch *own;  /* else this one (a call outside a pool) */
 } matmul_job;
 
 static int task_counts(const nx_matmul_task *t) { return t->T > 0 && t->W->out > 0; }
@@ -180,7 +186,8 @@ static int tasks_rows_at(const nx_matmul_task *t, int n, long long base, long lo
 
 /* Chunks [b, e) of the tasks, each call naming the rows read next: the next task's chunks in
  * range, or after (NULL: none) past the range's end. */
-static void tasks_run(const nx_matmul_task *t, int n, long long b, long long e, const nx_rows *after) {
+static void tasks_run(const nx_matmul_task *t, int n, long long b, long long e, const nx_rows *after,
+                      nx_kscratch *s) {
     long long base = 0;
     for (int i = 0; i < n && base < e; i++) {
         const nx_matmul_task *ti = &t[i];
@@ -190,7 +197,7 @@ static void tasks_run(const nx_matmul_task *t, int n, long long b, long long e, 
             const nx_rows *next = tasks_rows_at(t + i + 1, n - i - 1, base + nc, b, e, &nr) ? &nr
                                   : base + nc >= e                                          ? after
                                                                                            : NULL;
-            nx_matmul_rows_then(ti->W, ti->x, ti->ldx, ti->T, ti->y, ti->ldy, r.r0, r.r1, next);
+            matmul_rows(ti->W, ti->x, ti->ldx, ti->T, ti->y, ti->ldy, r.r0, r.r1, next, s);
         }
         base += nc;
     }
@@ -212,16 +219,17 @@ static int matmul_share_reset(const matmul_job *j, int nth) {
  * next piece most likely begins; or the thread's one chunk of a split. */
 static void matmul_worker(void *arg, int ith, int nth) {
     const matmul_job *j = arg;
+    nx_kscratch *s = j->own ? j->own : nx_kscratch_of(j->sp, ith);
     long long b, e, nb, ne;
     if (!j->pool) {
         nx_pool_split(j->chunks, ith, nth, &b, &e);
-        tasks_run(j->t, j->n, b, e, NULL);
+        tasks_run(j->t, j->n, b, e, NULL, s);
         return;
     }
     while (nx_pool_share_next(j->pool, ith, &b, &e)) {
         nx_pool_share_peek(j->pool, ith, &nb, &ne);
         nx_rows nr;
-        tasks_run(j->t, j->n, b, e, nb < ne && tasks_rows_at(j->t, j->n, 0, nb, ne, &nr) ? &nr : NULL);
+        tasks_run(j->t, j->n, b, e, nb < ne && tasks_rows_at(j->t, j->n, 0, nb, ne, &nr) ? &nr : NULL, s);
     }
 }
 
@@ -238,21 +246,42 @@ static int can_share(const nx_matmul_task *t, int n, nx_pool *pool, int nth, lon
     return few && pool && nth > 1 && nth <= nx_pool_size(pool) && *chunks <= (long long)UINT32_MAX;
 }
 
+/* Thread ith's split of the tasks by the reference kernel (no scratch to be had). */
+static void tasks_ref(const nx_matmul_task *t, int n, int ith, int nth) {
+    for (int i = 0; i < n; i++) {
+        long long b, e;
+        if (!task_counts(&t[i]) || (t[i].W->dtype == NX_DTYPE_U32 && !nx_quant_shape_ok(t[i].W))) continue;
+        nx_pool_split(t[i].W->out, ith, nth, &b, &e);
+        nx_kernels_ref.matmul_rows(t[i].W, t[i].x, t[i].ldx, t[i].T, t[i].y, t[i].ldy, b, e, NULL, NULL);
+    }
+}
+
 int nx_matmul_shares_reset(const nx_matmul_task *t, int n, nx_pool *pool, int nth) {
     long long chunks;
     if (!can_share(t, n, pool, nth, &chunks)) return 0;
-    const matmul_job j = {t, n, chunks, pool};
+    const matmul_job j = {t, n, chunks, pool, pool, NULL};
     return matmul_share_reset(&j, nth) == 0;
 }
 
-void nx_matmul_shares_work(const nx_matmul_task *t, int n, nx_pool *pool, int ith, int nth) {
-    matmul_job j = {t, n, 0, NULL};
+void nx_matmul_shares_work(const nx_matmul_task *t, int n, nx_pool *pool, int ith, int nth, const nx_span *side,
+                           int nside) {
+    matmul_job j = {t, n, 0, NULL, pool, NULL};
     if (can_share(t, n, pool, nth, &j.chunks)) j.pool = pool;
-    if (j.chunks) matmul_worker(&j, ith, nth);
+    if (!j.chunks) return;
+    nx_kscratch *s = nx_kscratch_of(pool, ith);
+    if (!s) j.own = s = nx_kscratch_new();
+    if (!s) { /* out of memory outside a pool */
+        tasks_ref(t, n, ith, nth);
+        return;
+    }
+    nx_side_set(&s->side, side, nside);
+    matmul_worker(&j, ith, nth);
+    nx_side_set(&s->side, NULL, 0);
+    nx_kscratch_free(j.own);
 }
 
 void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
-    matmul_job j = {t, n, 0, NULL};
+    matmul_job j = {t, n, 0, NULL, pool, NULL};
     double work = 0;
     for (int i = 0; i < n; i++)
         if (task_counts(&t[i])) work += (double)t[i].W->out * (double)t[i].W->in * (double)t[i].T;
@@ -262,7 +291,12 @@ void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
      * arriving unprefetched): not worth it below 256K multiply-adds per call, such as a MoE
      * router (64x1024: 3.8 µs as a two-thread job, 4-bit model decode 1.03x with it on one). */
     if (nx_pool_size(pool) <= 1 || work < 262144 || j.chunks < 2) {
+        if (!pool && !(j.own = nx_kscratch_new())) {
+            tasks_ref(t, n, 0, 1);
+            return;
+        }
         matmul_worker(&j, 0, 1);
+        nx_kscratch_free(j.own);
         return;
     }
     /* Shared rather than split (decode and verify): a thread that is ahead (the other started
@@ -289,127 +323,46 @@ void nx_linear_get_row(const nx_linear *W, int64_t r, float *out) {
         return;
     }
     size_t es = nx_dtype_size(W->dtype);
-    table_get()->to_f32(W->dtype, (const uint8_t *)W->w + (size_t)r * (size_t)W->in * es, out,
-                        W->in);
+    KT(to_f32)->to_f32(W->dtype, (const uint8_t *)W->w + (size_t)r * (size_t)W->in * es, out, W->in);
 }
 
 void nx_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
     if (n <= 0) return;
-    table_get()->to_f32(t, src, dst, n);
+    KT(to_f32)->to_f32(t, src, dst, n);
 }
 
-float nx_dot_f32(const float *a, const float *b, int64_t n) {
-    return table_get()->dot_f32(a, b, n);
-}
+float nx_dot_f32(const float *a, const float *b, int64_t n) { return KT(dot_f32)->dot_f32(a, b, n); }
 
-void nx_axpy_f32(float a, const float *x, float *y, int64_t n) {
-    table_get()->axpy_f32(a, x, y, n);
-}
-
-/* Cached row p of an attention call as f32: the row itself, or (f16) widened into buf. */
-static const float *kv_row(const nx_kernel_table *t, const void *base, nx_dtype kvt, int64_t stride, int64_t p,
-                           int64_t hd, float *buf) {
-    if (kvt != NX_DTYPE_F16) return (const float *)base + p * stride;
-    t->to_f32(NX_DTYPE_F16, (const uint16_t *)base + p * stride, buf, hd);
-    return buf;
-}
+void nx_axpy_f32(float a, const float *x, float *y, int64_t n) { KT(axpy_f32)->axpy_f32(a, x, y, n); }
 
 void nx_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kvt, int64_t stride, int64_t n, int64_t hd,
                     float scale, float *out, int64_t ldo) {
-    const nx_kernel_table *t = table_get();
-    if (t->attn_scores) {
-        t->attn_scores(q, g, K, kvt, stride, n, hd, scale, out, ldo);
-        return;
-    }
-    float buf[NX_ATTN_MAX_HD];
-    for (int64_t p = 0; p < n; p++) {
-        const float *k = kv_row(t, K, kvt, stride, p, hd, buf);
-        for (int64_t h = 0; h < g; h++) out[h * ldo + p] = t->dot_f32(q + h * hd, k, hd) * scale;
-    }
+    KT(attn_scores)->attn_scores(q, g, K, kvt, stride, n, hd, scale, out, ldo);
 }
 
 void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride, int64_t n,
                    int64_t hd, float *o) {
-    const nx_kernel_table *t = table_get();
-    if (t->attn_accum) {
-        t->attn_accum(w, ldw, g, V, kvt, stride, n, hd, o);
-        return;
-    }
-    float buf[NX_ATTN_MAX_HD];
-    for (int64_t p = 0; p < n; p++) {
-        const float *v = kv_row(t, V, kvt, stride, p, hd, buf);
-        for (int64_t h = 0; h < g; h++) t->axpy_f32(w[h * ldw + p], v, o + h * hd, hd);
-    }
-}
-
-/* The scalar softmax: the reference, and the path of ISAs without their own. */
-static void softmax_scalar(float *x, int64_t n) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        if (x[i] > mx) mx = x[i];
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+    KT(attn_accum)->attn_accum(w, ldw, g, V, kvt, stride, n, hd, o);
 }
 
 void nx_softmax_f32(float *x, int64_t n) {
-    if (n <= 0) return;
-    const nx_kernel_table *t = table_get();
-    if (t->softmax_f32) t->softmax_f32(x, n);
-    else softmax_scalar(x, n);
-}
-
-/* The scalar RMSNorm: the reference, and the path of ISAs without their own. */
-static void rmsnorm_scalar(const float *x, const float *w, float eps, int64_t n, float *out) {
-    double part[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) part[l] += (double)x[i + l] * x[i + l];
-    const float r = nx_rmsnorm_scale(part, x, i, n, eps);
-    for (i = 0; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
+    if (n > 0) KT(softmax_f32)->softmax_f32(x, n);
 }
 
 double nx_exp_weights(const float *x, int64_t n, float m, double inv_t, double *w) {
-    const nx_kernel_table *t = table_get();
-    if (t->exp_weights && n > 0) return t->exp_weights(x, n, m, inv_t, w);
-    double z = 0.0;
-    for (int64_t i = 0; i < n; i++) z += w[i] = exp(((double)x[i] - (double)m) * inv_t);
-    return z;
+    return n > 0 ? KT(exp_weights)->exp_weights(x, n, m, inv_t, w) : 0.0;
 }
 
+/* The SIMD argmax indexes in int32 lanes: longer vectors go to the reference. */
 int64_t nx_argmax_f32(float *x, int64_t n, float *max) {
-    const nx_kernel_table *t = table_get();
-    if (t->argmax_f32 && n > 0 && n <= INT32_MAX) return t->argmax_f32(x, n, max);
-    float m = -INFINITY;
-    int64_t arg = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (isnan(x[i])) x[i] = -INFINITY;
-        if (x[i] > m) {
-            m = x[i];
-            arg = i;
-        }
-    }
-    *max = m;
-    return arg;
+    const nx_kernel_table *t = n > 0 && n <= INT32_MAX ? KT(argmax_f32) : &nx_kernels_ref;
+    return t->argmax_f32(x, n, max);
 }
 
 void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out) {
-    if (n <= 0) return;
-    const nx_kernel_table *t = table_get();
-    if (t->rmsnorm_f32) t->rmsnorm_f32(x, w, eps, n, out);
-    else rmsnorm_scalar(x, w, eps, n, out);
+    if (n > 0) KT(rmsnorm_f32)->rmsnorm_f32(x, w, eps, n, out);
 }
 
 void nx_swiglu_f32(float *g, const float *u, int64_t n) {
-    if (n <= 0) return;
-    const nx_kernel_table *t = table_get();
-    if (t->swiglu_f32) {
-        t->swiglu_f32(g, u, n);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    if (n > 0) KT(swiglu_f32)->swiglu_f32(g, u, n);
 }

@@ -1,7 +1,8 @@
 /* Compute kernels on weights in their stored format (f32, f16, bf16, MLX affine 2-8 bit).
- * Every kernel has a scalar reference (ref.c, the test oracle) and SIMD twins (avx2.c,
- * avx512.c, avx512_vnni.c / avx512_vbmi.c for quantized weights on int16 activations) picked once
- * by CPUID in dispatch.c; NX_ISA=ref|avx2|avx512|avx512vnni|avx512vbmi forces a choice.
+ * Every kernel has a scalar reference (ref.c: the test oracle, NX_ISA=ref, and the fallback for
+ * shapes a SIMD kernel declines) and SIMD twins: avx2.c, avx512.c, and for quantized weights
+ * avx512_vnni.c on int8 or int16 activations (built again as avx512_vbmi.c, adding 3/5/6-bit).
+ * dispatch.c picks one table by CPUID; NX_ISA=ref|avx2|avx512|avx512vnni|avx512vbmi forces it.
  *
  * Numerics contract (greedy MTP == greedy AR depends on it): the result for one row never
  * depends on how many rows are computed together, on the thread count, or on which rows
@@ -48,7 +49,10 @@ typedef struct nx_linear {
     int bits, group;   /* quantized only */
     nx_dtype sdtype;   /* dtype of scales and biases (F32/F16/BF16) */
     const void *scales, *biases;
-    bool x16;          /* activations never rounded below int16 (routers: a choice must not flip) */
+    /* Activations never rounded below int16 for this weight: routers (a choice must not flip),
+     * and every weight of a model loaded with act_bits 16 (nx_load_params). Otherwise the
+     * integer kernels take int8 activations where they can (see Activation precision below). */
+    bool x16;
 } nx_linear;
 
 size_t nx_linear_row_bytes(const nx_linear *W); /* stored bytes of one output row (+ its scales) */
@@ -57,8 +61,19 @@ size_t nx_linear_row_bytes(const nx_linear *W); /* stored bytes of one output ro
 size_t nx_linear_weight_row_bytes(const nx_linear *W);
 size_t nx_linear_bytes(const nx_linear *W);     /* stored bytes of the whole weight */
 
+/* A thread's kernel working memory: the integer kernels' input staging and reuse cache, and the
+ * side prefetch spans of its calls. Each thread of a pool has one, owned by the pool
+ * (nx_pool_scratch); a call made outside a pool gets one of its own (NULL below). */
+typedef struct nx_kscratch nx_kscratch;
+/* Thread ith's within pool (ith 0: the caller outside jobs); NULL for a NULL pool. */
+nx_kscratch *nx_kscratch_of(nx_pool *pool, int ith);
+nx_kscratch *nx_kscratch_new(void); /* NULL when out of memory */
+void nx_kscratch_free(nx_kscratch *s);
+
 /* y[t*ldy + o] = Σ_i x[t*ldx + i] · W[o, i]  for t < T, o < W->out.
- * Each weight row is read once for all T rows. Threads split the outputs. */
+ * Each weight row is read once for all T rows. Threads split the outputs, each with its
+ * scratch in pool (a NULL pool: the caller, with a scratch allocated for the call; if that
+ * fails, the reference kernel computes it). */
 void nx_matmul(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                int64_t ldy, nx_pool *pool);
 
@@ -82,16 +97,19 @@ void nx_matmul_many(const nx_matmul_task *tasks, int n, nx_pool *pool);
 /* nx_matmul_many's sharing inside a pool job the caller runs (nx_pool_run, nth threads), for
  * matmuls between other per-thread work: one thread calls nx_matmul_shares_reset before any
  * thread works on the tasks (before nx_pool_run, or between two barriers), then every thread
- * calls nx_matmul_shares_work, which returns when no rows are left. Where nx_matmul_many would
+ * calls nx_matmul_shares_work, which returns when no rows are left. The thread's calls hint
+ * side[0..nside) along their weights (nx_span; NULL, 0: none). Where nx_matmul_many would
  * not share (T above NX_SHARE_MAX_T), each thread takes a fixed part of the rows instead, and
  * the reset does nothing (returns 0; 1 when the shares were set). Same results as nx_matmul. */
+typedef struct nx_span nx_span;
 int nx_matmul_shares_reset(const nx_matmul_task *tasks, int n, nx_pool *pool, int nth);
-void nx_matmul_shares_work(const nx_matmul_task *tasks, int n, nx_pool *pool, int ith, int nth);
+void nx_matmul_shares_work(const nx_matmul_task *tasks, int n, nx_pool *pool, int ith, int nth,
+                           const nx_span *side, int nside);
 
-/* Like nx_matmul on rows [o0, o1) only, on the calling thread (for callers that schedule
- * work themselves, e.g. several experts' matmuls in one parallel region). */
+/* Like nx_matmul on rows [o0, o1) only, on the calling thread with scratch s (NULL: one for the
+ * call), for callers that schedule work themselves (several experts' matmuls in one job). */
 void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                    int64_t ldy, int64_t o0, int64_t o1);
+                    int64_t ldy, int64_t o0, int64_t o1, nx_kscratch *s);
 
 /* Rows [r0, r1) of a weight: what the calling thread multiplies next. */
 typedef struct nx_rows {
@@ -109,25 +127,17 @@ int nx_rows_of_units(const nx_linear *W, int64_t unit, long long base, long long
  * call starts on warm lines and no bandwidth goes to rows another thread reads. Same results
  * as nx_matmul_rows. */
 void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                         int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next);
+                         int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s);
 
-/* Memory the calling thread reads soon besides weights (the KV cache rows its attention reads
- * after the projections): the thread's next quantized or float matmul calls (AVX-512 kernels)
- * hint it a cache line per weight row they start, so the hints are paced by the weight stream.
- * Issued as one burst instead, such hints were lost on the Zen 4 VM measured: 8 KB of KV rows
- * hinted that way before a layer's projections were as slow to read 20 µs later as unhinted ones
- * (1.8 + 2.7 µs for a thread's scores and sums, against 0.5 + 0.6 warm), and waiting 3 µs after
- * the burst did not help; spaced out they arrive. 4-bit bench model, 300 tokens, the burst and
- * this alternating step by step in one process (bench/ab_steps.py): attention 1.027x (median of
- * 9 runs, 1.003-1.038x), the step 1.006x. Spans are taken in order; a call replaces what is left
- * of the last one, and nx_prefetch_side(NULL, 0) clears it. At most NX_SIDE_SPANS spans (more
- * are ignored). */
+/* Side spans: memory a thread reads soon besides weights (the KV cache rows its attention reads
+ * after the projections), hinted by its matmul calls (AVX-512 kernels) a cache line per weight
+ * row they start, paced by the weight stream: issued as one burst, such hints were evicted
+ * before use. Taken in order, at most NX_SIDE_SPANS (more are ignored). */
 #define NX_SIDE_SPANS 8
-typedef struct nx_span {
+struct nx_span {
     const void *p;
     size_t len;
-} nx_span;
-void nx_prefetch_side(const nx_span *spans, int n);
+};
 
 /* Dequantizes/converts row r of W into out[in] as f32 (embedding lookup). */
 void nx_linear_get_row(const nx_linear *W, int64_t r, float *out);
@@ -174,21 +184,17 @@ double nx_exp_weights(const float *x, int64_t n, float m, double inv_t, double *
  * *max; NaN elements become -inf in place first, so they never win. */
 int64_t nx_argmax_f32(float *x, int64_t n, float *max);
 
-/* Precision of the activations the integer kernels (avx512vnni/avx512vbmi) multiply quantized
- * weights with. 8 (the default): 4-bit weights (rows of whole 128-element blocks), 2-bit weights
- * (whole 256-element blocks) and, with VBMI, 3/5/6-bit weights take int8 activations, each
- * element within 1/254 of its group's largest, as llama.cpp's q8 activations: twice the
- * multiply-adds per instruction of int16, so prefill and a multi-row verify stay near memory
- * speed where int16 is compute-bound. Every other matmul of those kernels (8-bit weights, other
- * shapes) rounds to int16, as does everything at 16: each element within 2^-15 of its group's
- * largest. Weights marked x16 (routers) keep int16 at either setting. Either way the numerics
- * contract above holds. Set once before computing (NX_ACT_BITS=8 or 16 in the environment, or
- * the CLI's --act-bits); returns 0, or -1 for any other value. */
-int nx_kernels_set_act_bits(int bits);
-int nx_kernels_act_bits(void);
+/* Activation precision of the integer kernels (avx512vnni/avx512vbmi): unless W->x16, 4-bit
+ * weights (rows of whole 128-element blocks), 2-bit weights (whole 256-element blocks) and, with
+ * VBMI, 3/5/6-bit weights take int8 activations, each element within 1/254 of its group's
+ * largest (llama.cpp's q8): twice the multiply-adds per instruction of int16, so prefill and
+ * verify stay near memory speed. Every other case rounds to int16, each element within 2^-15 of
+ * its group's largest. Either way the numerics contract holds. */
 
-/* Which ISA the dispatcher chose: "ref", "avx2", "avx512". */
+/* Which ISA the dispatcher chose: "ref", "avx2", "avx512", "avx512vnni", "avx512vbmi". */
 const char *nx_kernels_isa(void);
+/* The best table this CPU runs, by CPUID alone (whatever NX_ISA or nx_kernels_force chose). */
+const char *nx_kernels_best_isa(void);
 /* Forces an ISA by name (tests); returns 0 on success, -1 if this CPU cannot run it. */
 int nx_kernels_force(const char *isa);
 

@@ -10,19 +10,40 @@
 
 #include "kernels/kernels.h"
 
+/* A thread's side prefetch (nx_span): spans as line-aligned [p, end), the current one and the
+ * next line's address. */
+typedef struct nx_side_pf {
+    uintptr_t p[NX_SIDE_SPANS], end[NX_SIDE_SPANS];
+    int n, i;
+    uintptr_t at;
+} nx_side_pf;
+
+/* Bytes of the integer kernels' staging (avx512_vnni.c, which checks its layout fits). */
+#define NX_VNNI_SCRATCH_BYTES (464u * 1024u)
+
+struct nx_kscratch {
+    nx_side_pf side;
+    _Alignas(64) unsigned char vnni[NX_VNNI_SCRATCH_BYTES];
+};
+_Static_assert(sizeof(struct nx_kscratch) <= NX_POOL_SCRATCH_BYTES, "kernel scratch exceeds the pool's");
+
+/* Sets s's side spans (n 0: none). */
+void nx_side_set(nx_side_pf *s, const nx_span *spans, int n);
+
 /* One ISA's implementations. matmul_rows computes rows [o0, o1) of y for all T; it must give
  * each output element the same accumulation order whatever T, o0, o1 are (batch and thread
  * invariance). It returns 0 when it declines the shape (the caller then uses the reference,
  * which is also invariant because the decision depends on W only). `next` (may be NULL) is
- * only a prefetch hint (nx_matmul_rows_then). */
+ * only a prefetch hint (nx_matmul_rows_then); s is the calling thread's scratch (never NULL).
+ * Every entry of the reference table is set; a NULL entry of another table means the
+ * reference's. */
 typedef struct nx_kernel_table {
     const char *name;
     int (*matmul_rows)(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                       int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next);
+                       int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s);
     void (*to_f32)(nx_dtype t, const void *src, float *dst, int64_t n);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float a, const float *x, float *y, int64_t n);
-    /* optional (NULL: composed from dot_f32 / axpy_f32) */
     void (*attn_scores)(const float *q, int64_t g, const void *K, nx_dtype kvt, int64_t stride, int64_t n,
                         int64_t hd, float scale, float *out, int64_t ldo);
     void (*attn_accum)(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride,
@@ -38,8 +59,8 @@ typedef struct nx_kernel_table {
 extern const nx_kernel_table nx_kernels_ref;
 extern const nx_kernel_table nx_kernels_avx2;
 extern const nx_kernel_table nx_kernels_avx512;
-extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + int16 VNNI for 2/4/8-bit weights */
-extern const nx_kernel_table nx_kernels_avx512vbmi; /* the same + 3/5/6-bit weights (needs VBMI) */
+extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + VNNI (int8/int16) for 2/4/8-bit weights */
+extern const nx_kernel_table nx_kernels_avx512vbmi; /* the same + 3/5/6-bit weights (VBMI, GFNI) */
 
 /* nx_rmsnorm_f32's scale r from the 8 partial sums of squares of x[0..i) (element j in sum
  * j mod 8): the tail x[i..n) goes into sum 0, then the fixed tree. Every ISA ends here, so the
@@ -49,15 +70,6 @@ static inline float nx_rmsnorm_scale(double part[8], const float *x, int64_t i, 
     const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     return (float)(1.0 / sqrt(ss / (double)n + eps));
 }
-
-/* The calling thread's side prefetch (nx_prefetch_side): spans as line-aligned [p, end), the
- * current one and the next line's address. */
-typedef struct nx_side_pf {
-    uintptr_t p[NX_SIDE_SPANS], end[NX_SIDE_SPANS];
-    int n, i;
-    uintptr_t at;
-} nx_side_pf;
-nx_side_pf *nx_side_state(void);
 
 /* The next `lines` lines of s's spans (kernels call it per register block, a line per row). */
 static inline void nx_side_hint(nx_side_pf *s, int lines) {

@@ -126,22 +126,21 @@ static float *thread_scores(const attn_job *j, int ith) {
 /* The cached keys and values the attention over kv heads [h0, h1) reads first (up to KV_PF_BYTES
  * per head and cache: the rows the attention kernels' own prefetch, running that far ahead of
  * its reads, does not cover), handed to the thread's next matmul calls (the layer's
- * projections) to hint along their weights (nx_prefetch_side), so they arrive meanwhile. */
+ * projections) to hint along their weights (side spans), so they arrive meanwhile. */
 #define KV_PF_BYTES 8192
-static void kv_prefetch(const attn_job *j, int64_t h0, int64_t h1) {
+static int kv_prefetch(const attn_job *j, int64_t h0, int64_t h1, nx_span sp[NX_SIDE_SPANS]) {
     const nx_ctx *c = j->c;
     const int32_t lo = attn_lo(j, j->pos0);
-    if (j->pos0 <= lo) return;
+    if (j->pos0 <= lo) return 0;
     const size_t hb = (size_t)j->hd * nx_dtype_size(c->m->kv_dtype);
     size_t bytes = (size_t)(j->pos0 - lo) * hb;
     if (bytes > KV_PF_BYTES) bytes = KV_PF_BYTES;
-    nx_span sp[NX_SIDE_SPANS];
     int n = 0;
     for (int64_t h = h0; h < h1 && n + 2 <= NX_SIDE_SPANS; h++) {
         sp[n++] = (nx_span){nx_kv_row(c, j->kv->k, h, lo), bytes};
         sp[n++] = (nx_span){nx_kv_row(c, j->kv->v, h, lo), bytes};
     }
-    nx_prefetch_side(sp, n);
+    return n;
 }
 
 /* The layer's attention as one pool job: the q/k/v projections (their rows shared between the
@@ -160,9 +159,8 @@ static void attn_heads_worker(void *arg, int ith, int nth) {
     const int by_heads = j->n_kv % nth == 0;
     long long b, e;
     nx_pool_split(by_heads ? j->n_kv : (long long)j->T * j->n_kv, ith, nth, &b, &e);
-    if (by_heads) kv_prefetch(j, b, e);
-    nx_matmul_shares_work(j->qkv, 3, pool, ith, nth);
-    nx_prefetch_side(NULL, 0);
+    nx_span sp[NX_SIDE_SPANS];
+    nx_matmul_shares_work(j->qkv, 3, pool, ith, nth, sp, by_heads ? kv_prefetch(j, b, e, sp) : 0);
     nx_pool_barrier(pool, nth); /* every head's q, k and v */
     if (by_heads) {
         for (int32_t t = 0; t < j->T; t++)
@@ -177,7 +175,7 @@ static void attn_heads_worker(void *arg, int ith, int nth) {
     }
     if (ith == 0) nx_matmul_shares_reset(&j->wo, 1, pool, nth);
     nx_pool_barrier(pool, nth); /* every head's result, and the output projection's shares */
-    nx_matmul_shares_work(&j->wo, 1, pool, ith, nth);
+    nx_matmul_shares_work(&j->wo, 1, pool, ith, nth, NULL, 0);
 }
 
 /* xn (T, H) → c->y (T, H). Appends the rows' keys/values at pos0.. to kv. */
@@ -250,7 +248,7 @@ static int ffn_next_rows(const ffn_job *j, int down, long long nb, long long ne,
 
 /* Gate, up and SwiGLU of units [b, e) (16-row chunks of every item's F, concatenated); units
  * [nb, ne) are where the thread likely goes next. */
-static void ffn_gate_up_units(ffn_job *j, long long b, long long e, long long nb, long long ne) {
+static void ffn_gate_up_units(ffn_job *j, long long b, long long e, long long nb, long long ne, nx_kscratch *s) {
     const int32_t H = j->c->m->cfg.hidden_size;
     long long base = 0;
     for (int i = 0; i < j->items && base < e; i++) {
@@ -264,8 +262,8 @@ static void ffn_gate_up_units(ffn_job *j, long long b, long long e, long long nb
                 (base + nc >= e && ffn_next_rows(j, 0, nb, ne, &ng));
             ur = (nx_rows){&j->f[i]->up, r0, r1};
             float *g = j->gs[i], *u = j->c->u + (g - j->c->g);
-            nx_matmul_rows_then(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1, &ur);
-            nx_matmul_rows_then(&j->f[i]->up, j->x[i], H, j->n[i], u, F, r0, r1, has_next ? &ng : NULL);
+            nx_matmul_rows_then(&j->f[i]->gate, j->x[i], H, j->n[i], g, F, r0, r1, &ur, s);
+            nx_matmul_rows_then(&j->f[i]->up, j->x[i], H, j->n[i], u, F, r0, r1, has_next ? &ng : NULL, s);
             for (int32_t t = 0; t < j->n[i]; t++) nx_swiglu_f32(g + t * F + r0, u + t * F + r0, r1 - r0);
         }
         base += nc;
@@ -276,17 +274,18 @@ static void ffn_gate_up_units(ffn_job *j, long long b, long long e, long long nb
  * ffn_many), so a thread that is ahead takes over the end of another's work, since an idle
  * core leaves its share of the machine's memory bandwidth unused; else a static split. */
 static void ffn_run_units(ffn_job *j, int ith, int nth, long long n,
-                          void (*units)(ffn_job *, long long, long long, long long, long long)) {
+                          void (*units)(ffn_job *, long long, long long, long long, long long, nx_kscratch *)) {
     long long b, e, nb, ne;
+    nx_pool *pool = j->c->m->pool;
+    nx_kscratch *s = nx_kscratch_of(pool, ith);
     if (nth <= 1 || !j->shared) {
         nx_pool_split(n, ith, nth, &b, &e);
-        units(j, b, e, 0, 0);
+        units(j, b, e, 0, 0, s);
         return;
     }
-    nx_pool *pool = j->c->m->pool;
     while (nx_pool_share_next(pool, ith, &b, &e)) {
         nx_pool_share_peek(pool, ith, &nb, &ne);
-        units(j, b, e, nb, ne);
+        units(j, b, e, nb, ne, s);
     }
 }
 
@@ -299,7 +298,7 @@ static void ffn_gate_up_worker(void *arg, int ith, int nth) {
 }
 
 /* Down projections of units [b, e) (16-row chunks of each item's output in turn). */
-static void ffn_down_units(ffn_job *j, long long b, long long e, long long nb, long long ne) {
+static void ffn_down_units(ffn_job *j, long long b, long long e, long long nb, long long ne, nx_kscratch *s) {
     const int32_t H = j->c->m->cfg.hidden_size;
     const long long nc = (H + ROW_CHUNK - 1) / ROW_CHUNK;
     for (int i = (int)(b / nc); i < j->items && (long long)i * nc < e; i++) {
@@ -309,7 +308,7 @@ static void ffn_down_units(ffn_job *j, long long b, long long e, long long nb, l
             (i + 1 < j->items && nx_rows_of_units(&j->f[i + 1]->down, ROW_CHUNK, (i + 1) * nc, b, e, &nd)) ||
             ((long long)(i + 1) * nc >= e && ffn_next_rows(j, 1, nb, ne, &nd));
         nx_matmul_rows_then(&j->f[i]->down, j->gs[i], j->f[i]->gate.out, j->n[i], j->out[i], H, dr.r0, dr.r1,
-                            has_next ? &nd : NULL);
+                            has_next ? &nd : NULL, s);
     }
 }
 
@@ -424,11 +423,13 @@ void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, 
 }
 
 /* The router's choices for T rows (c->sel, c->selw) and the statistics of their overlap with
- * the previous rows' choices. The router runs on the calling thread when pool is NULL. */
-static void moe_select(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot, nx_pool *pool) {
+ * the previous rows' choices. The router runs on the calling thread with scratch `alone` when
+ * that is set, else on the pool. */
+static void moe_select(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot, nx_kscratch *alone) {
     const nx_config *cfg = &c->m->cfg;
     const int32_t H = cfg->hidden_size, E = M->n_experts, k = cfg->top_k;
-    nx_matmul(&M->router, c->xn, H, T, c->router, E, pool);
+    if (alone) nx_matmul_rows(&M->router, c->xn, H, T, c->router, E, 0, E, alone);
+    else nx_matmul(&M->router, c->xn, H, T, c->router, E, c->m->pool);
     for (int32_t t = 0; t < T; t++)
         nx_moe_route(c->router + (size_t)t * E, M->expert_bias, E, k, cfg->route_norm,
                      cfg->router_scaling, c->sel + (size_t)t * k, c->selw + (size_t)t * k);
@@ -542,7 +543,7 @@ static void moe_worker(void *arg, int ith, int nth) {
     nx_ctx *c = mj->c;
     nx_pool *pool = c->m->pool;
     if (ith == 0) {
-        moe_select(c, mj->M, mj->T, mj->layer_slot, NULL);
+        moe_select(c, mj->M, mj->T, mj->layer_slot, nx_kscratch_of(pool, 0));
         moe_items *it = &mj->it;
         moe_gather(c, mj->M, mj->T, it, 0);
         mj->cb = (ffn_combine){c->y, c->rows, c->rows_w, it->total, mj->so, mj->T};
@@ -552,8 +553,8 @@ static void moe_worker(void *arg, int ith, int nth) {
     } else {
         long long b, e;
         nx_pool_split(mj->shared_gu.units, ith - 1, nth - 1, &b, &e);
-        ffn_gate_up_units(&mj->shared_gu, b, e, 0, 0);
-        while (!atomic_load_explicit(&mj->routed_ready, memory_order_acquire)) nx_cpu_relax();
+        ffn_gate_up_units(&mj->shared_gu, b, e, 0, 0, nx_kscratch_of(pool, ith));
+        nx_pool_await(pool, &mj->routed_ready);
     }
     ffn_run_units(&mj->all, ith, nth, mj->all.units, ffn_gate_up_units);
     nx_pool_barrier(pool, nth);
@@ -588,7 +589,7 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
         nx_pool_run(pool, moe_worker, &mj);
         return;
     }
-    moe_select(c, M, T, layer_slot, pool);
+    moe_select(c, M, T, layer_slot, NULL);
     moe_items it = {.items = 0};
     moe_gather(c, M, T, &it, 1);
     const int32_t routed = it.total;

@@ -163,6 +163,8 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     *out = NULL;
     if (p->kv_type != NX_KV_F32 && p->kv_type != NX_KV_F16)
         return nx_fail(err, NX_E_ARG, "kv_type %d: expected NX_KV_F32 or NX_KV_F16", (int)p->kv_type);
+    if (p->act_bits != 0 && p->act_bits != 8 && p->act_bits != 16)
+        return nx_fail(err, NX_E_ARG, "act_bits %d: expected 8 or 16", p->act_bits);
     nx_status st;
     nx_model *m = calloc(1, sizeof *m);
     if (!m) return nx_fail(err, NX_E_NOMEM, "out of memory");
@@ -173,7 +175,7 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     if (p->progress) p->progress(p->progress_user, 0.05);
     if ((st = nx_store_open(dir, &m->store, err)) != NX_OK) goto fail;
     if (p->progress) p->progress(p->progress_user, 0.5);
-    if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, &m->w, err)) != NX_OK) goto fail;
+    if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, p->act_bits == 16, &m->w, err)) != NX_OK) goto fail;
     add_generation_eos(&m->cfg, dir);
 
     if (p->no_mtp)

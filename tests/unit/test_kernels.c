@@ -147,18 +147,27 @@ static float *rnd_vec(int64_t n) {
     return v;
 }
 
-/* Kernel variants this CPU can run, ref first: an ISA name, or "ISA+act8" for that ISA's
- * integer kernels on int8 activations (nx_kernels_set_act_bits(8)). */
+/* Kernel variants this CPU can run, ref first: an ISA name (quantized weights marked x16, so
+ * the integer kernels run on int16 activations), or "ISA+act8" for the same ISA on weights
+ * without the mark (int8 activations where the shape allows). */
 static const char *isas[7];
 static int n_isas;
 static const char *default_isa;
+
+static int is_act8(const char *variant) { return strstr(variant, "+act8") != NULL; }
 
 static int use_isa(const char *name) {
     const char *plus = strchr(name, '+');
     char base[32];
     snprintf(base, sizeof base, "%.*s", plus ? (int)(plus - name) : (int)strlen(name), name);
-    if (nx_kernels_set_act_bits(plus && strcmp(plus, "+act8") == 0 ? 8 : 16) != 0) return -1;
     return nx_kernels_force(base);
+}
+
+/* W as variant `isa` runs it: x16 unless the variant is an act8 one. */
+static nx_linear as_variant(const char *isa, const nx_linear *W) {
+    nx_linear v = *W;
+    v.x16 = W->x16 || !is_act8(isa);
+    return v;
 }
 
 static int setup(void **state) {
@@ -488,9 +497,10 @@ static void test_argmax(void **state) {
 /* ------------------------------------------------------------------ matmul vs reference */
 
 /* Runs W·x on `isa` with padded leading dimensions; checks y's padding is untouched. */
-static float *run_matmul(const char *isa, const nx_linear *W, const float *x, int64_t ldx,
+static float *run_matmul(const char *isa, const nx_linear *W0, const float *x, int64_t ldx,
                          int64_t T, int64_t ldy, nx_pool *pool) {
     assert_int_equal(use_isa(isa), 0);
+    const nx_linear Wv = as_variant(isa, W0), *W = &Wv;
     size_t n = (size_t)(T * ldy);
     float *y = malloc(n * sizeof *y);
     assert_non_null(y);
@@ -505,7 +515,7 @@ static float *run_matmul(const char *isa, const nx_linear *W, const float *x, in
  * largest |x| of its weight group: 0 (float kernels), 1/32768 (half an int16 step: max/2^14 at
  * most) or 1/254 (half an int8 step, max/127). */
 static double x_half_step(const char *isa, const nx_linear *W) {
-    const int vbmi = strncmp(isa, "avx512vbmi", 10) == 0, act8 = strstr(isa, "+act8") != NULL;
+    const int vbmi = strncmp(isa, "avx512vbmi", 10) == 0, act8 = is_act8(isa) && !W->x16;
     if ((strncmp(isa, "avx512vnni", 10) != 0 && !vbmi) || W->dtype != NX_DTYPE_U32) return 0;
     int q = 0;
     if (W->bits == 4 || W->bits == 8 || (vbmi && W->bits != 2)) q = W->group % 64 == 0;
@@ -672,8 +682,8 @@ static void test_matmul_float_vs_ref(void **state) {
     use_isa(default_isa);
 }
 
-/* nx_prefetch_side: results are the same bits with side spans set, on every ISA; the AVX-512
- * kernels take a line per weight row, span after span, until cleared. */
+/* Side spans: results are the same bits with side spans set, on every ISA; the AVX-512 kernels
+ * take a line per weight row, span after span, from the scratch they are given. */
 static void test_side_prefetch(void **state) {
     (void)state;
     static uint8_t side[3][4096] __attribute__((aligned(64)));
@@ -683,22 +693,25 @@ static void test_side_prefetch(void **state) {
         tw t;
         tw_make(&t, dts[d], 32, 128, dts[d] == NX_DTYPE_U32 ? 4 : 0, 64, NX_DTYPE_BF16, 0);
         float *x = rnd_vec(128), y0[32], y1[32];
+        nx_kscratch *ks = nx_kscratch_new();
+        assert_non_null(ks);
         for (int k = 0; k < n_isas; k++) {
             assert_int_equal(use_isa(isas[k]), 0);
-            nx_prefetch_side(NULL, 0);
-            nx_matmul_rows(&t.L, x, 128, 1, y0, 32, 0, 32);
-            nx_prefetch_side(spans, 3);
-            nx_matmul_rows(&t.L, x, 128, 1, y1, 32, 0, 32);
+            const nx_linear W = as_variant(isas[k], &t.L);
+            nx_matmul_rows(&W, x, 128, 1, y0, 32, 0, 32, ks);
+            nx_side_set(&ks->side, spans, 3);
+            nx_matmul_rows(&W, x, 128, 1, y1, 32, 0, 32, ks);
             assert_memory_equal(y0, y1, sizeof y0);
-            const nx_side_pf *sp = nx_side_state();
+            const nx_side_pf *sp = &ks->side;
             if (strncmp(isas[k], "avx512", 6) == 0) {
                 /* 32 rows, so 32 lines: the first span's 16, the second's 1, 15 of the third */
                 assert_int_equal(sp->i, 2);
                 assert_int_equal(sp->at - (uintptr_t)side[2], 15 * 64);
             }
-            nx_prefetch_side(NULL, 0);
-            assert_int_equal(nx_side_state()->n, 0);
+            nx_side_set(&ks->side, NULL, 0);
+            assert_int_equal(ks->side.n, 0);
         }
+        nx_kscratch_free(ks);
         free(x);
         tw_free(&t);
     }
@@ -816,10 +829,13 @@ static void test_matmul_quant_nonfinite(void **state) {
 
 /* Row t of a T-row call == the same row computed alone, or in any sub-batch, or over any
  * split of output rows; for every ISA. */
-static void check_batch_invariance(const nx_linear *W) {
-    const int64_t T = 9, ldx = W->in + 1, ldy = W->out + 5;
+static void check_batch_invariance(const nx_linear *W0) {
+    const int64_t T = 9, ldx = W0->in + 1, ldy = W0->out + 5;
     float *x = rnd_vec(T * ldx);
+    nx_kscratch *ks = nx_kscratch_new();
+    assert_non_null(ks);
     for (int k = 0; k < n_isas; k++) {
+        const nx_linear Wv = as_variant(isas[k], W0), *W = &Wv;
         float *yfull = run_matmul(isas[k], W, x, ldx, T, ldy, NULL);
         float *y1 = malloc((size_t)(T * ldy) * sizeof *y1);
         /* each row alone */
@@ -848,8 +864,9 @@ static void check_batch_invariance(const nx_linear *W) {
                 memset(y1, 0, (size_t)(T * ldy) * 4);
                 for (int64_t o = 0; o < W->out; o += step) {
                     const nx_rows next[4] = {{W, o + step, o + 2 * step}, {W, -5, W->out + 100}, {NULL, 0, 4}, {W, 3, 2}};
-                    if (hint == 0) nx_matmul_rows(W, x, ldx, T, y1, ldy, o, o + step);
-                    else nx_matmul_rows_then(W, x, ldx, T, y1, ldy, o, o + step, &next[hint - 1]);
+                    /* a scratch for each call, or one kept across them (its reuse cache hit) */
+                    if (hint == 0) nx_matmul_rows(W, x, ldx, T, y1, ldy, o, o + step, c & 1 ? ks : NULL);
+                    else nx_matmul_rows_then(W, x, ldx, T, y1, ldy, o, o + step, &next[hint - 1], ks);
                 }
                 for (int64_t t = 0; t < T; t++)
                     if (memcmp(y1 + t * ldy, yfull + t * ldy, (size_t)W->out * 4) != 0)
@@ -859,6 +876,7 @@ static void check_batch_invariance(const nx_linear *W) {
         free(y1);
         free(yfull);
     }
+    nx_kscratch_free(ks);
     free(x);
     use_isa(default_isa);
 }
@@ -967,11 +985,13 @@ typedef struct shares_job {
 
 static void shares_worker(void *arg, int ith, int nth) {
     shares_job *j = arg;
-    nx_matmul_shares_work(j->first, 3, j->pool, ith, nth);
+    /* side spans on the first tasks (hints only: the same bits) */
+    const nx_span side[2] = {{j->first[0].x, 4096}, {j->first[1].x, 100}};
+    nx_matmul_shares_work(j->first, 3, j->pool, ith, nth, side, 2);
     nx_pool_barrier(j->pool, nth);
     if (ith == 0) j->reset2 = nx_matmul_shares_reset(j->second, 1, j->pool, nth);
     nx_pool_barrier(j->pool, nth);
-    nx_matmul_shares_work(j->second, 1, j->pool, ith, nth);
+    nx_matmul_shares_work(j->second, 1, j->pool, ith, nth, NULL, 0);
 }
 
 static void test_matmul_shares(void **state) {
@@ -1107,15 +1127,10 @@ static void test_exp_weights(void **state) {
     use_isa(default_isa);
 }
 
+/* The activation precision is the weight's (x16): an act8 variant differs from its int16 twin
+ * exactly where the integer kernels take int8. */
 static void test_act_bits(void **state) {
     (void)state;
-    assert_int_equal(nx_kernels_set_act_bits(8), 0);
-    assert_int_equal(nx_kernels_act_bits(), 8);
-    assert_int_equal(nx_kernels_set_act_bits(12), -1);
-    assert_int_equal(nx_kernels_set_act_bits(0), -1);
-    assert_int_equal(nx_kernels_act_bits(), 8);
-    assert_int_equal(nx_kernels_set_act_bits(16), 0);
-    assert_int_equal(nx_kernels_act_bits(), 16);
     for (int k = 0; k < n_isas; k++) {
         if (!strstr(isas[k], "+act8")) continue;
         const int bits[] = {2, 3, 4, 5, 6, 8};
@@ -1146,8 +1161,31 @@ static void test_act_bits(void **state) {
     use_isa(default_isa);
 }
 
+/* Says which variants ran (a TAP diagnostic) and fails unless the best ISA this CPU has (the
+ * dispatcher's CPUID choice) was among them, with its int8 variant where it has one: a test
+ * list that falls behind the dispatcher must not pass on the ISAs it still knows. */
+static void test_isas_covered(void **state) {
+    (void)state;
+    char line[256] = "";
+    for (int k = 0; k < n_isas; k++)
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", k ? " " : "", isas[k]);
+    printf("# kernel variants tested: %s (best on this CPU: %s)\n", line, nx_kernels_best_isa());
+    const char *best = nx_kernels_best_isa();
+    char best8[40];
+    snprintf(best8, sizeof best8, "%s+act8", best);
+    const int integer = strcmp(best, "avx512vnni") == 0 || strcmp(best, "avx512vbmi") == 0;
+    int found = 0, found8 = 0;
+    for (int k = 0; k < n_isas; k++) {
+        found += strcmp(isas[k], best) == 0;
+        found8 += strcmp(isas[k], best8) == 0;
+    }
+    if (!found) fail_msg("the CPU's best ISA %s was not tested (tested: %s)", best, line);
+    if (integer && !found8) fail_msg("%s on int8 activations was not tested (tested: %s)", best, line);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_isas_covered),
         cmocka_unit_test(test_pack_reference_words),
         cmocka_unit_test(test_to_f32),
         cmocka_unit_test(test_dot_axpy),

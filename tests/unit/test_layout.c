@@ -160,7 +160,7 @@ static nx_status load_into(fixture *fx, const spec *s, const char *second_name, 
     snprintf(p, sizeof p, "%s/config.json", fx->dir);
     assert_int_equal(nx_config_load(p, &fx->cfg, &fx->err), NX_OK);
     assert_int_equal(nx_store_open(fx->dir, &fx->st, &fx->err), NX_OK);
-    return nx_weights_load(fx->st, &fx->cfg, want_mtp, &fx->w, &fx->err);
+    return nx_weights_load(fx->st, &fx->cfg, want_mtp, false, &fx->w, &fx->err);
 }
 
 static int setup(void **state) {

@@ -257,7 +257,7 @@ int cli_bench(int argc, char **argv) {
     mode_result res[16];
     int nres = 0;
     printf("model %s | %s | kv %s | isa %s%s | threads %s | %d prompt(s) x %d tokens | temp %.2f%s\n", cli_model_dir(&o),
-           info->weight_dtype, info->kv_type, nx_kernels_isa(), nx_kernels_act_bits() == 8 ? " (int8 activations)" : "", o.threads > 0 ? "set" : "all cores", np, n_gen,
+           info->weight_dtype, info->kv_type, nx_kernels_isa(), o.load.act_bits != 16 ? " (int8 activations)" : "", o.threads > 0 ? "set" : "all cores", np, n_gen,
            (double)o.gen.sampling.temperature,
            o.gen.synthetic_accept >= 0 ? " | synthetic acceptance" : "");
     const double huge = weights_on_huge_pages();

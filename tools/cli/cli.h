@@ -49,6 +49,8 @@ bool cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);
 /* "f32" or "f16" (--kv-type). */
 bool cli_parse_kv_type(const char *s, nx_kv_type *out);
+/* --act-bits' default: NX_ACT_BITS=16 in the environment gives 16, else 8. */
+int cli_env_act_bits(void);
 
 /* Prints "nextn CMD: <message>" and a pointer to --help; returns 2 (the usage-error exit code). */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

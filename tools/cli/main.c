@@ -87,6 +87,11 @@ static const struct option long_opts[] = {
     {0, 0, 0, 0},
 };
 
+int cli_env_act_bits(void) {
+    const char *env = getenv("NX_ACT_BITS");
+    return env && strcmp(env, "16") == 0 ? 16 : 8;
+}
+
 bool cli_parse_kv_type(const char *s, nx_kv_type *out) {
     if (!strcmp(s, "f32")) *out = NX_KV_F32;
     else if (!strcmp(s, "f16")) *out = NX_KV_F16;
@@ -126,6 +131,7 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
     memset(o, 0, sizeof *o);
     nx_gen_params_default(&o->gen);
     nx_load_params_default(&o->load);
+    o->load.act_bits = cli_env_act_bits();
     o->n_predict = -1;
     o->n_samples = 1;
     o->probe_k = 1;
@@ -230,8 +236,9 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
         case OPT_SIMULATE: INT_OPT("--simulate-from", 1, INT32_MAX, o->simulate_from); break;
         case OPT_DRAFT_VOCAB: INT_OPT("--draft-vocab", 0, INT32_MAX, o->load.draft_vocab); break;
         case OPT_ACT_BITS:
-            if (!cli_parse_int(optarg, 8, 16, &iv) || nx_kernels_set_act_bits((int)iv) != 0)
+            if (!cli_parse_int(optarg, 8, 16, &iv) || (iv != 8 && iv != 16))
                 BAD("--act-bits %s: expected 8 or 16", optarg);
+            o->load.act_bits = (int)iv;
             break;
         case OPT_KV_TYPE:
             if (!cli_parse_kv_type(optarg, &o->load.kv_type)) BAD("--kv-type %s: expected f32 or f16", optarg);

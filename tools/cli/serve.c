@@ -118,6 +118,7 @@ int nx_cli_serve(int argc, char **argv) {
     nx_server_opts_default(&so);
     nx_load_params lp;
     nx_load_params_default(&lp);
+    lp.act_bits = cli_env_act_bits();
     const char *model_dir = NULL, *model_id = NULL;
     bool quiet = false, ctx_set = false;
     long long v;
@@ -184,8 +185,8 @@ int nx_cli_serve(int argc, char **argv) {
             break;
         case O_NOMTP: lp.no_mtp = true; break;
         case O_ACT:
-            if (!cli_parse_int(optarg, 8, 16, &v) || nx_kernels_set_act_bits((int)v) != 0)
-                BAD("--act-bits %s: expected 8 or 16", optarg);
+            if (!cli_parse_int(optarg, 8, 16, &v) || (v != 8 && v != 16)) BAD("--act-bits %s: expected 8 or 16", optarg);
+            lp.act_bits = (int)v;
             break;
         case O_KV:
             if (!cli_parse_kv_type(optarg, &lp.kv_type)) BAD("--kv-type %s: expected f32 or f16", optarg);
