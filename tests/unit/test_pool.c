@@ -1,6 +1,7 @@
 /* Thread pool tests: every index runs exactly once per job, thousands of back-to-back jobs
  * (the decode pattern), a pool of one, the NULL pool, nx_pool_split's coverage, the in-job
- * barrier and work shares; the bandwidth probe's passes read every byte of their buffer once. */
+ * barrier and work shares, the adaptive spin budget and the waits that end asleep, the
+ * per-thread scratch; the bandwidth probe's passes read every byte of their buffer once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -282,6 +283,118 @@ static void test_membw(void **state) {
     nx_membw_free(NULL);
 }
 
+/* The spin budget: a wait that found its thread descheduled cuts it to a quarter, down to the
+ * floor; a wait that ended while spinning gives back MAX/4096 up to MAX; an idle wait (budget
+ * spent, never descheduled) leaves it. A pool of one thread: no worker waits besides these. */
+static void test_spin_budget(void **state) {
+    (void)state;
+    nx_pool *p = nx_pool_new(1);
+    assert_non_null(p);
+    nx_pool_stats st;
+    nx_pool_get_stats(p, &st);
+    assert_int_equal(st.spin_ns, NX_POOL_SPIN_MAX_NS);
+    long long want = NX_POOL_SPIN_MAX_NS;
+    for (int i = 0; i < 10; i++) {
+        nx_pool_note_wait(p, NX_WAIT_PREEMPTED);
+        want = want / 4 > NX_POOL_SPIN_MIN_NS ? want / 4 : NX_POOL_SPIN_MIN_NS;
+        nx_pool_get_stats(p, &st);
+        assert_int_equal(st.spin_ns, want);
+    }
+    assert_int_equal(st.spin_ns, NX_POOL_SPIN_MIN_NS);
+    assert_int_equal(st.preempted, 10);
+    nx_pool_note_wait(p, NX_WAIT_IDLE);
+    nx_pool_get_stats(p, &st);
+    assert_int_equal(st.spin_ns, NX_POOL_SPIN_MIN_NS);
+    assert_int_equal(st.idle, 1);
+    nx_pool_note_wait(p, NX_WAIT_FAST);
+    nx_pool_get_stats(p, &st);
+    assert_int_equal(st.spin_ns, NX_POOL_SPIN_MIN_NS + NX_POOL_SPIN_MAX_NS / 4096);
+    for (int i = 0; i < 5000; i++) nx_pool_note_wait(p, NX_WAIT_FAST);
+    nx_pool_get_stats(p, &st);
+    assert_int_equal(st.spin_ns, NX_POOL_SPIN_MAX_NS);
+    assert_int_equal(st.preempted, 10);
+    assert_int_equal(st.idle, 1);
+    nx_pool_free(p);
+}
+
+/* A wait longer than the budget ends asleep, not spinning: thread 0 waits (at a barrier, then on
+ * a flag) for thread 1, which arrives only once the pool has counted thread 0's wait as asleep
+ * (or, if it never is, after ~10 s, and the test fails). */
+typedef struct sleep_job {
+    nx_pool *p;
+    _Atomic int flag;
+    unsigned long long before[2], after[2];
+} sleep_job;
+
+static unsigned long long pool_sleeps(nx_pool *p) {
+    nx_pool_stats st;
+    nx_pool_get_stats(p, &st);
+    return st.sleeps;
+}
+
+/* Thread 1: until thread 0's wait has gone to sleep (at most ~10 s). */
+static void until_asleep(nx_pool *p, unsigned long long before) {
+    for (int i = 0; i < 10000 && pool_sleeps(p) == before; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+static void sleep_fn(void *arg, int ith, int nth) {
+    sleep_job *j = arg;
+    if (ith == 1) { /* its own wait for the job has been counted before the job runs */
+        j->before[0] = pool_sleeps(j->p);
+        until_asleep(j->p, j->before[0]);
+    }
+    nx_pool_barrier(j->p, nth);
+    if (ith == 0) {
+        j->after[0] = pool_sleeps(j->p);
+        nx_pool_await(j->p, &j->flag);
+        j->after[1] = pool_sleeps(j->p);
+    } else {
+        j->before[1] = pool_sleeps(j->p);
+        until_asleep(j->p, j->before[1]);
+        atomic_store(&j->flag, 1);
+    }
+}
+
+static void test_long_waits_sleep(void **state) {
+    (void)state;
+    nx_pool *p = nx_pool_new(2);
+    assert_non_null(p);
+    sleep_job j = {.p = p};
+    nx_pool_run(p, sleep_fn, &j);
+    assert_true(j.after[0] > j.before[0]); /* the barrier wait slept */
+    assert_true(j.after[1] > j.before[1]); /* the flag wait slept */
+    nx_pool_free(p);
+}
+
+/* Each thread's scratch: its own, aligned, zeroed at creation, kept between jobs. */
+static void scratch_fn(void *arg, int ith, int nth) {
+    (void)nth;
+    nx_pool *p = arg;
+    unsigned char *s = nx_pool_scratch(p, ith);
+    s[NX_POOL_SCRATCH_BYTES - 1] = (unsigned char)(s[NX_POOL_SCRATCH_BYTES - 1] + ith + 1);
+}
+
+static void test_scratch(void **state) {
+    (void)state;
+    nx_pool *p = nx_pool_new(3);
+    assert_non_null(p);
+    for (int i = 0; i < 3; i++) {
+        unsigned char *s = nx_pool_scratch(p, i);
+        assert_non_null(s);
+        assert_int_equal((uintptr_t)s % 64, 0);
+        for (size_t k = 0; k < NX_POOL_SCRATCH_BYTES; k += 4093) assert_int_equal(s[k], 0);
+        for (int o = 0; o < i; o++) assert_true(s != nx_pool_scratch(p, o));
+    }
+    assert_null(nx_pool_scratch(p, 3));
+    assert_null(nx_pool_scratch(p, -1));
+    assert_null(nx_pool_scratch(NULL, 0));
+    nx_pool_run(p, scratch_fn, p);
+    nx_pool_run(p, scratch_fn, p);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(((unsigned char *)nx_pool_scratch(p, i))[NX_POOL_SCRATCH_BYTES - 1], 2 * (i + 1));
+    nx_pool_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_index_once),
@@ -292,6 +405,9 @@ int main(void) {
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_shares),
         cmocka_unit_test(test_membw),
+        cmocka_unit_test(test_spin_budget),
+        cmocka_unit_test(test_long_waits_sleep),
+        cmocka_unit_test(test_scratch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
