@@ -325,8 +325,7 @@ static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     /* Split streams: a decode or verify call (one pass of every input row) takes its register
      * blocks as row o of each of R equal parts of its rows (rows o + r·q), so each part is one
      * sequential stream, which the hardware prefetchers follow; R consecutive rows a row apart
-     * they did not. bf16 model decode 1.90x per step (NX_ISA=avx2 bench/ab_steps.py on the
-     * 2.49 GiB model, 4 runs, 1.83-1.91x); 4-bit (dequantized in float: compute-bound) 1.01x. */
+     * they did not. */
     if (T <= 4) {
         const int R = RFULL(T);
         const int64_t q = (o1 - o0) / R;

@@ -10,11 +10,8 @@
  * A block of at most QPF_LINEAR bytes is swept linearly QPF_LINEAR bytes ahead, at the rate
  * the block consumes its rows: a sequential pattern the hardware prefetcher then extends. A
  * larger block prefetches the same columns of the rows whole blocks (>= QPF_AHEAD bytes)
- * further on. Measured on 4-bit decode: 8192x1024 65% -> 105% of the probe's bandwidth with
- * the sweep (1 KB ahead along each row before), 4096x14336 85% -> 95% with whole blocks. Model
- * decode (4-bit, 36 layers; both settings in one process, alternating every 8 steps, median of
- * 30-40 pairs) is flat from 6 to 12 KB and loses below: 4 KB 0.91x, 5 KB 0.97x, 16 KB 0.99x.
- * The VNNI kernels read decode and verify calls as split streams instead (avx512_vnni.c). */
+ * further on (model decode is flat from 6 to 12 KB ahead and loses below). The VNNI kernels
+ * read decode and verify calls as split streams instead (avx512_vnni.c). */
 #ifndef QPF_LINEAR
 #define QPF_LINEAR 8192
 #endif
@@ -25,12 +22,8 @@
 /* How the weight prefetches fill: into L1 as non-temporal (prefetchnta). Weights are read once
  * per step and a step reads hundreds of MB, so lines filled as ordinary ones only push out what
  * the step does reuse (the KV cache, routers, norms, activations, the scale rows) from L2 and
- * L3; non-temporal lines leave those caches alone. Model decode against prefetcht0 (bench/ab.sh,
- * Zen 4 VM, 2 threads): 4-bit 1.061x median (8 pairs, ~45 GB/s level; attention and the
- * feed-forward both faster in `nextn bench`'s split), 1.020x at the ~75 GB/s level (8 filtered
- * pairs), bf16 1.038x (6 pairs). The scale and bias hints below stay prefetcht0 (non-temporal
- * there: 1.02x median, means equal). prefetcht0 itself was 1.07-1.08x over prefetcht1 for
- * 4-bit, 1.21x for bf16 at ~80 GB/s once the scale hints existed. */
+ * L3; non-temporal lines leave those caches alone. The scale and bias hints below stay
+ * prefetcht0 (non-temporal gained nothing there). */
 #ifndef QPF_HINT
 #define QPF_HINT _MM_HINT_NTA
 #endif
@@ -139,12 +132,7 @@ AI int64_t qpf_split_next(qpf_window *pw, const nx_rows *next, int R) {
  * without hints nearly every new line is a demand miss that stalls the core. Each register
  * block of R rows hints, as it starts, the scale and bias lines of the R rows SPF_AHEAD bytes of
  * weights further on, once per line. Past the call's rows they are most often the rows the
- * thread takes next (the next piece of the same tensor); hints stop at the tensor's end.
- * Measured on Zen 4, 4-bit g64 on int8, one core (`bench/kernels --threads 1`, T=1 / T=2):
- * 262144x1024 27 -> 35 / 21 -> 34 GB/s, 512x1024 25 -> 32 / 20 -> 30, 16384x16384 19 -> 25 /
- * 16 -> 27. Model decode (bench/ab.sh, 4-bit 36 layers): 1.38x on one thread, 1.10x on two.
- * Hinting each row's line per 16 groups instead (twice per line for 512-wide rows) gave 0.92x
- * of this; 2, 4 or 16 KB ahead, or prefetcht1, were within noise of 8 KB with prefetcht0. */
+ * thread takes next (the next piece of the same tensor); hints stop at the tensor's end. */
 typedef struct spf_stream {
     size_t ahead;        /* bytes from a block's scales to those of the rows it hints */
     uintptr_t lim;       /* end of the tensor's scales */

@@ -1,15 +1,15 @@
-/* AVX-512 VNNI kernels for 4- and 8-bit affine weights (the common MLX recipes), on CPUs with
- * vpdpwssd (Cascade Lake, Ice Lake, Zen 4 and later); everything else goes to the AVX-512 table.
+/* AVX-512 VNNI kernels for 2- to 8-bit affine weights (the MLX recipes), on CPUs with VNNI
+ * (Cascade Lake, Ice Lake, Zen 4 and later); other weights go to the AVX-512 table.
  *
- * Float kernels spend one FMA per 16 weights and input row, which caps a multi-row verify on
- * a core with one 512-bit FMA per cycle well below memory speed. Here each input row is first
- * rounded to int16 per weight group (scale d a power of two with max|x|/d in [2^14, 2^15), so
- * each element is off by at most d/2 < 2^-15 of the group's largest element: finer than the
- * bf16 activations MLX itself computes with, 2^-9 of each element), and the packed weights are
- * widened to int16 without any float conversion. vpdpwssd then does 32 multiply-adds per instruction in exact int32; per
- * group and input row the sum becomes s·d·Σq·x̂, and the bias term b·Σx uses the float sums.
+ * Float kernels spend one FMA per 16 weights and input row, which caps a multi-row verify well
+ * below memory speed. Here each input row is first rounded per weight group to int8 (vpdpbusd,
+ * 64 multiply-adds per instruction; each element within 1/254 of its group's largest) or int16
+ * (vpdpwssd, 32; within 2^-15), by a power-of-two scale d, and the packed weights are widened
+ * to bytes or words without any float conversion (which precision: kernels.h, x16 and
+ * act8_takes). Sums are exact in int32; per group and input row they become s·d·Σq·x̂, and the
+ * bias term b·Σx uses the float sums.
  *
- * Numerics contract: the int16 image of an input row depends on that row alone, integer sums
+ * Numerics contract: the integer image of an input row depends on that row alone, integer sums
  * are exact, and the float epilogue runs in a fixed order, so a row's result is the same
  * whatever T, the row split or the thread count. */
 #include <math.h>
@@ -70,36 +70,19 @@ typedef struct vargs {
     float *acc;  /* the register block's (mk_int) */
 } vargs;
 
-/* Split streams. A register block multiplies R weight rows at once. Taken as R consecutive rows,
- * its reads interleave R rows a row apart, which the hardware prefetchers do not follow, so the
- * block's rows were swept by one linear software prefetch. Taken instead as one row from each
- * of R equal parts of the call's rows (rows o, o + q, o + 2q, ... for q = rows / R), each part is
- * read front to back as a stream of its own, with its own prefetch QPF_SPLIT bytes ahead (the
- * same 8 KB ahead in all for R = 4): the pattern the bandwidth probe's third pass reads, which
- * on the Zen 5 VM read 38 GB/s on one thread against 25-30 for one stream or four unprefetched
- * ones. Near a part's end its prefetches move on to the same part of the rows the thread
- * multiplies next (when those split into R parts too), not into the next part of this call,
- * read long since. Each row's result is the same bits whichever rows share its block. Taken
- * where every input row goes through the weights in one pass (T <= 4: decode and verify).
- * Measured (Zen 5 VM): 4-bit 65536x1024 at 1 row on two threads 38 -> 67 GB/s, 1024x1024 31-34
- * -> 48-55 (fast phase); model decode per step, in one process alternating every step
- * (bench/ab_steps.py, 6 runs): 1.15x median (1.11-1.20; feed-forward 1.11-1.22x, attention
- * 1.05-1.16x, lm_head 1.18-1.44x). Per part, 2 KB ahead read faster than 3 KB (model decode
- * 1.026x, bench/ab_steps.py, 6 runs) and than 1.5 KB (1.006x); on the Hy3-shaped model, whose
- * calls are ~10x longer, than 4 KB (1.114x, 5 runs) and 1.5 KB (1.019x). 2-row calls
- * gain less: on int8 they are bound as much by compute as by memory. */
+/* Split streams. A register block multiplies R weight rows at once; taken as R consecutive rows,
+ * its reads interleave R rows a row apart, which the hardware prefetchers do not follow. Taken
+ * instead as one row from each of R equal parts of the call's rows (rows o, o + q, o + 2q, ...
+ * for q = rows / R), each part is a stream of its own with its own prefetch QPF_SPLIT bytes
+ * ahead, which reads memory faster. Near a part's end its prefetches move on to the same part
+ * of the rows the thread multiplies next. Each row's result is the same bits whichever rows
+ * share its block. Taken where every input row goes through the weights in one pass (T <= 4:
+ * decode and verify). */
 
-
-/* Side streams, spread. A split register block's R rows have their scales and biases in 2R
- * places of their own (each part's rows of the two tensors): 8 side streams beside the 4 weight
- * streams for R = 4. Their hints for a row ahead, issued together as the block starts its row
- * (16 prefetches for 4096-wide rows of 64-element groups), cost more than their bytes: without
- * any side traffic, a 16384x4096 4-bit call on two threads ran 1.35x faster while reading 11%
- * fewer bytes. Queued instead (side_put) and issued one per unit of the row as mk_block goes
- * (side_step; what is left at the row's end, side_rest), the same hints made 4-bit calls at one
- * input row 1.04-1.12x faster in the machine's fast phase (16384x4096 1.125x; ~1.0x in its slow
- * phase, where memory itself limits) and model decode 1.027x (Zen 5 VM, old and new kernels
- * alternating call by call, and step by step with bench/ab_steps.py, in one process). */
+/* Side streams, spread. A split block's R rows have their scales and biases in 2R places of
+ * their own; their hints for a row ahead, issued together as the block starts its row, cost
+ * more than their bytes. Queued instead (side_put) and issued one per unit of the row as
+ * mk_block goes (side_step; what is left at the row's end, side_rest). */
 AI void side_put(vargs *b, uintptr_t p) {
     if (b->sqn < SQ_MAX) b->sq[b->sqn++] = p;
     else _mm_prefetch((const char *)p, SPF_HINT);
@@ -128,11 +111,8 @@ AI void spf_hint_from(vargs *b, const spf_stream *s, const uint8_t *sc, size_t l
 }
 
 /* The scale (and bias) line holding byte ahead of sc, for rows of at most one line of scales:
- * every line holding the start of a row is then hinted, by that row's hint, so no line is
- * missed, and a line is hinted once per row it starts (a repeat costs one load slot). With no
- * loop and no branch per row, 1.03x model decode against spf_hint_from's exact line walk, whose
- * branches (a line every 2-4 rows of 16-32-byte scale rows, per part) mispredicted
- * (bench/ab_steps.py, 6 runs, 1.024-1.034x; a 1024x512 4-bit matrix in cache 1.08-1.11x). */
+ * every line holding the start of a row is then hinted by that row's hint, so no line is
+ * missed; no loop and no branch per row (an exact line walk's branches mispredict). */
 AI void spf_hint_line(vargs *b, const spf_stream *s, const uint8_t *sc) {
     const uintptr_t p = (uintptr_t)sc + s->ahead;
     side_put(b, p);
@@ -159,8 +139,7 @@ AI void spf_hint_next(vargs *a, int R, int64_t h) {
 /* A split call's window past its first part (qpf_split_next: the first part of the next rows,
  * R parts apart as that call splits them, R being its register block for the same input rows),
  * and where the next rows' scales are, for the scale hints to run on into as each part nears its
- * end (model decode 1.012x against hinting them as this call starts, all 6 runs of
- * bench/ab_steps.py 1.011-1.021x: by the time they are read they had left L1). */
+ * end (hinted as the call starts, they would leave L1 before they are read). */
 AI void split_next(vargs *b, int R) {
     const nx_rows *next = b->next;
     const int64_t q = qpf_split_next(&b->pf, next, R);
@@ -197,31 +176,16 @@ static int q4_by128(int64_t in, int64_t group) { return in % 128 == 0 && (group 
 
 /* 3-bit weights of 64-element groups on int8 (VBMI build) go by 256-element blocks of four
  * groups (96 packed bytes) when the row is whole blocks: each weight vector, pulled by one
- * two-source byte permute from the block's packed bytes, holds 16 elements of every group, one
- * group per 128-bit lane, so one float epilogue per weight row and input row serves four groups
- * (one per 64-element block otherwise). 512x1024 on one core (Zen 5): in cache 5.9 -> 4.7 us at
- * 1 row, 8.5 -> 6.9 at 2, 16.1 -> 11.7 at 4; streaming from memory 27 -> 27-29 GB/s at 1 row,
- * 20 -> 23 at 2. Tried and dropped: the same for 5/6-bit by two groups (5% slower streaming at
- * 1 row, even at 2). */
+ * two-source byte permute, holds 16 elements of every group, one group per 128-bit lane, so one
+ * float epilogue per weight row and input row serves four groups. */
 static int q3_by256(int bits, int64_t in, int64_t group) {
     return NX_VNNI_VBMI && bits == 3 && group == 64 && in % 256 == 0;
 }
 
-/* 4-bit weights of 64-element groups on int8 go the same way (K_A8Q) when the row is whole
- * 256-element blocks: the block's 128 packed bytes are two 64-byte loads, one lane shuffle each
- * way gathers bytes 0-15 of every group into one vector and bytes 16-31 into the other, and
- * their low and high nibbles are the four weight vectors, so one float epilogue (scale spread,
- * convert, multiply-add) per weight row and input row serves four groups instead of two: the
- * epilogue, not the multiplies, bounds a call of 2 or more input rows. Measured on the Zen 5 VM
- * (4-bit bench model): the dense parts' 2-row verify against a 1-row step 1.38-1.44x -> 1.23-1.30x
- * (`nextn bench`, three runs each, alternating); 1-row decode per step 1.020x (bench/ab_steps.py,
- * 6 runs, 0.99-1.06x); 1024x1024 in cache on one core 1.12x at 1 row, 1.13x at 2, 1.03x at 4.
- * Before split streams the same layout had read 9% slower from memory on one core, and was
- * dropped then. Groups of 128 go by the same blocks two groups at a time (the first half of each
- * group's 64 bytes in one vector, the second half in the other; one epilogue per two groups
- * where it was one per group): 1024x1024 in cache on one core 1.39x at 1 row, 1.12x at 2, 1.19x
- * at 4 (three alternating runs); 65536x1024 from memory on two threads 1.04-1.15x at 1 row,
- * 1.03-1.08x at 2, 1.13-1.16x at 4. */
+/* 4-bit weights of 64- or 128-element groups on int8 go the same way (K_A8Q) when the row is
+ * whole 256-element blocks: two 64-byte loads and one lane shuffle each way gather the groups'
+ * bytes so their nibbles are the four weight vectors, and one float epilogue serves four groups
+ * (two of 128), since the epilogue, not the multiplies, bounds a call of 2 or more input rows. */
 static int q4_by256(int bits, int64_t in, int64_t group) {
     return bits == 4 && (group == 64 || group == 128) && in % 256 == 0;
 }
@@ -245,9 +209,8 @@ static int q2_by256(int64_t in, int64_t group) {
  *   turn, k = 0..63 (the four 2-bit fields of 64 packed bytes);
  * - XL8_NATURAL: 3-, 5- and 6-bit weights (VBMI build) by 64-element blocks in natural order
  *   (vpermb + vpmultishiftqb put element j in byte j).
- * 8-bit weights keep int16: they measured no faster on int8 (their per-group float epilogue,
- * not the multiplies, bounds them), so they keep the finer activations (8-bit is what heads and
- * attention overrides use). */
+ * 8-bit weights keep int16: their per-group float epilogue, not the multiplies, bounds them, so
+ * int8 would lose precision for no speed. */
 static int act8_takes(int bits, int64_t in, int64_t group) {
     if (bits == 3 || bits == 5 || bits == 6) return NX_VNNI_VBMI && group % 64 == 0;
     return (bits == 4 && q4_by128(in, group)) || (bits == 2 && q2_by256(in, group));
@@ -264,12 +227,8 @@ static int x_layout(int act, int bits, int64_t in, int64_t group) {
 /* Bits [2k, 2k + w) of every byte of v at bit 0, the rest zero (w = 2: k = 1..3; w = 4: k = 2).
  * With GF, the VBMI build (whose table also asks for GFNI) does it in one vgf2p8affineqb, a
  * bit-matrix multiply per byte (the matrix's byte 7 - i picks output bit i); otherwise a 16-bit
- * shift and a mask. At 2 or more input rows the kernels take the shift and mask, where the
- * multiplies make a call partly compute-bound: in-process A/B on the Zen 5 VM, g64, 512x4096 in
- * cache on one core, 4-bit 2 rows 1.036x and 1.048x (the unchanged 1-row code alongside 0.996x
- * and 1.000x), 3 rows 1.00x, 4 rows 1.01x; 2-bit 2 rows 1.059x and 1.111x, 3 rows 1.00x, 4 rows
- * 1.04x; 4-bit 8192x4096 from memory on two threads, 2 rows 1.01-1.05x. At 1 row it measured
- * 0.94-1.01x, so 1 row keeps the affine op. */
+ * shift and a mask. Only 1-row calls take the affine op: at 2 or more rows, where the
+ * multiplies make a call partly compute-bound, the shift and mask are faster. */
 AI __m512i byte_field(__m512i v, int k, int w, const int GF) {
 #if NX_VNNI_VBMI
     if (GF) {
@@ -444,9 +403,8 @@ AI void finish(const int R, const int TT, __m512 tot[4][4], float *y, int64_t ld
 
 /* Groups g0..g0+gn-1 of each row and input row of the block: s·d into sd (one vector multiply
  * per 16 groups), and the bias terms b_g·X_g into the lanes of acc, which the groups' scaled
- * integer sums are then added to. Here, with the scales, rather than as a pass of their own at
- * the block's end: 1024x512 4-bit in cache on one core 1.10x, 1024x1024 1.03x (Zen 5 VM), the
- * short rows of a small expert's down projection paying the most for a per-row pass. */
+ * integer sums are then added to: here, with the scales, rather than as a pass at the block's
+ * end, which short rows pay most for. */
 AI void stage_sd(const int R, const int TT, const vargs *a, const float *d, const float *X, int64_t ldg, int64_t g0,
                  int64_t gn, float sd[4][4][16], __m512 acc[4][4]) {
     const __mmask16 gm = gn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << gn) - 1u);
@@ -627,10 +585,8 @@ AI void block_products(const int KIND, const int BITS, const int GPU, const int 
 
 /* Units taken row by row (mk_block): 4- and 2-bit weights on int8 by 256-element blocks, at 2
  * input rows. One row's sums are live at a time instead of the register block's, so the block's
- * input vectors stay in registers rather than being reloaded as memory operands of every row's
- * products. 128x4096 in L2 on one core (Zen 5 VM, in one process alternating): 4-bit 1.09x,
- * 2-bit 1.13x; at 3 input rows 1.01x, at 4 and for the other kinds slower (their registers run
- * out), so those stay with block_products. */
+ * input vectors stay in registers; at more rows, or for other kinds, the registers run out and
+ * block_products is faster. */
 AI int by_rows(const int KIND, const int BITS, const int TT) {
     return TT == 2 && ((KIND == K_A8Q && BITS == 4) || (KIND == K_A8 && BITS == 2));
 }
@@ -751,12 +707,9 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
             b.sc = a->sc + (size_t)o * a->sstride;
             b.bi = a->bi ? a->bi + (size_t)o * a->sstride : NULL;
             const int64_t h = o - r0 + ahead; /* the row of each part whose scales are hinted */
-            /* Rows of at most 32 bytes of scales (up to 1024 elements in 64-element groups)
-             * share their scale lines two or more to a line, so every other block's hints
-             * (each hints its rows' lines, spf_hint_line) still reach every line; the blocks
-             * between skip theirs (never the next call's first row, which hints the line it
-             * begins in too). 1024x512 and 1024x1024 4-bit in cache 1.04x; 36-layer 1024-wide
-             * model decode 1.022x per step (bench/ab_steps.py, 4 runs, 1.017-1.025x). */
+            /* Rows of at most 32 bytes of scales share their lines two or more to a line, so
+             * every other block's hints still reach every line; the blocks between skip theirs
+             * (never the next call's first row, which hints the line it begins in too). */
             const int skip = ((o - r0) & 1) && a->sstride <= 32 && (h < q || (b.nsrow <= 32 && h != q));
             if (!skip && h < q) {
 #pragma GCC unroll 4
@@ -789,12 +742,10 @@ AI void mk_int(const int KIND, const int BITS, const int GPU, const int NB, cons
         K(__VA_ARGS__, RR, T_, a, 0, nf_, xq, ldq, d, X, ldg, y, ldy);                         \
         K(__VA_ARGS__, 1, T_, a, nf_, n, xq, ldq, d, X, ldg, y, ldy);                          \
     } while (0)
-/* One kernel family: R x TT register blocks of the given kind for TT = 1, 2, 3, 4 input rows (R =
- * 4, 4, 3, 2: measured best on Zen 4; the R×TT int32 sums, the weights and the activations must
- * share 32 registers), each compiled as a function of its own, and NAME(TT, ...) choosing. Built
- * into one function, the 16 to 32 shapes of a width had its register allocation and unrolling
- * change with any edit to one of them (a 2-row change moved the 4-row 4-bit kernel by 1.5x in
- * cache). */
+/* One kernel family: R x TT register blocks of the given kind for TT = 1, 2, 3, 4 input rows
+ * (R = 4, 4, 3, 2: the R×TT int32 sums, the weights and the activations share 32 registers),
+ * each a function of its own, and NAME(TT, ...) choosing: built into one function, the shapes'
+ * register allocation changed with any edit to one of them. */
 #define VNNI_ARGS                                                                              \
     const vargs *a, int64_t n, const void *xq, int64_t ldq, const float *d, const float *X, int64_t ldg, float *y, \
         int64_t ldy
@@ -1005,14 +956,10 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     if (!a.split) qpf_next_scales(next); /* split calls hint them as their parts end (mk_int) */
     const int64_t ob = a.split ? o1 - o0 : nx_rows_per_block(a.wstride);
     /* Column chunks. Off the split path (5 or more input rows: prefill), each register block of
-     * 4 input rows reads 4 x in bytes of int8 images (twice that on int16) per 2 weight rows;
-     * past 32 KB they leave L1 before the next block rereads them. Such rows go through a row
-     * block in chunks of whole 16-group stagings with at most ACC_X_BYTES of images (which stay
-     * in L1 across the block), each register block's sums stored between chunks: the same
-     * operations in the same order, the same bits. 4-bit on two threads (Zen 5 VM, alternated
-     * runs), with the larger staging above: 14336-wide rows at 16 input rows 352-416 -> 536-571
-     * GFLOP/s, at 64 rows 417-443 -> 566-598 (the staging alone 509-545, 506-550); 8192-wide
-     * 1.05-1.14x (staging only: chunking them cost 3-7% at 16 rows); 4096-wide unchanged. */
+     * 4 input rows reads 4 x in bytes of images per 2 weight rows; past 32 KB they leave L1
+     * before the next block rereads them. Such rows go through a row block in chunks of whole
+     * 16-group stagings with at most ACC_X_BYTES of images, each register block's sums stored
+     * between chunks: the same operations in the same order, the same bits. */
     int64_t kcg = ngroups;
     if (!a.split && in * act / 2 > 2 * ACC_X_BYTES && ob <= ACC_ROWS) {
         kcg = ACC_X_BYTES * 2 / act / W->group / SG * SG;

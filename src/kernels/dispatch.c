@@ -288,8 +288,7 @@ void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
     const int share = can_share(t, n, pool, nx_pool_size(pool), &j.chunks);
     if (j.chunks == 0) return;
     /* A pool job costs a few microseconds (the wake-up, and each thread's first weight lines
-     * arriving unprefetched): not worth it below 256K multiply-adds per call, such as a MoE
-     * router (64x1024: 3.8 µs as a two-thread job, 4-bit model decode 1.03x with it on one). */
+     * arriving unprefetched): not worth it below 256K multiply-adds per call (a MoE router). */
     if (nx_pool_size(pool) <= 1 || work < 262144 || j.chunks < 2) {
         if (!pool && !(j.own = nx_kscratch_new())) {
             tasks_ref(t, n, 0, 1);
@@ -300,9 +299,7 @@ void nx_matmul_many(const nx_matmul_task *t, int n, nx_pool *pool) {
         return;
     }
     /* Shared rather than split (decode and verify): a thread that is ahead (the other started
-     * late, or streams slower: a static split left one core idle for up to a fifth of the
-     * lm_head's time on the Zen 5 VM) takes over the end of the other's rows. lm_head per step
-     * 1.018-1.042x on the Hy3-shaped 4-bit model (bench/ab_steps.py, 5 runs). */
+     * late, or streams slower) takes over the end of the other's rows instead of idling. */
     if (share) {
         j.pool = pool;
         if (matmul_share_reset(&j, nx_pool_size(pool)) != 0) j.pool = NULL;
