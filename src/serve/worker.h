@@ -1,0 +1,135 @@
+/* Inside the server: the jobs that connection threads (http.c) hand to the generation worker
+ * (worker.c), and the server's state both sides share. Not part of the library's interface. */
+#ifndef NX_SERVE_WORKER_H
+#define NX_SERVE_WORKER_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/strbuf.h"
+#include "decode/tool_grammar.h"
+#include "serve/hy_output.h"
+#include "serve/metrics.h"
+#include "serve/openai.h"
+#include "serve/server.h"
+#include "serve/slots.h"
+#include "text/chat.h"
+
+#define NX_STREAM_CALLS 32 /* tool calls streamed argument by argument; more arrive whole */
+
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+enum { CANCEL_NONE = 0, CANCEL_CLIENT, CANCEL_TIMEOUT, CANCEL_SHUTDOWN };
+
+/* What one prompt of a job has produced so far. */
+typedef struct choice_out {
+    nx_strbuf text;    /* non-streaming: the whole completion (chat: its content) */
+    nx_strbuf reasoning; /* chat, non-streaming: the reasoning_content */
+    nx_strbuf tools;   /* chat: the tool-call section, held back until the end */
+    json_t *tool_calls; /* chat: the parsed calls (with ids), or NULL */
+    nx_oai_logprob *lp; /* non-streaming: every token; streaming: tokens not yet sent */
+    size_t n_lp, cap_lp;
+    size_t text_sent;  /* streaming: bytes sent (completions logprobs text_offset) */
+    const char *finish;
+} choice_out;
+
+typedef struct job {
+    struct nx_server *srv;
+    pthread_mutex_t mu; /* guards state, sse, refs and the results below */
+    pthread_cond_t cv;
+    int refs; /* the connection and the queue/worker */
+    int state;
+    atomic_int cancel;
+    struct job *next;
+
+    nx_oai_request req;
+    int32_t **ids; /* per prompt */
+    size_t *n_ids;
+    size_t n_prompts;   /* choices: each prompt's "n" copies in turn (ids, n_ids, out per choice) */
+    size_t n_per;       /* choices per prompt ("n") */
+    char *forced;       /* tool_choice required / named: the tool-call text the prompt ends with
+                         * (after <tool_calls>), where each answer's tool section starts */
+    nx_tool_grammar *tool_grammar; /* and what the answer may say from there */
+    int32_t draft;
+    nx_verify verify;
+    char id[48];
+    int64_t created;
+    int fd; /* the client's socket, polled for hang-ups while the client waits */
+    double t_arrival, deadline, t_picked, t_first; /* monotonic seconds */
+
+    nx_strbuf sse; /* streaming: events the client has not read yet */
+    choice_out *out;
+    nx_oai_logprob *echo_lp; /* worker only: the echoed prompt's entries, for its other choices */
+    size_t n_echo_lp;
+    nx_oai_usage usage;
+    bool failed;
+    nx_oai_error err;
+
+    /* a slot action instead of a generation (req, ids and out then stay empty) */
+    bool is_slot;
+    nx_slot_request slot;
+    char *slot_path; /* --slot-save-path/filename (save, restore) */
+    nx_slot_result slot_res;
+} job;
+
+struct nx_server {
+    nx_model *model;
+    const nx_model_info *info;
+    const nx_tokenizer *tok;
+    nx_ctx *ctx;
+    nx_prompt_cache *pcache;        /* saved prompt prefixes, used by the worker only */
+    nx_json_vocab *json_vocab;      /* token bytes for response_format json_object */
+    nx_prompt_cache_stats pc_stats; /* its counters as of the last request, under qmu */
+    nx_server_opts o;
+    char *host, *api_key, *model_id;
+    char *slot_dir;      /* --slot-save-path without trailing '/', or NULL: slot actions off */
+    char *bos, *eos;     /* the template's bos_token / eos_token strings */
+    nx_jinja *tmpl;      /* the chat template, parsed once and rendered concurrently */
+    char tmpl_error[400]; /* why there is no template, for chat requests */
+    bool has_mtp;
+    nx_hy_markers hy; /* Hy3's reasoning and tool-call markers, as this tokenizer spells them */
+    int port;
+    int64_t t_created;
+    double t_started;
+    struct MHD_Daemon *mhd;
+    nx_metrics metrics;
+
+    pthread_mutex_t prep_mu; /* template rendering and tokenization, off the worker */
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    job *head, *tail;
+    job *running; /* the worker's current job, so shutdown can cancel it */
+    int n_queued, n_active;
+    bool stopping;
+    pthread_t worker;
+    bool worker_started;
+    uint64_t rng;
+
+    /* byte-level BPE: code point -> byte, for the raw bytes of logprob tokens */
+    int16_t byte_of_cp[324];
+};
+
+/* splitmix64 under qmu: ids and default seeds, nothing cryptographic */
+uint64_t nx_server_random(nx_server *s);
+/* The byte-level BPE map (byte_of_cp), for the raw bytes of logprob tokens. */
+void nx_server_byte_map_init(nx_server *s);
+/* The worker thread: runs queued jobs in arrival order until the server stops. */
+void *nx_worker_main(void *arg);
+
+job *nx_job_new(nx_server *s, int fd);
+/* Drops a reference; the last one frees the job. NULL-safe. */
+void nx_job_unref(job *j);
+/* Queues j unless the server stops or the queue is full; the queue then holds one reference. */
+bool nx_job_enqueue(nx_server *s, job *j);
+/* Cancels j (why: CANCEL_*): a queued job leaves the queue at once, a running one stops at its
+ * next token. */
+void nx_job_cancel(nx_server *s, job *j, int why);
+/* Waits on j->cv for up to 100 ms (j->mu held). */
+void nx_job_wait_tick(job *j);
+/* Between waits: a client hang-up or an expired deadline cancels the job. */
+void nx_job_watch(nx_server *s, job *j);
+char *nx_job_response_body(job *j);
+
+#endif
