@@ -3,6 +3,7 @@
  * requests, then hand a job to the worker (worker.c) and stream or wait for its output. */
 #include "serve/worker.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -26,8 +27,111 @@ typedef struct conn {
     bool counted; /* already in the request metrics */
     const char *route;
     const char *allow; /* the route's method, for a 405's Allow header */
-    job *j; /* non-streaming job waited on in the handler */
+    const char *origin; /* an allowed Origin the request came from, echoed in CORS headers */
+    bool close;         /* answer with "Connection: close" (framing the server does not trust) */
+    bool inflight;      /* counted in n_inflight until the request ends */
 } conn;
+
+/* ---------------------------------------------------------------- connections */
+
+/* Every open connection is watched for deadlines libmicrohttpd does not have: its idle timeout
+ * restarts with each byte, so a client sending a header line every few seconds held its
+ * connection for ever, and enough of them locked everyone out. A request's head must arrive
+ * within header_timeout, its body within body_timeout after the head; a connection past its
+ * deadline is shut down (its thread then sees the end and closes it). Connections admitted past
+ * max_connections (NX_RESERVE of them) serve GET /health alone and get NX_RESERVE_HEAD seconds
+ * for their head, so a full server still answers its health check. */
+#define NX_RESERVE 4
+#define NX_RESERVE_HEAD 2.0
+#define NX_KEEPALIVE 60.0 /* an idle kept-alive connection's wait for its next request */
+
+enum { PEER_HEAD, PEER_BODY, PEER_BUSY };
+typedef struct peer {
+    struct peer *prev, *next;
+    int fd;
+    double deadline; /* monotonic seconds; 0 = none (a request being answered) */
+    bool reserve;
+    bool cut;
+} peer;
+
+/* The client's socket, watched for hang-ups while it waits (-1 when unknown). */
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+static peer *peer_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    nx_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        peer *p = calloc(1, sizeof *p);
+        if (!p) return; /* unwatched: MHD's idle timeout still applies */
+        p->fd = conn_fd(c);
+        pthread_mutex_lock(&s->cmu);
+        p->reserve = s->n_open >= s->max_conn;
+        const double head = p->reserve && s->o.header_timeout > NX_RESERVE_HEAD ? NX_RESERVE_HEAD : s->o.header_timeout;
+        p->deadline = nx_now_s() + head;
+        s->n_open++;
+        p->next = s->peers;
+        if (s->peers) s->peers->prev = p;
+        s->peers = p;
+        pthread_mutex_unlock(&s->cmu);
+        *socket_context = p;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        peer *p = *socket_context;
+        pthread_mutex_lock(&s->cmu);
+        if (p->prev) p->prev->next = p->next;
+        else s->peers = p->next;
+        if (p->next) p->next->prev = p->prev;
+        s->n_open--;
+        pthread_mutex_unlock(&s->cmu);
+        free(p);
+        *socket_context = NULL;
+    }
+}
+
+/* The connection's next stage: its body is due (PEER_BODY), it is being answered (PEER_BUSY), or
+ * it waits for its next request (PEER_HEAD). */
+static void peer_stage(nx_server *s, struct MHD_Connection *c, int stage) {
+    peer *p = peer_of(c);
+    if (!p) return;
+    const double now = nx_now_s();
+    pthread_mutex_lock(&s->cmu);
+    p->deadline = stage == PEER_BODY   ? now + s->o.body_timeout
+                : stage == PEER_HEAD ? now + NX_KEEPALIVE + s->o.header_timeout
+                                     : 0;
+    pthread_mutex_unlock(&s->cmu);
+}
+
+static bool peer_reserve(struct MHD_Connection *c) {
+    const peer *p = peer_of(c);
+    return p && p->reserve;
+}
+
+static void *watchdog_main(void *arg) {
+    nx_server *s = arg;
+    pthread_mutex_lock(&s->cmu);
+    while (!s->watchdog_stop) {
+        const double now = nx_now_s();
+        for (peer *p = s->peers; p; p = p->next)
+            if (!p->cut && p->deadline > 0 && now > p->deadline && p->fd >= 0) {
+                p->cut = true;
+                shutdown(p->fd, SHUT_RDWR);
+            }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
+    }
+    pthread_mutex_unlock(&s->cmu);
+    return NULL;
+}
 
 static enum MHD_Result respond(nx_server *s, struct MHD_Connection *c, conn *cs, int status,
                                const char *ctype, char *body) {
@@ -44,7 +148,12 @@ static enum MHD_Result respond(nx_server *s, struct MHD_Connection *c, conn *cs,
         free(body);
         return MHD_NO;
     }
-    MHD_add_response_header(r, "Content-Type", ctype);
+    if (ctype) MHD_add_response_header(r, "Content-Type", ctype);
+    if (cs->origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", cs->origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+    if (cs->close) MHD_add_response_header(r, "Connection", "close");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (status == 405) MHD_add_response_header(r, "Allow", cs->allow ? cs->allow : "GET");
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
@@ -109,12 +218,6 @@ static bool route_match(const char *path, const char *url, const char **id) {
     return true;
 }
 
-/* The client's socket, watched for hang-ups while it waits (-1 when unknown). */
-static int conn_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? ci->connect_fd : -1;
-}
-
 /* ---------------------------------------------------------------- request preparation */
 
 static nx_status encode(nx_server *s, const char *text, size_t len, int32_t **ids, size_t *n,
@@ -161,6 +264,21 @@ static nx_status expand_choices(job *j, nx_oai_error *e) {
     j->out = out;
     j->n_prompts = C;
     return NX_OK;
+}
+
+/* One request may not ask for more generated tokens than --max-request-tokens, counted over
+ * its prompts and choices: the one worker runs it whole while every other request waits. */
+static nx_status check_work(nx_server *s, job *j, nx_oai_error *e) {
+    int64_t total = 0;
+    for (size_t i = 0; i < j->n_prompts; i++) total += nx_job_max_tokens(s, j, i);
+    if (total <= s->max_request_tokens) return NX_OK;
+    nx_oai_error_set(e, 400, "invalid_request_error", "max_tokens", "request_too_large",
+                     "This request may generate up to %lld tokens (%zu prompt%s x n %zu, each up to max_tokens "
+                     "or the context's room); the server's limit is %lld per request (--max-request-tokens). "
+                     "Send fewer prompts, a smaller n or a smaller max_tokens.",
+                     (long long)total, j->n_prompts / j->n_per, j->n_prompts / j->n_per == 1 ? "" : "s", j->n_per,
+                     (long long)s->max_request_tokens);
+    return NX_E_ARG;
 }
 
 /* Renders (chat) or takes (completions) each prompt and tokenizes it, checking it fits. */
@@ -272,6 +390,7 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
         }
     }
     if (st == NX_OK) st = expand_choices(j, e);
+    if (st == NX_OK) st = check_work(s, j, e);
 done:
     pthread_mutex_unlock(&s->prep_mu);
     return st;
@@ -289,6 +408,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             size_t n = j->sse.len < max ? j->sse.len : max;
             memcpy(buf, j->sse.data, n);
             nx_strbuf_consume(&j->sse, n);
+            pthread_cond_broadcast(&j->cv); /* a worker waiting for the client to catch up */
             pthread_mutex_unlock(&j->mu);
             return (ssize_t)n;
         }
@@ -459,6 +579,14 @@ static bool wait_job(nx_server *s, conn *cs, job *j) {
     return false;
 }
 
+/* The request's job is queued: shutdown waits (a bounded time) for its response to end. */
+static void mark_inflight(nx_server *s, conn *cs) {
+    pthread_mutex_lock(&s->cmu);
+    s->n_inflight++;
+    pthread_mutex_unlock(&s->cmu);
+    cs->inflight = true;
+}
+
 static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, conn *cs,
                                        nx_oai_kind kind) {
     nx_oai_error e;
@@ -481,6 +609,7 @@ static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, c
         return respond_errorf(s, c, cs, 503, "server_error", "queue_full",
                               "The server is busy: the request queue is full. Retry shortly.");
     }
+    mark_inflight(s, cs);
 
     if (j->req.stream) {
         struct MHD_Response *r =
@@ -493,6 +622,10 @@ static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, c
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        if (cs->origin) {
+            MHD_add_response_header(r, "Access-Control-Allow-Origin", cs->origin);
+            MHD_add_response_header(r, "Vary", "Origin");
+        }
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r); /* stream_free drops the connection's reference */
         cs->responded = true;
@@ -582,6 +715,7 @@ static enum MHD_Result handle_slots(nx_server *s, struct MHD_Connection *c, conn
         return respond_errorf(s, c, cs, 503, "server_error", "queue_full",
                               "The server is busy: the request queue is full. Retry shortly.");
     }
+    mark_inflight(s, cs);
     enum MHD_Result ret;
     if (!wait_job(s, cs, j)) ret = MHD_NO;
     else if (j->failed) ret = respond_error(s, c, cs, &j->err);
@@ -590,15 +724,258 @@ static enum MHD_Result handle_slots(nx_server *s, struct MHD_Connection *c, conn
     return ret;
 }
 
-static size_t content_length(struct MHD_Connection *c, bool *present) {
+/* ---------------------------------------------------------------- request checks */
+
+/* How the body is framed. libmicrohttpd takes the first of several Content-Length headers and
+ * lets one stand beside Transfer-Encoding; a proxy in front may read the other, so such a
+ * request is refused before its body is read: more than one Content-Length, Content-Length with
+ * Transfer-Encoding, or a length that is not plain digits. NULL when the framing is sound. */
+typedef struct framing {
+    int n_len, n_te, n_type;
+    bool bad_len;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        f->n_len++;
+        const size_t n = value ? strlen(value) : 0;
+        if (n == 0 || n > 15 || strspn(value, "0123456789") != n) f->bad_len = true;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->n_te++;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0) {
+        f->n_type++;
+    }
+    return MHD_YES;
+}
+
+static const char *framing_problem(struct MHD_Connection *c) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.n_len > 1) return "The request has more than one Content-Length header.";
+    if (f.n_len && f.n_te) return "The request has both Content-Length and Transfer-Encoding.";
+    if (f.bad_len) return "The request's Content-Length is not a number of bytes (digits only).";
+    return NULL;
+}
+
+/* The name part of a Host header or an allow-list entry: "[v6]" or a name, without ":port". */
+static size_t host_name_len(const char *h) {
+    if (h[0] == '[') {
+        const char *end = strchr(h, ']');
+        return end ? (size_t)(end - h) + 1 : strlen(h);
+    }
+    const char *colon = strchr(h, ':');
+    return colon && !strchr(colon + 1, ':') ? (size_t)(colon - h) : strlen(h);
+}
+
+static bool host_is(const char *h, size_t n, const char *name) {
+    if (!name) return false;
+    const size_t m = host_name_len(name);
+    if (name[0] != '[' && strchr(name, ':')) { /* a bare IPv6 address (--host ::1) */
+        return n == strlen(name) + 2 && h[0] == '[' && strncasecmp(h + 1, name, n - 2) == 0;
+    }
+    return m == n && strncasecmp(h, name, n) == 0;
+}
+
+/* Without an API key any web page the user opens could drive the server, through a DNS name of
+ * its own that resolves to this address (DNS rebinding): the Host header must then name the bound
+ * address, localhost, or an entry of --host-allow. A request without Host (HTTP/1.0; no browser
+ * sends one) passes. */
+static bool host_ok(const nx_server *s, struct MHD_Connection *c) {
+    if (s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!h) return true;
+    const size_t n = host_name_len(h);
+    if (host_is(h, n, "localhost") || host_is(h, n, "127.0.0.1") || host_is(h, n, "[::1]") || host_is(h, n, s->host))
+        return true;
+    for (char **a = s->hosts; a && *a; a++)
+        if (strcmp(*a, "*") == 0 || host_is(h, n, *a)) return true;
+    return false;
+}
+
+/* A browser names the page a request comes from in Origin. Requests without one (curl, SDKs)
+ * pass; one with an Origin passes only when --cors lists it (or "*"), and then gets CORS
+ * headers. Returns false for an origin not allowed; *origin is the allowed one or NULL. */
+static bool origin_ok(const nx_server *s, struct MHD_Connection *c, const char **origin) {
+    *origin = NULL;
+    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!o) return true;
+    for (char **a = s->origins; a && *a; a++)
+        if (strcmp(*a, "*") == 0 || strcasecmp(*a, o) == 0) {
+            *origin = o;
+            return true;
+        }
+    return false;
+}
+
+/* A body on a JSON route must say it is JSON, once. text/plain, form encodings and no type at
+ * all are what a web page can send cross-origin without a preflight, so they are refused. */
+static bool json_type_ok(struct MHD_Connection *c) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!t || f.n_type != 1) return false;
+    while (*t == ' ' || *t == '\t') t++;
+    const size_t n = strlen("application/json");
+    if (strncasecmp(t, "application/json", n) != 0) return false;
+    t += n;
+    while (*t == ' ' || *t == '\t') t++;
+    return *t == '\0' || *t == ';';
+}
+
+static bool has_body(struct MHD_Connection *c) {
+    const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (len) return strspn(len, "0") != strlen(len);
+    return MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
+}
+
+/* Parsing costs memory per value, far more than the bytes: 4 MB of nested empty arrays took
+ * ~180 MB in jansson. Bodies are scanned first (outside strings) and refused past a depth, a
+ * number of arrays and objects, and a number of members (commas bound them). */
+#define NX_BODY_MAX_DEPTH 64
+#define NX_BODY_MAX_CONTAINERS 16384
+#define NX_BODY_MAX_VALUES 300000
+static bool json_bounded(const char *p, size_t n, nx_oai_error *e) {
+    size_t depth = 0, containers = 0, values = 1;
+    bool in_str = false, esc = false;
+    for (size_t i = 0; i < n; i++) {
+        const char ch = p[i];
+        if (in_str) {
+            if (esc) esc = false;
+            else if (ch == '\\') esc = true;
+            else if (ch == '"') in_str = false;
+            continue;
+        }
+        if (ch == '"') in_str = true;
+        else if (ch == ',') values++;
+        else if (ch == '[' || ch == '{') {
+            containers++;
+            values++;
+            if (++depth > NX_BODY_MAX_DEPTH) {
+                nx_oai_error_set(e, 400, "invalid_request_error", NULL, "json_too_deep",
+                                 "The JSON body nests arrays and objects deeper than %d levels.", NX_BODY_MAX_DEPTH);
+                return false;
+            }
+        } else if ((ch == ']' || ch == '}') && depth > 0) depth--;
+    }
+    if (containers > NX_BODY_MAX_CONTAINERS || values > NX_BODY_MAX_VALUES) {
+        nx_oai_error_set(e, 400, "invalid_request_error", NULL, "json_too_large",
+                         "The JSON body has %zu arrays and objects and about %zu values; the server takes at most "
+                         "%d and %d.",
+                         containers, values, NX_BODY_MAX_CONTAINERS, NX_BODY_MAX_VALUES);
+        return false;
+    }
+    return true;
+}
+
+/* libmicrohttpd's unescaping of the path and query, except that "%00" stays as it is: a NUL
+ * would end the string early, and "/slots/0%00" would read as "/slots/0". */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *str) {
+    (void)cls;
+    (void)c;
+    char *w = str;
+    for (const char *r = str; *r;) {
+        if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2]) && !(r[1] == '0' && r[2] == '0')) {
+            const char hex[3] = {r[1], r[2], 0};
+            *w++ = (char)strtol(hex, NULL, 16);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - str);
+}
+
+static size_t content_length(struct MHD_Connection *c) {
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    *present = v != NULL;
     if (!v) return 0;
     char *end;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     if (errno || end == v) return SIZE_MAX;
     return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+}
+
+/* An answer to a CORS preflight (OPTIONS) for a known route: which method and headers a page of
+ * an allowed origin may send. Preflights carry no credentials, so no key is asked for. */
+static enum MHD_Result respond_preflight(nx_server *s, struct MHD_Connection *c, conn *cs) {
+    char methods[32];
+    snprintf(methods, sizeof methods, "%s, OPTIONS", cs->allow);
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Allow", methods);
+    if (cs->origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", cs->origin);
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
+        MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    cs->responded = true;
+    nx_metrics_count_request(&s->metrics, cs->route, 204);
+    return ret;
+}
+
+/* First call of a request: headers only. Everything that can be refused before a body is read
+ * is refused here, in this order: framing, Host, Origin (then preflights), the API key (so
+ * without it nothing about the routes is told), the route and method, the reserve connections'
+ * one route, the content type and the declared length. */
+static enum MHD_Result on_head(nx_server *s, struct MHD_Connection *c, conn *cs, const char *url, const char *method) {
+    nx_oai_error e;
+    const char *bad = framing_problem(c);
+    if (bad) {
+        cs->close = true;
+        return respond_errorf(s, c, cs, 400, "invalid_request_error", "ambiguous_framing", bad);
+    }
+    peer_stage(s, c, PEER_BODY);
+    if (!host_ok(s, c)) {
+        cs->close = true;
+        return respond_errorf(s, c, cs, 403, "invalid_request_error", "host_not_allowed",
+                              "The Host header names neither this server's address nor localhost; allow other "
+                              "names with --host-allow.");
+    }
+    if (!origin_ok(s, c, &cs->origin))
+        return respond_errorf(s, c, cs, 403, "invalid_request_error", "origin_not_allowed",
+                              "Cross-origin requests are refused; allow an origin with --cors ORIGIN.");
+    int route = -1;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0] && route < 0; i++)
+        if (route_match(routes[i][0], url, NULL)) route = (int)i;
+    if (route >= 0) {
+        cs->route = routes[route][0];
+        cs->allow = routes[route][1];
+        if (strcmp(method, "OPTIONS") == 0) return respond_preflight(s, c, cs);
+    }
+    if ((route < 0 || strcmp(cs->route, "/health") != 0) && !auth_ok(s, c))
+        return respond_errorf(s, c, cs, 401, "invalid_request_error", "invalid_api_key",
+                              "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
+    if (route < 0) {
+        nx_oai_error_set(&e, 404, "invalid_request_error", NULL, "unknown_url",
+                         "Unknown request URL: %s %.200s. Please check the URL for typos.", method, url);
+        return respond_error(s, c, cs, &e);
+    }
+    if (strcmp(method, routes[route][1]) != 0) {
+        nx_oai_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
+                         "%s is not allowed on %s; use %s.", method, cs->route, routes[route][1]);
+        return respond_error(s, c, cs, &e);
+    }
+    if (peer_reserve(c) && strcmp(cs->route, "/health") != 0) {
+        cs->close = true;
+        return respond_errorf(s, c, cs, 503, "server_error", "too_many_connections",
+                              "The server has no free connection; retry shortly.");
+    }
+    if (strcmp(method, "POST") == 0 && has_body(c) && !json_type_ok(c))
+        return respond_errorf(s, c, cs, 415, "invalid_request_error", "unsupported_media_type",
+                              "The body must be sent as 'Content-Type: application/json'.");
+    if (content_length(c) > s->o.max_body) {
+        nx_oai_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                         "The request body exceeds the server's limit of %zu bytes.", s->o.max_body);
+        return respond_error(s, c, cs, &e);
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -608,42 +985,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     nx_server *s = cls;
     conn *cs = *con_cls;
     if (!cs) {
-        /* First call: headers only. Reject what can be rejected before reading a body. */
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
         cs->route = "other";
-        int route = -1;
-        for (size_t i = 0; i < sizeof routes / sizeof routes[0] && route < 0; i++)
-            if (route_match(routes[i][0], url, NULL)) route = (int)i;
-        if (route < 0) {
-            nx_oai_error e;
-            nx_oai_error_set(&e, 404, "invalid_request_error", NULL, "unknown_url",
-                             "Unknown request URL: %s %.200s. Please check the URL for typos.",
-                             method, url);
-            return respond_error(s, c, cs, &e);
-        }
-        cs->route = routes[route][0];
-        cs->allow = routes[route][1];
-        if (strcmp(method, routes[route][1]) != 0) {
-            nx_oai_error e;
-            nx_oai_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
-                             "%s is not allowed on %s; use %s.", method, cs->route, routes[route][1]);
-            return respond_error(s, c, cs, &e);
-        }
-        if (strcmp(cs->route, "/health") != 0 && !auth_ok(s, c))
-            return respond_errorf(s, c, cs, 401, "invalid_request_error", "invalid_api_key",
-                                  "Incorrect or missing API key. Send it as 'Authorization: "
-                                  "Bearer KEY'.");
-        bool has_len;
-        if (content_length(c, &has_len) > s->o.max_body) {
-            nx_oai_error e;
-            nx_oai_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
-                             "The request body exceeds the server's limit of %zu bytes.",
-                             s->o.max_body);
-            return respond_error(s, c, cs, &e);
-        }
-        return MHD_YES;
+        return on_head(s, c, cs, url, method);
     }
     if (cs->responded) {
         *upload_data_size = 0; /* discard the rest of a rejected upload */
@@ -659,12 +1005,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         return MHD_YES;
     }
+    peer_stage(s, c, PEER_BUSY);
+    nx_oai_error e;
     if (cs->too_large) {
-        nx_oai_error e;
         nx_oai_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                          "The request body exceeds the server's limit of %zu bytes.", s->o.max_body);
         return respond_error(s, c, cs, &e);
     }
+    if (cs->body.len > 0 && !json_bounded(cs->body.data, cs->body.len, &e)) return respond_error(s, c, cs, &e);
 
     if (strcmp(cs->route, "/health") == 0) {
         pthread_mutex_lock(&s->qmu);
@@ -702,11 +1050,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
     (void)toe;
     conn *cs = *con_cls;
+    nx_server *s = cls;
+    peer_stage(s, c, PEER_HEAD); /* kept alive: the next request's head is due */
     if (!cs) return;
+    if (cs->inflight) {
+        pthread_mutex_lock(&s->cmu);
+        s->n_inflight--;
+        pthread_cond_broadcast(&s->ccv);
+        pthread_mutex_unlock(&s->cmu);
+    }
     nx_strbuf_free(&cs->body);
     free(cs);
     *con_cls = NULL;
@@ -726,15 +1080,49 @@ void nx_server_opts_default(nx_server_opts *o) {
     o->verify = NX_VERIFY_RESIDUAL;
     o->split_reasoning = true;
     o->cache_ram = (size_t)1024 << 20;
+    o->header_timeout = 10;
+    o->body_timeout = 60;
+    o->max_unsent = (size_t)1 << 20;
+    o->shutdown_grace = 10;
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+/* "a, b,c" as a NULL-terminated list of "a", "b", "c" (empty entries dropped); an empty list
+ * for NULL. False when out of memory. */
+static bool split_list(const char *text, char ***out) {
+    size_t n = 0;
+    for (const char *p = text; p && *p; p++) n += *p == ',';
+    char **v = calloc(n + 2, sizeof *v);
+    if (!v) return false;
+    *out = v;
+    size_t k = 0;
+    for (const char *p = text; p && *p;) {
+        p += strspn(p, " \t,");
+        size_t len = strcspn(p, ",");
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+        if (len > 0 && !(v[k++] = strndup(p, len))) return false;
+        p += strcspn(p, ",");
+    }
+    return true;
+}
+
+static void free_list(char **v) {
+    for (char **p = v; p && *p; p++) free(*p);
+    free(v);
+}
 
 nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out, nx_error *err) {
     *out = NULL;
     if (o->queue < 1) return nx_fail(err, NX_E_ARG, "--queue %d: must be at least 1", o->queue);
     if (o->n_ctx < 2) return nx_fail(err, NX_E_ARG, "--ctx %d: must be at least 2", o->n_ctx);
     if (o->port < 0 || o->port > 65535) return nx_fail(err, NX_E_ARG, "--port %d: out of range", o->port);
+    if (o->api_key && !*o->api_key)
+        return nx_fail(err, NX_E_ARG, "--api-key: empty key (leave the option out to run without one)");
+    if (!(o->header_timeout > 0) || !(o->body_timeout > 0))
+        return nx_fail(err, NX_E_ARG, "--header-timeout / --body-timeout: must be more than 0 seconds");
+    if (o->max_request_tokens < 0)
+        return nx_fail(err, NX_E_ARG, "--max-request-tokens %lld: must be at least 1", (long long)o->max_request_tokens);
     if (!nx_model_tokenizer(m))
         return nx_fail(err, NX_E_ARG, "the model ships no tokenizer.json; the server needs one");
     if (o->slot_save_path) {
@@ -752,7 +1140,7 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     s->tok = nx_model_tokenizer(m);
     s->o = *o;
     s->host = dup_or_null(o->host ? o->host : "127.0.0.1");
-    s->api_key = o->api_key && *o->api_key ? strdup(o->api_key) : NULL;
+    s->api_key = dup_or_null(o->api_key);
     s->model_id = dup_or_null(o->model_id ? o->model_id : "nextn");
     if (o->slot_save_path && (s->slot_dir = strdup(o->slot_save_path))) {
         size_t n = strlen(s->slot_dir);
@@ -790,11 +1178,15 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
                      terr.msg);
     }
     nx_metrics_init(&s->metrics);
+    pthread_mutex_init(&s->cmu, NULL);
+    pthread_cond_init(&s->ccv, NULL);
     pthread_mutex_init(&s->prep_mu, NULL);
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     nx_status st;
-    if (!s->host || !s->model_id || (o->slot_save_path && !s->slot_dir)) {
+    s->max_request_tokens = o->max_request_tokens > 0 ? o->max_request_tokens : 4 * (int64_t)o->n_ctx;
+    const bool lists = split_list(o->host_allow, &s->hosts) && split_list(o->cors, &s->origins);
+    if (!lists || !s->host || !s->model_id || (o->slot_save_path && !s->slot_dir) || (o->api_key && !s->api_key)) {
         st = nx_fail(err, NX_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -807,6 +1199,11 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
         goto fail;
     }
     s->worker_started = true;
+    if (pthread_create(&s->watchdog, NULL, watchdog_main, s) != 0) {
+        st = nx_fail(err, NX_E_NOMEM, "cannot start the connection watchdog");
+        goto fail;
+    }
+    s->watchdog_started = true;
 
     /* Resolve --host to one address; libmicrohttpd binds exactly what it is given. */
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
@@ -822,13 +1219,18 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_POLL | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    int max_conn = o->max_connections > 0 ? o->max_connections : o->queue + 64;
+    s->max_conn = o->max_connections > 0 ? o->max_connections : o->queue + 64;
+    const int per_ip = o->max_conns_per_ip > 0 ? o->max_conns_per_ip
+                     : o->max_conns_per_ip == 0 ? (s->max_conn + 3) / 4 : 0; /* 0: MHD's "no limit" */
     s->mhd = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
                               MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn,
-                              /* idle connections (slow or silent clients) are closed */
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->max_conn + NX_RESERVE),
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_ip,
+                              /* silent connections are closed; dripping ones by the watchdog */
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)NX_KEEPALIVE,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                              MHD_OPTION_UNESCAPE_CALLBACK, unescape, s,
                               MHD_OPTION_END);
     int bind_errno = errno;
     freeaddrinfo(ai);
@@ -842,24 +1244,75 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     *out = s;
     return NX_OK;
 fail:
+    s->o.shutdown_grace = 0;
     nx_server_stop(s);
     return st;
 }
 
 int nx_server_port(const nx_server *s) { return s ? s->port : 0; }
 
-void nx_server_stop(nx_server *s) {
-    if (!s) return;
+/* Waits on cv (mu held) until done(s) or the monotonic time `until`; true when done. */
+static bool wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, bool (*done)(const nx_server *), const nx_server *s,
+                       double until) {
+    while (!done(s)) {
+        const double left = until - nx_now_s();
+        if (left <= 0) return false;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        const double step = left < 0.1 ? left : 0.1;
+        ts.tv_nsec += (long)(step * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(cv, mu, &ts);
+    }
+    return true;
+}
+
+static bool worker_done(const nx_server *s) { return s->worker_idle || !s->worker_started; }
+static bool responses_done(const nx_server *s) { return s->n_inflight == 0; }
+
+/* After the running request is cancelled: time for it to notice (its next token). */
+#define NX_STOP_CANCEL 1.0
+/* Then time for the responses to reach their clients (error events, [DONE], the chunked end). */
+#define NX_STOP_FLUSH 2.0
+
+bool nx_server_stop(nx_server *s) {
+    if (!s) return true;
     /* No new connections; the listening socket is ours to close once quiesced. */
     MHD_socket lsock = s->mhd ? MHD_quiesce_daemon(s->mhd) : MHD_INVALID_SOCKET;
+    /* Queued requests end now (their clients get an error); the running one may finish within
+     * the grace period, then is cancelled at its next token. */
     pthread_mutex_lock(&s->qmu);
     s->stopping = true;
-    if (s->running) atomic_store(&s->running->cancel, CANCEL_SHUTDOWN);
     pthread_cond_broadcast(&s->qcv);
     pthread_mutex_unlock(&s->qmu);
-    /* The worker ends every queued job (its client gets an error) and then exits; every
-     * connection thread then sees its job done and finishes. */
+    for (;;) {
+        pthread_mutex_lock(&s->qmu);
+        job *j = s->head;
+        if (j) {
+            pthread_mutex_lock(&j->mu);
+            j->refs++;
+            pthread_mutex_unlock(&j->mu);
+        }
+        pthread_mutex_unlock(&s->qmu);
+        if (!j) break;
+        nx_job_cancel(s, j, CANCEL_SHUTDOWN);
+        nx_job_unref(j);
+    }
+    pthread_mutex_lock(&s->qmu);
+    bool idle = wait_until(&s->qcv, &s->qmu, worker_done, s, nx_now_s() + s->o.shutdown_grace);
+    if (!idle) {
+        if (s->running) atomic_store(&s->running->cancel, CANCEL_SHUTDOWN);
+        idle = wait_until(&s->qcv, &s->qmu, worker_done, s, nx_now_s() + NX_STOP_CANCEL);
+    }
+    pthread_mutex_unlock(&s->qmu);
+    if (!idle) return false; /* the worker is inside one long step: the caller exits */
     if (s->worker_started) pthread_join(s->worker, NULL);
+    pthread_mutex_lock(&s->cmu);
+    wait_until(&s->ccv, &s->cmu, responses_done, s, nx_now_s() + NX_STOP_FLUSH);
+    s->watchdog_stop = true;
+    pthread_cond_broadcast(&s->ccv);
+    pthread_mutex_unlock(&s->cmu);
+    if (s->watchdog_started) pthread_join(s->watchdog, NULL);
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (lsock != MHD_INVALID_SOCKET) close(lsock);
     nx_ctx_free(s->ctx);
@@ -867,6 +1320,8 @@ void nx_server_stop(nx_server *s) {
     nx_json_vocab_free(s->json_vocab);
     nx_metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->prep_mu);
+    pthread_mutex_destroy(&s->cmu);
+    pthread_cond_destroy(&s->ccv);
     pthread_mutex_destroy(&s->qmu);
     pthread_cond_destroy(&s->qcv);
     free(s->host);
@@ -876,6 +1331,9 @@ void nx_server_stop(nx_server *s) {
     nx_jinja_free(s->tmpl);
     free(s->bos);
     free(s->eos);
+    free_list(s->hosts);
+    free_list(s->origins);
     free(s);
+    return true;
 }
 

@@ -860,6 +860,18 @@ nx_status nx_oai_request_parse(nx_oai_kind kind, const char *body, size_t len,
                 st = bad_type(e, "chat_template_kwargs", "an object", kw);
                 goto done;
             }
+            /* the variables the renderer sets from validated fields, and the template's globals,
+             * are not the request's to replace */
+            static const char *const reserved[] = {"messages", "tools", "bos_token", "eos_token",
+                                                   "add_generation_prompt", "raise_exception", "strftime_now",
+                                                   "namespace", "range", "dict"};
+            for (size_t k = 0; k < sizeof reserved / sizeof reserved[0]; k++)
+                if (json_object_get(kw, reserved[k])) {
+                    nx_oai_error_set(e, 400, "invalid_request_error", "chat_template_kwargs", "reserved_name",
+                                     "chat_template_kwargs may not set '%s': the server sets it.", reserved[k]);
+                    st = NX_E_ARG;
+                    goto done;
+                }
             out->template_kwargs = json_incref(kw);
         }
     } else {

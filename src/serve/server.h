@@ -13,12 +13,27 @@
 typedef struct nx_server_opts {
     const char *host;    /* address to bind; "127.0.0.1" by default */
     int port;            /* 0 = an ephemeral port (see nx_server_port) */
-    const char *api_key; /* NULL = no authentication; else "Authorization: Bearer KEY" */
+    const char *api_key; /* NULL = no authentication; else "Authorization: Bearer KEY" (an empty
+                          * key is an error, not "no authentication") */
     const char *model_id; /* the name clients send as "model" */
     size_t max_body;     /* request bytes before 413 */
     double timeout;      /* seconds a request may take, queueing included; 0 = unlimited */
     int queue;           /* requests that may wait for the worker before 503 */
-    int max_connections; /* open connections at once; 0 = queue + 64 */
+    int max_connections; /* open connections at once; 0 = queue + 64 (a few more are kept for
+                          * GET /health alone) */
+    int max_conns_per_ip; /* open connections from one address; 0 = a quarter of max_connections,
+                           * < 0 = no limit */
+    double header_timeout; /* seconds for a request's whole head (request line and headers) */
+    double body_timeout;   /* seconds for its body, once the head is in */
+    int64_t max_request_tokens; /* tokens one request may ask to generate, prompts x n x
+                                 * max_tokens; 0 = 4 x n_ctx */
+    size_t max_unsent;    /* streamed bytes a client may leave unread before its request is
+                           * cancelled */
+    double shutdown_grace; /* seconds nx_server_stop lets running requests finish */
+    const char *host_allow; /* comma-separated Host names accepted besides the bound address and
+                             * localhost ("*": any); checked when there is no API key */
+    const char *cors;       /* comma-separated origins (scheme://host[:port], "*": any) that
+                             * cross-origin requests may come from; NULL = none */
     int32_t n_ctx;       /* context (prompt + completion) tokens */
     int32_t draft;       /* default speculative draft length (NX_DRAFT_AUTO, 0..NX_MAX_DRAFT) */
     nx_verify verify;    /* default verification rule */
@@ -39,8 +54,11 @@ typedef struct nx_server nx_server;
 nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out, nx_error *err);
 /* The port actually bound. */
 int nx_server_port(const nx_server *s);
-/* Stops accepting, cancels queued and running generations, joins every thread and frees the
- * server. NULL-safe. */
-void nx_server_stop(nx_server *s);
+/* Stops accepting, cancels queued generations, lets the running one go on for the shutdown grace
+ * period (then cancels it), ends every stream with an error event and [DONE], joins every thread
+ * and frees the server. A worker still busy after the grace period (one long prompt evaluation)
+ * is not waited for: the server is then left allocated, the model in use, and false returned;
+ * the caller must exit without freeing the model. NULL-safe (true). */
+bool nx_server_stop(nx_server *s);
 
 #endif

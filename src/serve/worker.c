@@ -355,6 +355,23 @@ static void stream_tool_progress(nx_server *s, gen_state *g) {
     free(text);
 }
 
+/* A stream whose client leaves more than max_unsent bytes unread holds the only worker and the
+ * memory: it gets NX_UNSENT_WAIT seconds to catch up (the reader wakes the worker as it takes
+ * events), then the request is cancelled, so one stalled reader can neither grow its buffer
+ * without bound nor keep the other requests waiting. False when cancelled. */
+#define NX_UNSENT_WAIT 2.0
+static bool stream_caught_up(job *j) {
+    const size_t bound = j->srv->o.max_unsent;
+    pthread_mutex_lock(&j->mu);
+    const double until = nx_now_s() + NX_UNSENT_WAIT;
+    while (j->sse.len > bound && atomic_load(&j->cancel) == CANCEL_NONE && nx_now_s() < until) nx_job_wait_tick(j);
+    const bool ok = j->sse.len <= bound;
+    pthread_mutex_unlock(&j->mu);
+    int expected = CANCEL_NONE;
+    if (!ok) atomic_compare_exchange_strong(&j->cancel, &expected, CANCEL_SLOW);
+    return ok;
+}
+
 static int on_token(void *user, int32_t id, const float *probs) {
     gen_state *g = user;
     job *j = g->j;
@@ -396,6 +413,7 @@ static int on_token(void *user, int32_t id, const float *probs) {
      * ends in '>'; one spelled out in plain tokens too), so the held-back text is parsed again
      * only then, not on every token of a long argument value. */
     if (j->req.stream && part == NX_HY_TOOLS && closes) stream_tool_progress(s, g);
+    if (j->req.stream && !stream_caught_up(j)) return 1;
     return g->stopped_by_string ? 1 : 0;
 }
 
@@ -429,7 +447,6 @@ static void tool_calls_done(nx_server *s, gen_state *g, nx_strbuf *dst) {
     free(text);
 }
 
-/* Runs prompt `i` of job j on the worker's context. */
 /* The prompt cache's counters for /metrics and /health, copied under qmu (the worker owns the cache). */
 static void publish_cache_stats(nx_server *s) {
     pthread_mutex_lock(&s->qmu);
@@ -437,6 +454,15 @@ static void publish_cache_stats(nx_server *s) {
     pthread_mutex_unlock(&s->qmu);
 }
 
+int32_t nx_job_max_tokens(const nx_server *s, const job *j, size_t i) {
+    const int32_t room = s->o.n_ctx - (int32_t)j->n_ids[i];
+    /* Unset max_tokens: chat runs to EOS or a full context (OpenAI's rule); legacy
+     * completions default to 16 tokens as OpenAI's /v1/completions does. */
+    const int32_t want = j->req.max_tokens > 0 ? j->req.max_tokens : j->req.kind == NX_OAI_COMPLETION ? 16 : room;
+    return want < room ? want : room;
+}
+
+/* Runs prompt `i` of job j on the worker's context. */
 static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx_error *err) {
     gen_state g;
     memset(&g, 0, sizeof g);
@@ -473,12 +499,7 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     }
     if (!j->req.has_seed) p.sampling.seed = nx_server_random(s);
     else p.sampling.seed += i % j->n_per; /* the n choices of a seeded request differ, reproducibly */
-    int32_t room = s->o.n_ctx - (int32_t)j->n_ids[i];
-    /* Unset max_tokens: chat runs to EOS or a full context (OpenAI's rule); legacy
-     * completions default to 16 tokens as OpenAI's /v1/completions does. */
-    int32_t want = j->req.max_tokens > 0 ? j->req.max_tokens
-                 : j->req.kind == NX_OAI_COMPLETION ? 16 : room;
-    p.max_tokens = want < room ? want : room;
+    p.max_tokens = nx_job_max_tokens(s, j, i);
     p.draft = j->draft;
     p.verify = j->verify;
     p.ignore_eos = j->req.ignore_eos;
@@ -562,7 +583,14 @@ static void run_job(nx_server *s, job *j) {
         if (cancel != CANCEL_NONE) {
             nx_metrics_count_cancel(&s->metrics, false);
             nx_oai_error e;
-            nx_oai_error_set(&e, 503, "server_error", NULL, "cancelled", "The request was cancelled.");
+            if (cancel == CANCEL_SLOW)
+                nx_oai_error_set(&e, 503, "server_error", NULL, "client_too_slow",
+                                 "The client left more than %zu bytes of the stream unread; the request was "
+                                 "cancelled.", s->o.max_unsent);
+            else if (cancel == CANCEL_SHUTDOWN)
+                nx_oai_error_set(&e, 503, "server_error", NULL, "shutting_down",
+                                 "The server is shutting down; the request was cancelled.");
+            else nx_oai_error_set(&e, 503, "server_error", NULL, "cancelled", "The request was cancelled.");
             job_abort(j, &e);
             return;
         }
@@ -650,8 +678,12 @@ void *nx_worker_main(void *arg) {
             j->t_picked = nx_now_s();
         }
         bool stopping = s->stopping;
+        if (!j) s->worker_idle = true; /* stopping with an empty queue */
         pthread_mutex_unlock(&s->qmu);
-        if (!j) break; /* stopping with an empty queue */
+        if (!j) {
+            pthread_cond_broadcast(&s->qcv);
+            break;
+        }
 
         pthread_mutex_lock(&j->mu);
         j->state = JOB_RUNNING;
@@ -672,6 +704,7 @@ void *nx_worker_main(void *arg) {
         pthread_mutex_lock(&s->qmu);
         s->n_active--;
         s->running = NULL;
+        pthread_cond_broadcast(&s->qcv); /* shutdown waits for the worker to be done */
         pthread_mutex_unlock(&s->qmu);
         nx_job_unref(j);
     }
@@ -693,7 +726,7 @@ bool nx_job_enqueue(nx_server *s, job *j) {
     else s->head = j;
     s->tail = j;
     s->n_queued++;
-    pthread_cond_signal(&s->qcv);
+    pthread_cond_broadcast(&s->qcv); /* the worker, and shutdown waiting on it */
     pthread_mutex_unlock(&s->qmu);
     return true;
 }
@@ -721,6 +754,9 @@ void nx_job_cancel(nx_server *s, job *j, int why) {
     if (unlinked) {
         nx_oai_error e;
         if (why == CANCEL_TIMEOUT) timeout_error(s, &e);
+        else if (why == CANCEL_SHUTDOWN)
+            nx_oai_error_set(&e, 503, "server_error", NULL, "shutting_down",
+                             "The server is shutting down; the request was cancelled before it started.");
         else nx_oai_error_set(&e, 503, "server_error", NULL, "cancelled", "The request was cancelled.");
         if (why == CANCEL_TIMEOUT) nx_metrics_count_cancel(&s->metrics, true);
         else nx_metrics_count_cancel(&s->metrics, false);

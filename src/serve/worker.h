@@ -21,7 +21,7 @@
 #define NX_STREAM_CALLS 32 /* tool calls streamed argument by argument; more arrive whole */
 
 enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
-enum { CANCEL_NONE = 0, CANCEL_CLIENT, CANCEL_TIMEOUT, CANCEL_SHUTDOWN };
+enum { CANCEL_NONE = 0, CANCEL_CLIENT, CANCEL_TIMEOUT, CANCEL_SHUTDOWN, CANCEL_SLOW };
 
 /* What one prompt of a job has produced so far. */
 typedef struct choice_out {
@@ -105,6 +105,19 @@ struct nx_server {
     bool stopping;
     pthread_t worker;
     bool worker_started;
+    bool worker_idle; /* stopping, and the worker has left its loop (under qmu) */
+
+    /* connections (http.c): every open one, watched for its deadlines by the watchdog */
+    pthread_mutex_t cmu;
+    pthread_cond_t ccv;
+    struct peer *peers;
+    int n_open;      /* open connections */
+    int max_conn;    /* the ordinary limit; libmicrohttpd admits a few more for GET /health */
+    int n_inflight;  /* requests with a job whose response has not ended (shutdown waits) */
+    pthread_t watchdog;
+    bool watchdog_started, watchdog_stop;
+    int64_t max_request_tokens;
+    char **hosts, **origins; /* --host-allow and --cors entries (NULL-terminated), "*": any */
     uint64_t rng;
 
     /* byte-level BPE: code point -> byte, for the raw bytes of logprob tokens */
@@ -131,5 +144,8 @@ void nx_job_wait_tick(job *j);
 /* Between waits: a client hang-up or an expired deadline cancels the job. */
 void nx_job_watch(nx_server *s, job *j);
 char *nx_job_response_body(job *j);
+/* The most tokens choice i of j may generate: its max_tokens (or the default) within the room
+ * its prompt leaves in the context. */
+int32_t nx_job_max_tokens(const nx_server *s, const job *j, size_t i);
 
 #endif

@@ -153,7 +153,7 @@ async function main() {
   const { Tokenizer } = require(path.join(lib.ROOT, 'node_modules', '@huggingface', 'tokenizers'));
   const hf = new Tokenizer(JSON.parse(require('fs').readFileSync(path.join(lib.MODEL, 'tokenizer.json'), 'utf8')), {});
   const post = async (route, body) => {
-    const r = await fetch(srv.base + route, { method: 'POST', body: JSON.stringify(body) });
+    const r = await fetch(srv.base + route, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
     return { status: r.status, body: await r.json() };
   };
   for (const text of ['Hello world', 'def f(x):\n    return x * 2  # ok', 'naïve café 中文 😀', '<｜hy_User:opensource｜>hi']) {

@@ -30,11 +30,27 @@ static const char *usage =
     "      --model-id NAME     the model name clients send (default: the directory's name)\n"
     "      --host ADDR         address to bind (default 127.0.0.1)\n"
     "      --port N            port (default 8080; 0 = any free port)\n"
-    "      --api-key KEY       require 'Authorization: Bearer KEY' (or $NEXTN_API_KEY)\n"
+    "      --api-key KEY       require 'Authorization: Bearer KEY' (or $NEXTN_API_KEY; an\n"
+    "                          empty key is an error)\n"
     "      --max-body BYTES    largest request body, suffix k/m allowed (default 4m)\n"
     "      --timeout SEC       per-request limit, queueing included; 0 = none (default 600)\n"
     "      --queue N           requests waiting for the model before 503 (default 64)\n"
-    "      --max-connections N open connections at once (default queue + 64)\n"
+    "      --max-connections N open connections at once (default queue + 64); 4 more are\n"
+    "                          kept for GET /health\n"
+    "      --max-conns-per-ip N  open connections from one address (default a quarter of\n"
+    "                          --max-connections; 0 = no limit)\n"
+    "      --header-timeout SEC  time for a request's whole head (default 10)\n"
+    "      --body-timeout SEC  time for its body once the head is in (default 60)\n"
+    "      --max-request-tokens N  tokens one request may generate, prompts x n x\n"
+    "                          max_tokens (default 4 x --ctx); more is a 400\n"
+    "      --max-unsent BYTES  stream output a client may leave unread before its request is\n"
+    "                          cancelled (default 1m)\n"
+    "      --shutdown-grace SEC  on SIGTERM/SIGINT, time the running request may take to\n"
+    "                          finish before it is cancelled (default 10)\n"
+    "      --host-allow LIST   without an API key, Host names accepted besides the bound\n"
+    "                          address and localhost (comma-separated; * = any)\n"
+    "      --cors LIST         origins whose web pages may call the server (comma-separated\n"
+    "                          scheme://host[:port]; * = any); others get 403\n"
     "      --ctx N             context tokens, prompt + completion (default 4096)\n"
     "      --cache-ram MIB     memory for saved prompt prefixes, so requests that alternate\n"
     "                          between conversations keep each one's cache (default 1024;\n"
@@ -55,7 +71,8 @@ static const char *usage =
     "  -q, --quiet             no start-up banner\n";
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
-       O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS };
+       O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS, O_PERIP, O_HEADT,
+       O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -69,6 +86,10 @@ static const struct option opts[] = {
     {"kv-type", required_argument, 0, O_KV},      {"quiet", no_argument, 0, 'q'},
     {"reasoning-format", required_argument, 0, O_REASONING}, {"cache-ram", required_argument, 0, O_CACHE},
     {"slot-save-path", required_argument, 0, O_SLOTS},
+    {"max-conns-per-ip", required_argument, 0, O_PERIP}, {"header-timeout", required_argument, 0, O_HEADT},
+    {"body-timeout", required_argument, 0, O_BODYT}, {"max-request-tokens", required_argument, 0, O_MAXTOK},
+    {"max-unsent", required_argument, 0, O_UNSENT}, {"shutdown-grace", required_argument, 0, O_GRACE},
+    {"host-allow", required_argument, 0, O_HOSTS}, {"cors", required_argument, 0, O_CORS},
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
 
@@ -83,6 +104,15 @@ static bool parse_bytes(const char *s, size_t *out) {
     else if (*end == 'm' || *end == 'M') mul = 1024 * 1024, end++;
     if (*end || v == 0 || v > (1ull << 40) / mul) return false;
     *out = (size_t)(v * mul);
+    return true;
+}
+
+/* Seconds: a number in [lo, 1e7]. */
+static bool parse_seconds(const char *s, double lo, double *out) {
+    char *end;
+    double t = strtod(s, &end);
+    if (end == s || *end || !(t >= lo && t <= 1e7)) return false;
+    *out = t;
     return true;
 }
 
@@ -135,7 +165,10 @@ int nx_cli_serve(int argc, char **argv) {
             if (!cli_parse_int(optarg, 0, 65535, &v)) BAD("--port %s: expected 0..65535", optarg);
             so.port = (int)v;
             break;
-        case O_KEY: so.api_key = optarg; break;
+        case O_KEY:
+            if (!*optarg) BAD("--api-key: empty key (an unset variable?); leave the option out to run without one");
+            so.api_key = optarg;
+            break;
         case O_BODY:
             if (!parse_bytes(optarg, &so.max_body)) BAD("--max-body %s: expected bytes, e.g. 65536 or 4m", optarg);
             break;
@@ -174,6 +207,28 @@ int nx_cli_serve(int argc, char **argv) {
             so.cache_ram = (size_t)v << 20;
             break;
         case O_SLOTS: so.slot_save_path = optarg; break;
+        case O_PERIP:
+            if (!cli_parse_int(optarg, 0, 100000, &v)) BAD("--max-conns-per-ip %s: expected 0..100000", optarg);
+            so.max_conns_per_ip = v == 0 ? -1 : (int)v;
+            break;
+        case O_HEADT:
+            if (!parse_seconds(optarg, 0.1, &so.header_timeout)) BAD("--header-timeout %s: expected seconds >= 0.1", optarg);
+            break;
+        case O_BODYT:
+            if (!parse_seconds(optarg, 0.1, &so.body_timeout)) BAD("--body-timeout %s: expected seconds >= 0.1", optarg);
+            break;
+        case O_GRACE:
+            if (!parse_seconds(optarg, 0, &so.shutdown_grace)) BAD("--shutdown-grace %s: expected seconds >= 0", optarg);
+            break;
+        case O_MAXTOK:
+            if (!cli_parse_int(optarg, 1, INT64_MAX, &v)) BAD("--max-request-tokens %s: expected an integer >= 1", optarg);
+            so.max_request_tokens = v;
+            break;
+        case O_UNSENT:
+            if (!parse_bytes(optarg, &so.max_unsent)) BAD("--max-unsent %s: expected bytes, e.g. 65536 or 1m", optarg);
+            break;
+        case O_HOSTS: so.host_allow = optarg; break;
+        case O_CORS: so.cors = optarg; break;
         case O_REASONING:
             if (!strcmp(optarg, "split")) so.split_reasoning = true;
             else if (!strcmp(optarg, "none")) so.split_reasoning = false;
@@ -202,10 +257,8 @@ int nx_cli_serve(int argc, char **argv) {
     if (optind < argc) {
         return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
     }
-    if (!so.api_key) {
-        const char *env = getenv("NEXTN_API_KEY");
-        if (env && *env) so.api_key = env;
-    }
+    if (!so.api_key && (so.api_key = getenv("NEXTN_API_KEY")) && !*so.api_key)
+        return cli_usage_error("serve", "NEXTN_API_KEY is set but empty; unset it to run without a key");
     cli_opts co;
     memset(&co, 0, sizeof co);
     co.model = model_dir;
@@ -268,7 +321,12 @@ int nx_cli_serve(int argc, char **argv) {
     int sig = 0;
     sigwait(&set, &sig);
     if (!quiet) fprintf(stderr, "nextn serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
-    nx_server_stop(srv);
+    if (!nx_server_stop(srv)) {
+        /* the worker is inside one long step and still uses the model: exit without it */
+        fprintf(stderr, "nextn serve: a request did not stop within the shutdown grace period; exiting anyway\n");
+        fflush(stderr);
+        _exit(1);
+    }
     nx_model_free(m);
     free(id);
     return 0;
