@@ -266,6 +266,8 @@ static nx_status expand_choices(job *j, nx_oai_error *e) {
     return NX_OK;
 }
 
+#define NX_REQUEST_TOKENS 32768 /* the default --max-request-tokens (or the context, if larger) */
+
 /* One request may not ask for more generated tokens than --max-request-tokens, counted over
  * its prompts and choices: the one worker runs it whole while every other request waits. */
 static nx_status check_work(nx_server *s, job *j, nx_oai_error *e) {
@@ -1184,7 +1186,9 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     nx_status st;
-    s->max_request_tokens = o->max_request_tokens > 0 ? o->max_request_tokens : 4 * (int64_t)o->n_ctx;
+    /* by default a chat without max_tokens (up to the whole context) always fits */
+    s->max_request_tokens = o->max_request_tokens > 0 ? o->max_request_tokens
+                          : o->n_ctx > NX_REQUEST_TOKENS ? o->n_ctx : NX_REQUEST_TOKENS;
     const bool lists = split_list(o->host_allow, &s->hosts) && split_list(o->cors, &s->origins);
     if (!lists || !s->host || !s->model_id || (o->slot_save_path && !s->slot_dir) || (o->api_key && !s->api_key)) {
         st = nx_fail(err, NX_E_NOMEM, "out of memory");

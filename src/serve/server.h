@@ -26,7 +26,7 @@ typedef struct nx_server_opts {
     double header_timeout; /* seconds for a request's whole head (request line and headers) */
     double body_timeout;   /* seconds for its body, once the head is in */
     int64_t max_request_tokens; /* tokens one request may ask to generate, prompts x n x
-                                 * max_tokens; 0 = 4 x n_ctx */
+                                 * max_tokens; 0 = 32768 or n_ctx if larger */
     size_t max_unsent;    /* streamed bytes a client may leave unread before its request is
                            * cancelled */
     double shutdown_grace; /* seconds nx_server_stop lets running requests finish */

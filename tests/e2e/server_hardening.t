@@ -259,7 +259,7 @@ B, P = srv.base, srv.port
 r = post(B, "/v1/completions", {"prompt": ["Count:"] * 64, "n": 16, "max_tokens": 50})
 t.ok(r.status == 400 and r.error().get("param") == "max_tokens" and error_code(r) == "request_too_large"
      and "--max-request-tokens" in r.error().get("message", ""),
-     "64 prompts x n 16 x 50 tokens: 400 naming the limit (the default, 4 x --ctx)", r.body[:400])
+     "64 prompts x n 16 x 50 tokens: 400 naming the limit (the default, 32768)", r.body[:400])
 held = [connect(P) for _ in range(2)]
 time.sleep(0.2)
 raw = raw_request(P, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", timeout=5)
