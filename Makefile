@@ -47,7 +47,7 @@ $(BUILD)/nextn: $(CLI_OBJ) $(BUILD)/libnextn.a
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libnextn.a
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE) -MMD -MP -o $@ $< $(BUILD)/libnextn.a $(LIBS) $(TESTLIB)
+	$(CC) $(BASE) -DNX_SOURCE_ROOT='"$(CURDIR)"' -MMD -MP -o $@ $< $(BUILD)/libnextn.a $(LIBS) $(TESTLIB)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libnextn.a
 	@mkdir -p $(dir $@)

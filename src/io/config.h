@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 #include "base/error.h"
-#include "model/weights.h"
+#include "io/weights.h"
 
 /* Loads and validates `path`. On failure *cfg is left zeroed (nothing to free). Unknown
  * model_type, hidden_act or quantization mode is NX_E_UNSUPPORTED; a missing field, a wrong

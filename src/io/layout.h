@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "io/safetensors.h"
-#include "model/weights.h"
+#include "io/weights.h"
 
 /* Fills *w from the store. Matrices are views into the store's mappings (the store must
  * outlive *w); norms and expert biases become owned f32 arrays. With want_mtp, the MTP layer

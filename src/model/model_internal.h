@@ -5,7 +5,7 @@
 
 #include "base/pool.h"
 #include "io/safetensors.h"
-#include "model/weights.h"
+#include "io/weights.h"
 #include "nextn.h"
 
 /* Experts whose matmuls one parallel job holds (more are processed in several jobs). */

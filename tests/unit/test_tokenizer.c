@@ -607,7 +607,9 @@ static int run_parity(const char *tok_path, const char *expected_path) {
     const json_t *c;
     json_array_foreach(cases, i, c) failed += parity_case(t, c) ? 1 : 0;
 
-    /* Speed: all case texts, repeated to >= 64 KiB, in one encode call. */
+    /* One long input: all case texts repeated to >= 64 KiB must encode in one call (the
+     * pre-tokenizer's match limit is per call, so a quadratic regex path fails here). Its speed
+     * is measured by bench/tokenize, not asserted here. */
     char *big = NULL;
     size_t big_n = 0;
     while (big_n < 65536) {
@@ -621,15 +623,13 @@ static int run_parity(const char *tok_path, const char *expected_path) {
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    t0 = now_sec();
     nx_status st = nx_tokenizer_encode(t, big, big_n, true, &ids, &n, &err);
-    double t_enc = now_sec() - t0;
-    if (st != NX_OK) {
-        fprintf(stderr, "# big encode failed: %s\n", err.msg);
+    if (st != NX_OK || n == 0 || n > big_n) {
+        fprintf(stderr, "# big encode of %zu bytes failed (%zu ids): %s\n", big_n, n, st != NX_OK ? err.msg : "");
         failed++;
     }
-    printf("cases %zu failed %d load_s %.3f encode_bytes %zu encode_tokens %zu encode_ms %.2f\n",
-           json_array_size(cases), failed, t_load, big_n, n, t_enc * 1e3);
+    printf("cases %zu failed %d load_s %.3f encode_bytes %zu encode_tokens %zu\n", json_array_size(cases), failed,
+           t_load, big_n, n);
     free(ids);
     free(big);
     json_decref(root);

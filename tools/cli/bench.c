@@ -5,10 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/clock.h"
 #include "cli.h"
-#include "kernels/kernels.h"
-#include "model/dense_timing.h"
+#include "nextn_tools.h"
 
 static const char *usage =
     "usage: nextn bench [-m DIR] [-p TEXT | -f FILE | --prompt-tokens IDS] [-n N] [--modes LIST]\n"

@@ -1,5 +1,5 @@
 /* `nextn convert` and `nextn graft`: option parsing, the progress bar (only on a terminal),
- * notes and the summary line around nx_convert / nx_graft. */
+ * notes and the summary line around nx_convert / nx_graft (converter.c). */
 #include "convert.h"
 
 #include "cli.h"
@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "io/convert.h"
+#include "converter.h"
 
 static const char *usage_convert =
     "usage: nextn convert SRC DST [--bits B] [--group-size G] [--mtp-bits B2] [--mtp-group-size G2]\n"

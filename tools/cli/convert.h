@@ -1,4 +1,4 @@
-/* `nextn convert` and `nextn graft`: the command-line front ends of src/io/convert.c. */
+/* `nextn convert` and `nextn graft`: the command-line front ends of converter.c. */
 #ifndef NX_CLI_CONVERT_H
 #define NX_CLI_CONVERT_H
 

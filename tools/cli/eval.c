@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "io/npy.h"
+#include "nextn_tools.h"
 
 static const char *usage_eval =
     "usage: nextn eval [-m DIR] --tokens IDS --logits OUT.npy [--mtp-logits OUT2.npy]\n"

@@ -12,8 +12,8 @@
 #include "cli.h"
 #include "convert.h"
 #include "kernels/kernels.h"
+#include "nextn_tools.h"
 #include "serve.h"
-#include "text/chat.h"
 
 #define DEFAULT_MODEL "models/nextn-hy3-tiny"
 

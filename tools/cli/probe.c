@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "decode/probe.h"
+#include "nextn_tools.h"
 
 static const char *usage =
     "usage: nextn probe [-m DIR] [--k K] [--temp T [--top-k K --top-p P --min-p M]] [--ctx W]\n"

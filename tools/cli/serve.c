@@ -13,7 +13,7 @@
 
 #include "cli.h"
 #include "kernels/kernels.h"
-#include "serve/server.h"
+#include "nextn_tools.h"
 
 static const char *usage =
     "usage: nextn serve [options]\n"

@@ -1,16 +1,16 @@
 /* Checkpoint conversion: any supported hy_v3 checkpoint (Tencent or MLX layout, float or
  * already affine-quantized) → an MLX-layout, affine-quantized one as mlx-lm writes it, with
  * the MTP head in a model-mtp.safetensors sidecar; and grafting a head from one checkpoint
- * onto another of the same family. Library code: reports progress and notes via callbacks. */
-#ifndef NX_IO_CONVERT_H
-#define NX_IO_CONVERT_H
+ * onto another of the same family. An offline tool linked into the nextn command, not part of
+ * the runtime library (libnextn.a); reports progress and notes via callbacks. */
+#ifndef NX_CLI_CONVERTER_H
+#define NX_CLI_CONVERTER_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/error.h"
-#include "kernels/kernels.h"
+#include "nextn_tools.h"
 
 /* A per-module precision rule. `pattern` is an fnmatch glob on the module path after MLX
  * sanitizing (no ".weight"), e.g. "mtp.*", "*.self_attn.*", "lm_head". bits == 0 keeps the

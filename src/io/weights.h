@@ -2,8 +2,8 @@
  * supported checkpoint layout and what the forward pass (src/model/) consumes. Matrices are
  * views into mapped files (nx_linear); small vectors (norms, expert bias) are owned f32
  * copies so the hot path never converts them. */
-#ifndef NX_MODEL_WEIGHTS_H
-#define NX_MODEL_WEIGHTS_H
+#ifndef NX_IO_WEIGHTS_H
+#define NX_IO_WEIGHTS_H
 
 #include <stdbool.h>
 #include <stdint.h>

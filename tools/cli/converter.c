@@ -1,9 +1,9 @@
-/* `nextn convert` / `nextn graft` as library code. A source checkpoint becomes a plan: one
+/* `nextn convert` / `nextn graft`, linked into the nextn command only. A source checkpoint becomes a plan: one
  * item per output tensor or linear module, named as mlx-lm's hy_v3 sanitize leaves them
  * (stacked switch_mlp experts, router.expert_bias, mtp.* head), each with its source parts
  * and an output precision. The writer then streams every file: header first, then each
  * item's data converted a chunk of rows at a time, so memory stays bounded on a 295B model. */
-#include "io/convert.h"
+#include "converter.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,11 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include "base/pool.h"
-#include "io/config.h"
-#include "io/quantize.h"
-#include "io/safetensors.h"
 
 #define NAME_CAP 512
 #define PATH_CAP 4096
