@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Documentation references stay inside the tree: every `*.md` file name, `docs/...` path and
-`§N` section reference in src/ include/ tools/ tests/ bench/ scripts/ fuzz/ README.md and docs/
-must name a file that exists, and a section that its headings number. A `§` reference belongs to
-the last `.md` file named before it on its line; with none, to the file itself inside docs/ and
-to docs/design.md elsewhere. In C sources only comments are read (`ms.md` is a struct member).
-A built tree with deliberately broken references checks the checker first.
+`§N` section reference in src/ include/ tools/ tests/ bench/ scripts/ fuzz/ models/ (model cards),
+README.md and docs/ must name a file that exists, and a section that its headings number. A `§`
+reference belongs to the last `.md` file named before it on its line; with none, to the file
+itself inside docs/ and to docs/design.md elsewhere. In C sources only comments are read (`ms.md`
+is a struct member). A tree with deliberately broken references checks the checker first.
 
 Usage: tests/e2e/docs.t [ROOT] (default: this repository)."""
 import os
@@ -15,7 +15,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tap import ROOT, Tap  # noqa: E402
 
-SCAN = ("src", "include", "tools", "tests", "bench", "scripts", "fuzz", "docs", "README.md")
+SCAN = ("src", "include", "tools", "tests", "bench", "scripts", "fuzz", "docs", "README.md", "models")
 # sample texts and data, not documentation
 SKIP_DIRS = ("bench/texts", "tests/fixtures", "node_modules")
 SKIP_EXT = (".json", ".npy", ".safetensors", ".bin")
