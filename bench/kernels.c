@@ -161,7 +161,7 @@ int main(int argc, char **argv) {
         int ncopies = (int)((256u << 20) / total) + 1;
         if (hot) ncopies = 1;
         /* the copies in one arena on 2 MB pages where the kernel gives them, as the engine maps
-         * a model file (README); each copy 4 KB-aligned */
+         * a model file (docs/kernels.md); each copy 4 KB-aligned */
         const size_t cstride = (wbytes + 2 * sbytes + 4095) & ~(size_t)4095, huge = (size_t)2 << 20;
         const size_t abytes = ((size_t)ncopies * cstride + huge - 1) & ~(huge - 1);
         nx_linear *Ws = calloc((size_t)ncopies, sizeof *Ws);

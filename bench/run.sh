@@ -64,8 +64,8 @@ echo "== default model: AR vs MTP auto, temperature 0.9"
 $NEXTN bench -n "$N" --modes ar,auto,1 --temp 0.9 --seed 1
 
 # A model's files flushed and dropped from the page cache, as `nextn convert` does with its
-# outputs: read back fresh (by the next load), the weights can be mapped with 2 MB pages (README,
-# Performance; `nextn bench` prints the share it got as weights_on_2MB_pages). Files read with
+# outputs: read back fresh (by the next load), the weights can be mapped with 2 MB pages (docs/kernels.md,
+# huge pages; `nextn bench` prints the share it got as weights_on_2MB_pages). Files read with
 # read() or partly evicted since they were written can otherwise stay cached in 4 KB pages.
 drop_from_cache() {
     sync
@@ -141,7 +141,7 @@ $NEXTN bench -m "$BIGQ4" -n 48 --modes ar,1 --synthetic-accept 0.8 --repeat 3 --
 decode_vs_bw "4-bit (--act-bits 16)" "$BIGQ4" --act-bits 16
 
 # A 4-bit model with Hy3's own layer shapes (hidden 4096, 64 query / 8 kv heads of 128, experts
-# of 1536, top-8 + a shared expert, a 13312-wide dense first layer; hy_v3.md §1), cut to 6
+# of 1536, top-8 + a shared expert, a 13312-wide dense first layer; docs/design.md §2.1), cut to 6
 # layers of 32 experts so it is ~3 GB (>= 2 GB packed): its matmul calls are as long as the real
 # model's (a thread's share of an expert matrix is ~1.7 MB where the 1024-wide model's is ~150
 # KB), so per-call and per-row costs weigh as they do there. Written 4-bit g64 directly, MTP

@@ -188,7 +188,7 @@ bool nx_sampler_is_greedy(const nx_sampler *s);
 
 typedef struct nx_model nx_model;
 
-/* How the MTP head is wired (mtp.md §5). NX_WIRING_DEFAULT fields take the family default. */
+/* How the MTP head is wired (docs/design.md §3.7). NX_WIRING_DEFAULT fields take the family default. */
 typedef enum nx_mtp_hidden {
     NX_MTP_HIDDEN_DEFAULT = 0,
     NX_MTP_HIDDEN_POST_NORM, /* trunk hidden after the final norm (hy_v3 default) */
@@ -332,7 +332,7 @@ void nx_gen_params_default(nx_gen_params *p);
  * embedding lookup, norms and residual adds. */
 enum { NX_PHASE_ATTN, NX_PHASE_FFN, NX_PHASE_HEAD, NX_PHASES };
 
-/* Speculative and cost counters (mtp.md §3). */
+/* Speculative and cost counters (docs/design.md §7). */
 typedef struct nx_gen_stats {
     int64_t n_prompt, n_generated;
     int64_t n_cached;                   /* prompt tokens whose cache rows were kept (prefix reuse) */

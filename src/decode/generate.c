@@ -1,4 +1,4 @@
-/* Generation with MTP self-speculative decoding (mtp.md §1–§4).
+/* Generation with MTP self-speculative decoding (docs/design.md §6).
  *
  * One cycle: the MTP head catches up on every committed row it has not seen (trunk hidden at p,
  * token p+1 — so its cache never has a hole), drafts d1..dk (chained on its own output hidden),

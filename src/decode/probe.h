@@ -1,4 +1,4 @@
-/* The teacher-forced acceptance ceiling (mtp.md §6): run the trunk over real text once, feed
+/* The teacher-forced acceptance ceiling (docs/design.md §9): run the trunk over real text once, feed
  * the MTP every (hidden h_p, token t[p+1]) pair with its full context, as the live loop's
  * persistent cache would, and measure how often its prediction would be accepted. */
 #ifndef NX_DECODE_PROBE_H

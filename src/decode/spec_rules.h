@@ -1,4 +1,4 @@
-/* Speculative verification primitives (mtp.md §2): pure functions over dense distributions of the
+/* Speculative verification primitives (docs/design.md §6.2): pure functions over dense distributions of the
  * sampler's vocabulary size. p is the target's processed distribution at a row, q the draft's,
  * both from nx_sampler_probs under the same settings and token history. Random draws come from
  * the sampler's RNG so a seeded run replays exactly. */

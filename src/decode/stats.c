@@ -1,5 +1,5 @@
 /* The numbers behind a generation, printed by `nextn run --stats` and the benchmarks, with the
- * definitions of mtp.md §3: draft acceptance rate = accepted / drafted (not the share of
+ * definitions of docs/design.md §7: draft acceptance rate = accepted / drafted (not the share of
  * emitted tokens that came from drafts), mean acceptance length τ = 1 + accepted / drafts. */
 #include <stdio.h>
 

@@ -1,5 +1,5 @@
 /* Tool-call arguments under tool_choice "required" or a named function: the recogniser that
- * masks every token that cannot continue Hy3's call syntax (hy_v3.md §8) into calls whose
+ * masks every token that cannot continue Hy3's call syntax (docs/design.md §11) into calls whose
  * arguments match the tools' parameter schemas, as vLLM constrains a forced call to the
  * function's schema. The prompt has opened the call (serve/server.c): `<tool_call>` (required),
  * or `<tool_call>NAME<tool_sep>` (named); from there the language is

@@ -1,4 +1,4 @@
-/* hy_v3 config.json parsing and validation (spec hy_v3.md §1, §6.4). Exporters disagree on
+/* hy_v3 config.json parsing and validation (docs/design.md §2.1, §5.4). Exporters disagree on
  * field names (expert_hidden_dim vs moe_intermediate_size, rope_parameters vs rope_theta, ...),
  * so each field is looked up under all its known aliases; the first present one wins and two
  * present aliases must agree. */

@@ -1,4 +1,4 @@
-/* Name mapping and shape checking from a tensor store to nx_weights (hy_v3.md §4, §6).
+/* Name mapping and shape checking from a tensor store to nx_weights (docs/design.md §4, §5).
  * Every module is resolved through a short list of aliases, so one code path serves the
  * Tencent layout, MLX conversions and third-party MTP sidecars; stacked MLX experts become
  * per-expert views into the stacked data. */

@@ -13,7 +13,7 @@
 
 /* Fills *w from the store. Matrices are views into the store's mappings (the store must
  * outlive *w); norms and expert biases become owned f32 arrays. With want_mtp, the MTP layer
- * is looked up under every known naming (hy_v3.md §4.2); if the checkpoint has no MTP tensors
+ * is looked up under every known naming (docs/design.md §4.2); if the checkpoint has no MTP tensors
  * at all the load still succeeds with w->has_mtp = false (a headless checkpoint — the caller
  * may tell the user), whereas a partial MTP is an error. The MTP layer's expert count comes
  * from its own router tensor. Quantized modules (P.scales present) are cross-checked against

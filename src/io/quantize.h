@@ -1,4 +1,4 @@
-/* MLX affine quantization on the writing side (hy_v3.md §6): the quantizer mlx-lm's
+/* MLX affine quantization on the writing side (docs/design.md §5): the quantizer mlx-lm's
  * `convert` runs, the little-endian bit-stream packing of every supported width, and float
  * stores in the dtypes a checkpoint may hold. The kernels only ever read what this writes. */
 #ifndef NX_IO_QUANTIZE_H

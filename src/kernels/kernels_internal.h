@@ -151,7 +151,7 @@ static inline float nx_load_scalar(nx_dtype t, const void *p, int64_t i) {
 }
 
 /* q of element i of a packed row: the row is a little-endian bit stream, element i at bits
- * [i·b, (i+1)·b) (hy_v3 spec §6.3). Reads byte-wise so rows may be unaligned and the last
+ * [i·b, (i+1)·b) (docs/design.md §5.3). Reads byte-wise so rows may be unaligned and the last
  * element never reads past the row. */
 static inline uint32_t nx_quant_get(const uint8_t *row, int64_t i, int bits) {
     int64_t bitpos = i * bits;

@@ -1,4 +1,4 @@
-/* The hy_v3 forward pass over T rows (hy_v3.md §2): embedding, decoder layers (q/k-norm before
+/* The hy_v3 forward pass over T rows (docs/design.md §2): embedding, decoder layers (q/k-norm before
  * neox RoPE, GQA attention, dense SwiGLU or sigmoid-routed MoE + shared expert), final norm and
  * an f32 lm_head. The same code serves prefill, decode and the k+1 rows of a speculative verify;
  * every row's result is independent of the rows it shares a call with (batch invariance). */
@@ -393,7 +393,7 @@ static void ffn(nx_ctx *c, const nx_ffn *f, const float *in, int32_t n, float *o
 }
 
 
-/* Routing for one row (hy_v3.md §2.4): sigmoid scores in f32, expert_bias only to choose,
+/* Routing for one row (docs/design.md §2.4): sigmoid scores in f32, expert_bias only to choose,
  * weights from the unbiased scores, renormalised, scaled. Ties go to the lower expert id. */
 void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, bool renorm,
                   float scaling, int32_t *idx, float *w) {

@@ -23,7 +23,7 @@ static bool file_exists(const char *path) {
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* Family defaults (mtp.md §5) for every knob the caller left at DEFAULT. */
+/* Family defaults (docs/design.md §3.7) for every knob the caller left at DEFAULT. */
 static void wiring_resolve(nx_mtp_wiring *w, const nx_weights *wt) {
     if (w->hidden == NX_MTP_HIDDEN_DEFAULT) w->hidden = NX_MTP_HIDDEN_POST_NORM;
     if (w->concat == NX_MTP_CONCAT_DEFAULT) w->concat = NX_MTP_CONCAT_EMBED_FIRST;

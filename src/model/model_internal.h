@@ -1,5 +1,5 @@
 /* Internal state of a loaded model and of a decoding context, shared by the forward pass
- * (forward.c), the MTP head (mtp.c), loading (model.c) and decoding (src/decode/). */
+ * and the MTP head (forward.c), loading (model.c) and decoding (src/decode/). */
 #ifndef NX_MODEL_INTERNAL_H
 #define NX_MODEL_INTERNAL_H
 

@@ -1,5 +1,5 @@
 /* Hy3 (hy_v3) chat output, split the way vLLM's hy_v3 reasoning and tool parsers and mlx-lm's
- * hy_v3 tool parser split it (hy_v3.md §8):
+ * hy_v3 tool parser split it (docs/design.md §11):
  *   [<think>]reasoning</think>content<tool_calls>
  *   <tool_call>NAME<tool_sep>
  *   <arg_key>K</arg_key>

@@ -3,7 +3,7 @@
 (k = 1) accepts exactly the drafts that the teacher-forced probe — the head fed every row of its
 context — accepts at the same positions of the very text the loop produced. A loop that skipped
 the MTP prefill, left holes after accepted drafts or trimmed committed rows would differ (and
-fall below the ceiling, mtp.md §1). Also reports the ceiling over all positions."""
+fall below the ceiling, docs/design.md §6.1). Also reports the ceiling over all positions."""
 import os
 import re
 import sys

@@ -14,7 +14,7 @@ Weights are scaled so that logits span several units (non-degenerate argmax),
 norm weights are random around 1 and expert_bias is large enough to change the
 top-k choice relative to the raw sigmoid scores.
 
-Layouts (spec hy_v3.md §4):
+Layouts (docs/design.md §4):
   tencent: model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight, mlp.expert_bias,
            mlp.router.gate.weight, MTP at model.layers.{N}.*; header padded to 8.
   mlx:     mlp.switch_mlp.{gate,up,down}_proj.weight [E,out,in], mlp.router.expert_bias,

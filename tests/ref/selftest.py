@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Self-test of the python reference helpers (run: /usr/bin/python3 tests/ref/selftest.py).
 
-* MLX bit packing reproduces the reference vectors of spec hy_v3.md §6.3;
+* MLX bit packing reproduces the reference vectors of docs/design.md §5.3;
 * random checkpoints with the same seed give bit-identical reference outputs in the
   Tencent layout, the MLX layout (unaligned tensor data), with a Tencent-named
   model-mtp.safetensors sidecar + sharded index, and with legacy config aliases;

@@ -15,7 +15,7 @@
 #include "ckpt_builder.h"
 #include "io/config.h"
 
-/* The published Hy3 config.json (hy_v3.md §1.1). */
+/* The published Hy3 config.json (docs/design.md §2.1). */
 static const char *hy3_config =
     "{\"architectures\":[\"HYV3ForCausalLM\"],\"model_type\":\"hy_v3\",\"vocab_size\":120832,"
     "\"hidden_size\":4096,\"num_hidden_layers\":80,\"num_attention_heads\":64,"

@@ -1,6 +1,6 @@
 /* Hy3 output split and tool-call parser (serve/hy_output.h): the markers found in the shipped
  * tokenizer, the reasoning / content / tool-call routing of token ids, and tool calls parsed
- * from the grammar of hy_v3.md §8 with each argument typed by its JSON schema. */
+ * from the grammar of docs/design.md §11 with each argument typed by its JSON schema. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* Layout tests: tiny random checkpoints in the Tencent layout, the MLX layout (float and
- * affine-quantized, stacked experts) and the MTP namings of hy_v3.md §4.2 are written to a
+ * affine-quantized, stacked experts) and the MTP namings of docs/design.md §4.2 are written to a
  * temp dir and loaded; the weight table's shapes and pointers are checked against the files
  * (stacked expert e must view base + e·out·row_bytes), as are headless checkpoints, an MTP
  * with its own expert count, quantization cross-checks and error messages. */

@@ -1,4 +1,4 @@
-/* Quantizer tests: packing against the spec's reference words (hy_v3.md §6.3), the MLX group
+/* Quantizer tests: packing against the spec's reference words (docs/design.md §5.3), the MLX group
  * rule (error ≤ scale/2, the larger-magnitude extreme exact, degenerate groups), float stores
  * with round-to-nearest-even, and agreement with the kernels' reading of the packed result. */
 #include <setjmp.h>

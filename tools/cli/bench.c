@@ -42,7 +42,7 @@ static const char *builtin_prompts[] = {
 
 /* The share of this process's file-backed memory (the mapped weights) that the kernel maps
  * with 2 MB pages, from /proc/self/smaps_rollup, or -1 where that is not available. Decode
- * streams a few percent faster from a file cached in 2 MB folios (README, Performance), so the
+ * streams a few percent faster from a file cached in 2 MB folios (docs/kernels.md), so the
  * figure belongs beside the speeds. */
 static double weights_on_huge_pages(void) {
     FILE *f = fopen("/proc/self/smaps_rollup", "r");

@@ -43,7 +43,7 @@ static bool ends(const char *s, const char *p) {
 }
 static bool is_float(nx_dtype t) { return t == NX_DTYPE_F32 || t == NX_DTYPE_F16 || t == NX_DTYPE_BF16; }
 
-/* ================================================================ names (hy_v3.md §4) */
+/* ================================================================ names (docs/design.md §4) */
 
 enum { MAP_KEEP, MAP_DROP_SHARED, MAP_DROP_EXTRA, MAP_TOO_LONG };
 

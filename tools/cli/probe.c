@@ -1,5 +1,5 @@
 /* `nextn probe`: the MTP head's teacher-forced acceptance ceiling over text files, per file and
- * per chain position, so code and prose can be compared (mtp.md §6). */
+ * per chain position, so code and prose can be compared (docs/design.md §9). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

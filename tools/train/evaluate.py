@@ -8,7 +8,7 @@ over the held-out validation splits, code and prose separately:
 * MTP head loss / perplexity (t_{p+2}, teacher-forced: row p = trunk hidden h_p
   after the final norm + embedding of t_{p+1}, full causal context of MTP rows);
 * teacher-forced greedy acceptance = share of rows whose MTP argmax equals the
-  true t_{p+2} (the ceiling probe of mtp.md §6), and, for reference, the share
+  true t_{p+2} (the ceiling probe of docs/design.md §9), and, for reference, the share
   equal to the trunk's own argmax at p+1 (what greedy speculative decoding accepts);
 * greedy generations from a prose and a code prompt.
 
@@ -327,7 +327,7 @@ def write_card(model_dir, r, logp, manifest, tk):
         e = r[kind]
         w(f"| {kind} | {e['tokens']} | {e['trunk_loss']:.3f} | {e['trunk_ppl']:.1f} | {e['trunk_top1']:.3f} | "
           f"{e['mtp_loss']:.3f} | {e['mtp_ppl']:.1f} | **{e['mtp_acceptance']:.3f}** | {e['mtp_agree_trunk_greedy']:.3f} |")
-    w("\nAcceptance is the teacher-forced ceiling probe of `mtp.md` §6 (every row sees its full context, "
+    w("\nAcceptance is the teacher-forced ceiling probe of `docs/design.md` §9 (every row sees its full context, "
       "trunk hidden after the final norm). The last column is what greedy self-speculative decoding accepts "
       "(the draft must equal the trunk's own argmax).\n")
     w("## Limitations\n")

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Export the PyTorch HyV3 model to a checkpoint directory in the ORIGINAL TENCENT
-layout (spec hy_v3.md §4.1): bf16 ``model.safetensors`` with per-expert tensors
+layout (docs/design.md §4.1): bf16 ``model.safetensors`` with per-expert tensors
 ``model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight``, router at
 ``mlp.router.gate.weight``, fp32 ``mlp.expert_bias``, shared expert at
 ``mlp.shared_mlp.*`` and the MTP layer at ``model.layers.{num_hidden_layers}.*``;

@@ -5,7 +5,7 @@ float32 reference forward used to check the C engine.
 Two halves, deliberately sharing no forward code:
 
 * ``HyV3`` (PyTorch): the training model.  Every hy_v3 feature at small size
-  (spec hy_v3.md §2/§3): dense first layer(s), sigmoid-routed MoE with a
+  (docs/design.md §2/§3): dense first layer(s), sigmoid-routed MoE with a
   selection-only ``expert_bias`` (updated by DeepSeek-V3 auxiliary-loss-free
   balancing, not by gradients), top-k renormalisation and router scaling, one
   shared expert, GQA attention with per-head q/k RMSNorm before neox RoPE,
@@ -30,7 +30,7 @@ import numpy as np
 from safetensors_io import read_dir_tensors  # noqa: E402  (same directory)
 
 # ----------------------------------------------------------------------------------------------
-# config handling (field aliases of spec §1)
+# config handling (field aliases of docs/design.md §2.1)
 # ----------------------------------------------------------------------------------------------
 
 

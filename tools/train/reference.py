@@ -39,7 +39,7 @@ def main():
     ap.add_argument("--hidden-post")
     ap.add_argument("--greedy", type=int, default=0)
     ap.add_argument("--mtp-hidden", choices=("post", "pre"), default="post",
-                    help="trunk hidden fed to the MTP hnorm (spec §3.3; default post-final-norm)")
+                    help="trunk hidden fed to the MTP hnorm (docs/design.md §3.3; default post-final-norm)")
     a = ap.parse_args()
     ref = Reference(a.model, hidden_for_mtp=a.mtp_hidden)
     if a.tokens:

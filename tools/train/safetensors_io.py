@@ -1,6 +1,6 @@
 """Small numpy-only safetensors reader/writer and MLX affine dequantization.
 
-Written from the format description (spec hy_v3.md §7, §6): 8-byte little-endian
+Written from the format description (docs/design.md §4.4, §5): 8-byte little-endian
 header length, JSON header with dtype/shape/data_offsets, raw little-endian data.
 Offsets may be unaligned (MLX's writer does not pad), so tensors are copied out
 of the file bytes rather than viewed in place.  BF16 is widened to float32 by
@@ -96,7 +96,7 @@ def write_file(path, tensors, metadata=None, align=8):
 
 
 # ---------------------------------------------------------------------------------------------
-# MLX affine quantization (spec §6)
+# MLX affine quantization (docs/design.md §5)
 # ---------------------------------------------------------------------------------------------
 
 def unpack_bits(words, bits, n):

@@ -28,7 +28,7 @@ import export  # noqa: E402
 
 
 def model_config(vocab_size, specials):
-    """hy_v3 config.json (real field names of spec §1) at tiny size."""
+    """hy_v3 config.json (real field names of docs/design.md §2.1) at tiny size."""
     return {
         "model_type": "hy_v3",
         "architectures": ["HYV3ForCausalLM"],
