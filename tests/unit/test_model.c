@@ -19,7 +19,7 @@
 #include "model/dense_timing.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
-#include "decode/json_grammar.h"
+#include "constrain/json_grammar.h"
 
 enum { V = 97, HID = 32, NL = 3, NH = 6, NKV = 2, HD = 8, FF = 40, E = 5, TOPK = 3, ED = 16 };
 
