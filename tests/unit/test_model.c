@@ -19,6 +19,7 @@
 #include "model/dense_timing.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
+#include "decode/draft_auto.h"
 #include "constrain/json_grammar.h"
 
 enum { V = 97, HID = 32, NL = 3, NH = 6, NKV = 2, HD = 8, FF = 40, E = 5, TOPK = 3, ED = 16 };
@@ -326,15 +327,18 @@ static void test_greedy_mtp_equals_ar(void **state) {
     greedy_drafts_equal_ar(c, drafts, 4, &gp, &ref);
     /* --draft auto keeps its measurements on the context: a second generation starts from them
      * (and still gives the AR tokens); nx_ctx_reset_auto forgets them */
-    assert_true(c->autos.hist_n[1] > 0 && c->autos.probe_every > 0);
+    const nx_auto_state *a = nx_auto_of(c);
+    assert_non_null(a);
+    assert_true(a->hist_n[1] > 0 && a->probe_every > 0);
     collect again = {0};
     gp.draft = NX_DRAFT_AUTO;
     assert_int_equal(nx_generate(c, seq, 6, &gp, on_tok, &again, NULL, NULL), NX_OK);
     assert_memory_equal(again.ids, ref.ids, sizeof(int32_t) * 40);
-    assert_true(c->autos.hist_n[1] < 2 * NX_AUTO_COST_WINDOW); /* a ring position, not a count */
+    assert_ptr_equal(nx_auto_of(c), a); /* the same block, kept with the context */
+    assert_true(a->hist_n[1] < 2 * NX_AUTO_COST_WINDOW); /* a ring position, not a count */
     nx_ctx_reset_auto(c);
-    assert_int_equal(c->autos.hist_n[1], 0);
-    assert_int_equal(c->autos.probe_every, 0);
+    assert_int_equal(a->hist_n[1], 0);
+    assert_int_equal(a->probe_every, 0);
     nx_ctx_free(c);
     nx_model_free(m);
 }
