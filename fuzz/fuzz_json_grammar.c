@@ -1,4 +1,4 @@
-/* libFuzzer target for JSON mode's recogniser (src/decode/json_grammar.c) against jansson: text
+/* libFuzzer target for JSON mode's recogniser (src/constrain/json_grammar.c) against jansson: text
  * the recogniser completes is one JSON object for jansson (numbers beyond a double aside, which
  * jansson refuses), and a JSON object jansson reads is completed by the recogniser unless it is
  * outside the recogniser's profile (json_grammar.h: depth, whitespace runs, \u escapes, bytes
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/json_grammar.h"
+#include "constrain/json_grammar.h"
 #include "json_mask_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/json_grammar.h"
+#include "constrain/json_grammar.h"
 #include "json_mask_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,4 +1,4 @@
-/* libFuzzer target for JSON Schema `pattern` compilation (decode/pattern.c): the input's first
+/* libFuzzer target for JSON Schema `pattern` compilation (constrain/pattern.c): the input's first
  * two bytes pick the length limits, the rest is the pattern. Compilation either succeeds or says
  * why; a compiled automaton's every reachable state can still reach an accepting one through
  * bytes a JSON string carries without \u escapes (the trimming masking relies on), and its start
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/pattern.h"
+#include "constrain/pattern.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-/* libFuzzer target for tool-call arguments (decode/tool_grammar.h): the input is a tools array
+/* libFuzzer target for tool-call arguments (constrain/tool_grammar.h): the input is a tools array
  * (OpenAI's JSON), a NUL byte, then one byte per generated token over a small vocabulary (JSON
  * and name fragments, the eight call markers, an end id, another special token). Building the
  * grammar either succeeds or names the problem; then, named after the first tool and for any
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/tool_grammar.h"
+#include "constrain/tool_grammar.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

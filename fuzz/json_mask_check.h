@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/json_grammar.h"
+#include "constrain/json_grammar.h"
 
 static void check_mask(nx_json_state *s, const uint8_t *bytes, size_t n, size_t limit) {
     static const char *const frag[] = {"{", "}", "\"", ":", ",", "1", "[", "]", " ", "\"a\":", "true", "null", "-2.5"};

@@ -85,7 +85,7 @@ typedef struct nx_logit_bias {
 
 /* JSON mode (OpenAI's response_format {"type": "json_object"}): each token's bytes, so that the
  * sampler can keep only the tokens that continue the output into one valid JSON object, and the
- * ids that end a generation, allowed only once the object is closed (src/decode/json_grammar.h
+ * ids that end a generation, allowed only once the object is closed (src/constrain/json_grammar.h
  * has the exact language). */
 typedef struct nx_json_vocab nx_json_vocab;
 /* A JSON Schema for JSON mode (OpenAI's response_format json_schema), compiled: the subset of
@@ -94,7 +94,7 @@ typedef struct nx_json_vocab nx_json_vocab;
  * required, additionalProperties false (or absent: no other keys either); items, minItems,
  * maxItems (up to 255); minLength, maxLength of strings (code points, up to 65535); minimum,
  * maximum, exclusiveMinimum, exclusiveMaximum of integers (within ±10^15); pattern of strings
- * (an ECMA-262 subset, src/decode/pattern.h) and format (date, time, date-time, uuid, ipv4,
+ * (an ECMA-262 subset, src/constrain/pattern.h) and format (date, time, date-time, uuid, ipv4,
  * email); enum and const of strings, booleans and null; $ref to #/$defs/NAME, #/definitions/NAME or #; anyOf / oneOf
  * whose branches start with different kinds of value; allOf of one schema; description, title,
  * default, examples, $schema, $id, strict, $comment are ignored. Any other keyword
@@ -112,8 +112,33 @@ nx_status nx_json_vocab_from_bytes(const char *const *tokens, const size_t *lens
 void nx_json_vocab_free(nx_json_vocab *v);
 
 /* Tool-call arguments under tool_choice "required" or a named function (Hy3's call syntax, each
- * value matching its property's schema; src/decode/tool_grammar.h has the exact language). */
+ * value matching its property's schema; src/constrain/tool_grammar.h has the exact language). */
 typedef struct nx_tool_grammar nx_tool_grammar;
+
+/* A logits processor: a constraint on the output that masks, at each row, the tokens that may
+ * not come next. The sampler runs its processors as an ordered list on every distribution it
+ * makes, drafts' and verification rows' alike, after the penalties and before the temperature;
+ * it advances them by each token the generation keeps and rewinds them with its history, so a
+ * processor's state is always that after the tokens advanced so far. For a row that follows
+ * n_extra drafts, the sampler advances the list by the drafts, masks, and rewinds it: a
+ * processor must return exactly to the state it had (what makes verification exact).
+ * JSON mode and tool-call mode (the fields of nx_sampler_params) are processors too
+ * (src/constrain/). A processor serves one sampler at a time; nx_sampler_new rewinds it to 0. */
+typedef struct nx_logits_proc_ops {
+    /* Sets the logits of the tokens not allowed next to -INFINITY (n_vocab of them); returns
+     * false when it masks nothing at this state (a constraint not yet in force). */
+    bool (*mask)(void *self, float *logits, int32_t n_vocab);
+    /* One more token of output. */
+    void (*advance)(void *self, int32_t id);
+    /* Back to the state after the first n tokens advanced (n <= the tokens advanced). */
+    void (*rewind)(void *self, size_t n);
+    /* Releases self (may be NULL when the caller frees it otherwise). */
+    void (*free)(void *self);
+} nx_logits_proc_ops;
+typedef struct nx_logits_proc {
+    const nx_logits_proc_ops *ops;
+    void *self;
+} nx_logits_proc;
 
 /* Sampler settings. Each feature is off at its neutral value. */
 typedef struct nx_sampler_params {
@@ -146,6 +171,10 @@ typedef struct nx_sampler_params {
     const int32_t *ban;
     size_t n_ban;
     int32_t ban_until;
+    /* More processors, run in this order after JSON or tool-call mode's; the caller keeps them
+     * alive while the sampler lives and frees them (nx_sampler_new copies the array). */
+    const nx_logits_proc *procs;
+    size_t n_procs;
 } nx_sampler_params;
 
 void nx_sampler_params_default(nx_sampler_params *p); /* greedy, everything off, seed 0 */

@@ -13,8 +13,9 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "decode/draft_auto.h"
 #include "decode/spec_rules.h"
-#include "model/model_internal.h"
+#include "model/step.h"
 
 #define AUTO_MAX_DRAFT 4
 #define AUTO_PROBE_FIRST 16   /* AR steps before the first probe once drafting is off ... */
@@ -50,7 +51,17 @@ typedef struct gen {
     int32_t ar_since_probe;
     int32_t since_ar; /* speculative cycles since the last plain step */
     nx_auto_state *a; /* the context's --draft auto measurements */
+    nx_traffic trunk_tr, mtp_tr; /* of the last trunk and MTP forwards (the context's sink) */
 } gen;
+
+nx_auto_state *nx_auto_of(nx_ctx *c) { return nx_ctx_decoder_slot(c, sizeof(nx_auto_state)); }
+
+static void on_forward(void *user, bool mtp, int32_t rows, const nx_traffic *t) {
+    gen *g = user;
+    (void)rows;
+    if (mtp) g->mtp_tr = *t;
+    else g->trunk_tr = *t;
+}
 
 static void hist_add(gen *g, int32_t slot, double dt) {
     int32_t *n = &g->a->hist_n[slot];
@@ -83,7 +94,7 @@ static void record_trunk_cost(gen *g, int32_t rows, double dt) {
         st->cost_rows[rows] += dt;
         st->cost_rows_n[rows]++;
     }
-    const nx_traffic *tr = &g->c->traffic;
+    const nx_traffic *tr = &g->trunk_tr;
     if (rows == 1) {
         st->n_ar_steps++;
         st->expert_bytes_ar += tr->expert_bytes;
@@ -106,7 +117,7 @@ static bool emit(gen *g, int32_t id, const float *probs) {
     g->toks[++g->L] = id;
     nx_sampler_accept(g->s, id);
     g->st->n_generated++;
-    bool eos = !g->p->ignore_eos && nx_model_is_eos(g->c->m, id);
+    bool eos = !g->p->ignore_eos && nx_model_is_eos(nx_ctx_model(g->c), id);
     for (size_t i = 0; i < g->p->n_stop_ids; i++) eos |= g->p->stop_ids[i] == id;
     if (g->on_token && g->on_token(g->user, id, probs)) g->stop = true;
     if (eos) {
@@ -226,13 +237,12 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
 
     /* Draft: catch the MTP cache up to row L-1 = (h[L-1], t[L]); its logits give q1. */
     double t0 = nx_now_s();
-    if (g->p->draft == NX_DRAFT_AUTO && c->mtp_past > 0 && L - c->mtp_past > AUTO_REFEED_MAX) {
+    const int32_t held = nx_mtp_n_past(c);
+    if (g->p->draft == NX_DRAFT_AUTO && held > 0 && L - held > AUTO_REFEED_MAX)
         /* After a long stretch of plain decoding, re-feeding every skipped row would cost more
          * than the drafts can win back: feed only the recent rows and attend from there. */
-        c->mtp_past = L - AUTO_REFEED_MAX;
-        c->mtp_lo = c->mtp_past;
-    }
-    int32_t before = c->mtp_past;
+        nx_mtp_skip_to(c, L - AUTO_REFEED_MAX);
+    int32_t before = nx_mtp_n_past(c);
     if (before >= L) return nx_fail(err, NX_E_STATE, "MTP cache (%d rows) ahead of the sequence (%d)", before, L);
     if ((s = nx_mtp_catch_up(c, &g->toks[before + 1], L, g->mlogits, false, err)) != NX_OK) return s;
     const double t_catch = nx_now_s() - t0;
@@ -241,8 +251,8 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     /* the steady-state head cost: a catch-up of one or two rows (longer ones follow plain
      * stretches and would overstate what drafting costs per cycle) */
     if (L - before <= 2) hist_add(g, 0, t_catch);
-    const double mtp_dense = (double)c->m->info.mtp_bytes_dense;
-    st->mtp_bytes += mtp_dense + c->traffic.expert_bytes; /* the last catch-up batch */
+    const double mtp_dense = (double)nx_model_get_info(nx_ctx_model(c))->mtp_bytes_dense;
+    st->mtp_bytes += mtp_dense + g->mtp_tr.expert_bytes; /* the last catch-up batch */
     int32_t n = 0;
     for (;;) {
         float *q = g->qprobs + (size_t)n * V;
@@ -258,18 +268,16 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
         n++;
         if (n == k) break;
         double tm = nx_now_s();
-        const float *hm = c->mtp_out + (size_t)(c->mtp_rows - 1) * (size_t)c->m->cfg.hidden_size;
-        if ((s = nx_forward_mtp(c, hm, &drafts[n - 1], 1, c->mtp_past, g->mlogits, 0, err)) != NX_OK)
-            return s;
+        if ((s = nx_mtp_draft_next(c, drafts[n - 1], g->mlogits, err)) != NX_OK) return s;
         const double t_row = nx_now_s() - tm;
         st->cost_mtp_row += t_row;
         st->cost_mtp_n++;
         hist_add(g, 0, t_row);
-        st->mtp_bytes += mtp_dense + c->traffic.expert_bytes;
+        st->mtp_bytes += mtp_dense + g->mtp_tr.expert_bytes;
     }
     double t1 = nx_now_s();
     st->t_draft += t1 - t0;
-    c->mtp_past = L; /* drop the provisional chain rows; committed rows stay */
+    nx_mtp_commit(c, L); /* drop the provisional chain rows; committed rows stay */
     if (n == 0) return ar_step(g, err);
 
     /* Verify: one trunk forward over [t_L, d1..dn]. */
@@ -325,7 +333,8 @@ static nx_status prefill(gen *g, int32_t from, size_t n_prompt, nx_error *err) {
     nx_ctx *c = g->c;
     int32_t done = from, n = (int32_t)n_prompt;
     while (done < n) {
-        int32_t T = n - done < c->n_batch ? n - done : c->n_batch;
+        const int32_t B = nx_ctx_n_batch(c);
+        int32_t T = n - done < B ? n - done : B;
         bool last = done + T == n;
         nx_status s = nx_forward_trunk(c, g->toks + done, T, last ? g->logits : NULL, T - 1, err);
         if (s != NX_OK) return s;
@@ -341,16 +350,16 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     memset(st, 0, sizeof *st);
     nx_status s = nx_sampler_params_check(&p->sampling, err);
     if (s != NX_OK) return s;
-    const nx_model *m = c->m;
-    const int32_t V = m->cfg.vocab_size;
+    const nx_model *m = nx_ctx_model(c);
+    const int32_t V = nx_model_get_info(m)->vocab_size, n_ctx = nx_ctx_n_ctx(c);
     if (n_prompt == 0) return nx_fail(err, NX_E_ARG, "empty prompt");
     if (p->max_tokens < 0) return nx_fail(err, NX_E_ARG, "max_tokens %d: must be >= 0", p->max_tokens);
     if (p->draft < NX_DRAFT_AUTO || p->draft > NX_MAX_DRAFT)
         return nx_fail(err, NX_E_ARG, "draft %d: must be auto, 0 or 1..%d", p->draft, NX_MAX_DRAFT);
     if (!(p->draft_p_min >= 0.0f && p->draft_p_min <= 1.0f))
         return nx_fail(err, NX_E_ARG, "draft_p_min %g: must be in [0, 1]", (double)p->draft_p_min);
-    if ((int64_t)n_prompt + 1 > c->n_ctx)
-        return nx_fail(err, NX_E_ARG, "prompt of %zu tokens does not fit the context of %d", n_prompt, c->n_ctx);
+    if ((int64_t)n_prompt + 1 > n_ctx)
+        return nx_fail(err, NX_E_ARG, "prompt of %zu tokens does not fit the context of %d", n_prompt, n_ctx);
     for (size_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
             return nx_fail(err, NX_E_ARG, "prompt token %zu: id %d out of range (vocabulary %d)", i, prompt[i], V);
@@ -363,14 +372,13 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     g.on_token = on_token;
     g.user = user;
     g.V = V;
-    g.a = &c->autos;
-    if (g.a->probe_every == 0) g.a->probe_every = AUTO_PROBE_FIRST;
-    g.toks = malloc(sizeof(int32_t) * ((size_t)c->n_ctx + NX_MAX_DRAFT + 2));
+    g.a = nx_auto_of(c);
+    g.toks = malloc(sizeof(int32_t) * ((size_t)n_ctx + NX_MAX_DRAFT + 2));
     g.logits = malloc(sizeof(float) * (size_t)V * (NX_MAX_DRAFT + 1));
     g.probs = malloc(sizeof(float) * (size_t)V * (NX_MAX_DRAFT + 1));
     g.qprobs = malloc(sizeof(float) * (size_t)V * NX_MAX_DRAFT);
     g.mlogits = malloc(sizeof(float) * (size_t)V);
-    if (!g.toks || !g.logits || !g.probs || !g.qprobs || !g.mlogits) {
+    if (!g.a || !g.toks || !g.logits || !g.probs || !g.qprobs || !g.mlogits) {
         s = nx_fail(err, NX_E_NOMEM, "out of memory");
         goto done;
     }
@@ -392,21 +400,23 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
             if (p->stop_ids[i] >= 0 && p->stop_ids[i] < V) ban[nb++] = p->stop_ids[i];
         sp.ban = ban, sp.n_ban = nb, sp.ban_until = p->min_tokens;
     }
+    if (g.a->probe_every == 0) g.a->probe_every = AUTO_PROBE_FIRST;
     s = nx_sampler_new(&sp, V, &g.s, err);
     free(ban);
     if (s != NX_OK) goto done;
     nx_sampler_set_prompt(g.s, prompt, n_prompt);
     memcpy(g.toks, prompt, sizeof(int32_t) * n_prompt);
     /* keep the cached rows of the longest common prefix, less the prompt's last token */
-    int32_t keep = 0;
-    while (keep < c->n_past && keep < (int32_t)n_prompt - 1 && c->tokens[keep] == prompt[keep]) keep++;
+    int32_t keep = nx_ctx_shared_prefix(c, prompt, (int32_t)n_prompt - 1);
     nx_ctx_truncate(c, keep);
-    c->mtp_past = c->mtp_lo = 0; /* the head's rows are rebuilt below, as after a fresh prefill */
+    nx_mtp_reset(c); /* the head's rows are rebuilt below, as after a fresh prefill */
+    const nx_fwd_sink sink = {on_forward, &g};
+    nx_ctx_set_sink(c, &sink);
     st->n_prompt = (int64_t)n_prompt;
     st->n_cached = keep;
 
     double t0 = nx_now_s();
-    const bool can_draft = m->w.has_mtp && p->draft != 0;
+    const bool can_draft = nx_model_has_mtp(m) && p->draft != 0;
     if ((s = prefill(&g, keep, n_prompt, err)) != NX_OK) goto done;
     /* The head's prefill: teacher-forced rows (h_p, t[p+1]) over the whole prompt, so its cache
      * holds the full context before the first draft (row n-1 waits for the sampled token). */
@@ -420,7 +430,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     emit(&g, target_draw(&g, g.probs), g.probs);
 
     while (!g.stop) {
-        int32_t room = c->n_ctx - g.L - 1; /* trunk rows still free after t_L */
+        int32_t room = n_ctx - g.L - 1; /* trunk rows still free after t_L */
         if (room < 0) break;
         int32_t k = can_draft ? (p->draft == NX_DRAFT_AUTO ? choose_k(&g) : p->draft) : 0;
         int32_t left = p->max_tokens - (int32_t)st->n_generated;
@@ -431,6 +441,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
         if (s != NX_OK) goto done;
     }
 done:
+    nx_ctx_set_sink(c, NULL);
     if (s == NX_OK && t1 > 0.0) st->t_decode = nx_now_s() - t1;
     nx_sampler_free(g.s);
     free(g.toks);

@@ -5,7 +5,7 @@
 #include "base/error.h"
 #include "decode/probe.h"
 #include "decode/spec_rules.h"
-#include "model/model_internal.h"
+#include "model/step.h"
 
 static int32_t argmax(const float *x, int64_t n) {
     int32_t b = 0;
@@ -31,11 +31,10 @@ static void score(nx_probe_result *res, int32_t j, const float *q_logits, const 
 
 static nx_status probe(nx_model *m, const int32_t *ids, size_t n, int32_t k, int32_t window,
                        const nx_sampler_params *sp, nx_probe_result *res, uint8_t *hits, nx_error *err) {
-    if (!m->w.has_mtp) return nx_fail(err, NX_E_STATE, "the model has no MTP head to probe");
+    if (!nx_model_has_mtp(m)) return nx_fail(err, NX_E_STATE, "the model has no MTP head to probe");
     if (k < 1 || k > NX_MAX_DRAFT) return nx_fail(err, NX_E_ARG, "probe depth %d: must be 1..%d", k, NX_MAX_DRAFT);
     if (window < k + 2) return nx_fail(err, NX_E_ARG, "probe window %d too small", window);
-    const int32_t V = m->cfg.vocab_size;
-    const size_t H = (size_t)m->cfg.hidden_size;
+    const int32_t V = nx_model_get_info(m)->vocab_size;
     res->k = k;
     nx_status st = NX_OK;
     nx_ctx *c = NULL;
@@ -72,15 +71,14 @@ static nx_status probe(nx_model *m, const int32_t *ids, size_t n, int32_t k, int
             continue;
         }
         for (int32_t p = 0; p + 2 < W; p++) {
-            if ((st = nx_mtp_catch_up(c, t + c->mtp_past + 1, p + 1, ml, false, err)) != NX_OK) goto done;
+            if ((st = nx_mtp_catch_up(c, t + nx_mtp_n_past(c) + 1, p + 1, ml, false, err)) != NX_OK) goto done;
             score(res, 0, ml, tl + (size_t)(p + 1) * V, t[p + 2], s, pbuf, qbuf, V,
                   hits ? hits + off + (size_t)p : NULL);
             for (int32_t j = 1; j < k && p + j + 2 < W; j++) {
-                const float *hm = c->mtp_out + (size_t)(c->mtp_rows - 1) * H;
-                if ((st = nx_forward_mtp(c, hm, &t[p + j + 1], 1, c->mtp_past, ml, 0, err)) != NX_OK) goto done;
+                if ((st = nx_mtp_draft_next(c, t[p + j + 1], ml, err)) != NX_OK) goto done;
                 score(res, j, ml, tl + (size_t)(p + j + 1) * V, t[p + j + 2], s, pbuf, qbuf, V, NULL);
             }
-            c->mtp_past = p + 1;
+            nx_mtp_commit(c, p + 1);
         }
     }
 done:

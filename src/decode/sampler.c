@@ -9,10 +9,11 @@
  *      logit > 0 ? logit / r : logit * r. Then presence and frequency (OpenAI rule) over generated
  *      tokens only: logit -= frequency * count + presence * [count > 0]. The `extra` tokens of a
  *      call count as generated for that call only (the drafts that precede a verify row).
- *      Then the masks set logits to -inf: JSON mode's (the tokens that cannot continue the text
- *      into one JSON object, or one matching the schema) or tool-call mode's, then the ban list
- *      (min_tokens' end tokens) while fewer than ban_until tokens are generated, unless it would
- *      leave no token a grammar allows (a complete object or call then ends early).
+ *      Then the logits processors, in order, set the logits of the tokens they forbid to -inf
+ *      (JSON mode's or tool-call mode's first, src/constrain/, then the caller's), each at its
+ *      state after the history and the extra tokens; then the ban list (min_tokens' end tokens)
+ *      while fewer than ban_until tokens are generated, unless it would leave no token a
+ *      processor allows (a complete object or call then ends early).
  *   2. Temperature. 0 means greedy: a one-hot at the argmax of the penalised logits, lowest id on
  *      ties; the filters below do not apply to it.
  *   3. Top-k: the k largest penalised logits; ties at the boundary go to the lower id.
@@ -33,15 +34,12 @@
  *
  * A sampler is not thread-safe: nx_sampler_probs borrows the count table for the extra tokens. */
 #include "base/error.h"
-#include "decode/json_grammar.h"
-#include "decode/tool_grammar.h"
+#include "constrain/procs.h"
 #include "decode/rng.h"
 #include "decode/spec_rules.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
-
-#define NX_JSON_CACHE 8 /* JSON mode: masks of recent recogniser states kept */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,23 +68,10 @@ struct nx_sampler {
     float *bias_of;       /* [vocab] each token's total bias, or NULL when there is none */
     sampler_cand *cand;   /* [vocab] candidates of the current call */
     double *dw;           /* [vocab] weights of the current call's tokens (no top-k) */
-    /* JSON mode */
-    nx_json_state js;     /* after the generated history */
-    bool js_on;           /* the mask applies (json_wait: once json_after was generated) */
-    uint8_t *allow;       /* [vocab] the tokens the mask keeps in the current call */
-    nx_tool_state ts;     /* tool-call mode: after the generated history */
-    /* masks of recent states: inside a string, or at the same place in a structure, the state
-     * repeats from token to token (compared whole: nx_json_init and nx_tool_init zero them,
-     * padding included); JSON or tool-call states, whichever mode is on */
-    struct {
-        union {
-            nx_json_state js;
-            nx_tool_state ts;
-        } st;
-        uint8_t *allow; /* [vocab], NULL while unused */
-        uint64_t used;
-    } jcache[NX_JSON_CACHE];
-    uint64_t jclock;
+    /* the logits processors in order, each advanced by the generated history; the first
+     * n_own (JSON or tool-call mode's, made from the parameters) are the sampler's to free */
+    nx_logits_proc *procs;
+    size_t n_procs, n_own;
 };
 
 /* ---------------------------------------------------------------- parameters */
@@ -145,6 +130,23 @@ nx_status nx_sampler_params_check(const nx_sampler_params *p, nx_error *err) {
 
 /* ---------------------------------------------------------------- lifetime */
 
+/* The list: the processors the json / tools fields make, then the caller's, all at state 0. */
+static nx_status sampler_procs(nx_sampler *s, const nx_sampler_params *p, nx_error *err) {
+    s->p.procs = NULL;
+    if (p->n_procs > 0 && !p->procs) return nx_fail(err, NX_E_ARG, "procs: %zu entries but no array", p->n_procs);
+    for (size_t i = 0; i < p->n_procs; i++)
+        if (!p->procs[i].ops || !p->procs[i].ops->mask || !p->procs[i].ops->advance || !p->procs[i].ops->rewind)
+            return nx_fail(err, NX_E_ARG, "procs[%zu]: mask, advance and rewind are required", i);
+    if (!(s->procs = malloc((p->n_procs + 1) * sizeof *s->procs)))
+        return nx_fail(err, NX_E_NOMEM, "sampler: out of memory");
+    nx_status st = nx_constrain_procs(p, s->vocab, s->procs, &s->n_own, err);
+    if (st != NX_OK) return st;
+    if (p->n_procs) memcpy(s->procs + s->n_own, p->procs, p->n_procs * sizeof *s->procs);
+    s->n_procs = s->n_own + p->n_procs;
+    for (size_t i = 0; i < s->n_procs; i++) s->procs[i].ops->rewind(s->procs[i].self, 0);
+    return NX_OK;
+}
+
 nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_sampler **out,
                          nx_error *err) {
     nx_sampler *s = NULL;
@@ -196,14 +198,9 @@ nx_status nx_sampler_new(const nx_sampler_params *p, int32_t vocab_size, nx_samp
         memcpy(s->ban, p->ban, p->n_ban * sizeof *s->ban);
         s->p.ban = s->ban;
     }
-    if (p->tools) {
-        s->p.json = NULL;
-        if (!(s->allow = malloc(v))) goto nomem;
-        nx_tool_init(p->tools, &s->ts);
-    } else if (p->json) {
-        if (!(s->allow = malloc(v))) goto nomem;
-        nx_json_init_schema(&s->js, s->p.json_schema);
-        s->js_on = !p->json_wait;
+    if ((st = sampler_procs(s, p, err)) != NX_OK) {
+        nx_sampler_free(s);
+        return st;
     }
     *out = s;
     return NX_OK;
@@ -224,9 +221,10 @@ void nx_sampler_free(nx_sampler *s) {
     free(s->dw);
     free(s->bias);
     free(s->bias_of);
-    free(s->allow);
     free(s->ban);
-    for (int i = 0; i < NX_JSON_CACHE; i++) free(s->jcache[i].allow);
+    for (size_t i = 0; i < s->n_own; i++)
+        if (s->procs[i].ops->free) s->procs[i].ops->free(s->procs[i].self);
+    free(s->procs);
     free(s);
 }
 
@@ -244,43 +242,18 @@ static bool sampler_in_prompt(const nx_sampler *s, int32_t id) {
     return (s->in_prompt[id >> 3] >> (id & 7)) & 1;
 }
 
-/* JSON mode: the state after one more token (a token that is not text kills it, unless it ends
- * the generation). */
-static void json_advance(const nx_sampler *s, nx_json_state *st, bool *on, int32_t id) {
-    const nx_json_vocab *v = s->p.json;
-    if (!*on) {
-        *on = s->p.json_wait && id == s->p.json_after;
-        return;
+/* The processors after the history and then the n extra tokens: advanced by them (a verify
+ * row's drafts), masked, and rewound to the history, so each mask is at the state the drafts
+ * would give and the list is left as it was. Returns whether any processor masked. */
+static bool procs_mask(nx_sampler *s, float *x, const int32_t *extra, size_t n_extra) {
+    bool any = false;
+    for (size_t i = 0; i < s->n_procs; i++) {
+        const nx_logits_proc *lp = &s->procs[i];
+        for (size_t j = 0; j < n_extra; j++) lp->ops->advance(lp->self, extra[j]);
+        any |= lp->ops->mask(lp->self, x, s->vocab);
+        if (n_extra) lp->ops->rewind(lp->self, s->n_gen);
     }
-    if (id >= 0 && id < v->n && v->bytes[id] && v->len[id] > 0) nx_json_feed(st, v->bytes[id], v->len[id]);
-    else if (!(id >= 0 && id < v->n && v->end[id])) nx_json_step(st, 0);
-}
-
-/* Tool-call mode: the state after one more token. */
-static void tool_advance(const nx_sampler *s, nx_tool_state *st, int32_t id) {
-    nx_tool_step(s->p.tools, st, id);
-}
-
-/* The mask at state st (a JSON state, or in tool-call mode a tool-call one): a cached one, or
- * computed into the least recently used slot (into s->allow when a slot cannot be allocated). */
-static const uint8_t *mode_mask(nx_sampler *s, const void *st) {
-    const size_t size = s->p.tools ? sizeof(nx_tool_state) : sizeof(nx_json_state);
-    int lru = 0;
-    for (int i = 0; i < NX_JSON_CACHE; i++) {
-        if (s->jcache[i].allow && memcmp(&s->jcache[i].st, st, size) == 0) {
-            s->jcache[i].used = ++s->jclock;
-            return s->jcache[i].allow;
-        }
-        if (s->jcache[i].used < s->jcache[lru].used) lru = i;
-    }
-    uint8_t *allow = s->jcache[lru].allow;
-    if (!allow && !(allow = s->jcache[lru].allow = malloc((size_t)s->vocab))) allow = s->allow;
-    if (s->p.tools) nx_tool_allowed(s->p.tools, st, s->vocab, allow);
-    else nx_json_allowed(s->p.json, st, s->vocab, allow);
-    if (allow == s->allow) return allow;
-    memcpy(&s->jcache[lru].st, st, size);
-    s->jcache[lru].used = ++s->jclock;
-    return allow;
+    return any;
 }
 
 /* Replaces the prompt; generated history is untouched. Out-of-range ids are ignored. */
@@ -314,8 +287,7 @@ void nx_sampler_accept(nx_sampler *s, int32_t id) {
     }
     s->gen[s->n_gen++] = id;
     if (sampler_valid_id(s, id)) s->counts[id]++;
-    if (s->p.tools) tool_advance(s, &s->ts, id);
-    else if (s->p.json) json_advance(s, &s->js, &s->js_on, id);
+    for (size_t i = 0; i < s->n_procs; i++) s->procs[i].ops->advance(s->procs[i].self, id);
 }
 
 size_t nx_sampler_n_generated(const nx_sampler *s) {
@@ -329,14 +301,7 @@ void nx_sampler_rewind(nx_sampler *s, size_t n) {
         int32_t id = s->gen[--s->n_gen];
         if (sampler_valid_id(s, id)) s->counts[id]--;
     }
-    if (s->p.tools) { /* replay what is left */
-        nx_tool_init(s->p.tools, &s->ts);
-        for (size_t i = 0; i < s->n_gen; i++) tool_advance(s, &s->ts, s->gen[i]);
-    } else if (s->p.json) {
-        nx_json_init_schema(&s->js, s->p.json_schema);
-        s->js_on = !s->p.json_wait;
-        for (size_t i = 0; i < s->n_gen; i++) json_advance(s, &s->js, &s->js_on, s->gen[i]);
-    }
+    for (size_t i = 0; i < s->n_procs; i++) s->procs[i].ops->rewind(s->procs[i].self, n);
 }
 
 /* ---------------------------------------------------------------- penalties */
@@ -634,24 +599,11 @@ void nx_sampler_probs(nx_sampler *s, const float *logits, const int32_t *extra, 
     if (!extra) n_extra = 0;
     sampler_penalise(s, logits, extra, n_extra);
     float *x = s->work;
-    const uint8_t *allow = NULL;
-    if (s->p.tools) { /* tool-call mode's mask, at the state after the history and the extra tokens */
-        nx_tool_state st = s->ts;
-        for (size_t i = 0; i < n_extra; i++) tool_advance(s, &st, extra[i]);
-        allow = mode_mask(s, &st);
-    } else if (s->p.json) { /* JSON mode's */
-        nx_json_state st = s->js;
-        bool on = s->js_on;
-        for (size_t i = 0; i < n_extra; i++) json_advance(s, &st, &on, extra[i]);
-        if (on) allow = mode_mask(s, &st);
-    }
-    if (allow)
-        for (int32_t i = 0; i < V; i++)
-            if (!allow[i]) x[i] = -INFINITY;
+    const bool masked = procs_mask(s, x, extra, n_extra);
     /* min_tokens' ban, unless it would leave nothing: where a grammar allows only the end (the
      * object or the calls are complete), the end comes early rather than text that breaks them */
     if (s->p.n_ban > 0 && s->n_gen + n_extra < (size_t)(s->p.ban_until > 0 ? s->p.ban_until : 0)) {
-        bool left = !allow; /* without a grammar the ban always applies */
+        bool left = !masked; /* without a processor's mask the ban always applies */
         for (int32_t i = 0; !left && i < V; i++) left = x[i] > -INFINITY && !is_banned(s, i);
         if (left)
             for (size_t i = 0; i < s->p.n_ban; i++) x[s->p.ban[i]] = -INFINITY;

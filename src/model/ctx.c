@@ -155,6 +155,7 @@ void nx_ctx_free(nx_ctx *c) {
                      c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye, c->rope};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tokens);
+    free(c->slot);
     free(c->sel);
     free(c->prev_sel);
     free(c->rows);
@@ -178,13 +179,60 @@ void nx_kv_copy_rows(const nx_ctx *c, nx_kv kv, void *saved, int32_t stride, int
     }
 }
 
-void nx_ctx_reset_auto(nx_ctx *c) { memset(&c->autos, 0, sizeof c->autos); }
+void nx_ctx_reset_auto(nx_ctx *c) {
+    if (c->slot) memset(c->slot, 0, c->slot_size);
+}
+
+void *nx_ctx_decoder_slot(nx_ctx *c, size_t size) {
+    if (c->slot && c->slot_size == size) return c->slot;
+    free(c->slot);
+    c->slot = calloc(1, size ? size : 1);
+    c->slot_size = c->slot ? size : 0;
+    return c->slot;
+}
+
+void nx_ctx_set_sink(nx_ctx *c, const nx_fwd_sink *sink) {
+    if (sink) c->sink = *sink;
+    else memset(&c->sink, 0, sizeof c->sink);
+}
+
+nx_model *nx_ctx_model(const nx_ctx *c) { return c->m; }
+int32_t nx_ctx_n_batch(const nx_ctx *c) { return c->n_batch; }
+bool nx_model_has_mtp(const nx_model *m) { return m->w.has_mtp; }
+
+int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n) {
+    int32_t k = 0;
+    while (k < c->n_past && k < n && c->tokens[k] == tokens[k]) k++;
+    return k;
+}
+
+/* ---------------------------------------------------------------- the MTP head's cache */
+
+int32_t nx_mtp_n_past(const nx_ctx *c) { return c->mtp_past; }
+
+nx_status nx_mtp_draft_next(nx_ctx *c, int32_t token, float *logits, nx_error *err) {
+    if (c->mtp_rows <= 0) return nx_fail(err, NX_E_STATE, "MTP draft: the head has no output row to chain on");
+    const float *h = c->mtp_out + (size_t)(c->mtp_rows - 1) * (size_t)c->m->cfg.hidden_size;
+    return nx_forward_mtp(c, h, &token, 1, c->mtp_past, logits, 0, err);
+}
+
+void nx_mtp_commit(nx_ctx *c, int32_t n) {
+    if (n < 0) n = 0;
+    if (c->mtp_past > n) c->mtp_past = n;
+    if (c->mtp_lo > c->mtp_past) c->mtp_lo = c->mtp_past;
+}
+
+void nx_mtp_skip_to(nx_ctx *c, int32_t first) {
+    if (first < 0) first = 0;
+    c->mtp_past = c->mtp_lo = first;
+}
+
+void nx_mtp_reset(nx_ctx *c) { c->mtp_past = c->mtp_lo = 0; }
 
 void nx_ctx_truncate(nx_ctx *c, int32_t n) {
     if (n < 0) n = 0;
     if (c->n_past > n) c->n_past = n;
-    if (c->mtp_past > n) c->mtp_past = n;
-    if (c->mtp_lo > c->mtp_past) c->mtp_lo = c->mtp_past;
+    nx_mtp_commit(c, n);
     if (n == 0) {
         /* forget routing memory so overlap statistics restart with the sequence */
         size_t k = c->m->cfg.top_k > 0 ? (size_t)c->m->cfg.top_k : 1;

@@ -668,6 +668,7 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
         c->traffic.phase_bytes[NX_PHASE_HEAD] += (double)nx_linear_bytes(&m->w.lm_head);
     }
     c->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
+    if (c->sink.forward) c->sink.forward(c->sink.user, false, T, &c->traffic);
     return NX_OK;
 }
 
@@ -718,5 +719,6 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
         for (int32_t r = 0; r < R - logits_from; r++)
             for (int32_t i = m->draft_vocab; i < V; i++) logits[(size_t)r * V + i] = -INFINITY;
     }
+    if (c->sink.forward) c->sink.forward(c->sink.user, true, R, &c->traffic);
     return NX_OK;
 }

@@ -1,11 +1,13 @@
 /* Internal state of a loaded model and of a decoding context, shared by the forward pass
- * and the MTP head (forward.c), loading (model.c) and decoding (src/decode/). */
+ * and the MTP head (forward.c), contexts (ctx.c), loading (model.c), prompt caches and state
+ * files. Decoding (src/decode/) sees only model/step.h. */
 #ifndef NX_MODEL_INTERNAL_H
 #define NX_MODEL_INTERNAL_H
 
 #include "base/pool.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "model/step.h"
 #include "nextn.h"
 
 /* Experts whose matmuls one parallel job holds (more are processed in several jobs). */
@@ -35,30 +37,6 @@ typedef struct nx_kv {
     void *k, *v;
 } nx_kv;
 
-/* Per-forward traffic and time, accumulated over the layers of one forward call. */
-typedef struct nx_traffic {
-    double expert_bytes;   /* routed + shared expert weight bytes read */
-    int64_t experts_touched; /* distinct routed experts, summed over layers */
-    int64_t overlap;       /* shared top-k experts between consecutive rows, summed */
-    int64_t overlap_pairs;
-    /* wall seconds and weight bytes of each part of the forward (NX_PHASE_*) */
-    double phase_s[NX_PHASES], phase_bytes[NX_PHASES];
-} nx_traffic;
-
-/* What --draft auto has measured on a context (decode/generate.c), kept across generations:
- * costs belong to the model and the machine, not to a request, so later requests start from
- * them instead of paying for the exploration again (nx_ctx_reset_auto forgets them). */
-#define NX_AUTO_COST_WINDOW 15 /* samples per median */
-typedef struct nx_auto_state {
-    /* recent costs (seconds) of r-row trunk forwards (slot r = 1..NX_MAX_DRAFT+1) and of MTP
-     * forwards (slot 0): the choice works on their medians, robust to page faults, warm-up and
-     * other processes' bursts */
-    double hist[NX_MAX_DRAFT + 2][NX_AUTO_COST_WINDOW];
-    int32_t hist_n[NX_MAX_DRAFT + 2];
-    double acc_n[NX_MAX_DRAFT], acc_d[NX_MAX_DRAFT]; /* acceptance per chain position (decayed counts) */
-    int32_t probe_every; /* plain steps between probes while drafting does not pay (0: not set yet) */
-} nx_auto_state;
-
 struct nx_ctx {
     nx_model *m;
     int32_t n_ctx;   /* positions the caches hold */
@@ -73,8 +51,10 @@ struct nx_ctx {
     size_t kv_arena_bytes;
     int32_t mtp_past; /* rows in the MTP cache */
     int32_t mtp_lo;   /* first MTP row attended: > 0 after a long stretch of plain decoding was
-                         skipped rather than re-fed (see generate.c) */
-    nx_auto_state autos; /* --draft auto's measurements */
+                         skipped rather than re-fed (nx_mtp_skip_to) */
+    void *slot;       /* the decoder's block (nx_ctx_decoder_slot), slot_size bytes */
+    size_t slot_size;
+    nx_fwd_sink sink; /* telemetry (sink.forward NULL: none) */
 
     /* Trunk hidden per position, the one the MTP is fed (post- or pre-final-norm): [n_ctx, H];
        in kv_arena */
@@ -123,24 +103,11 @@ static inline void *nx_kv_row(const nx_ctx *c, void *cache, int64_t h, int64_t p
  * rows][head_dim] (the prompt cache's entries, state files). */
 void nx_kv_copy_rows(const nx_ctx *c, nx_kv kv, void *saved, int32_t stride, int32_t n, bool to_saved);
 
-/* rows = T: runs the trunk over tokens at positions n_past..n_past+T-1 (T ≤ n_batch), appends
- * to the caches, stores the MTP-fed hidden by position, and computes logits for rows
- * [logits_from, T) into logits (row-major, (T - logits_from, V)); logits may be NULL. */
-nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *logits,
-                           int32_t logits_from, nx_error *err);
-
 /* MTP rows: row r = (hidden[r], token[r], position pos0 + r); writes the MTP cache at those
  * positions (the cache must hold exactly pos0 rows), logits of rows [logits_from, R) into
  * logits if non-NULL, and the hidden to feed back when chaining into c->mtp_out (R, H).
  * R ≤ n_batch. */
 nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, int32_t R,
                          int32_t pos0, float *logits, int32_t logits_from, nx_error *err);
-
-/* Brings the MTP cache up to the trunk: rows p = mtp_past .. upto-1 pair the stored trunk
- * hidden at p with next_tokens[p - mtp_past] (= t[p+1]), at position p, in batches. With
- * all_logits, logits of every row go to logits[(p - first) * V]; otherwise only the last
- * row's logits go to logits[0]. logits may be NULL. */
-nx_status nx_mtp_catch_up(nx_ctx *c, const int32_t *next_tokens, int32_t upto, float *logits,
-                          bool all_logits, nx_error *err);
 
 #endif

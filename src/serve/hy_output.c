@@ -10,7 +10,7 @@
 #include <strings.h>
 
 #include "base/strbuf.h"
-#include "decode/tool_grammar.h"
+#include "constrain/tool_grammar.h"
 
 /* Each marker as its opening ("<" or "</") and name: "<" name suffix ">". */
 static const char *const marker_open[NX_HY_N_MARKERS] = {

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "base/strbuf.h"
-#include "decode/tool_grammar.h"
+#include "constrain/tool_grammar.h"
 #include "serve/hy_output.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"

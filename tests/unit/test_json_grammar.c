@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/json_grammar.h"
+#include "constrain/json_grammar.h"
 #include "nextn.h"
 #include "regex_oracle.h"
 

@@ -1,4 +1,4 @@
-/* JSON Schema `pattern` automata (decode/pattern.c) against PCRE2, an independent regex engine:
+/* JSON Schema `pattern` automata (constrain/pattern.c) against PCRE2, an independent regex engine:
  * hand-checked examples, refused syntax, and random patterns over a small alphabet on which
  * PCRE2's semantics (UTF, ECMA-262's \u and \x escapes, `$` only at the end, `.` stopping at \r and
  * \n) equal ECMA-262's. */
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/pattern.h"
+#include "constrain/pattern.h"
 #include "regex_oracle.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;

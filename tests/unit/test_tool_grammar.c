@@ -1,4 +1,4 @@
-/* Tool-call arguments (decode/tool_grammar.h): calls the recogniser accepts and refuses, written
+/* Tool-call arguments (constrain/tool_grammar.h): calls the recogniser accepts and refuses, written
  * token by token on a small vocabulary; random walks it drives itself, each read back by the
  * server's own call parser (serve/hy_output.h) and checked against the tools' schemas by hand;
  * the mask agreeing with the step function on every token; and the sampler under the grammar. */
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode/tool_grammar.h"
+#include "constrain/tool_grammar.h"
 #include "nextn.h"
 #include "serve/hy_output.h"
 

@@ -15,8 +15,8 @@
  * counts), and it is trimmed: every state it can be in still has a way to an accepted end using
  * only characters a JSON string can hold without a \u escape, so masking never leads into a dead
  * end. */
-#ifndef NX_DECODE_PATTERN_H
-#define NX_DECODE_PATTERN_H
+#ifndef NX_CONSTRAIN_PATTERN_H
+#define NX_CONSTRAIN_PATTERN_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -21,8 +21,8 @@
  * oneOf node hands a value to every branch its first byte can start, each followed as its own
  * path (nx_json_state), so the automaton never needs to backtrack. oneOf is taken as anyOf (as
  * llama.cpp's grammars take it): a value two of its branches accept is allowed. */
-#ifndef NX_DECODE_JSON_GRAMMAR_H
-#define NX_DECODE_JSON_GRAMMAR_H
+#ifndef NX_CONSTRAIN_JSON_GRAMMAR_H
+#define NX_CONSTRAIN_JSON_GRAMMAR_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* Tool-call arguments: the recogniser (see tool_grammar.h) and the argument types the server's
  * call parser reads values by. */
-#include "decode/tool_grammar.h"
+#include "constrain/tool_grammar.h"
 
 #include <ctype.h>
 #include <stddef.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "decode/pattern.h"
+#include "constrain/pattern.h"
 
 /* ---------------------------------------------------------------- argument types */
 

@@ -1,5 +1,5 @@
 /* JSON mode: the recogniser (see json_grammar.h) and the vocabulary tables it masks with. */
-#include "decode/json_grammar.h"
+#include "constrain/json_grammar.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
-#include "decode/pattern.h"
+#include "constrain/pattern.h"
 
 /* ---------------------------------------------------------------- compiled schemas */
 

@@ -1,7 +1,7 @@
 /* JSON Schema `pattern`: parser (ECMA-262 subset, see pattern.h) -> Thompson NFA over UTF-8 bytes
  * -> subset construction, with the string's code-point count as part of each state -> trimmed
  * DFA on byte classes. */
-#include "decode/pattern.h"
+#include "constrain/pattern.h"
 
 #include <stdarg.h>
 #include <stdbool.h>

@@ -21,14 +21,14 @@
  * compiler refuses keep their keys' order and names but take any text as values; parameters
  * without properties take any keys (up to 128 bytes) and text. Text (raw values, free keys) is
  * whole UTF-8 characters without NUL, as the parser needs it to keep a pair. */
-#ifndef NX_DECODE_TOOL_GRAMMAR_H
-#define NX_DECODE_TOOL_GRAMMAR_H
+#ifndef NX_CONSTRAIN_TOOL_GRAMMAR_H
+#define NX_CONSTRAIN_TOOL_GRAMMAR_H
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "decode/json_grammar.h"
+#include "constrain/json_grammar.h"
 #include "nextn.h"
 
 /* The types an argument's value may take, as vLLM's hy_v3 tool parser reads a property schema:
