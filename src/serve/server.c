@@ -711,7 +711,9 @@ static void run_slot(nx_server *s, job *j) {
         /* a directory (or a device, a socket) of that name is the client's choice of name */
         if (lstat(j->slot_path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
             st = nx_fail(&err, NX_E_ARG, "state file %s: exists and is not a regular file", j->slot_path);
-        else st = nx_state_save(s->ctx, j->slot_path, -1, &res->n, &res->bytes, &err);
+        else if ((st = nx_slot_quota_check(s->slot_dir, (uint64_t)nx_state_file_bytes(s->ctx, -1),
+                                           s->o.slot_save_quota, &err)) == NX_OK)
+            st = nx_state_save(s->ctx, j->slot_path, -1, &res->n, &res->bytes, &err);
         break;
     case NX_SLOT_RESTORE:
         /* the rows the restore replaces go into the prompt cache, as a request's would */
@@ -722,6 +724,8 @@ static void run_slot(nx_server *s, job *j) {
     case NX_SLOT_ERASE:
         res->n = nx_ctx_n_past(s->ctx);
         nx_ctx_truncate(s->ctx, 0);
+        nx_prompt_cache_clear(s->pcache); /* erased means gone: no entry brings the rows back */
+        publish_cache_stats(s);
         break;
     }
     res->ms = (nx_now_s() - t0) * 1e3;
@@ -1419,6 +1423,7 @@ static json_t *slot_json(nx_server *s) {
         s->o.verify == NX_VERIFY_MATCH ? "match" : "residual", "speculative.n_max",
         draft == NX_DRAFT_AUTO ? NX_MAX_DRAFT : (int)draft);
     nx_oai_request_free(&r);
+    if (slot && s->slot_dir) nx_slot_quota_json(slot, s->slot_dir, s->o.slot_save_quota);
     return slot;
 }
 
@@ -1610,6 +1615,7 @@ void nx_server_opts_default(nx_server_opts *o) {
     o->verify = NX_VERIFY_RESIDUAL;
     o->split_reasoning = true;
     o->cache_ram = (size_t)1024 << 20;
+    o->slot_save_quota = NX_SLOT_SAVE_QUOTA_DEFAULT;
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
