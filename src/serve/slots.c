@@ -125,7 +125,8 @@ char *nx_slot_response_json(const nx_slot_request *r, const nx_slot_result *res)
 nx_status nx_slot_dir_bytes(const char *dir, uint64_t *bytes, nx_error *err) {
     *bytes = 0;
     DIR *d = opendir(dir);
-    if (!d) return nx_fail(err, NX_E_IO, "slot directory %s: %s", dir, strerror(errno));
+    /* the directory is not named: the message may reach clients, the server's paths are not theirs */
+    if (!d) return nx_fail(err, NX_E_IO, "the slot directory cannot be read: %s", strerror(errno));
     const int dfd = dirfd(d);
     for (struct dirent *e; (e = readdir(d));) {
         struct stat sb;
