@@ -272,6 +272,12 @@ void nx_load_params_default(nx_load_params *p);
 /* Loads a checkpoint directory (config.json + *.safetensors [+ tokenizer.json]). */
 nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out, nx_error *err);
 void nx_model_free(nx_model *m);
+/* Whether the checkpoint files the weights are mapped from are still the ones loaded (same size
+ * and modification time of the loaded inode). A file overwritten or truncated in place is NX_E_IO
+ * "model file X changed on disk since load; ... replace checkpoints by rename": its mapping no
+ * longer holds the loaded weights, and reading past a truncation raises SIGBUS. nx_generate calls
+ * it before every generation. */
+nx_status nx_model_check_files(const nx_model *m, nx_error *err);
 
 typedef struct nx_model_info {
     const char *family;       /* "hy_v3" */
@@ -432,6 +438,8 @@ int32_t nx_prompt_cache_prepare(nx_prompt_cache *pc, nx_ctx *c, const int32_t *p
 /* Saves the context's rows (at least 16) into the cache as nx_prompt_cache_prepare does before a
  * request replaces them: for callers about to replace them otherwise (loading a state file). */
 void nx_prompt_cache_keep(nx_prompt_cache *pc, const nx_ctx *c);
+/* Drops every entry (a slot's erase: the erased rows must not come back from the cache). */
+void nx_prompt_cache_clear(nx_prompt_cache *pc);
 void nx_prompt_cache_get_stats(const nx_prompt_cache *pc, nx_prompt_cache_stats *st);
 
 /* ---------------------------------------------------------------- state files */
@@ -448,6 +456,8 @@ void nx_prompt_cache_get_stats(const nx_prompt_cache *pc, nx_prompt_cache_stats 
  * (either may be NULL) receive the rows written and the file's size. */
 nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n_saved, int64_t *bytes,
                         nx_error *err);
+/* The size of the file nx_state_save(c, path, n, ...) would write. */
+int64_t nx_state_file_bytes(const nx_ctx *c, int32_t n);
 /* Loads the state file at path into c, which then holds its rows (at most the context's size:
  * the longest prefix that fits). A file that is not a state file, was saved from another model
  * or with another KV element type, is truncated or corrupt, or holds out-of-range tokens is an

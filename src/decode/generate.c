@@ -363,6 +363,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     for (size_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
             return nx_fail(err, NX_E_ARG, "prompt token %zu: id %d out of range (vocabulary %d)", i, prompt[i], V);
+    if ((s = nx_model_check_files(m, err)) != NX_OK) return s;
 
     gen g = {0};
     double t1 = 0.0;

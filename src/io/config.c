@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "kernels/kernels.h"
 
 typedef struct parser {
@@ -447,15 +448,9 @@ nx_status nx_config_parse(const char *json, size_t len, const char *name, nx_con
 
 nx_status nx_config_load(const char *path, nx_config *cfg, nx_error *err) {
     memset(cfg, 0, sizeof *cfg);
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        /* jansson reports a missing file as a parse error; tell the two apart */
-        FILE *f = fopen(path, "rb");
-        if (!f) return nx_fail(err, NX_E_IO, "%s: cannot open", path);
-        fclose(f);
-        return nx_fail(err, NX_E_CONFIG, "%s: not valid JSON (%s, line %d)", path, je.text, je.line);
-    }
+    json_t *root;
+    const nx_status ls = nx_file_load_json(path, JSON_REJECT_DUPLICATES, &root, err);
+    if (ls != NX_OK) return ls == NX_E_FORMAT ? NX_E_CONFIG : ls;
     nx_status st = parse_json(root, path, cfg, err);
     json_decref(root);
     return st;

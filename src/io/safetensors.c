@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
+
 /* ================================================================ header parsing */
 
 static uint64_t read_le64(const uint8_t *p) {
@@ -301,6 +303,8 @@ typedef struct st_file {
     char *name; /* base name */
     uint8_t *map;
     size_t size;
+    int fd;             /* kept open while mapped: its inode is the one mapped (nx_store_check) */
+    struct stat loaded; /* its fstat at load */
     nx_tensor *tensors;
     size_t n;
 } st_file;
@@ -327,7 +331,10 @@ void nx_store_free(nx_store *st) {
     for (int i = 0; i < st->n_files; i++) {
         st_file *f = &st->files[i];
         nx_safetensors_free_parsed(f->tensors, f->n);
-        if (f->map) munmap(f->map, f->size);
+        if (f->map) {
+            munmap(f->map, f->size);
+            close(f->fd);
+        }
         free(f->name);
     }
     free(st->files);
@@ -384,21 +391,21 @@ static char *path_join(const char *dir, const char *name) {
 }
 
 static nx_status map_file(const char *path, st_file *f, nx_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nx_fail(err, NX_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return nx_fail(err, NX_E_IO, "%s: not a regular file", path);
-    }
+    nx_status s = nx_file_open_regular(path, 0, &fd, &sb, err);
+    if (s != NX_OK) return s;
     if (sb.st_size < 8) {
         close(fd);
         return nx_fail(err, NX_E_FORMAT, "%s: %lld bytes, too short for a safetensors header", path,
                        (long long)sb.st_size);
     }
     void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) return nx_fail(err, NX_E_IO, "%s: mmap failed: %s", path, strerror(errno));
+    if (m == MAP_FAILED) {
+        const int e = errno;
+        close(fd);
+        return nx_fail(err, NX_E_IO, "%s: mmap failed: %s", path, strerror(e));
+    }
     /* Huge pages where the kernel can: a file system that caches files in large folios then
      * reads the file in 2 MB folios, and the kernel maps them with 2 MB page-table entries (the
      * TLB then covers the whole model; 4-bit decode streams ~3% faster). Only a hint. */
@@ -416,15 +423,16 @@ static nx_status map_file(const char *path, st_file *f, nx_error *err) {
     }
     f->map = m;
     f->size = (size_t)sb.st_size;
+    f->fd = fd;
+    f->loaded = sb;
     return NX_OK;
 }
 
 /* Loads the index (kept for check_index) and adds every file its weight_map names. */
 static nx_status read_index(const char *path, json_t **root_out, name_list *files, nx_error *err) {
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return nx_fail(err, NX_E_FORMAT, "%s: not valid JSON (%s, line %d)", path, je.text, je.line);
+    json_t *root;
+    nx_status s = nx_file_load_json(path, JSON_REJECT_DUPLICATES, &root, err);
+    if (s != NX_OK) return s;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(root) || !json_is_object(wm)) {
         json_decref(root);
@@ -600,3 +608,20 @@ const char *nx_store_dir(const nx_store *st) { return st ? st->dir : NULL; }
 uint64_t nx_store_mapped_bytes(const nx_store *st) { return st ? st->mapped : 0; }
 
 uint64_t nx_store_tensor_bytes(const nx_store *st) { return st ? st->tensor_bytes : 0; }
+
+nx_status nx_store_check(const nx_store *st, nx_error *err) {
+    for (int i = 0; i < st->n_files; i++) {
+        const st_file *f = &st->files[i];
+        struct stat now = {0};
+        if (!f->map) continue;
+        const bool same = fstat(f->fd, &now) == 0 && now.st_size == f->loaded.st_size &&
+                          now.st_mtim.tv_sec == f->loaded.st_mtim.tv_sec &&
+                          now.st_mtim.tv_nsec == f->loaded.st_mtim.tv_nsec;
+        if (!same)
+            return nx_fail(err, NX_E_IO,
+                           "model file %s/%s changed on disk since load (%lld bytes then, %lld now); the mapped "
+                           "weights are no longer what was loaded: restart, and replace checkpoints by rename",
+                           st->dir, f->name, (long long)f->loaded.st_size, (long long)now.st_size);
+    }
+    return NX_OK;
+}

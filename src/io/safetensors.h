@@ -72,6 +72,12 @@ const char *nx_store_file_of(const nx_store *st, const nx_tensor *t);
 /* The directory the store was opened from. */
 const char *nx_store_dir(const nx_store *st);
 
+/* Whether every mapped file is still the one loaded: the same inode (the descriptor stays open,
+ * so a checkpoint replaced by rename does not count) with the same size and modification time.
+ * A file overwritten or truncated in place is NX_E_IO naming it (reading a truncated mapping
+ * would raise SIGBUS). One fstat per file. */
+nx_status nx_store_check(const nx_store *st, nx_error *err);
+
 /* Total bytes mapped (all files, headers included) and total tensor bytes. */
 uint64_t nx_store_mapped_bytes(const nx_store *st);
 uint64_t nx_store_tensor_bytes(const nx_store *st);

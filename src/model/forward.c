@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "base/error.h"
 #include "io/quantize.h"
+#include "model/validate.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
 
@@ -666,6 +667,11 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
         nx_matmul(&m->w.lm_head, c->hpost + (size_t)logits_from * H, H, T - logits_from, logits, V,
                   m->pool);
         c->traffic.phase_bytes[NX_PHASE_HEAD] += (double)nx_linear_bytes(&m->w.lm_head);
+        const nx_status s = nx_logits_check(logits, T - logits_from, V, V, "trunk", err);
+        if (s != NX_OK) { /* the rows behind them are no better: the context forgets them */
+            nx_ctx_truncate(c, pos0);
+            return s;
+        }
     }
     c->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
     if (c->sink.forward) c->sink.forward(c->sink.user, false, T, &c->traffic);
@@ -718,6 +724,7 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
         nx_matmul(&head, c->hpost + (size_t)logits_from * H, H, R - logits_from, logits, V, m->pool);
         for (int32_t r = 0; r < R - logits_from; r++)
             for (int32_t i = m->draft_vocab; i < V; i++) logits[(size_t)r * V + i] = -INFINITY;
+        return nx_logits_check(logits, R - logits_from, V, m->draft_vocab, "MTP", err);
     }
     if (c->sink.forward) c->sink.forward(c->sink.user, true, R, &c->traffic);
     return NX_OK;

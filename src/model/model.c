@@ -9,18 +9,21 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "io/config.h"
 #include "io/layout.h"
 #include "model/model_internal.h"
+#include "model/validate.h"
 #include "text/chat.h"
 
 void nx_load_params_default(nx_load_params *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* Anything at path (a FIFO or a directory there is then a named error from the loader). */
 static bool file_exists(const char *path) {
     struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    return lstat(path, &sb) == 0;
 }
 
 /* Family defaults (docs/design.md §3.7) for every knob the caller left at DEFAULT. */
@@ -139,8 +142,8 @@ static void fill_info(nx_model *m) {
 static void add_generation_eos(nx_config *cfg, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    json_t *root = json_load_file(path, 0, NULL);
-    if (!root) return;
+    json_t *root;
+    if (nx_file_load_json(path, 0, &root, NULL) != NX_OK) return;
     json_t *e = json_object_get(root, "eos_token_id");
     size_t n = json_is_array(e) ? json_array_size(e) : (json_is_integer(e) ? 1 : 0);
     for (size_t i = 0; i < n; i++) {
@@ -176,6 +179,7 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     if ((st = nx_store_open(dir, &m->store, err)) != NX_OK) goto fail;
     if (p->progress) p->progress(p->progress_user, 0.5);
     if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, p->act_bits == 16, &m->w, err)) != NX_OK) goto fail;
+    if ((st = nx_weights_validate(&m->w, &m->cfg, err)) != NX_OK) goto fail;
     add_generation_eos(&m->cfg, dir);
 
     if (p->no_mtp)
@@ -195,15 +199,18 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
 
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (file_exists(path) && (st = nx_tokenizer_load(path, &m->tok, err)) != NX_OK) goto fail;
+    if (m->tok && nx_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) { /* ids the embedding has no row for */
+        st = nx_fail(err, NX_E_FORMAT, "%s: token ids up to %d, but config.json's vocab_size is %d", path,
+                     nx_tokenizer_vocab_size(m->tok) - 1, m->cfg.vocab_size);
+        goto fail;
+    }
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (file_exists(path)) {
-        nx_error cerr = {0};
-        if (nx_chat_template_from_config(path, &m->chat_template, &m->tmpl_bos, &m->tmpl_eos, &m->token_suffix,
-                                         &cerr) == NX_OK &&
-            m->tmpl_eos && m->tok) {
-            int32_t id = nx_tokenizer_token_id(m->tok, m->tmpl_eos);
-            if (id >= 0 && m->cfg.n_eos < NX_MAX_EOS && !nx_model_is_eos(m, id)) m->cfg.eos_ids[m->cfg.n_eos++] = id;
-        }
+    if (file_exists(path)) { /* present but malformed is an error, not "no chat template" */
+        if ((st = nx_chat_template_from_config(path, &m->chat_template, &m->tmpl_bos, &m->tmpl_eos,
+                                               &m->token_suffix, err)) != NX_OK)
+            goto fail;
+        int32_t id = m->tmpl_eos && m->tok ? nx_tokenizer_token_id(m->tok, m->tmpl_eos) : -1;
+        if (id >= 0 && m->cfg.n_eos < NX_MAX_EOS && !nx_model_is_eos(m, id)) m->cfg.eos_ids[m->cfg.n_eos++] = id;
     }
 
     m->pool = nx_pool_new(p->n_threads);

@@ -80,6 +80,10 @@ void nx_prompt_cache_free(nx_prompt_cache *pc) {
     free(pc);
 }
 
+void nx_prompt_cache_clear(nx_prompt_cache *pc) {
+    while (pc->head) drop(pc, pc->head);
+}
+
 void nx_prompt_cache_get_stats(const nx_prompt_cache *pc, nx_prompt_cache_stats *st) {
     *st = pc->st;
     st->budget_bytes = (int64_t)pc->budget;

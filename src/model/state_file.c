@@ -29,6 +29,7 @@
 #include <zlib.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "model/model_internal.h"
 
 #define STATE_MAGIC "NXSTATE\n"
@@ -181,6 +182,11 @@ nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n
     return NX_OK;
 }
 
+int64_t nx_state_file_bytes(const nx_ctx *c, int32_t n) {
+    if (n < 0 || n > c->n_past) n = c->n_past;
+    return (int64_t)(STATE_HEADER + payload_bytes(c->m, n));
+}
+
 /* Checks a mapped file of size len against c's model; NX_OK or the problem. */
 static nx_status check(const nx_ctx *c, const char *path, const uint8_t *p, size_t len, nx_error *err) {
     const nx_model *m = c->m;
@@ -245,17 +251,12 @@ static void apply(nx_ctx *c, const uint8_t *p, int32_t n, int32_t k) {
 
 nx_status nx_state_load(nx_ctx *c, const char *path, int32_t *n_loaded, int64_t *bytes, nx_error *err) {
     if (!path || !*path) return nx_fail(err, NX_E_ARG, "state file: empty path");
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nx_fail(err, NX_E_IO, "state file %s: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        const int e = errno;
-        close(fd);
-        return nx_fail(err, NX_E_IO, "state file %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return nx_fail(err, NX_E_IO, "state file %s: not a regular file", path);
+    nx_status s = nx_file_open_regular(path, 0, &fd, &st, err);
+    if (s != NX_OK) {
+        nx_error_prefix(err, "state file");
+        return s;
     }
     const size_t len = (size_t)st.st_size;
     if (len < STATE_HEADER) {
@@ -265,7 +266,7 @@ nx_status nx_state_load(nx_ctx *c, const char *path, int32_t *n_loaded, int64_t 
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return nx_fail(err, NX_E_IO, "state file %s: cannot map: %s", path, strerror(errno));
-    nx_status s = check(c, path, map, len, err);
+    s = check(c, path, map, len, err);
     if (s == NX_OK) {
         const int32_t n = (int32_t)get_u32((const uint8_t *)map + 44), k = n < c->n_ctx ? n : c->n_ctx;
         apply(c, map, n, k);

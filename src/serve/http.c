@@ -670,6 +670,7 @@ static json_t *slot_json(nx_server *s) {
         s->o.verify == NX_VERIFY_MATCH ? "match" : "residual", "speculative.n_max",
         draft == NX_DRAFT_AUTO ? NX_MAX_DRAFT : (int)draft);
     nx_oai_request_free(&r);
+    if (slot && s->slot_dir) nx_slot_quota_json(slot, s->slot_dir, s->o.slot_save_quota);
     return slot;
 }
 
@@ -1082,6 +1083,7 @@ void nx_server_opts_default(nx_server_opts *o) {
     o->verify = NX_VERIFY_RESIDUAL;
     o->split_reasoning = true;
     o->cache_ram = (size_t)1024 << 20;
+    o->slot_save_quota = NX_SLOT_SAVE_QUOTA_DEFAULT;
     o->header_timeout = 10;
     o->body_timeout = 60;
     o->max_unsent = (size_t)1 << 20;

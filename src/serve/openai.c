@@ -394,6 +394,13 @@ static nx_status parse_tool_calls(json_t *calls, size_t mi, nx_oai_error *e) {
         snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function.arguments", mi, j);
         if (args && !json_is_string(args) && !json_is_object(args))
             return bad_type(e, param, "a string", args);
+        /* OpenAI sends the arguments as a JSON string; templates read them as a mapping
+         * (Hy3's writes one <arg_key>/<arg_value> pair per key), so an object string becomes the
+         * object, as vLLM and llama.cpp pass it */
+        json_t *obj = json_is_string(args) ? json_loadb(json_string_value(args), json_string_length(args), 0, NULL)
+                                           : NULL;
+        if (json_is_object(obj)) json_object_set(fn, "arguments", obj);
+        json_decref(obj);
     }
     return NX_OK;
 }
@@ -461,7 +468,7 @@ static nx_status parse_messages(json_t *root, nx_oai_request *r, nx_oai_error *e
             snprintf(param, sizeof param, "messages[%zu].name", i);
             return bad_type(e, param, "a string", name);
         }
-        json_t *calls = json_object_get(m, "tool_calls");
+        json_t *calls = json_object_get(copy, "tool_calls");
         if (calls && !json_is_null(calls)) {
             nx_status st = parse_tool_calls(calls, i, e);
             if (st != NX_OK) return st;

@@ -43,6 +43,7 @@ typedef struct nx_server_opts {
     const char *slot_save_path; /* an existing directory for POST /slots/0?action=save|restore
                                  * (nx_state_save / nx_state_load files); NULL = slot actions
                                  * answer 501 */
+    uint64_t slot_save_quota;   /* bytes the directory's regular files may take after a save */
 } nx_server_opts;
 
 void nx_server_opts_default(nx_server_opts *o);

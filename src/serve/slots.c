@@ -3,9 +3,16 @@
  * name inside --slot-save-path: nothing that climbs out of the directory or names another one. */
 #include "serve/slots.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
 
 #include "text/unicode.h"
 
@@ -113,4 +120,38 @@ char *nx_slot_response_json(const nx_slot_request *r, const nx_slot_result *res)
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return text;
+}
+
+nx_status nx_slot_dir_bytes(const char *dir, uint64_t *bytes, nx_error *err) {
+    *bytes = 0;
+    DIR *d = opendir(dir);
+    /* the directory is not named: the message may reach clients, the server's paths are not theirs */
+    if (!d) return nx_fail(err, NX_E_IO, "the slot directory cannot be read: %s", strerror(errno));
+    const int dfd = dirfd(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat sb;
+        /* the entries themselves (no links followed): what the directory's disk holds */
+        if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            *bytes += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    return NX_OK;
+}
+
+nx_status nx_slot_quota_check(const char *dir, uint64_t new_bytes, uint64_t quota, nx_error *err) {
+    uint64_t used;
+    nx_status st = nx_slot_dir_bytes(dir, &used, err);
+    if (st != NX_OK) return st;
+    if (used + new_bytes <= quota) return NX_OK;
+    return nx_fail(err, NX_E_ARG,
+                   "slot save quota exceeded: the file would take %.1f MiB, the slot directory holds %.1f MiB of "
+                   "its %.1f MiB (--slot-save-quota)",
+                   (double)new_bytes / 1048576.0, (double)used / 1048576.0, (double)quota / 1048576.0);
+}
+
+void nx_slot_quota_json(json_t *slot, const char *dir, uint64_t quota) {
+    uint64_t used;
+    const bool ok = nx_slot_dir_bytes(dir, &used, NULL) == NX_OK;
+    json_object_set_new(slot, "save_quota", json_pack("{s:I, s:I}", "used_bytes", ok ? (json_int_t)used : -1,
+                                                      "limit_bytes", (json_int_t)quota));
 }

@@ -4,6 +4,7 @@
 #ifndef NX_SERVE_SLOTS_H
 #define NX_SERVE_SLOTS_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,22 @@ const char *nx_slot_filename_problem(const char *name, size_t len);
  * NX_E_ARG and e describing the 400. */
 nx_status nx_slot_request_parse(const char *id, const char *action, const char *body, size_t len,
                                 nx_slot_request *out, nx_oai_error *e);
+
+/* The default budget of --slot-save-path: a save that would take the directory's regular files
+ * past it is refused (a state file of a long context is tens of MB; clients choose the names). */
+#define NX_SLOT_SAVE_QUOTA_DEFAULT ((uint64_t)4096 << 20)
+
+/* Bytes held by the regular files directly in dir (slot files and any other), into *bytes. */
+nx_status nx_slot_dir_bytes(const char *dir, uint64_t *bytes, nx_error *err);
+
+/* Whether a save of new_bytes fits dir's quota: the regular files already there plus the new
+ * file (a file of the same name is replaced only once the new one is written, so both count)
+ * at most quota bytes. NX_OK, or NX_E_ARG "slot save quota exceeded: ..." with the figures. */
+nx_status nx_slot_quota_check(const char *dir, uint64_t new_bytes, uint64_t quota, nx_error *err);
+
+/* Adds "save_quota": {"used_bytes", "limit_bytes"} to a slot's GET /slots object (used_bytes
+ * -1 when the directory cannot be read). */
+void nx_slot_quota_json(json_t *slot, const char *dir, uint64_t quota);
 
 /* The answer to a finished action, as llama.cpp's server writes it (malloc'd JSON), or NULL when
  * out of memory:

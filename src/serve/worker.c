@@ -633,7 +633,9 @@ static void run_slot(nx_server *s, job *j) {
         /* a directory (or a device, a socket) of that name is the client's choice of name */
         if (lstat(j->slot_path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
             st = nx_fail(&err, NX_E_ARG, "state file %s: exists and is not a regular file", j->slot_path);
-        else st = nx_state_save(s->ctx, j->slot_path, -1, &res->n, &res->bytes, &err);
+        else if ((st = nx_slot_quota_check(s->slot_dir, (uint64_t)nx_state_file_bytes(s->ctx, -1),
+                                           s->o.slot_save_quota, &err)) == NX_OK)
+            st = nx_state_save(s->ctx, j->slot_path, -1, &res->n, &res->bytes, &err);
         break;
     case NX_SLOT_RESTORE:
         /* the rows the restore replaces go into the prompt cache, as a request's would */
@@ -644,6 +646,8 @@ static void run_slot(nx_server *s, job *j) {
     case NX_SLOT_ERASE:
         res->n = nx_ctx_n_past(s->ctx);
         nx_ctx_truncate(s->ctx, 0);
+        nx_prompt_cache_clear(s->pcache); /* erased means gone: no entry brings the rows back */
+        publish_cache_stats(s);
         break;
     }
     res->ms = (nx_now_s() - t0) * 1e3;

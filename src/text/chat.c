@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/error.h"
+#include "base/file.h"
 
 json_t *nx_chat_context_new(const json_t *messages, const json_t *tools, bool add_generation_prompt,
                             const json_t *extra_kwargs, const char *bos_token, const char *eos_token) {
@@ -63,36 +65,7 @@ nx_status nx_chat_render(const char *template_src, const json_t *messages, const
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer. */
 static nx_status read_text_file(const char *path, char **out, nx_error *err) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return nx_fail(err, NX_E_IO, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 4096) {
-            size_t ncap = cap ? cap * 2 : 16384;
-            char *nb = realloc(buf, ncap + 1);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return nx_fail(err, NX_E_NOMEM, "%s: out of memory", path);
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0) break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return nx_fail(err, NX_E_IO, "%s: read error", path);
-    }
-    buf[n] = 0;
-    *out = buf;
-    return NX_OK;
+    return nx_file_read_all(path, NX_JSON_FILE_MAX, out, NULL, err);
 }
 
 /* A special token as a string: "text", {"content": "text", ...}, or absent/null -> NULL. */
@@ -133,7 +106,12 @@ nx_status nx_chat_template_from_config(const char *path, char **template_src, ch
         const json_t *item;
         json_array_foreach(ct, i, item) {
             const json_t *name = json_object_get(item, "name"), *tmpl = json_object_get(item, "template");
-            if (json_is_string(name) && !strcmp(json_string_value(name), "default") && json_is_string(tmpl)) {
+            if (!json_is_string(name) || !json_is_string(tmpl)) {
+                st = nx_fail(err, NX_E_CONFIG, "%s: chat_template[%zu] is not a {name: string, template: string} object",
+                             path, i);
+                goto fail;
+            }
+            if (!strcmp(json_string_value(name), "default")) {
                 if (!(*template_src = strdup(json_string_value(tmpl)))) goto nomem;
                 break;
             }
@@ -149,11 +127,11 @@ nx_status nx_chat_template_from_config(const char *path, char **template_src, ch
         if (!(sibling = malloc(dir + sizeof name))) goto nomem;
         memcpy(sibling, path, dir);
         memcpy(sibling + dir, name, sizeof name);
-        st = read_text_file(sibling, template_src, err);
-        if (st != NX_OK) {
-            st = nx_fail(err, NX_E_CONFIG, "%s: no chat_template, and no %s", path, sibling);
+        /* neither: a base model, no template (NX_OK, NULL); a sibling that cannot be read is an error */
+        struct stat sb;
+        if ((lstat(sibling, &sb) == 0 || errno != ENOENT) &&
+            (st = read_text_file(sibling, template_src, err)) != NX_OK)
             goto fail;
-        }
     } else {
         st = nx_fail(err, NX_E_CONFIG, "%s: chat_template must be a string or a list of {name, template}", path);
         goto fail;

@@ -30,8 +30,11 @@ nx_status nx_chat_render(const char *template_src, const json_t *messages, const
                          const char *bos_token, const char *eos_token, char **out, nx_error *err);
 
 /* Reads tokenizer_config.json: `chat_template` as a string, or a list of {name, template} from
- * which "default" is taken; when the key is absent, a chat_template.jinja file next to the
- * config is used (newer Hugging Face repositories). bos_token / eos_token may be strings or
+ * which "default" is taken; when the key is absent (or null), a chat_template.jinja file next to
+ * the config is used (newer Hugging Face repositories), and when that is absent too the model has
+ * no template: NX_OK with *template_src NULL (a base model). A file that is not a JSON object, a
+ * chat_template of another type, a list entry that is not {name, template} strings or a list
+ * without "default" is NX_E_CONFIG / NX_E_FORMAT naming the problem. bos_token / eos_token may be strings or
  * {"content": ...} objects; an absent or null token yields NULL. token_suffix is the string Hy3
  * spells its output markers with (":opensource"), NULL when absent; it is read whenever the file
  * is a JSON object, even when the template then fails (a base model's config has none). All

@@ -17,6 +17,7 @@
 #include <utf8proc.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/strbuf.h"
 #include "text/tokenizer_internal.h"
 #include "text/unicode.h"
@@ -494,30 +495,7 @@ static void bytelevel_init(nx_tokenizer *t) {
 /* ================================================================ loading helpers */
 
 static nx_status read_file(const char *path, char **out, size_t *n, nx_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return nx_fail(err, NX_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (!array_grow((void **)&buf, &cap, len + 65536, 1) || cap > TOK_MAX_FILE + 65536) {
-            free(buf);
-            fclose(f);
-            return cap > TOK_MAX_FILE ? nx_fail(err, NX_E_FORMAT, "%s: file too large", path)
-                                      : nx_fail(err, NX_E_NOMEM, "%s: out of memory", path);
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    bool bad = ferror(f) != 0;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return nx_fail(err, NX_E_IO, "%s: read error", path);
-    }
-    *out = buf;
-    *n = len;
-    return NX_OK;
+    return nx_file_read_all(path, TOK_MAX_FILE, out, n, err);
 }
 
 static bool json_opt_bool(const json_t *obj, const char *key, bool def, bool *ok) {
@@ -784,6 +762,9 @@ static nx_status fill_vocab(nx_tokenizer *t, const json_t *vocab, nx_error *err)
     json_object_keylen_foreach((json_t *)vocab, key, key_len, val) {
         if (key_len > UINT32_MAX) return nx_fail(err, NX_E_FORMAT, "model.vocab: token too long");
         int32_t id = (int32_t)json_integer_value(val);
+        if (t->tokens[id].flags & TOKF_PRESENT) /* two strings, one id: decoding could not tell them apart */
+            return nx_fail(err, NX_E_FORMAT, "model.vocab: tokens \"%.64s\" and \"%.64s\" share id %d",
+                           t->tokens[id].str, key, id);
         const char *s = arena_copy(&t->arena, key, key_len);
         if (!s) return nx_fail(err, NX_E_NOMEM, "model.vocab: out of memory");
         smap_set(&t->vocab, s, key_len, id);
@@ -863,6 +844,12 @@ static nx_status parse_added(nx_tokenizer *t, const json_t *arr, bool pass2, nx_
             if (id >= t->n_tokens) t->n_tokens = id + 1;
             continue;
         }
+        const tok_entry *had = &t->tokens[id];
+        if ((had->flags & TOKF_ADDED) ||
+            ((had->flags & TOKF_PRESENT) &&
+             (had->len != json_string_length(jc) || memcmp(had->str, json_string_value(jc), had->len) != 0)))
+            return nx_fail(err, NX_E_FORMAT, "added_tokens[%zu]: id %d is already \"%.64s\"%s", i, id, had->str,
+                           had->flags & TOKF_ADDED ? " (another added token)" : " in model.vocab");
         added_token *tk = &t->added[t->n_added];
         bool ok = true;
         tk->id = id;
@@ -1020,6 +1007,10 @@ nx_status nx_tokenizer_load_json(const char *buf, size_t len, nx_tokenizer **out
     if (dec && !json_is_null(dec) && (st = parse_decoder(t, dec, "decoder", 0, err)) != NX_OK)
         goto fail;
     if ((st = build_tries(t, err)) != NX_OK) goto fail;
+    if (json_object_size(json_object_get(model, "vocab")) == 0) { /* checked last: the other errors name more */
+        st = nx_fail(err, NX_E_FORMAT, "model.vocab: empty (text would tokenize to nothing)");
+        goto fail;
+    }
 
     json_decref(root);
     *out = t;

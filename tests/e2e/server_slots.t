@@ -293,6 +293,54 @@ t.ok(r.status == 200 and r.json().get("n_restored") == N, "a new server restores
 text, u, _ = chat(B)
 t.ok(text == text0 and cached(u) == P - 1, "and its chat reuses the rows: same text, cached prompt tokens", u)
 t.ok(metric(B, "nextn_prompt_cache_restores_total") == 0, "the rows came from the restore, not the prompt cache")
+# erase means gone: the conversation's rows, put into the prompt cache when another request
+# replaced them, do not come back either
+r = curl(B + "/v1/completions", body=OTHER)
+t.ok(r.status == 200 and metric(B, "nextn_prompt_cache_entries") >= 1, "another request: the chat's rows go to the cache",
+     r.body[:200])
+t.ok(slot(B, "erase").status == 200, "erase")
+t.ok(metric(B, "nextn_prompt_cache_entries") == 0, "erase empties the prompt cache too")
+text, u, _ = chat(B)
+t.ok(text == text0 and cached(u) == 0, "after erase the chat prefills from scratch: no cached prompt tokens", u)
+# a FIFO (or any special file) named as a slot file: a 400 at once, not a worker blocked in open()
+os.mkfifo(os.path.join(DIR, "pipe.bin"))
+r = slot(B, "restore", {"filename": "pipe.bin"}, timeout=60)
+e = expect_400(r, "restore of a FIFO", "filename")
+t.ok("not a regular file" in e.get("message", ""), "and the message says why", e)
+t.ok(curl(B + "/health", timeout=30).status == 200, "the server still answers")
+os.unlink(os.path.join(DIR, "pipe.bin"))
+srv.stop()
+
+# ---------------------------------------------------------------- save quota
+# the directory's regular files plus the new file must fit --slot-save-quota; GET /slots reports it
+QDIR = os.path.join(TMP, "quota")
+os.mkdir(QDIR)
+with open(os.path.join(QDIR, "other"), "wb") as f:
+    f.write(b"x" * (1 << 20))
+srv = Server("--ctx", "1024", "--slot-save-path", QDIR, "--slot-save-quota", "2")
+B = srv.base
+sl = curl(B + "/slots").json()[0]
+t.ok(sl.get("save_quota") == {"used_bytes": 1 << 20, "limit_bytes": 2 << 20}, "GET /slots: save_quota used and limit",
+     sl.get("save_quota"))
+text, u, _ = chat(B)
+r = slot(B, "save", {"filename": "a.bin"})
+t.ok(r.status == 200, "a save within the quota", r.body[:200])
+used = sum(os.path.getsize(os.path.join(QDIR, n)) for n in os.listdir(QDIR))
+t.ok(curl(B + "/slots").json()[0]["save_quota"]["used_bytes"] == used, "used_bytes follows the directory", used)
+# leave less room than one more file of that size
+S = os.path.getsize(os.path.join(QDIR, "a.bin"))
+with open(os.path.join(QDIR, "other"), "wb") as f:
+    f.write(b"x" * ((2 << 20) - S - S // 2))
+r = slot(B, "save", {"filename": "b.bin"})
+e = r.error()
+t.ok(r.status == 400 and e.get("code") == "slot_save_failed" and "slot save quota exceeded" in e.get("message", "")
+     and "--slot-save-quota" in e.get("message", ""), "a save past the quota: a 400 naming the quota", r.body[:300])
+t.ok(not os.path.exists(os.path.join(QDIR, "b.bin")) and sorted(os.listdir(QDIR)) == ["a.bin", "other"],
+     "nothing written", os.listdir(QDIR))
+srv.stop()
+srv = Server("--ctx", "1024", "--slot-save-path", QDIR)
+q = curl(srv.base + "/slots").json()[0].get("save_quota", {})
+t.ok(q.get("limit_bytes") == 4096 << 20, "the default quota: 4096 MiB", q)
 srv.stop()
 
 # ---------------------------------------------------------------- authentication

@@ -191,6 +191,36 @@ async function main() {
          `${e.constructor.name} ${e.status} ${e.param} ${e.message}`);
     }
   }
+  // The round trip of the official clients: the assistant's calls sent back with "content": null
+  // (arguments as a JSON string) and the tool's result. The template renders them as the model
+  // writes calls (string arguments raw, others JSON) and wraps the result; the prompt the server
+  // rendered has exactly the tokens of that text, which @huggingface/jinja renders alike.
+  const back = [
+    { role: 'user', content: 'Weather in 3 days?' },
+    { role: 'assistant', content: null,
+      tool_calls: [{ id: call.id, type: 'function', function: { name: 'get_weather', arguments: '{"days":3,"unit":"C"}' } }] },
+    { role: 'tool', tool_call_id: call.id, content: '{"temp":21}' },
+  ];
+  r = await client.chat.completions.create({ model: 'scripted', messages: back, tools: TOOLS, temperature: 0, max_tokens: 4 });
+  is(r.choices.length, 1, 'round trip: assistant tool_calls with content null and a tool result: 200');
+  const tcfg = JSON.parse(fs.readFileSync(path.join(lib.MODEL, 'tokenizer_config.json'), 'utf8'));
+  const expected = '<｜hy_begin_of_sentence:opensource｜><tool_calls:opensource>' + JSON.stringify(TOOLS).replace(/,/g, ', ').replace(/:/g, ': ') +
+    '</tool_calls:opensource><｜hy_User:opensource｜>Weather in 3 days?<｜hy_Assistant:opensource｜>' +
+    '<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n' +
+    '<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>3</arg_value:opensource>\n' +
+    '<arg_key:opensource>unit</arg_key:opensource>\n<arg_value:opensource>C</arg_value:opensource>\n' +
+    '</tool_call:opensource>\n</tool_calls:opensource><｜hy_eos:opensource｜>' +
+    '<tool_response:opensource>{"temp":21}</tool_response:opensource><｜hy_Assistant:opensource｜>';
+  const { Template } = require('@huggingface/jinja');
+  const parsed = back.map((m) => m.tool_calls ? { ...m, tool_calls: m.tool_calls.map((tc) => ({ ...tc,
+    function: { ...tc.function, arguments: JSON.parse(tc.function.arguments) } })) } : m);
+  is(new Template(tcfg.chat_template).render({ messages: parsed, tools: TOOLS, add_generation_prompt: true,
+    bos_token: tcfg.bos_token, eos_token: tcfg.eos_token }), expected, 'round trip: the reference renderer agrees');
+  is(r.usage.prompt_tokens, tokenize(expected).length, 'round trip: the prompt is the call and the result as rendered');
+  // the same with the arguments as an object (some clients send them parsed)
+  back[1].tool_calls[0].function.arguments = { days: 3, unit: 'C' };
+  r = await client.chat.completions.create({ model: 'scripted', messages: back, tools: TOOLS, temperature: 0, max_tokens: 4 });
+  is(r.usage.prompt_tokens, tokenize(expected).length, 'round trip: object arguments render the same');
   srv.stop();
 
   // --reasoning-format none: the reasoning stays in the content (its markers are not text)

@@ -583,17 +583,32 @@ static void test_chat_config(void **state) {
     write_file(path, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"TU\"}]}");
     assert_int_equal(nx_chat_template_from_config(path, &t, NULL, NULL, NULL, &err), NX_E_CONFIG);
     assert_null(t);
+    /* a template of another type, or a list entry that is not {name, template}: an error, not
+     * "no template" */
+    static const char *const bad[] = {"{\"chat_template\": 7}", "{\"chat_template\": {\"default\": \"T\"}}",
+                                      "{\"chat_template\": [\"T\"]}", "{\"chat_template\": [{\"name\": \"default\"}]}",
+                                      "{\"chat_template\": true}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(path, bad[i]);
+        assert_int_equal(nx_chat_template_from_config(path, &t, NULL, NULL, NULL, &err), NX_E_CONFIG);
+        assert_non_null(strstr(err.msg, "chat_template"));
+        assert_null(t);
+    }
 
+    /* no template anywhere: a base model, NX_OK without one; token_suffix (Hy3's marker
+     * spelling) and the special tokens are still read */
     write_file(path, "{\"eos_token\": \"</s>\"}");
-    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, &eos, NULL, &err), NX_E_CONFIG);
-    /* token_suffix (Hy3's marker spelling) is read even when the template is missing */
+    assert_int_equal(nx_chat_template_from_config(path, &t, NULL, &eos, NULL, &err), NX_OK);
+    assert_null(t);
+    assert_string_equal(eos, "</s>");
+    free(eos);
     char *sfx = NULL;
     write_file(path, "{\"token_suffix\": \":opensource\", \"bos_token\": \"<b>\"}");
-    assert_int_equal(nx_chat_template_from_config(path, &t, &bos, NULL, &sfx, &err), NX_E_CONFIG);
+    assert_int_equal(nx_chat_template_from_config(path, &t, &bos, NULL, &sfx, &err), NX_OK);
     assert_null(t);
-    assert_null(bos);
+    assert_string_equal(bos, "<b>");
     assert_string_equal(sfx, ":opensource");
-    free(sfx);
+    free(sfx), free(bos);
     write_file(path, "{\"chat_template\": \"T\", \"token_suffix\": 7}");
     assert_int_equal(nx_chat_template_from_config(path, &t, NULL, NULL, &sfx, &err), NX_OK);
     assert_null(sfx);

@@ -8,8 +8,11 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "serve/slots.h"
 
@@ -137,11 +140,50 @@ static void test_responses(void **state) {
     }
 }
 
+/* The save quota counts the directory's regular files (not subdirectories, FIFOs or links)
+ * plus the new file; GET /slots reports used and limit. */
+static void test_quota(void **state) {
+    (void)state;
+    char dir[] = "/tmp/nx_slot_quota_XXXXXX", p[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(p, sizeof p, "%s/a.bin", dir);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 1000; i++) fputc('x', f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/sub", dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/pipe", dir);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    snprintf(p, sizeof p, "%s/link", dir);
+    assert_int_equal(symlink("a.bin", p), 0);
+    uint64_t used = 7;
+    assert_int_equal(nx_slot_dir_bytes(dir, &used, NULL), NX_OK);
+    assert_int_equal(used, 1000);
+    nx_error err = {0};
+    assert_int_equal(nx_slot_quota_check(dir, 24, 1024, &err), NX_OK);
+    assert_int_equal(nx_slot_quota_check(dir, 25, 1024, &err), NX_E_ARG);
+    assert_non_null(strstr(err.msg, "slot save quota exceeded"));
+    assert_non_null(strstr(err.msg, "--slot-save-quota"));
+    json_t *slot = json_object();
+    nx_slot_quota_json(slot, dir, 1024);
+    json_t *q = json_object_get(slot, "save_quota");
+    assert_int_equal(json_integer_value(json_object_get(q, "used_bytes")), 1000);
+    assert_int_equal(json_integer_value(json_object_get(q, "limit_bytes")), 1024);
+    json_decref(slot);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(nx_slot_dir_bytes(dir, &used, &err), NX_E_IO);
+    assert_null(strstr(err.msg, dir)); /* the server's path is not in a message clients may see */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_filenames),
         cmocka_unit_test(test_requests),
         cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_quota),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

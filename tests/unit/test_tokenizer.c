@@ -334,6 +334,15 @@ static void test_load_errors(void **state) {
         {"{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {}, \"behavior\": \"Isolated\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}", "pre_tokenizer.pattern", NX_E_FORMAT},
         {"{\"decoder\": {\"type\": \"WordPiece\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}", "decoder.type", NX_E_UNSUPPORTED},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [], \"byte_fallback\": 3}}", "byte_fallback", NX_E_FORMAT},
+        /* an empty or inconsistent vocabulary: tokenizing with it would lose text */
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}", "model.vocab: empty", NX_E_FORMAT},
+        {"{\"added_tokens\": [{\"id\": 0, \"content\": \"<s>\"}], \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}",
+         "model.vocab: empty", NX_E_FORMAT},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 1}, \"merges\": []}}", "share id 1", NX_E_FORMAT},
+        {"{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\"}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}}",
+         "added_tokens[0]: id 1 is already \"b\" in model.vocab", NX_E_FORMAT},
+        {"{\"added_tokens\": [{\"id\": 2, \"content\": \"<s>\"}, {\"id\": 2, \"content\": \"</s>\"}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+         "added_tokens[1]: id 2 is already \"<s>\" (another added token)", NX_E_FORMAT},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nx_tokenizer *t = (nx_tokenizer *)1;

@@ -22,6 +22,9 @@ static const char *usage =
     "(streaming and not), POST /tokenize and /detokenize, GET /v1/models, GET /health,\n"
     "GET /metrics (Prometheus), and llama.cpp's POST /slots/0?action=save|restore|erase\n"
     "(with --slot-save-path).\n"
+    "The weights are mapped from the checkpoint files: replace a checkpoint by rename (a new\n"
+    "file), never by overwriting it in place; a file changed in place fails every generation\n"
+    "with an error naming it until the server is restarted.\n"
     "MTP self-speculative decoding is on by default; requests may override it with\n"
     "\"speculative\": {\"draft\": \"auto\"|0..8, \"verify\": \"residual\"|\"match\"}.\n"
     "\n"
@@ -60,6 +63,8 @@ static const char *usage =
     "                          writes / loads the context's rows as DIR/NAME (an existing\n"
     "                          directory); action=erase empties the context (default: off,\n"
     "                          slot actions answer 501)\n"
+    "      --slot-save-quota MIB  disk the slot directory's files may take; a save\n"
+    "                          past it is refused (default 4096)\n"
     "      --draft auto|N      default draft length, 0 = plain decoding (default auto)\n"
     "      --verify RULE       residual or match (default residual); both lossless, match\n"
     "                          makes seeded output independent of the draft length\n"
@@ -73,7 +78,7 @@ static const char *usage =
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
        O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS, O_PERIP, O_HEADT,
-       O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS };
+       O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -86,7 +91,7 @@ static const struct option opts[] = {
     {"no-mtp", no_argument, 0, O_NOMTP},      {"act-bits", required_argument, 0, O_ACT},
     {"kv-type", required_argument, 0, O_KV},      {"quiet", no_argument, 0, 'q'},
     {"reasoning-format", required_argument, 0, O_REASONING}, {"cache-ram", required_argument, 0, O_CACHE},
-    {"slot-save-path", required_argument, 0, O_SLOTS},
+    {"slot-save-path", required_argument, 0, O_SLOTS}, {"slot-save-quota", required_argument, 0, O_QUOTA},
     {"max-conns-per-ip", required_argument, 0, O_PERIP}, {"header-timeout", required_argument, 0, O_HEADT},
     {"body-timeout", required_argument, 0, O_BODYT}, {"max-request-tokens", required_argument, 0, O_MAXTOK},
     {"max-unsent", required_argument, 0, O_UNSENT}, {"shutdown-grace", required_argument, 0, O_GRACE},
@@ -230,6 +235,10 @@ int nx_cli_serve(int argc, char **argv) {
             break;
         case O_HOSTS: so.host_allow = optarg; break;
         case O_CORS: so.cors = optarg; break;
+        case O_QUOTA:
+            if (!cli_parse_int(optarg, 0, 1LL << 40, &v)) BAD("--slot-save-quota %s: expected MiB >= 0", optarg);
+            so.slot_save_quota = (uint64_t)v << 20;
+            break;
         case O_REASONING:
             if (!strcmp(optarg, "split")) so.split_reasoning = true;
             else if (!strcmp(optarg, "none")) so.split_reasoning = false;
