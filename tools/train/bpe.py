@@ -202,7 +202,7 @@ CHAT_TEMPLATE = (
     "{%- for m in loop_messages -%}"
     "{%- if m['role'] == 'user' -%}{{- '<｜hy_User:opensource｜>' + m['content'] -}}"
     "{%- elif m['role'] == 'assistant' -%}{{- '<｜hy_Assistant:opensource｜>' + (m['content'] or '') -}}"
-    # tool calls as the model writes them (hy_v3.md §8): string arguments raw, others as JSON
+    # tool calls as the model writes them (docs/design.md §11): string arguments raw, others as JSON
     "{%- if m['tool_calls'] -%}{{- '<tool_calls:opensource>\\n' -}}"
     "{%- for tc in m['tool_calls'] -%}"
     "{%- set f = tc['function'] if tc['function'] is defined else tc -%}"
