@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const nx_family *const families[] = {&nx_family_hy_v3};
+static const nx_family *const families[] = {&nx_family_hy_v3, &nx_family_glm4_moe};
 #define N_FAMILIES (sizeof families / sizeof *families)
 
 size_t nx_family_count(void) { return N_FAMILIES; }

@@ -86,5 +86,6 @@ const char *nx_family_list(char *buf, size_t cap);
 
 /* The descriptors (one file each). */
 extern const nx_family nx_family_hy_v3;
+extern const nx_family nx_family_glm4_moe;
 
 #endif
