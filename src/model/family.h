@@ -58,6 +58,9 @@ typedef struct nx_family_names {
      * file writes (pairs, NULL-terminated; prefix match) */
     const char *const *mlx_renames;
     const char *mlx_router;  /* the router's module name in that layout */
+    /* the prefixes convert writes the MTP head and its decoder layer under (NULL: the HF place,
+     * model.layers.N.; the loader finds either naming) */
+    const char *mtp_out_head, *mtp_out_block;
     int router_bits;         /* convert quantizes the router to this width (0: stays float) */
 } nx_family_names;
 

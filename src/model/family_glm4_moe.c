@@ -44,6 +44,8 @@ const nx_family nx_family_glm4_moe = {
         .mtp_norm = K("shared_head.norm", "final_layernorm"),
         .mlx_renames = K(NULL), /* mlx-lm keeps the HF names (experts stacked as switch_mlp) */
         .mlx_router = "mlp.gate",
+        .mtp_out_head = NULL, /* mlx-lm drops the layer: it keeps HF's place and names */
+        .mtp_out_block = NULL,
         .router_bits = 0, /* mlx-lm's MoEGate is not a Linear: it stays float */
     },
 };

@@ -43,6 +43,8 @@ const nx_family nx_family_hy_v3 = {
                          "mlp.gate.", "mlp.router.gate.",
                          "mlp.shared_experts.", "mlp.shared_mlp."),
         .mlx_router = "mlp.router.gate",
+        .mtp_out_head = "mtp.", /* as mlx-lm's hy_v3 names the head */
+        .mtp_out_block = "mtp.layer.",
         .router_bits = 8, /* mlx-lm's hy_v3 recipe: small, and it decides which experts run */
     },
 };

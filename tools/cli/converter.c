@@ -84,6 +84,14 @@ static bool is_head_part(const nx_family *fam, const char *r) {
     return fam->mtp.own_embed_head && (starts(r, "embed_tokens.") || starts(r, "shared_head.head."));
 }
 
+/* A family's output prefix for the MTP head: the literal, or model.layers.N. when NULL. */
+static void mtp_prefix(const char *lit, int32_t n_layers, char *out, size_t cap) {
+    if (lit)
+        snprintf(out, cap, "%s", lit);
+    else
+        snprintf(out, cap, "model.layers.%d.", (int)n_layers);
+}
+
 /* The output name of source tensor `name` (any known layout) for a model of n_layers trunk
  * layers; *mtp tells whether it belongs to the head. */
 static int map_name(const nx_family *fam, const char *name, int32_t n_layers, char *out, size_t cap, int64_t *expert, bool *mtp) {
@@ -118,14 +126,18 @@ static int map_name(const nx_family *fam, const char *name, int32_t n_layers, ch
     }
     if (!block) {
         if (is_head_part(fam, rest)) {
-            int n = snprintf(out, cap, "mtp.%s", rest);
+            char hp[64];
+            mtp_prefix(fam->names.mtp_out_head, n_layers, hp, sizeof hp);
+            int n = snprintf(out, cap, "%s%s", hp, rest);
             return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
         }
         if (starts(rest, "embed_tokens.") || starts(rest, "shared_head.")) return MAP_DROP_SHARED;
         block = rest;
     }
     rename_in_layer(fam, block, lay, sizeof lay, expert);
-    int n = snprintf(out, cap, "mtp.layer.%s", lay);
+    char bp[64];
+    mtp_prefix(fam->names.mtp_out_block, n_layers, bp, sizeof bp);
+    int n = snprintf(out, cap, "%s%s", bp, lay);
     return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
 }
 
@@ -899,7 +911,7 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
         item *it = &p.it[i];
         if ((s = item_resolve(it, &cfg, err))) goto fail;
         if (it->mtp) {
-            int b = o->mtp_bits ? o->mtp_bits : !strcmp(it->path, "mtp.eh_proj") ? 0 : 8;
+            int b = o->mtp_bits ? o->mtp_bits : ends(it->path, ".eh_proj") ? 0 : 8;
             item_choose(it, b, mgroup, cfg.family, o->rules, o->n_rules, &o->hooks);
             it->file = 1 << 30;
             any_mtp = true;
@@ -991,6 +1003,9 @@ static nx_status graft_compatible(const nx_config *b, const nx_config *h, const 
         {"head_dim", offsetof(nx_config, head_dim)},
         {"expert_hidden_dim", offsetof(nx_config, expert_dim)},
         {"num_shared_experts", offsetof(nx_config, n_shared_experts)},
+        {"rotary dims (partial_rotary_factor)", offsetof(nx_config, rotary_dim)},
+        {"n_group", offsetof(nx_config, n_group)},
+        {"topk_group", offsetof(nx_config, topk_group)},
     };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
         int32_t vb, vh;
@@ -1003,6 +1018,9 @@ static nx_status graft_compatible(const nx_config *b, const nx_config *h, const 
     if (b->qk_norm != h->qk_norm)
         return nx_fail(err, NX_E_ARG, "cannot graft: qk_norm differs (base %s: %s, head source %s: %s)", base,
                        b->qk_norm ? "true" : "false", head, h->qk_norm ? "true" : "false");
+    if (b->attn_bias != h->attn_bias)
+        return nx_fail(err, NX_E_ARG, "cannot graft: attention_bias differs (base %s: %s, head source %s: %s)", base,
+                       b->attn_bias ? "true" : "false", head, h->attn_bias ? "true" : "false");
     return NX_OK;
 }
 
@@ -1049,7 +1067,7 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
     for (size_t i = 0; i < hp.n; i++) {
         item *it = &hp.it[i];
         if ((s = item_resolve(it, &hc, err))) goto fail;
-        have_eh |= !strcmp(it->path, "mtp.eh_proj");
+        have_eh |= ends(it->path, ".eh_proj");
         if (is_router(bc.family, it->path)) head_experts = (int32_t)it->out;
         nx_graft_mode mode = o->mode;
         if (mode == NX_GRAFT_AUTO) mode = bc.quant_bits ? NX_GRAFT_QUANT : NX_GRAFT_KEEP_DTYPE;
@@ -1059,7 +1077,7 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
             item_choose(it, o->bits, o->group, bc.family, o->rules, o->n_rules, &o->hooks);
         } else { /* automatic on a quantized base: the convert default for heads */
             int g = nx_quant_supported(8, bc.quant_group) ? bc.quant_group : 64;
-            item_choose(it, !strcmp(it->path, "mtp.eh_proj") ? 0 : 8, g, bc.family, o->rules, o->n_rules, &o->hooks);
+            item_choose(it, ends(it->path, ".eh_proj") ? 0 : 8, g, bc.family, o->rules, o->n_rules, &o->hooks);
         }
         it->file = 0;
         head_bytes += it->bytes;
