@@ -1,4 +1,4 @@
-/* GLM-4.5 / 4.6 / 4.7 / 4.5-Air (glm4_moe, Glm4MoeForCausalLM; families.md §1, checked against
+/* GLM-4.5 / 4.6 / 4.7 / 4.5-Air (glm4_moe, Glm4MoeForCausalLM; docs/design.md §12, checked against
  * transformers' glm4_moe, vLLM's glm4_moe(_mtp).py and mlx-lm's glm4_moe.py): NeoX RoPE on the
  * first head_dim * partial_rotary_factor dims, q/k/v biases, optional qk-norm, the DeepSeek
  * sigmoid router (selection bias, group limit, norm_topk_prob, routed_scaling_factor), shared

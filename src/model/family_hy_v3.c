@@ -1,4 +1,4 @@
-/* Hunyuan 3 (hy_v3, HYV3ForCausalLM; hy_v3.md): q/k-norm, full NeoX RoPE, no attention biases,
+/* Hunyuan 3 (hy_v3, HYV3ForCausalLM; docs/design.md): q/k-norm, full NeoX RoPE, no attention biases,
  * sigmoid router with a selection bias, one shared expert, the first layer dense; its MTP head
  * feeds back the output after final_layernorm and uses the trunk's embedding and lm_head.
  * Exporters disagree on key names (Tencent, HF transformers, mlx-lm): every alias is listed. */

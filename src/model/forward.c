@@ -1,4 +1,4 @@
-/* The forward pass over T rows (hy_v3.md §2, families.md §1): embedding, decoder layers (q/k/v
+/* The forward pass over T rows (docs/design.md §2, §12): embedding, decoder layers (q/k/v
  * biases and q/k-norm where the config has them, neox RoPE over the rotary dims, GQA attention,
  * dense SwiGLU or sigmoid-routed, group-limited MoE + shared expert), final norm and an f32
  * lm_head; the variants are the config's fields, never the family's name. The same code serves prefill, decode and the k+1 rows of a speculative verify;
@@ -405,7 +405,7 @@ static void ffn(nx_ctx *c, const nx_ffn *f, const float *in, int32_t n, float *o
 }
 
 
-/* The groups the DeepSeek group limit keeps (families.md §3): each of n_group equal groups is
+/* The groups the DeepSeek group limit keeps (docs/design.md §12): each of n_group equal groups is
  * scored by the sum of its two best biased scores (its only one, for groups of one), and the
  * topk_group best groups (ties: lower group) are marked in keep. */
 static void route_groups(const float *logits, const float *bias, int32_t E, int32_t n_group, int32_t topk_group,
@@ -434,7 +434,7 @@ static void route_groups(const float *logits, const float *bias, int32_t E, int3
     }
 }
 
-/* Routing for one row (hy_v3.md §2.4, families.md §1, §3): sigmoid scores in f32, expert_bias
+/* Routing for one row (docs/design.md §2.4, §12): sigmoid scores in f32, expert_bias
  * only to choose, among the experts of the groups route_groups keeps (an expert of a dropped
  * group is never chosen, whatever its score: transformers and mlx-lm fill them with 0, which
  * only differs when a kept score is negative); weights from the unbiased scores, renormalised,

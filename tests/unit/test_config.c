@@ -91,7 +91,7 @@ static void expect_err(const char *remove_key, const char *add, nx_status want, 
     free(j);
 }
 
-/* GLM-4.5's config.json (families.md §1; zai-org/GLM-4.5), with groups made non-trivial. */
+/* GLM-4.5's config.json (docs/design.md §12; zai-org/GLM-4.5), with groups made non-trivial. */
 static const char *glm_config =
     "{\"architectures\":[\"Glm4MoeForCausalLM\"],\"model_type\":\"glm4_moe\",\"attention_bias\":true,"
     "\"head_dim\":128,\"hidden_act\":\"silu\",\"hidden_size\":5120,\"partial_rotary_factor\":0.5,"
