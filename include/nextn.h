@@ -280,7 +280,8 @@ void nx_model_free(nx_model *m);
 nx_status nx_model_check_files(const nx_model *m, nx_error *err);
 
 typedef struct nx_model_info {
-    const char *family;       /* "hy_v3" */
+    const char *family;       /* model_type: "hy_v3", "glm4_moe" */
+    const char *family_name;  /* "Hunyuan 3", "GLM-4.5/4.6/4.7/Air" */
     const char *layout;       /* "tencent" | "mlx" */
     const char *weight_dtype; /* "bf16", "f32", "mixed", "affine-4bit", ... */
     const char *mtp;          /* "inline", "sidecar", "none (headless)", "disabled" */
@@ -296,6 +297,19 @@ typedef struct nx_model_info {
     uint64_t kv_bytes_per_token; /* trunk + MTP layers, at the model's kv_type */
     const char *kv_type;         /* "f32" | "f16" */
     int32_t bos_id, eos_id;      /* -1 if unknown */
+    /* the variants the engine inferred from the family and its config */
+    int32_t rotary_dim;          /* leading dims of each head RoPE rotates */
+    const char *rope;            /* "neox" */
+    bool attn_bias, qk_norm;     /* q/k/v biases; q/k RMSNorm */
+    const char *router;          /* "sigmoid+bias" */
+    int32_t n_group, topk_group; /* group-limited choice (1, 1: none) */
+    bool norm_topk_prob;
+    float routed_scaling;
+    int32_t n_shared_experts, n_dense_layers;
+    const char *mtp_concat;      /* "embed,hidden" | "hidden,embed" */
+    const char *mtp_recycle;     /* hidden fed back when chaining: "post-norm" | "pre-norm" */
+    bool mtp_zero_pos0;          /* embedding zeroed at position 0 */
+    const char *mtp_embed, *mtp_head; /* "own" | "trunk" */
 } nx_model_info;
 
 const nx_model_info *nx_model_get_info(const nx_model *m);

@@ -1,7 +1,8 @@
-/* hy_v3 config.json parsing and validation (docs/design.md §2.1, §5.4). Exporters disagree on
- * field names (expert_hidden_dim vs moe_intermediate_size, rope_parameters vs rope_theta, ...),
- * so each field is looked up under all its known aliases; the first present one wins and two
- * present aliases must agree. */
+/* config.json parsing and validation (docs/design.md §2.1, §5.4, §12). model_type picks the
+ * family descriptor (model/family.h), whose key lists and defaults the family-specific fields
+ * are read with. Exporters disagree on field names (expert_hidden_dim vs moe_intermediate_size,
+ * rope_parameters vs rope_theta, ...), so each field is looked up under all its known aliases;
+ * the first present one wins and two present aliases must agree. */
 #include "io/config.h"
 
 #include <jansson.h>
@@ -251,7 +252,7 @@ static nx_status parse_layer_types(parser *p, int64_t n_layers, int64_t *n_dense
     return NX_OK;
 }
 
-static nx_status parse_rope(parser *p, double *theta) {
+static nx_status parse_rope(parser *p, double def_theta, double *theta) {
     json_t *rp = json_object_get(p->root, "rope_parameters");
     json_t *src = NULL;
     const char *field = NULL;
@@ -282,13 +283,85 @@ static nx_status parse_rope(parser *p, double *theta) {
             return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: rope_scaling is not supported", p->name);
     }
     if (!src || json_is_null(src)) {
-        *theta = 11158840.0; /* the Hy3 default of HF and vLLM */
+        *theta = def_theta;
         return NX_OK;
     }
     nx_status st = check_real(p, field, src, theta);
     if (st == NX_OK && !(*theta > 0))
         return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be positive", p->name, field);
     return st;
+}
+
+/* The family config.json names by model_type (required); its architectures entries, when
+ * present, must be known and of the same family. An unknown name is an error listing the
+ * supported ones. */
+static nx_status resolve_family(parser *p, const nx_family **out) {
+    char list[512];
+    *out = NULL;
+    json_t *mt = json_object_get(p->root, "model_type");
+    if (!mt) return nx_fail(p->err, NX_E_CONFIG, "%s: missing field \"model_type\"", p->name);
+    if (!json_is_string(mt))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"model_type\" must be a string", p->name);
+    if (!(*out = nx_family_by_type(json_string_value(mt))))
+        return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (supported: %s)",
+                       p->name, json_string_value(mt), nx_family_list(list, sizeof list));
+    json_t *ar = json_object_get(p->root, "architectures");
+    if (ar && !json_is_null(ar)) {
+        if (!json_is_array(ar))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"architectures\" must be a list of strings", p->name);
+        size_t i;
+        json_t *e;
+        json_array_foreach(ar, i, e) {
+            if (!json_is_string(e))
+                return nx_fail(p->err, NX_E_CONFIG, "%s: field \"architectures\"[%zu] must be a string", p->name, i);
+            const nx_family *f = nx_family_by_arch(json_string_value(e));
+            if (!f)
+                return nx_fail(p->err, NX_E_UNSUPPORTED,
+                               "%s: architectures entry \"%.64s\" is not supported (supported: %s)", p->name,
+                               json_string_value(e), nx_family_list(list, sizeof list));
+            if (f != *out)
+                return nx_fail(p->err, NX_E_CONFIG, "%s: architectures entry \"%.64s\" is not of model_type \"%s\"",
+                               p->name, json_string_value(e), (*out)->model_type);
+        }
+    }
+    return NX_OK;
+}
+
+/* The group limit of the DeepSeek router: n_group groups of equal size, topk_group kept, and
+ * enough experts in them for top_k. */
+static nx_status parse_groups(parser *p, const nx_family_keys *K, int64_t nexp, int64_t topk, nx_config *cfg) {
+    int64_t ng, tg;
+    nx_status st;
+    if ((st = get_int(p, K->n_group, false, 1, 1, 64, &ng)) || (st = get_int(p, K->topk_group, false, ng, 1, 64, &tg)))
+        return st;
+    if (tg > ng)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: topk_group %lld exceeds n_group %lld", p->name, (long long)tg,
+                       (long long)ng);
+    if (nexp > 0 && (nexp % ng != 0 || topk > tg * (nexp / ng)))
+        return nx_fail(p->err, NX_E_CONFIG,
+                       "%s: %lld experts do not split into n_group %lld groups of which topk_group %lld hold "
+                       "num_experts_per_tok %lld", p->name, (long long)nexp, (long long)ng, (long long)tg,
+                       (long long)topk);
+    cfg->n_group = (int32_t)ng;
+    cfg->topk_group = (int32_t)tg;
+    return NX_OK;
+}
+
+/* partial_rotary_factor → the rotated dims: head_dim * factor, even, at least 2. */
+static nx_status parse_rotary(parser *p, const nx_family *fam, int64_t head_dim, nx_config *cfg) {
+    double f;
+    nx_status st = get_real(p, fam->keys.rotary_factor, fam->def.rotary_factor, &f);
+    if (st) return st;
+    if (!(f > 0 && f <= 1))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"partial_rotary_factor\" = %g must be in (0, 1]", p->name, f);
+    int64_t rot = (int64_t)((double)head_dim * f); /* int(): what transformers and mlx-lm take */
+    if (rot < 2 || rot % 2 != 0)
+        return nx_fail(p->err, NX_E_CONFIG,
+                       "%s: head_dim %lld x partial_rotary_factor %g = %lld rotated dims (must be even, >= 2)",
+                       p->name, (long long)head_dim, f, (long long)rot);
+    cfg->rotary_dim = (int32_t)rot;
+    cfg->rope_pairs = fam->rope_pairs;
+    return NX_OK;
 }
 
 #define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -299,14 +372,11 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
     if (!json_is_object(root))
         return nx_fail(p->err, NX_E_CONFIG, "%s: not a JSON object", p->name);
 
-    json_t *mt = json_object_get(root, "model_type");
-    if (!mt) return nx_fail(p->err, NX_E_CONFIG, "%s: missing field \"model_type\"", p->name);
-    if (!json_is_string(mt))
-        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"model_type\" must be a string", p->name);
-    if (strcmp(json_string_value(mt), "hy_v3") != 0)
-        return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: model_type \"%.64s\" is not supported (only hy_v3)",
-                       p->name, json_string_value(mt));
-    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", json_string_value(mt));
+    const nx_family *fam;
+    if ((st = resolve_family(p, &fam))) return st;
+    cfg->family = fam;
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", fam->model_type);
+    const nx_family_keys *K = &fam->keys;
 
     json_t *act = json_object_get(root, "hidden_act");
     if (act && !json_is_null(act)) {
@@ -326,8 +396,8 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
         (st = get_int(p, NAMES("num_attention_heads"), true, 0, 1, I32, &heads)) ||
         (st = get_int(p, NAMES("num_key_value_heads"), false, heads, 1, I32, &kv)) ||
         (st = get_int(p, NAMES("head_dim"), false, 0, 1, I32, &head_dim)) ||
-        (st = get_int(p, NAMES("first_k_dense_replace"), false, -1, 0, I32, &kdense)) ||
-        (st = get_int(p, NAMES("num_shared_experts"), false, 1, 0, 64, &nshared)) ||
+        (st = get_int(p, K->first_k_dense, false, -1, 0, I32, &kdense)) ||
+        (st = get_int(p, K->n_shared, false, fam->def.n_shared, 0, 64, &nshared)) ||
         (st = get_int(p, NAMES("num_nextn_predict_layers"), false, 0, 0, 64, &nextn)) ||
         (st = get_int(p, NAMES("max_position_embeddings"), false, 131072, 1, INT64_MAX, &maxpos)))
         return st;
@@ -348,15 +418,15 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
         return nx_fail(p->err, NX_E_CONFIG,
                        "%s: first_k_dense_replace = %lld but mlp_layer_types has %lld dense layers",
                        p->name, (long long)kdense, (long long)lt_dense);
-    if (kdense < 0) kdense = lt_present ? lt_dense : 1;
+    if (kdense < 0) kdense = lt_present ? lt_dense : fam->def.first_k_dense;
     if (kdense > layers)
         return nx_fail(p->err, NX_E_CONFIG, "%s: first_k_dense_replace = %lld exceeds num_hidden_layers = %lld",
                        p->name, (long long)kdense, (long long)layers);
     bool any_dense = kdense > 0;
     bool any_moe = kdense < layers || nextn > 0;
     if ((st = get_int(p, NAMES("intermediate_size"), any_dense, 0, 1, I32, &inter)) ||
-        (st = get_int(p, NAMES("expert_hidden_dim", "moe_intermediate_size"), any_moe, 0, 1, I32, &edim)) ||
-        (st = get_int(p, NAMES("num_experts", "num_local_experts"), any_moe, 0, 1, I32, &nexp)) ||
+        (st = get_int(p, K->expert_dim, any_moe, 0, 1, I32, &edim)) ||
+        (st = get_int(p, K->n_experts, any_moe, 0, 1, I32, &nexp)) ||
         (st = get_int(p, NAMES("num_experts_per_tok"), any_moe, 0, 1, I32, &topk)))
         return st;
     if (heads % kv != 0)
@@ -372,12 +442,15 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
                        p->name);
 
     double eps, scaling, theta;
-    bool route_norm, qk_norm, tie;
+    bool route_norm, qk_norm, tie, attn_bias;
     if ((st = get_real(p, NAMES("rms_norm_eps"), 1e-5, &eps)) ||
-        (st = get_real(p, NAMES("router_scaling_factor", "routed_scaling_factor"), 1.0, &scaling)) ||
-        (st = get_bool(p, NAMES("route_norm", "norm_topk_prob"), true, &route_norm)) ||
-        (st = get_bool(p, NAMES("qk_norm"), true, &qk_norm)) ||
-        (st = get_bool(p, NAMES("tie_word_embeddings"), false, &tie)) || (st = parse_rope(p, &theta)))
+        (st = get_real(p, K->scaling, 1.0, &scaling)) ||
+        (st = get_bool(p, K->route_norm, true, &route_norm)) ||
+        (st = get_bool(p, K->qk_norm, fam->def.qk_norm, &qk_norm)) ||
+        (st = get_bool(p, K->attn_bias, fam->def.attn_bias, &attn_bias)) ||
+        (st = get_bool(p, NAMES("tie_word_embeddings"), false, &tie)) ||
+        (st = parse_rope(p, fam->def.rope_theta, &theta)) || (st = parse_rotary(p, fam, head_dim, cfg)) ||
+        (st = parse_groups(p, K, nexp, topk, cfg)))
         return st;
     /* checked after narrowing: the config stores floats, and 1e-85 would become 0 */
     if (!((float)eps > 0 && eps < 1))
@@ -405,6 +478,9 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
     cfg->rope_theta = theta;
     cfg->max_positions = maxpos;
     cfg->qk_norm = qk_norm;
+    cfg->attn_bias = attn_bias;
+    cfg->router = fam->router;
+    cfg->mtp = fam->mtp;
     cfg->tie_embeddings = tie;
     cfg->n_nextn_layers = (int32_t)nextn;
 

@@ -1,6 +1,7 @@
-/* config.json of a hy_v3 checkpoint → nx_config: every field the engine uses, with the
- * aliases different exporters write (Tencent, HF transformers, mlx-lm), and the MLX affine
- * quantization block. Values are validated here so the model code can trust them. */
+/* config.json of a checkpoint of any supported family → nx_config: every field the engine
+ * uses, with the aliases different exporters write (Tencent, HF transformers, mlx-lm), the
+ * variants the family's descriptor selects, and the MLX affine quantization block. Values are
+ * validated here so the model code can trust them. */
 #ifndef NX_IO_CONFIG_H
 #define NX_IO_CONFIG_H
 
@@ -9,8 +10,9 @@
 #include "base/error.h"
 #include "io/weights.h"
 
-/* Loads and validates `path`. On failure *cfg is left zeroed (nothing to free). Unknown
- * model_type, hidden_act or quantization mode is NX_E_UNSUPPORTED; a missing field, a wrong
+/* Loads and validates `path`. On failure *cfg is left zeroed (nothing to free). An unknown
+ * model_type or architectures entry (the message lists the supported families), hidden_act or
+ * quantization mode is NX_E_UNSUPPORTED; a missing field, a wrong
  * JSON type or an impossible value is NX_E_CONFIG; both messages name the field. */
 nx_status nx_config_load(const char *path, nx_config *cfg, nx_error *err);
 

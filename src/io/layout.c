@@ -301,14 +301,14 @@ static nx_status load_moe(loader *L, const char *pre, bool is_mtp, nx_moe *m) {
     char p[NAME_MAX_LEN];
     nx_status st;
 
-    static const char *const routers[] = {"mlp.router.gate", "mlp.gate"};
+    const nx_family_names *fn = &cfg->family->names;
     const nx_tensor *rw = NULL;
-    const char *rname = routers[0];
-    for (size_t k = 0; k < 2 && !rw; k++) {
-        rname = routers[k];
+    const char *rname = fn->router[0];
+    for (nx_keys r = fn->router; *r && !rw; r++) {
+        rname = *r;
         rw = findf(L, "%s%s.weight", pre, rname);
     }
-    if (!rw) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %s%s.weight", pre, routers[0]);
+    if (!rw) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %s%s.weight", pre, fn->router[0]);
     if (rw->n_dims != 2 || rw->shape[0] <= 0) {
         int64_t e[2] = {cfg->n_experts, hidden};
         return fail_shape(L, rw, 2, e, NULL);
@@ -323,22 +323,28 @@ static nx_status load_moe(loader *L, const char *pre, bool is_mtp, nx_moe *m) {
     if ((st = load_linear(L, p, 0, m->n_experts, hidden, &m->router))) return st;
     m->router.x16 = true; /* expert choice is discontinuous in the logits */
 
-    static const char *const biases[] = {"mlp.expert_bias", "mlp.router.expert_bias",
-                                         "mlp.gate.e_score_correction_bias",
-                                         "mlp.e_score_correction_bias"};
-    for (size_t k = 0; k < sizeof biases / sizeof *biases; k++) {
-        snprintf(p, sizeof p, "%s%s", pre, biases[k]);
+    for (nx_keys b = fn->expert_bias; *b; b++) {
+        snprintf(p, sizeof p, "%s%s", pre, *b);
         if (!nx_store_find(L->st, p)) continue;
         if ((st = load_vec(L, p, m->n_experts, false, &m->expert_bias))) return st;
         break;
     }
+    if (m->n_experts % cfg->n_group != 0 || cfg->top_k > cfg->topk_group * (m->n_experts / cfg->n_group))
+        return nx_fail(L->err, NX_E_FORMAT,
+                       "tensor %s (%s): %d experts do not split into n_group %d groups of which topk_group %d "
+                       "hold num_experts_per_tok %d", rw->name, nx_store_file_of(L->st, rw), m->n_experts,
+                       cfg->n_group, cfg->topk_group, cfg->top_k);
     if ((st = load_experts(L, pre, m))) return st;
 
     m->has_shared = cfg->n_shared_experts > 0;
     if (m->has_shared) {
         int64_t width = (int64_t)cfg->expert_dim * cfg->n_shared_experts;
-        const char *sh = findf(L, "%smlp.shared_experts.gate_proj.weight", pre) ? "mlp.shared_experts."
-                                                                                : "mlp.shared_mlp.";
+        const char *sh = fn->shared[0];
+        for (nx_keys k = fn->shared; *k; k++)
+            if (findf(L, "%s%sgate_proj.weight", pre, *k)) {
+                sh = *k;
+                break;
+            }
         snprintf(p, sizeof p, "%s%s", pre, sh);
         if ((st = load_ffn(L, p, width, &m->shared))) return st;
     }
@@ -361,13 +367,20 @@ static nx_status load_layer(loader *L, const char *pre, int is_moe, bool is_mtp,
         (st = load_linear(L, P("self_attn.v_proj"), 0, kvd, hidden, &ly->wv)) ||
         (st = load_linear(L, P("self_attn.o_proj"), 0, hidden, qd, &ly->wo)))
         return st;
+    if (cfg->attn_bias &&
+        ((st = load_vec(L, P("self_attn.q_proj.bias"), qd, false, &ly->bq)) ||
+         (st = load_vec(L, P("self_attn.k_proj.bias"), kvd, false, &ly->bk)) ||
+         (st = load_vec(L, P("self_attn.v_proj.bias"), kvd, false, &ly->bv))))
+        return st;
     if (cfg->qk_norm &&
         ((st = load_vec(L, P("self_attn.q_norm.weight"), cfg->head_dim, false, &ly->q_norm)) ||
          (st = load_vec(L, P("self_attn.k_norm.weight"), cfg->head_dim, false, &ly->k_norm))))
         return st;
-    if (is_moe < 0)
-        is_moe = !(findf(L, "%smlp.gate_proj.weight", pre) && !findf(L, "%smlp.router.gate.weight", pre) &&
-                   !findf(L, "%smlp.gate.weight", pre));
+    if (is_moe < 0) {
+        bool router = false;
+        for (nx_keys r = cfg->family->names.router; *r && !router; r++) router = findf(L, "%s%s.weight", pre, *r);
+        is_moe = router || !findf(L, "%smlp.gate_proj.weight", pre);
+    }
     ly->is_moe = is_moe;
     if (is_moe) return load_moe(L, pre, is_mtp, &ly->moe);
     return load_ffn(L, P("mlp."), cfg->intermediate_size, &ly->dense);
@@ -396,6 +409,19 @@ static const char *mtp_location(const loader *L, const nx_tensor *t, const char 
         if (o->file == t->file && !is_mtp_name(o->name, layer_pre)) return "inline";
     }
     return "sidecar";
+}
+
+/* The head's final norm under the first of the family's names present (the first is the one
+ * an error names). */
+static nx_status load_mtp_norm(loader *L, const char *head, float **out) {
+    nx_keys names = L->cfg->family->names.mtp_norm;
+    char p[NAME_MAX_LEN];
+    for (nx_keys n = names; *n; n++) {
+        snprintf(p, sizeof p, "%s%s.weight", head, *n);
+        if (nx_store_find(L->st, p)) return load_vec(L, p, L->cfg->hidden_size, false, out);
+    }
+    snprintf(p, sizeof p, "%s%s.weight", head, names[0]);
+    return load_vec(L, p, L->cfg->hidden_size, false, out);
 }
 
 static nx_status load_mtp(loader *L, nx_weights *w) {
@@ -442,8 +468,14 @@ static nx_status load_mtp(loader *L, nx_weights *w) {
 #define H(suffix) (snprintf(p, sizeof p, "%s%s", nm->head, suffix), p)
     if ((st = load_vec(L, H("enorm.weight"), hidden, false, &m->enorm)) ||
         (st = load_vec(L, H("hnorm.weight"), hidden, true, &m->hnorm)) ||
-        (st = load_vec(L, H("final_layernorm.weight"), hidden, false, &m->final_norm)) ||
+        (st = load_mtp_norm(L, nm->head, &m->final_norm)) ||
         (st = load_linear(L, H("eh_proj"), 0, hidden, 2 * hidden, &m->eh_proj)))
+        return st;
+    if (cfg->mtp.own_embed_head &&
+        (((findf(L, "%sembed_tokens.weight", nm->head)) &&
+          (st = load_linear(L, H("embed_tokens"), 0, cfg->vocab_size, hidden, &m->embed))) ||
+         ((findf(L, "%sshared_head.head.weight", nm->head)) &&
+          (st = load_linear(L, H("shared_head.head"), 0, cfg->vocab_size, hidden, &m->head)))))
         return st;
 #undef H
     L->alias_to = nm->mlx_block;
@@ -461,6 +493,9 @@ static void free_layer(nx_layer *ly) {
     free(ly->ffn_norm);
     free(ly->q_norm);
     free(ly->k_norm);
+    free(ly->bq);
+    free(ly->bk);
+    free(ly->bv);
     free(ly->moe.expert_bias);
     free(ly->moe.experts);
 }
@@ -505,7 +540,7 @@ nx_status nx_weights_load(const nx_store *st, const nx_config *cfg, bool want_mt
         snprintf(pre, sizeof pre, "model.layers.%d.", l);
         if ((s = load_layer(&L, pre, l >= cfg->first_k_dense, false, &w->layers[l]))) goto fail;
     }
-    snprintf(w->layout, sizeof w->layout, "%s", L.saw_stacked || L.saw_quant ? "mlx" : "tencent");
+    snprintf(w->layout, sizeof w->layout, "%s", L.saw_stacked || L.saw_quant ? "mlx" : cfg->family->hf_layout);
     snprintf(w->mtp_where, sizeof w->mtp_where, "none");
     if (want_mtp && (s = load_mtp(&L, w))) goto fail;
     return NX_OK;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "model/family.h"
 
 #define NX_MAX_EOS 8
 
@@ -21,6 +22,7 @@ typedef struct nx_quant_override {
 
 typedef struct nx_config {
     char model_type[32];
+    const nx_family *family;     /* the descriptor model_type / architectures named */
     int32_t vocab_size;
     int32_t hidden_size;
     int32_t n_layers;            /* trunk layers; the MTP layer is index n_layers */
@@ -35,6 +37,13 @@ typedef struct nx_config {
     double rope_theta;
     int64_t max_positions;
     bool qk_norm;
+    /* variants of the shared building blocks, from the family and its config keys */
+    int32_t rotary_dim;          /* leading dims of each head RoPE rotates (even, <= head_dim) */
+    nx_rope_pairs rope_pairs;
+    bool attn_bias;              /* q/k/v projections carry biases */
+    nx_router_kind router;
+    int32_t n_group, topk_group; /* group-limited expert choice (1, 1: none) */
+    nx_family_mtp mtp;           /* the MTP head's wiring defaults */
     bool tie_embeddings;
     int32_t n_nextn_layers;
     int32_t bos_id, pad_id;
@@ -70,6 +79,7 @@ typedef struct nx_layer {
     float *ffn_norm;     /* [hidden] post_attention_layernorm, owned */
     nx_linear wq, wk, wv, wo;
     float *q_norm, *k_norm; /* [head_dim] owned; NULL when qk_norm is false */
+    float *bq, *bk, *bv;    /* [n_heads*head_dim], [n_kv*head_dim] x2 owned; NULL without biases */
     bool is_moe;
     nx_ffn dense;        /* when !is_moe */
     nx_moe moe;          /* when is_moe */
@@ -79,6 +89,8 @@ typedef struct nx_mtp_weights {
     float *enorm, *hnorm, *final_norm; /* [hidden] owned; hnorm may be NULL (no hnorm) */
     nx_linear eh_proj;                 /* [hidden, 2*hidden] */
     nx_layer layer;
+    /* the head's own embedding and output head (GLM-4.5), else the trunk's: .w NULL */
+    nx_linear embed, head;
 } nx_mtp_weights;
 
 typedef struct nx_weights {

@@ -1,6 +1,7 @@
-/* The hy_v3 forward pass over T rows (docs/design.md §2): embedding, decoder layers (q/k-norm before
- * neox RoPE, GQA attention, dense SwiGLU or sigmoid-routed MoE + shared expert), final norm and
- * an f32 lm_head. The same code serves prefill, decode and the k+1 rows of a speculative verify;
+/* The forward pass over T rows (docs/design.md §2, §12): embedding, decoder layers (q/k/v
+ * biases and q/k-norm where the config has them, neox RoPE over the rotary dims, GQA attention,
+ * dense SwiGLU or sigmoid-routed, group-limited MoE + shared expert), final norm and an f32
+ * lm_head; the variants are the config's fields, never the family's name. The same code serves prefill, decode and the k+1 rows of a speculative verify;
  * every row's result is independent of the rows it shares a call with (batch invariance). */
 #include <math.h>
 #include <stdatomic.h>
@@ -15,15 +16,16 @@
 
 /* ---------------------------------------------------------------- primitives */
 
-/* cos and sin of the neox RoPE angles at positions pos0..pos0+T-1 into c->rope (per row: half
- * cosines, then half sines); kept while the key matches, so the layers of one forward call
- * compute them once. */
-static const float *rope_table(nx_ctx *c, int32_t T, int32_t pos0, int32_t hd, double theta) {
-    const int32_t half = hd / 2;
-    if (c->rope_T == T && c->rope_pos0 == pos0 && c->rope_hd == hd && c->rope_theta == theta)
+/* cos and sin of the neox RoPE angles at positions pos0..pos0+T-1 into c->rope (per row of
+ * stride hd: rot/2 cosines, then rot/2 sines), for rot rotated dims (partial rotary: the
+ * frequencies run over the rotated dims, theta^(-2i/rot), as transformers and mlx-lm take
+ * them); kept while the key matches, so the layers of one forward call compute them once. */
+static const float *rope_table(nx_ctx *c, int32_t T, int32_t pos0, int32_t hd, int32_t rot, double theta) {
+    const int32_t half = rot / 2;
+    if (c->rope_T == T && c->rope_pos0 == pos0 && c->rope_hd == rot && c->rope_theta == theta)
         return c->rope;
     for (int32_t i = 0; i < half; i++) {
-        double inv = pow(theta, -2.0 * i / hd);
+        double inv = pow(theta, -2.0 * i / rot);
         for (int32_t t = 0; t < T; t++) {
             double a = (double)(pos0 + t) * inv;
             c->rope[(size_t)t * hd + i] = (float)cos(a);
@@ -32,20 +34,26 @@ static const float *rope_table(nx_ctx *c, int32_t T, int32_t pos0, int32_t hd, d
     }
     c->rope_T = T;
     c->rope_pos0 = pos0;
-    c->rope_hd = hd;
+    c->rope_hd = rot;
     c->rope_theta = theta;
     return c->rope;
 }
 
-/* Neox ("rotate-half") RoPE on one head vector, with the row's cos/sin from rope_table. */
-static void rope_neox(float *x, int32_t hd, const float *cs_sn) {
-    const int32_t half = hd / 2;
+/* Neox ("rotate-half") RoPE on the first rot dims of one head vector (the rest pass through),
+ * with the row's cos/sin from rope_table. */
+static void rope_neox(float *x, int32_t rot, const float *cs_sn) {
+    const int32_t half = rot / 2;
     const float *cs = cs_sn, *sn = cs_sn + half;
     for (int32_t i = 0; i < half; i++) {
         float x0 = x[i], x1 = x[i + half];
         x[i] = x0 * cs[i] - x1 * sn[i];
         x[i + half] = x1 * cs[i] + x0 * sn[i];
     }
+}
+
+/* x[i] += b[i]: a projection's bias (the matmul kernels have none). */
+static void add_bias(float *x, const float *b, int32_t n) {
+    for (int32_t i = 0; i < n; i++) x[i] += b[i];
 }
 
 
@@ -77,24 +85,28 @@ static void cache_put(nx_dtype dt, void *row, const float *src, int32_t hd) {
     }
 }
 
-/* q/k-norm and RoPE on row t's query and key heads of kv head h (each query head with the kv
- * head it shares), then its key and value into the cache at pos0 + t. */
+/* Biases, q/k-norm and RoPE on row t's query and key heads of kv head h (each query head with
+ * the kv head it shares), then its key and value into the cache at pos0 + t. */
 static void qk_post(const attn_job *j, int32_t t, int64_t h) {
     nx_ctx *c = j->c;
     const nx_layer *L = j->L;
     const float eps = c->m->cfg.rms_eps;
     const int32_t hd = j->hd, group = j->n_heads / j->n_kv, qw = j->n_heads * hd, kvw = j->n_kv * hd;
+    const int32_t rot = c->m->cfg.rotary_dim;
     const float *cs_sn = j->rope + (size_t)t * hd;
     for (int64_t qh = h * group; qh < (h + 1) * group; qh++) {
         float *q = c->q + (size_t)t * qw + (size_t)qh * hd;
+        if (L->bq) add_bias(q, L->bq + (size_t)qh * hd, hd);
         if (L->q_norm) nx_rmsnorm_f32(q, L->q_norm, eps, hd, q);
-        rope_neox(q, hd, cs_sn);
+        rope_neox(q, rot, cs_sn);
     }
-    float *k = c->k + (size_t)t * kvw + (size_t)h * hd;
+    float *k = c->k + (size_t)t * kvw + (size_t)h * hd, *v = c->v + (size_t)t * kvw + (size_t)h * hd;
+    if (L->bk) add_bias(k, L->bk + (size_t)h * hd, hd);
+    if (L->bv) add_bias(v, L->bv + (size_t)h * hd, hd);
     if (L->k_norm) nx_rmsnorm_f32(k, L->k_norm, eps, hd, k);
-    rope_neox(k, hd, cs_sn);
+    rope_neox(k, rot, cs_sn);
     cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, h, j->pos0 + t), k, hd);
-    cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->v, h, j->pos0 + t), c->v + (size_t)t * kvw + (size_t)h * hd, hd);
+    cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->v, h, j->pos0 + t), v, hd);
 }
 
 /* The first cached position the row at pos attends to (sliding window, MTP cache start). */
@@ -186,7 +198,7 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     const int32_t H = cfg->hidden_size, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
     const int32_t qw = nh * hd, kvw = nkv * hd;
     nx_pool *pool = c->m->pool;
-    const attn_job j = {c, L, kv, rope_table(c, T, pos0, hd, theta), T, pos0, nh, nkv, hd, window, lo_min,
+    const attn_job j = {c, L, kv, rope_table(c, T, pos0, hd, cfg->rotary_dim, theta), T, pos0, nh, nkv, hd, window, lo_min,
                         .qkv = {{&L->wq, c->xn, H, T, c->q, qw},
                                 {&L->wk, c->xn, H, T, c->k, kvw},
                                 {&L->wv, c->xn, H, T, c->v, kvw}},
@@ -394,12 +406,49 @@ static void ffn(nx_ctx *c, const nx_ffn *f, const float *in, int32_t n, float *o
 }
 
 
-/* Routing for one row (docs/design.md §2.4): sigmoid scores in f32, expert_bias only to choose,
- * weights from the unbiased scores, renormalised, scaled. Ties go to the lower expert id. */
-void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, bool renorm,
-                  float scaling, int32_t *idx, float *w) {
+/* The groups the DeepSeek group limit keeps (docs/design.md §12): each of n_group equal groups is
+ * scored by the sum of its two best biased scores (its only one, for groups of one), and the
+ * topk_group best groups (ties: lower group) are marked in keep. */
+static void route_groups(const float *logits, const float *bias, int32_t E, int32_t n_group, int32_t topk_group,
+                         bool *keep) {
+    float gs[NX_MAX_GROUPS];
+    const int32_t gsize = E / n_group;
+    for (int32_t g = 0; g < n_group; g++) {
+        float b1 = -INFINITY, b2 = -INFINITY;
+        for (int32_t e = g * gsize; e < (g + 1) * gsize; e++) {
+            float ce = 1.0f / (1.0f + expf(-logits[e])) + (bias ? bias[e] : 0.0f);
+            if (ce > b1) {
+                b2 = b1;
+                b1 = ce;
+            } else if (ce > b2) {
+                b2 = ce;
+            }
+        }
+        gs[g] = gsize > 1 ? b1 + b2 : b1;
+        keep[g] = false;
+    }
+    for (int32_t n = 0; n < topk_group; n++) {
+        int32_t best = -1;
+        for (int32_t g = 0; g < n_group; g++)
+            if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        keep[best] = true;
+    }
+}
+
+/* Routing for one row (docs/design.md §2.4, §12): sigmoid scores in f32, expert_bias
+ * only to choose, among the experts of the groups route_groups keeps (an expert of a dropped
+ * group is never chosen, whatever its score: transformers and mlx-lm fill them with 0, which
+ * only differs when a kept score is negative); weights from the unbiased scores, renormalised,
+ * scaled. Ties go to the lower expert id. */
+void nx_moe_route_grouped(const float *logits, const float *bias, int32_t E, int32_t k, int32_t n_group,
+                          int32_t topk_group, bool renorm, float scaling, int32_t *idx, float *w) {
+    bool keep[NX_MAX_GROUPS];
+    const bool limit = n_group > 1 && topk_group < n_group;
+    if (limit) route_groups(logits, bias, E, n_group, topk_group, keep);
+    const int32_t gsize = limit ? E / n_group : E;
     for (int32_t i = 0; i < k; i++) idx[i] = -1;
     for (int32_t e = 0; e < E; e++) {
+        if (limit && !keep[e / gsize]) continue;
         float ce = 1.0f / (1.0f + expf(-logits[e])) + (bias ? bias[e] : 0.0f);
         /* insertion into a descending top-k list */
         int32_t pos = k; /* w[i] holds the choice score of idx[i] while choosing */
@@ -423,6 +472,11 @@ void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, 
     }
 }
 
+void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, bool renorm,
+                  float scaling, int32_t *idx, float *w) {
+    nx_moe_route_grouped(logits, bias, E, k, 1, 1, renorm, scaling, idx, w);
+}
+
 /* The router's choices for T rows (c->sel, c->selw) and the statistics of their overlap with
  * the previous rows' choices. The router runs on the calling thread with scratch `alone` when
  * that is set, else on the pool. */
@@ -432,8 +486,8 @@ static void moe_select(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot
     if (alone) nx_matmul_rows(&M->router, c->xn, H, T, c->router, E, 0, E, alone);
     else nx_matmul(&M->router, c->xn, H, T, c->router, E, c->m->pool);
     for (int32_t t = 0; t < T; t++)
-        nx_moe_route(c->router + (size_t)t * E, M->expert_bias, E, k, cfg->route_norm,
-                     cfg->router_scaling, c->sel + (size_t)t * k, c->selw + (size_t)t * k);
+        nx_moe_route_grouped(c->router + (size_t)t * E, M->expert_bias, E, k, cfg->n_group, cfg->topk_group,
+                             cfg->route_norm, cfg->router_scaling, c->sel + (size_t)t * k, c->selw + (size_t)t * k);
 
     /* overlap of consecutive rows' choices (across calls for single-row steps) */
     int32_t *prev = c->prev_sel + (size_t)layer_slot * k;
@@ -693,12 +747,16 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
         return nx_fail(err, NX_E_STATE, "MTP rows at %d..%d do not follow its cache of %d rows",
                        pos0, pos0 + R - 1, c->mtp_past);
     const bool embed_first = m->wiring.concat != NX_MTP_CONCAT_HIDDEN_FIRST;
+    const nx_linear *embed = mw->embed.w ? &mw->embed : &m->w.embed;
     for (int32_t r = 0; r < R; r++) {
         if (tokens[r] < 0 || tokens[r] >= V)
             return nx_fail(err, NX_E_ARG, "token id %d out of range (vocabulary %d)", tokens[r], V);
         float *row = c->mtp_in + (size_t)r * 2 * H;
         float *e = row + (embed_first ? 0 : H), *h = row + (embed_first ? H : 0);
-        nx_linear_get_row(&m->w.embed, tokens[r], e);
+        if (cfg->mtp.zero_pos0 && pos0 + r == 0)
+            memset(e, 0, sizeof(float) * (size_t)H);
+        else
+            nx_linear_get_row(embed, tokens[r], e);
         nx_rmsnorm_f32(e, mw->enorm, cfg->rms_eps, H, e);
         if (m->wiring.hnorm)
             nx_rmsnorm_f32(hidden + (size_t)r * H, mw->hnorm, cfg->rms_eps, H, h);
@@ -719,7 +777,7 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
     if (logits && logits_from < R) {
         /* The head may draft over a prefix of the vocabulary: the rows of lm_head are
          * contiguous, so the slice is the same view with fewer rows. */
-        nx_linear head = m->w.lm_head;
+        nx_linear head = mw->head.w ? mw->head : m->w.lm_head;
         head.out = m->draft_vocab;
         nx_matmul(&head, c->hpost + (size_t)logits_from * H, H, R - logits_from, logits, V, m->pool);
         for (int32_t r = 0; r < R - logits_from; r++)

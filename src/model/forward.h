@@ -8,9 +8,16 @@
 
 #include "model/model_internal.h"
 
-/* hy_v3 routing of one row: top-k of sigmoid(logits) + bias (ties → lower id), weights from the
- * unbiased sigmoid, renormalised when renorm (and k > 1), times scaling. idx/w are [k],
- * ordered by descending biased score. */
+/* Groups the router's group limit handles at most (config.c checks n_group against it). */
+#define NX_MAX_GROUPS 64
+
+/* Sigmoid routing of one row: top-k of sigmoid(logits) + bias (ties → lower id) among the
+ * experts of the topk_group groups (of n_group equal ones) whose two best biased scores sum
+ * highest, weights from the unbiased sigmoid, renormalised when renorm (and k > 1), times
+ * scaling. idx/w are [k], ordered by descending biased score. */
+void nx_moe_route_grouped(const float *logits, const float *bias, int32_t E, int32_t k, int32_t n_group,
+                          int32_t topk_group, bool renorm, float scaling, int32_t *idx, float *w);
+/* The same without a group limit (n_group = 1). */
 void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, bool renorm,
                   float scaling, int32_t *idx, float *w);
 

@@ -26,11 +26,14 @@ static bool file_exists(const char *path) {
     return lstat(path, &sb) == 0;
 }
 
-/* Family defaults (docs/design.md §3.7) for every knob the caller left at DEFAULT. */
-static void wiring_resolve(nx_mtp_wiring *w, const nx_weights *wt) {
+/* Family defaults (docs/design.md §3.7, the family descriptor's MTP wiring) for every knob the
+ * caller left at DEFAULT. The first draft step always gets the trunk's post-final-norm hidden. */
+static void wiring_resolve(nx_mtp_wiring *w, const nx_config *cfg, const nx_weights *wt) {
     if (w->hidden == NX_MTP_HIDDEN_DEFAULT) w->hidden = NX_MTP_HIDDEN_POST_NORM;
-    if (w->concat == NX_MTP_CONCAT_DEFAULT) w->concat = NX_MTP_CONCAT_EMBED_FIRST;
-    if (w->recycle == NX_MTP_RECYCLE_DEFAULT) w->recycle = NX_MTP_RECYCLE_NORMED;
+    if (w->concat == NX_MTP_CONCAT_DEFAULT)
+        w->concat = cfg->mtp.hidden_first ? NX_MTP_CONCAT_HIDDEN_FIRST : NX_MTP_CONCAT_EMBED_FIRST;
+    if (w->recycle == NX_MTP_RECYCLE_DEFAULT)
+        w->recycle = cfg->mtp.recycle_prenorm ? NX_MTP_RECYCLE_RAW : NX_MTP_RECYCLE_NORMED;
     w->hnorm = w->hnorm >= 0 && wt->has_mtp && wt->mtp.hnorm; /* resolved to 0/1 */
     if (w->sliding_window < 0) w->sliding_window = 0;
 }
@@ -72,6 +75,30 @@ static const char *dtype_summary(const nx_store *st, char *buf, size_t n) {
             snprintf(buf + len, n - len, "%s%s", len ? "+" : "", nx_dtype_name((nx_dtype)d));
         }
     return buf;
+}
+
+/* What the engine inferred: the family's variants as the config set them, and the MTP wiring
+ * as resolved (family defaults, then the caller's overrides). */
+static void fill_variants(nx_model *m) {
+    const nx_config *cfg = &m->cfg;
+    nx_model_info *in = &m->info;
+    in->family_name = cfg->family->summary;
+    in->rotary_dim = cfg->rotary_dim;
+    in->rope = "neox"; /* the one nx_rope_pairs value */
+    in->attn_bias = cfg->attn_bias;
+    in->qk_norm = cfg->qk_norm;
+    in->router = "sigmoid+bias"; /* the one nx_router_kind value */
+    in->n_group = cfg->n_group;
+    in->topk_group = cfg->topk_group;
+    in->norm_topk_prob = cfg->route_norm;
+    in->routed_scaling = cfg->router_scaling;
+    in->n_shared_experts = cfg->n_shared_experts;
+    in->n_dense_layers = cfg->first_k_dense;
+    in->mtp_concat = m->wiring.concat == NX_MTP_CONCAT_HIDDEN_FIRST ? "hidden,embed" : "embed,hidden";
+    in->mtp_recycle = m->wiring.recycle == NX_MTP_RECYCLE_RAW ? "pre-norm" : "post-norm";
+    in->mtp_zero_pos0 = cfg->mtp.zero_pos0;
+    in->mtp_embed = m->w.has_mtp && m->w.mtp.embed.w ? "own" : "trunk";
+    in->mtp_head = m->w.has_mtp && m->w.mtp.head.w ? "own" : "trunk";
 }
 
 static void fill_info(nx_model *m) {
@@ -136,6 +163,7 @@ static void fill_info(nx_model *m) {
     in->kv_type = m->kv_dtype == NX_DTYPE_F16 ? "f16" : "f32";
     in->bos_id = cfg->bos_id;
     in->eos_id = cfg->n_eos > 0 ? cfg->eos_ids[0] : -1;
+    fill_variants(m);
 }
 
 /* generation_config.json may list more stop ids than config.json. */
@@ -193,7 +221,7 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
         snprintf(m->mtp_status, sizeof m->mtp_status, "none");
 
     m->wiring = p->wiring;
-    wiring_resolve(&m->wiring, &m->w);
+    wiring_resolve(&m->wiring, &m->cfg, &m->w);
     m->draft_vocab = p->draft_vocab > 0 && p->draft_vocab < m->cfg.vocab_size ? p->draft_vocab : m->cfg.vocab_size;
     m->kv_dtype = p->kv_type == NX_KV_F16 ? NX_DTYPE_F16 : NX_DTYPE_F32;
 

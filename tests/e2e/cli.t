@@ -96,7 +96,10 @@ expect_error("config: missing field", ["inspect", "-m", variant("cfgmiss", edit_
 expect_error("config: shape disagrees with tensors", ["inspect", "-m", variant("cfgshape", edit_config("hidden_size", 192))],
              "shape")
 expect_error("config: unsupported family", ["inspect", "-m", variant("cfgfam", edit_config("model_type", "llama"))],
-             "llama")
+             "llama", "supported: hy_v3 (HYV3ForCausalLM), glm4_moe (Glm4MoeForCausalLM)")
+expect_error("config: unsupported architecture",
+             ["inspect", "-m", variant("cfgarch", edit_config("architectures", ["MixtralForCausalLM"]))],
+             "MixtralForCausalLM", "supported: hy_v3 (HYV3ForCausalLM), glm4_moe (Glm4MoeForCausalLM)")
 
 expect_error("top-p out of range", ["run", "-m", good, "--prompt-tokens", "1,2", "--top-p", "1.5"], "--top-p")
 expect_error("temperature not a number", ["run", "-m", good, "--prompt-tokens", "1,2", "--temp", "hot"], "--temp")

@@ -91,6 +91,85 @@ static void expect_err(const char *remove_key, const char *add, nx_status want, 
     free(j);
 }
 
+/* GLM-4.5's config.json (docs/design.md §12; zai-org/GLM-4.5), with groups made non-trivial. */
+static const char *glm_config =
+    "{\"architectures\":[\"Glm4MoeForCausalLM\"],\"model_type\":\"glm4_moe\",\"attention_bias\":true,"
+    "\"head_dim\":128,\"hidden_act\":\"silu\",\"hidden_size\":5120,\"partial_rotary_factor\":0.5,"
+    "\"intermediate_size\":12288,\"max_position_embeddings\":131072,\"moe_intermediate_size\":1536,"
+    "\"norm_topk_prob\":true,\"num_attention_heads\":96,\"n_group\":8,\"topk_group\":4,"
+    "\"n_routed_experts\":160,\"n_shared_experts\":1,\"routed_scaling_factor\":2.5,"
+    "\"num_experts_per_tok\":8,\"first_k_dense_replace\":3,\"num_hidden_layers\":92,"
+    "\"num_key_value_heads\":8,\"rms_norm_eps\":1e-05,\"rope_scaling\":null,\"rope_theta\":1000000,"
+    "\"num_nextn_predict_layers\":1,\"tie_word_embeddings\":false,\"use_qk_norm\":true,"
+    "\"vocab_size\":151552,\"eos_token_id\":[151329,151336,151338]}";
+
+/* glm4_moe: its own key names and defaults reach the generic fields; hy_v3 keeps its own. */
+static void test_families(void **state) {
+    (void)state;
+    nx_config c;
+    nx_error e;
+    assert_int_equal(parse(glm_config, &c, &e), NX_OK);
+    assert_string_equal(c.model_type, "glm4_moe");
+    assert_ptr_equal(c.family, &nx_family_glm4_moe);
+    assert_int_equal(c.n_experts, 160);
+    assert_int_equal(c.expert_dim, 1536);
+    assert_int_equal(c.first_k_dense, 3);
+    assert_int_equal(c.rotary_dim, 64);
+    assert_true(c.attn_bias && c.qk_norm && c.route_norm);
+    assert_int_equal(c.n_group, 8);
+    assert_int_equal(c.topk_group, 4);
+    assert_true(fabsf(c.router_scaling - 2.5f) < 1e-6f);
+    assert_true(c.rope_theta == 1e6);
+    assert_true(c.mtp.recycle_prenorm && c.mtp.own_embed_head && !c.mtp.hidden_first);
+    nx_config_free(&c);
+    /* GLM defaults (transformers' Glm4MoeConfig): no qk-norm, half the head rotated, theta 1e4 */
+    static const char *air =
+        "{\"model_type\":\"glm4_moe\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"head_dim\":16,\"intermediate_size\":96,\"moe_intermediate_size\":32,"
+        "\"n_routed_experts\":8,\"num_experts_per_tok\":2}";
+    assert_int_equal(parse(air, &c, &e), NX_OK);
+    assert_true(!c.qk_norm && !c.attn_bias);
+    assert_int_equal(c.rotary_dim, 8);
+    assert_int_equal(c.n_group, 1);
+    assert_int_equal(c.first_k_dense, 1);
+    assert_true(c.rope_theta == 1e4);
+    nx_config_free(&c);
+    /* hy_v3: full rotary, no biases, qk-norm on by default, post-norm feedback */
+    assert_int_equal(parse(hy3_config, &c, &e), NX_OK);
+    assert_ptr_equal(c.family, &nx_family_hy_v3);
+    assert_int_equal(c.rotary_dim, c.head_dim);
+    assert_true(!c.attn_bias && c.qk_norm && !c.mtp.recycle_prenorm && !c.mtp.own_embed_head);
+    nx_config_free(&c);
+}
+
+/* An unknown model_type or architectures entry names the supported families. */
+static void test_unknown_family(void **state) {
+    (void)state;
+    nx_config c;
+    nx_error e;
+    char *j = with("model_type", "\"model_type\":\"qwen3_moe\"");
+    assert_int_equal(parse(j, &c, &e), NX_E_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "qwen3_moe"));
+    assert_non_null(strstr(e.msg, "hy_v3 (HYV3ForCausalLM)"));
+    assert_non_null(strstr(e.msg, "glm4_moe (Glm4MoeForCausalLM)"));
+    free(j);
+    j = with("architectures", "\"architectures\":[\"LlamaForCausalLM\"]");
+    assert_int_equal(parse(j, &c, &e), NX_E_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "LlamaForCausalLM"));
+    assert_non_null(strstr(e.msg, "glm4_moe (Glm4MoeForCausalLM)"));
+    free(j);
+    j = with("architectures", "\"architectures\":[\"Glm4MoeForCausalLM\"]");
+    assert_int_equal(parse(j, &c, &e), NX_E_CONFIG);
+    assert_non_null(strstr(e.msg, "Glm4MoeForCausalLM"));
+    free(j);
+    /* impossible groups and rotary factors */
+    expect_err("num_experts", "\"num_experts\":192,\"n_group\":5", NX_E_CONFIG, "n_group");
+    expect_err(NULL, "\"n_group\":8,\"topk_group\":9", NX_E_CONFIG, "topk_group");
+    expect_err(NULL, "\"n_group\":64,\"topk_group\":2", NX_E_CONFIG, "num_experts_per_tok");
+    expect_err(NULL, "\"partial_rotary_factor\":0", NX_E_CONFIG, "partial_rotary_factor");
+    expect_err(NULL, "\"partial_rotary_factor\":0.01", NX_E_CONFIG, "partial_rotary_factor");
+}
+
 static void test_hy3(void **state) {
     (void)state;
     nx_config c;
@@ -386,6 +465,7 @@ static void test_load_file(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hy3),           cmocka_unit_test(test_aliases_and_defaults),
+        cmocka_unit_test(test_families),      cmocka_unit_test(test_unknown_family),
         cmocka_unit_test(test_layer_types),   cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_missing_fields), cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_quantization),  cmocka_unit_test(test_load_file),

@@ -235,6 +235,56 @@ static void test_router_brute_force(void **state) {
     }
 }
 
+/* The DeepSeek group limit against brute force: groups scored by their two best biased scores,
+ * the topk_group best kept (lower group on ties), top-k among their experts only. */
+static void test_router_groups(void **state) {
+    (void)state;
+    for (int trial = 0; trial < 300; trial++) {
+        const int32_t ng = 2 + trial % 4, gsize = 1 + trial % 3, ne = ng * gsize, tg = 1 + trial % ng;
+        int32_t k = 1 + trial % 3;
+        if (k > tg * gsize) k = tg * gsize;
+        float logits[18], bias[18], w[3], s[18];
+        int32_t idx[3];
+        for (int e = 0; e < ne; e++) {
+            logits[e] = 3.0f * frand();
+            bias[e] = 0.3f * frand();
+            s[e] = 1.0f / (1.0f + expf(-logits[e])) + bias[e];
+        }
+        nx_moe_route_grouped(logits, bias, ne, k, ng, tg, true, 1.5f, idx, w);
+        float gs[6];
+        bool keep[6] = {0};
+        for (int g = 0; g < ng; g++) {
+            float b1 = -INFINITY, b2 = -INFINITY;
+            for (int e = g * gsize; e < (g + 1) * gsize; e++) {
+                if (s[e] > b1) b2 = b1, b1 = s[e];
+                else if (s[e] > b2) b2 = s[e];
+            }
+            gs[g] = gsize > 1 ? b1 + b2 : b1;
+        }
+        for (int n = 0; n < tg; n++) {
+            int best = -1;
+            for (int g = 0; g < ng; g++)
+                if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+            keep[best] = true;
+        }
+        bool used[18] = {0};
+        for (int i = 0; i < k; i++) {
+            int best = -1;
+            for (int e = 0; e < ne; e++)
+                if (keep[e / gsize] && !used[e] && (best < 0 || s[e] > s[best])) best = e;
+            used[best] = true;
+            assert_int_equal(idx[i], best);
+        }
+    }
+    /* n_group = 1 is the plain rule */
+    float lg[5] = {0.1f, -2, 3, 0.5f, 1}, b[5] = {0, 0.2f, 0, 0.1f, 0}, w1[2], w2[2];
+    int32_t i1[2], i2[2];
+    nx_moe_route(lg, b, 5, 2, true, 2.0f, i1, w1);
+    nx_moe_route_grouped(lg, b, 5, 2, 1, 1, true, 2.0f, i2, w2);
+    assert_memory_equal(i1, i2, sizeof i1);
+    assert_memory_equal(w1, w2, sizeof w1);
+}
+
 static void test_batch_invariance(void **state) {
     (void)state;
     nx_model *m = load(2);
@@ -950,6 +1000,7 @@ static void test_bad_requests(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_router_brute_force),
+        cmocka_unit_test(test_router_groups),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_truncate_equals_never_appended),

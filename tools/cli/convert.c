@@ -19,7 +19,8 @@ static const char *usage_convert =
     "usage: nextn convert SRC DST [--bits B] [--group-size G] [--mtp-bits B2] [--mtp-group-size G2]\n"
     "                     [--keep PATTERN=SPEC ...] [--no-mtp] [--shard-size GB] [--force] [--quiet]\n"
     "\n"
-    "Converts a hy_v3 checkpoint (Tencent or MLX layout; bf16/f16/f32 or MLX affine quantized) into\n"
+    "Converts a hy_v3 or glm4_moe checkpoint (HF/Tencent or MLX layout; bf16/f16/f32 or MLX affine\n"
+    "quantized) into\n"
     "an MLX-layout affine-quantized one as mlx-lm writes it: stacked switch_mlp experts, a\n"
     "`quantization` block with per-module overrides in config.json, model.safetensors (or shards\n"
     "of at most --shard-size GB, default 5) and model.safetensors.index.json.\n"
@@ -37,7 +38,8 @@ static const char *usage_convert =
     "  --force             replace the model files of an existing DST\n"
     "  --quiet             no notes\n"
     "\n"
-    "The router gate is quantized 8-bit group 64 (mlx-lm's hy_v3 recipe); norms and expert_bias stay\n"
+    "The router gate follows the family's mlx-lm recipe (hy_v3: 8-bit group 64; glm4_moe: float);\n"
+    "norms and expert_bias stay\n"
     "float; a module whose input dim the group does not divide stays float (as mlx-lm does). The\n"
     "head goes to model-mtp.safetensors.\n";
 

@@ -1,6 +1,6 @@
 /* `nextn convert` / `nextn graft`, linked into the nextn command only. A source checkpoint becomes a plan: one
- * item per output tensor or linear module, named as mlx-lm's hy_v3 sanitize leaves them
- * (stacked switch_mlp experts, router.expert_bias, mtp.* head), each with its source parts
+ * item per output tensor or linear module, named as the family's mlx-lm sanitize leaves them
+ * (stacked switch_mlp experts, the family's renames, mtp.* head), each with its source parts
  * and an output precision. The writer then streams every file: header first, then each
  * item's data converted a chunk of rows at a time, so memory stays bounded on a 295B model. */
 #include "converter.h"
@@ -47,18 +47,17 @@ static bool is_float(nx_dtype t) { return t == NX_DTYPE_F32 || t == NX_DTYPE_F16
 
 enum { MAP_KEEP, MAP_DROP_SHARED, MAP_DROP_EXTRA, MAP_TOO_LONG };
 
-/* Renames inside one decoder layer (relative name) to mlx-lm's post-sanitize form; a
- * per-expert tensor becomes its stacked switch_mlp name with *expert set. */
-static void rename_in_layer(const char *rest, char *out, size_t cap, int64_t *expert) {
+/* Renames inside one decoder layer (relative name) to the family's MLX form (its mlx-lm
+ * file's post-sanitize names); a per-expert tensor becomes its stacked switch_mlp name with
+ * *expert set. */
+static void rename_in_layer(const nx_family *fam, const char *rest, char *out, size_t cap, int64_t *expert) {
     *expert = -1;
-    if (!strcmp(rest, "mlp.expert_bias") || !strcmp(rest, "mlp.gate.e_score_correction_bias") ||
-        !strcmp(rest, "mlp.e_score_correction_bias")) {
-        snprintf(out, cap, "mlp.router.expert_bias");
-    } else if (starts(rest, "mlp.gate.")) {
-        snprintf(out, cap, "mlp.router.gate.%s", rest + 9);
-    } else if (starts(rest, "mlp.shared_experts.")) {
-        snprintf(out, cap, "mlp.shared_mlp.%s", rest + 19);
-    } else if (starts(rest, "mlp.experts.")) {
+    for (nx_keys r = fam->names.mlx_renames; r[0] && r[1]; r += 2)
+        if (starts(rest, r[0])) {
+            snprintf(out, cap, "%s%s", r[1], rest + strlen(r[0]));
+            return;
+        }
+    if (starts(rest, "mlp.experts.")) {
         const char *p = rest + 12;
         char *end;
         long long e = strtoll(p, &end, 10);
@@ -73,16 +72,29 @@ static void rename_in_layer(const char *rest, char *out, size_t cap, int64_t *ex
     }
 }
 
-static bool is_head_part(const char *r) {
-    static const char *const head[] = {"enorm.", "hnorm.", "eh_proj.", "final_layernorm."};
+/* Whether head-relative name r is a part of the head proper (not of its decoder layer): the
+ * input norms and projection, the family's final norm, and its own embedding and output head
+ * where the family uses them. */
+static bool is_head_part(const nx_family *fam, const char *r) {
+    static const char *const head[] = {"enorm.", "hnorm.", "eh_proj."};
     for (size_t i = 0; i < sizeof head / sizeof *head; i++)
         if (starts(r, head[i])) return true;
-    return false;
+    for (nx_keys n = fam->names.mtp_norm; *n; n++)
+        if (starts(r, *n) && r[strlen(*n)] == '.') return true;
+    return fam->mtp.own_embed_head && (starts(r, "embed_tokens.") || starts(r, "shared_head.head."));
+}
+
+/* A family's output prefix for the MTP head: the literal, or model.layers.N. when NULL. */
+static void mtp_prefix(const char *lit, int32_t n_layers, char *out, size_t cap) {
+    if (lit)
+        snprintf(out, cap, "%s", lit);
+    else
+        snprintf(out, cap, "model.layers.%d.", (int)n_layers);
 }
 
 /* The output name of source tensor `name` (any known layout) for a model of n_layers trunk
  * layers; *mtp tells whether it belongs to the head. */
-static int map_name(const char *name, int32_t n_layers, char *out, size_t cap, int64_t *expert, bool *mtp) {
+static int map_name(const nx_family *fam, const char *name, int32_t n_layers, char *out, size_t cap, int64_t *expert, bool *mtp) {
     char lay[NAME_CAP];
     const char *rest = NULL;  /* head-relative name */
     const char *block = NULL; /* decoder-layer-relative name inside the head */
@@ -94,7 +106,7 @@ static int map_name(const char *name, int32_t n_layers, char *out, size_t cap, i
         if (end != name + 13 && *end == '.') {
             if (L > n_layers) return MAP_DROP_EXTRA;
             if (L < n_layers) {
-                rename_in_layer(end + 1, lay, sizeof lay, expert);
+                rename_in_layer(fam, end + 1, lay, sizeof lay, expert);
                 int n = snprintf(out, cap, "%.*s%s", (int)(end + 1 - name), name, lay);
                 return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
             }
@@ -113,15 +125,19 @@ static int map_name(const char *name, int32_t n_layers, char *out, size_t cap, i
         return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
     }
     if (!block) {
-        if (is_head_part(rest)) {
-            int n = snprintf(out, cap, "mtp.%s", rest);
+        if (is_head_part(fam, rest)) {
+            char hp[64];
+            mtp_prefix(fam->names.mtp_out_head, n_layers, hp, sizeof hp);
+            int n = snprintf(out, cap, "%s%s", hp, rest);
             return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
         }
         if (starts(rest, "embed_tokens.") || starts(rest, "shared_head.")) return MAP_DROP_SHARED;
         block = rest;
     }
-    rename_in_layer(block, lay, sizeof lay, expert);
-    int n = snprintf(out, cap, "mtp.layer.%s", lay);
+    rename_in_layer(fam, block, lay, sizeof lay, expert);
+    char bp[64];
+    mtp_prefix(fam->names.mtp_out_block, n_layers, bp, sizeof bp);
+    int n = snprintf(out, cap, "%s%s", bp, lay);
     return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
 }
 
@@ -226,7 +242,7 @@ static nx_status plan_get(plan *p, const char *path, item **out, nx_error *err) 
 enum { WANT_ALL, WANT_TRUNK, WANT_MTP };
 
 /* Adds every tensor of `st` (selected by `want`) to the plan under its output name. */
-static nx_status plan_collect(plan *p, const nx_store *st, int32_t n_layers, int want, const nx_convert_hooks *h,
+static nx_status plan_collect(plan *p, const nx_family *fam, const nx_store *st, int32_t n_layers, int want, const nx_convert_hooks *h,
                               nx_error *err) {
     char name[NAME_CAP];
     int dropped_shared = 0;
@@ -234,7 +250,7 @@ static nx_status plan_collect(plan *p, const nx_store *st, int32_t n_layers, int
         const nx_tensor *t = nx_store_tensor(st, i);
         int64_t e;
         bool mtp;
-        int r = map_name(t->name, n_layers, name, sizeof name, &e, &mtp);
+        int r = map_name(fam, t->name, n_layers, name, sizeof name, &e, &mtp);
         if (r == MAP_TOO_LONG) return nx_fail(err, NX_E_FORMAT, "tensor %.200s...: name too long", t->name);
         if (r == MAP_DROP_EXTRA) {
             note(h, "skipping %s: only the first MTP layer (model.layers.%d) is kept", t->name, n_layers);
@@ -397,13 +413,20 @@ static void item_decide(item *it, int bits, int group, nx_dtype fd) {
     }
 }
 
+/* Whether module path is a router gate (as the family's MLX layout names it). */
+static bool is_router(const nx_family *fam, const char *path) {
+    const char *rt = fam->names.mlx_router;
+    size_t pl = strlen(path), rl = strlen(rt);
+    return pl > rl && path[pl - rl - 1] == '.' && ends(path, rt);
+}
+
 /* Applies the defaults (given), the router recipe and the user's rules, then the group check. */
-static void item_choose(item *it, int bits, int group, bool recipe, const nx_quant_rule *rules, size_t n_rules,
+static void item_choose(item *it, int bits, int group, const nx_family *recipe, const nx_quant_rule *rules, size_t n_rules,
                         const nx_convert_hooks *h) {
     nx_dtype fd = NX_DTYPE_COUNT;
-    /* mlx-lm's hy_v3 recipe: the router is small and decides which experts run */
-    if (recipe && bits && ends(it->path, ".mlp.router.gate")) {
-        bits = 8;
+    /* the family's mlx-lm recipe for the router: small, and it decides which experts run */
+    if (recipe && bits && is_router(recipe, it->path)) {
+        bits = recipe->names.router_bits;
         group = 64;
     }
     for (size_t r = 0; r < n_rules; r++) {
@@ -794,7 +817,7 @@ static void quant_set(json_t *cfg, json_t *q) {
     json_object_set_new(cfg, "quantization_config", json_deep_copy(q));
 }
 
-static void stats_fill(nx_convert_stats *s, const plan *p) {
+static void stats_fill(nx_convert_stats *s, const plan *p, const nx_family *fam) {
     for (size_t i = 0; i < p->n; i++) {
         const item *it = &p->it[i];
         if (it->file < 0) continue;
@@ -810,7 +833,7 @@ static void stats_fill(nx_convert_stats *s, const plan *p) {
         }
         if (it->mtp) {
             s->has_mtp = true;
-            if (ends(it->path, ".mlp.router.gate")) s->mtp_experts = (int32_t)it->out;
+            if (is_router(fam, it->path)) s->mtp_experts = (int32_t)it->out;
         }
     }
 }
@@ -874,7 +897,7 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
     nx_pool *pool = NULL;
     nx_status s = open_checkpoint(src, &cfg, &st, &cj, err);
     if (s) return s;
-    if ((s = plan_collect(&p, st, cfg.n_layers, o->no_mtp ? WANT_TRUNK : WANT_ALL, &o->hooks, err))) goto fail;
+    if ((s = plan_collect(&p, cfg.family, st, cfg.n_layers, o->no_mtp ? WANT_TRUNK : WANT_ALL, &o->hooks, err))) goto fail;
     if (p.n == 0) {
         s = nx_fail(err, NX_E_FORMAT, "%s: no tensors", src);
         goto fail;
@@ -888,12 +911,12 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
         item *it = &p.it[i];
         if ((s = item_resolve(it, &cfg, err))) goto fail;
         if (it->mtp) {
-            int b = o->mtp_bits ? o->mtp_bits : !strcmp(it->path, "mtp.eh_proj") ? 0 : 8;
-            item_choose(it, b, mgroup, true, o->rules, o->n_rules, &o->hooks);
+            int b = o->mtp_bits ? o->mtp_bits : ends(it->path, ".eh_proj") ? 0 : 8;
+            item_choose(it, b, mgroup, cfg.family, o->rules, o->n_rules, &o->hooks);
             it->file = 1 << 30;
             any_mtp = true;
         } else {
-            item_choose(it, o->bits, o->group, true, o->rules, o->n_rules, &o->hooks);
+            item_choose(it, o->bits, o->group, cfg.family, o->rules, o->n_rules, &o->hooks);
             if (n_trunk == 0 || (cur > 0 && cur + it->bytes > shard)) {
                 n_trunk++;
                 cur = 0;
@@ -945,7 +968,7 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
         if ((s = copy_file(a, b, err))) goto fail;
     }
     if (stats) {
-        stats_fill(stats, &p);
+        stats_fill(stats, &p, cfg.family);
         stats->n_files = n_trunk + (any_mtp ? 1 : 0);
     }
 fail:
@@ -980,6 +1003,9 @@ static nx_status graft_compatible(const nx_config *b, const nx_config *h, const 
         {"head_dim", offsetof(nx_config, head_dim)},
         {"expert_hidden_dim", offsetof(nx_config, expert_dim)},
         {"num_shared_experts", offsetof(nx_config, n_shared_experts)},
+        {"rotary dims (partial_rotary_factor)", offsetof(nx_config, rotary_dim)},
+        {"n_group", offsetof(nx_config, n_group)},
+        {"topk_group", offsetof(nx_config, topk_group)},
     };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
         int32_t vb, vh;
@@ -992,15 +1018,18 @@ static nx_status graft_compatible(const nx_config *b, const nx_config *h, const 
     if (b->qk_norm != h->qk_norm)
         return nx_fail(err, NX_E_ARG, "cannot graft: qk_norm differs (base %s: %s, head source %s: %s)", base,
                        b->qk_norm ? "true" : "false", head, h->qk_norm ? "true" : "false");
+    if (b->attn_bias != h->attn_bias)
+        return nx_fail(err, NX_E_ARG, "cannot graft: attention_bias differs (base %s: %s, head source %s: %s)", base,
+                       b->attn_bias ? "true" : "false", head, h->attn_bias ? "true" : "false");
     return NX_OK;
 }
 
 /* Whether tensor `name` of a checkpoint with n_layers trunk layers belongs to an MTP head. */
-static bool is_head_tensor(const char *name, int32_t n_layers) {
+static bool is_head_tensor(const nx_family *fam, const char *name, int32_t n_layers) {
     char out[NAME_CAP];
     int64_t e;
     bool mtp;
-    int r = map_name(name, n_layers, out, sizeof out, &e, &mtp);
+    int r = map_name(fam, name, n_layers, out, sizeof out, &e, &mtp);
     return mtp || r == MAP_DROP_EXTRA;
 }
 
@@ -1031,24 +1060,24 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
     if ((s = graft_compatible(&bc, &hc, base, head_src, err))) goto fail;
 
     /* the head, from the source's own naming */
-    if ((s = plan_collect(&hp, hs, hc.n_layers, WANT_MTP, &o->hooks, err))) goto fail;
+    if ((s = plan_collect(&hp, hc.family, hs, hc.n_layers, WANT_MTP, &o->hooks, err))) goto fail;
     bool have_eh = false;
     uint64_t head_bytes = 0;
     int32_t head_experts = 0;
     for (size_t i = 0; i < hp.n; i++) {
         item *it = &hp.it[i];
         if ((s = item_resolve(it, &hc, err))) goto fail;
-        have_eh |= !strcmp(it->path, "mtp.eh_proj");
-        if (ends(it->path, ".mlp.router.gate")) head_experts = (int32_t)it->out;
+        have_eh |= ends(it->path, ".eh_proj");
+        if (is_router(bc.family, it->path)) head_experts = (int32_t)it->out;
         nx_graft_mode mode = o->mode;
         if (mode == NX_GRAFT_AUTO) mode = bc.quant_bits ? NX_GRAFT_QUANT : NX_GRAFT_KEEP_DTYPE;
         if (mode == NX_GRAFT_KEEP_DTYPE) {
-            item_choose(it, it->sbits, it->sgroup, false, o->rules, o->n_rules, &o->hooks);
+            item_choose(it, it->sbits, it->sgroup, NULL, o->rules, o->n_rules, &o->hooks);
         } else if (o->mode == NX_GRAFT_QUANT) {
-            item_choose(it, o->bits, o->group, true, o->rules, o->n_rules, &o->hooks);
+            item_choose(it, o->bits, o->group, bc.family, o->rules, o->n_rules, &o->hooks);
         } else { /* automatic on a quantized base: the convert default for heads */
             int g = nx_quant_supported(8, bc.quant_group) ? bc.quant_group : 64;
-            item_choose(it, !strcmp(it->path, "mtp.eh_proj") ? 0 : 8, g, true, o->rules, o->n_rules, &o->hooks);
+            item_choose(it, ends(it->path, ".eh_proj") ? 0 : 8, g, bc.family, o->rules, o->n_rules, &o->hooks);
         }
         it->file = 0;
         head_bytes += it->bytes;
@@ -1076,7 +1105,7 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
     int n_old = 0;
     for (size_t i = 0; i < nx_store_count(bs); i++) {
         const nx_tensor *t = nx_store_tensor(bs, i);
-        if (is_head_tensor(t->name, bc.n_layers)) {
+        if (is_head_tensor(bc.family, t->name, bc.n_layers)) {
             has_head[t->file] = true;
             n_old++;
         } else {
@@ -1087,7 +1116,7 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
     uint64_t total = head_bytes;
     for (size_t i = 0; i < nx_store_count(bs); i++) {
         const nx_tensor *t = nx_store_tensor(bs, i);
-        if ((!inplace || has_head[t->file]) && !is_head_tensor(t->name, bc.n_layers)) total += t->nbytes;
+        if ((!inplace || has_head[t->file]) && !is_head_tensor(bc.family, t->name, bc.n_layers)) total += t->nbytes;
     }
     if (!inplace && (s = prepare_dir(dst, o->force, err))) goto fail;
     pool = nx_pool_new(0);
@@ -1107,7 +1136,7 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
             plan_free(&rp);
             for (size_t i = 0; i < nx_store_count(bs); i++) {
                 const nx_tensor *t = nx_store_tensor(bs, i);
-                if (t->file != f || is_head_tensor(t->name, bc.n_layers)) continue;
+                if (t->file != f || is_head_tensor(bc.family, t->name, bc.n_layers)) continue;
                 item *it;
                 if ((s = plan_get(&rp, t->name, &it, err))) goto fail;
                 if (!(it->parts = calloc(1, sizeof *it->parts))) {
@@ -1147,7 +1176,7 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
         json_t *v;
         uint64_t size = head_bytes;
         json_object_foreach(wm, k, v) {
-            if (is_head_tensor(k, bc.n_layers) || (json_is_string(v) && !strcmp(json_string_value(v), SIDECAR)))
+            if (is_head_tensor(bc.family, k, bc.n_layers) || (json_is_string(v) && !strcmp(json_string_value(v), SIDECAR)))
                 continue;
             json_object_set(nwm, k, v);
             const nx_tensor *t = nx_store_find(bs, k);
@@ -1238,7 +1267,7 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
         }
     }
     if (stats) {
-        stats_fill(stats, &hp);
+        stats_fill(stats, &hp, bc.family);
         stats->n_files = 1;
     }
 fail:

@@ -174,6 +174,8 @@ static void human(double bytes, char *buf, size_t n) {
     snprintf(buf, n, "%.2f %s", bytes, u[i]);
 }
 
+#define B(x) ((x) ? "true" : "false")
+
 int cli_inspect(int argc, char **argv) {
     cli_opts o;
     int rc = cli_parse("inspect", usage_inspect, argc, argv, &o);
@@ -188,26 +190,42 @@ int cli_inspect(int argc, char **argv) {
         printf("{\"family\":\"%s\",\"layout\":\"%s\",\"dtype\":\"%s\",\"mtp\":\"%s\",\"vocab_size\":%d,"
                "\"hidden_size\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"experts\":%d,"
                "\"top_k\":%d,\"mtp_experts\":%d,\"params\":%llu,\"params_active\":%llu,\"params_mtp\":%llu,"
-               "\"weight_bytes\":%llu,\"kv_bytes_per_token\":%llu,\"kv_type\":\"%s\",\"tokenizer\":%s}\n",
+               "\"weight_bytes\":%llu,\"kv_bytes_per_token\":%llu,\"kv_type\":\"%s\",\"tokenizer\":%s,",
                in->family, in->layout, in->weight_dtype, in->mtp, in->vocab_size, in->hidden_size, in->n_layers,
                in->n_heads, in->n_kv_heads, in->head_dim, in->n_experts, in->top_k, in->mtp_n_experts,
                (unsigned long long)in->n_params, (unsigned long long)in->n_params_active,
                (unsigned long long)in->n_params_mtp, (unsigned long long)in->weight_bytes,
                (unsigned long long)in->kv_bytes_per_token, in->kv_type, nx_model_tokenizer(m) ? "true" : "false");
+        printf("\"family_name\":\"%s\",\"rotary_dim\":%d,\"rope\":\"%s\",\"attn_bias\":%s,\"qk_norm\":%s,"
+               "\"router\":\"%s\",\"n_group\":%d,\"topk_group\":%d,\"norm_topk_prob\":%s,\"routed_scaling\":%g,"
+               "\"shared_experts\":%d,\"dense_layers\":%d,\"mtp_concat\":\"%s\",\"mtp_recycle\":\"%s\","
+               "\"mtp_zero_pos0\":%s,\"mtp_embed\":\"%s\",\"mtp_head\":\"%s\"}\n",
+               in->family_name, in->rotary_dim, in->rope, B(in->attn_bias), B(in->qk_norm), in->router, in->n_group,
+               in->topk_group, B(in->norm_topk_prob), (double)in->routed_scaling, in->n_shared_experts,
+               in->n_dense_layers, in->mtp_concat, in->mtp_recycle, B(in->mtp_zero_pos0), in->mtp_embed,
+               in->mtp_head);
     } else {
         char wb[32], kb[32], mb[32];
         human((double)in->weight_bytes, wb, sizeof wb);
         human((double)in->kv_bytes_per_token, kb, sizeof kb);
         human(mem, mb, sizeof mb);
         printf("model         %s\n", cli_model_dir(&o));
-        printf("family        %s (layout: %s)\n", in->family, in->layout);
+        printf("family        %s, %s (layout: %s)\n", in->family, in->family_name, in->layout);
         printf("weights       %s, %s mapped\n", in->weight_dtype, wb);
         printf("shape         vocab %d, hidden %d, %d layers, %d heads / %d kv heads x %d\n", in->vocab_size,
                in->hidden_size, in->n_layers, in->n_heads, in->n_kv_heads, in->head_dim);
-        printf("experts       %d routed, top-%d (MTP layer: %d)\n", in->n_experts, in->top_k, in->mtp_n_experts);
+        printf("attention     rope %s on %d of %d dims, q/k/v bias %s, qk-norm %s\n", in->rope, in->rotary_dim,
+               in->head_dim, in->attn_bias ? "yes" : "no", in->qk_norm ? "yes" : "no");
+        printf("experts       %d routed, top-%d (MTP layer: %d), %d shared, %d dense layers\n", in->n_experts,
+               in->top_k, in->mtp_n_experts, in->n_shared_experts, in->n_dense_layers);
+        printf("router        %s, groups %d keep %d, norm_topk_prob %s, scaling %g\n", in->router, in->n_group,
+               in->topk_group, in->norm_topk_prob ? "yes" : "no", (double)in->routed_scaling);
         printf("parameters    %.3f M total, %.3f M active per token, MTP head %.3f M\n", in->n_params / 1e6,
                in->n_params_active / 1e6, in->n_params_mtp / 1e6);
         printf("mtp head      %s\n", in->mtp);
+        printf("mtp wiring    concat [%s], chained drafts get the %s hidden, embedding at position 0 %s, "
+               "embedding %s, head %s\n", in->mtp_concat, in->mtp_recycle, in->mtp_zero_pos0 ? "zeroed" : "kept",
+               in->mtp_embed, in->mtp_head);
         printf("tokenizer     %s\n", nx_model_tokenizer(m) ? "tokenizer.json" : "none");
         printf("chat template %s\n", nx_model_chat_template(m) ? "yes" : "no");
         printf("kv cache      %s per token (%s)\n", kb, in->kv_type);
