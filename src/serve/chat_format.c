@@ -1,0 +1,172 @@
+/* Chat output formats and the streaming reasoning / content / tool-call split (chat_format.h). */
+#include "serve/chat_format.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "serve/glm_output.h"
+#include "serve/hy_output.h"
+
+/* ---------------------------------------------------------------- the formats */
+
+static void copy(char *dst, size_t cap, const char *src) {
+    snprintf(dst, cap, "%s", src);
+}
+
+static void hy_spell(nx_chat_markers *m, const char *suffix) {
+    nx_hy_markers hm;
+    nx_hy_markers_init(&hm, suffix, NULL);
+    copy(m->think_open, sizeof m->think_open, hm.text[NX_HY_THINK_OPEN]);
+    copy(m->think_close, sizeof m->think_close, hm.text[NX_HY_THINK_CLOSE]);
+    copy(m->tools_open, sizeof m->tools_open, hm.text[NX_HY_CALLS_OPEN]);
+    m->tools_open_kept = false;
+    copy(m->suffix, sizeof m->suffix, suffix && strlen(suffix) <= 40 ? suffix : "");
+}
+
+static json_t *hy_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
+    nx_hy_markers hm;
+    nx_hy_markers_init(&hm, m->suffix, NULL);
+    return nx_hy_parse_tool_calls(text, len, &hm, tools);
+}
+
+/* GLM's markers have one spelling: the suffix is ignored. */
+static void glm_spell(nx_chat_markers *m, const char *suffix) {
+    (void)suffix;
+    copy(m->think_open, sizeof m->think_open, "<think>");
+    copy(m->think_close, sizeof m->think_close, "</think>");
+    copy(m->tools_open, sizeof m->tools_open, "<tool_call>");
+    m->tools_open_kept = true;
+    m->suffix[0] = '\0';
+}
+
+static json_t *glm_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
+    (void)m;
+    return nx_glm_parse_tool_calls(text, len, tools);
+}
+
+static const nx_chat_format formats[] = {
+    {"hy3", "hy_v3", hy_spell, hy_parse},
+    {"glm45", "glm4_moe", glm_spell, glm_parse},
+};
+
+const nx_chat_format *nx_chat_format_by_name(const char *name) {
+    for (size_t i = 0; name && i < sizeof formats / sizeof formats[0]; i++)
+        if (strcmp(formats[i].name, name) == 0) return &formats[i];
+    return NULL;
+}
+
+const nx_chat_format *nx_chat_format_for_family(const char *model_type) {
+    for (size_t i = 0; model_type && i < sizeof formats / sizeof formats[0]; i++)
+        if (strcmp(formats[i].family, model_type) == 0) return &formats[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- the split */
+
+void nx_chat_stream_init(nx_chat_stream *s, const nx_chat_format *f, const char *suffix, bool tools, bool reasoning,
+                         bool in_reasoning) {
+    memset(s, 0, sizeof *s);
+    s->f = f;
+    f->spell(&s->m, suffix);
+    s->tools = tools && s->m.tools_open[0];
+    s->reasoning = reasoning && s->m.think_open[0] && s->m.think_close[0];
+    s->part = s->reasoning && in_reasoning ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+}
+
+/* The markers that act in the current part (NULL-terminated, at most 2). */
+static void acting(const nx_chat_stream *s, const char *out[3]) {
+    int n = 0;
+    if (s->part == NX_CHAT_CONTENT) {
+        if (s->reasoning) out[n++] = s->m.think_open;
+        if (s->tools) out[n++] = s->m.tools_open;
+    } else if (s->part == NX_CHAT_REASONING) {
+        out[n++] = s->m.think_close;
+    }
+    out[n] = NULL;
+}
+
+/* The earliest whole marker of mk in t[0..n): its index in mk and position, or -1. */
+static int earliest(const char *t, size_t n, const char *const *mk, size_t *at) {
+    int best = -1;
+    for (int i = 0; mk[i]; i++) {
+        const size_t k = strlen(mk[i]);
+        for (size_t p = 0; p + k <= n && (best < 0 || p < *at); p++)
+            if (memcmp(t + p, mk[i], k) == 0) {
+                best = i, *at = p;
+                break;
+            }
+    }
+    return best;
+}
+
+/* The length of the longest tail of t[0..n) that is a proper prefix of a marker of mk. */
+static size_t partial_tail(const char *t, size_t n, const char *const *mk) {
+    size_t best = 0;
+    for (int i = 0; mk[i]; i++) {
+        const size_t k = strlen(mk[i]);
+        for (size_t l = k - 1 < n ? k - 1 : n; l > best; l--)
+            if (memcmp(t + n - l, mk[i], l) == 0) {
+                best = l;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Appends t[0..n) to the current part's buffer. */
+static nx_status emit(nx_chat_stream *s, const char *t, size_t n, nx_strbuf *content, nx_strbuf *reasoning) {
+    nx_strbuf *to = s->part == NX_CHAT_TOOLS ? &s->tool_text : s->part == NX_CHAT_REASONING ? reasoning : content;
+    return to && n ? nx_strbuf_append(to, t, n) : NX_OK;
+}
+
+/* Moves what the held bytes decide out of them: text before each whole marker, the part
+ * switches, and all but a possible marker start. */
+static nx_status drain(nx_chat_stream *s, nx_strbuf *content, nx_strbuf *reasoning) {
+    for (;;) {
+        const char *mk[3];
+        acting(s, mk);
+        const char *t = s->held.data;
+        const size_t n = s->held.len;
+        size_t at = 0;
+        const int w = earliest(t, n, mk, &at);
+        if (w < 0) {
+            const size_t keep = partial_tail(t, n, mk);
+            nx_status st = emit(s, t, n - keep, content, reasoning);
+            if (st == NX_OK) nx_strbuf_consume(&s->held, n - keep);
+            return st;
+        }
+        nx_status st = emit(s, t, at, content, reasoning);
+        if (st != NX_OK) return st;
+        const char *m = mk[w];
+        const size_t k = strlen(m);
+        if (m == s->m.tools_open) {
+            s->part = NX_CHAT_TOOLS;
+            if (s->m.tools_open_kept && (st = nx_strbuf_append(&s->tool_text, m, k)) != NX_OK) return st;
+        } else {
+            s->part = m == s->m.think_open ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+        }
+        nx_strbuf_consume(&s->held, at + k);
+    }
+}
+
+nx_status nx_chat_stream_feed(nx_chat_stream *s, const char *text, size_t n, nx_strbuf *content, nx_strbuf *reasoning) {
+    if (!n) return NX_OK;
+    if (s->part == NX_CHAT_TOOLS) return nx_strbuf_append(&s->tool_text, text, n);
+    nx_status st = nx_strbuf_append(&s->held, text, n);
+    return st == NX_OK ? drain(s, content, reasoning) : st;
+}
+
+nx_status nx_chat_stream_finish(nx_chat_stream *s, nx_strbuf *content, nx_strbuf *reasoning) {
+    nx_status st = emit(s, s->held.data, s->held.len, content, reasoning);
+    if (st == NX_OK) nx_strbuf_consume(&s->held, s->held.len);
+    return st;
+}
+
+json_t *nx_chat_stream_tool_calls(const nx_chat_stream *s, const json_t *tools) {
+    return s->f->parse_tool_calls(s->tool_text.data ? s->tool_text.data : "", s->tool_text.len, &s->m, tools);
+}
+
+void nx_chat_stream_free(nx_chat_stream *s) {
+    nx_strbuf_free(&s->held);
+    nx_strbuf_free(&s->tool_text);
+}

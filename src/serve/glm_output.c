@@ -1,0 +1,180 @@
+/* GLM-4.5 tool-call parser (glm_output.h). */
+#include "serve/glm_output.h"
+
+#include <ctype.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/strbuf.h"
+
+#define CALL_OPEN "<tool_call>"
+#define CALL_CLOSE "</tool_call>"
+#define KEY_OPEN "<arg_key>"
+#define KEY_CLOSE "</arg_key>"
+#define VALUE_OPEN "<arg_value>"
+#define VALUE_CLOSE "</arg_value>"
+
+/* First occurrence of the NUL-terminated needle in s[from, n), or n. */
+static size_t find(const char *s, size_t n, size_t from, const char *needle) {
+    const size_t k = strlen(needle);
+    for (size_t i = from; i + k <= n; i++)
+        if (s[i] == needle[0] && memcmp(s + i, needle, k) == 0) return i;
+    return n;
+}
+
+/* s[*b, *e) without leading and trailing ASCII whitespace. */
+static void trim(const char *s, size_t *b, size_t *e) {
+    while (*b < *e && isspace((unsigned char)s[*b])) (*b)++;
+    while (*e > *b && isspace((unsigned char)s[*e - 1])) (*e)--;
+}
+
+/* The end of a run of whitespace and literal backslash-n sequences starting at i (vLLM's
+ * (?:\\n|\s)* between </arg_key> and <arg_value>). */
+static size_t skip_gap(const char *s, size_t n, size_t i) {
+    for (;;) {
+        if (i < n && isspace((unsigned char)s[i])) i++;
+        else if (i + 1 < n && s[i] == '\\' && s[i + 1] == 'n') i += 2;
+        else return i;
+    }
+}
+
+/* Whether argument key of function name has the schema type "string" exactly: vLLM keeps such
+ * values as text and decodes every other one. */
+static bool string_typed(const json_t *tools, const char *name, const char *key) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *f = json_object_get(t, "function");
+        const char *fname = json_string_value(json_object_get(f, "name"));
+        if (!fname || strcmp(fname, name) != 0) continue;
+        const json_t *p = json_object_get(json_object_get(json_object_get(f, "parameters"), "properties"), key);
+        const char *type = json_string_value(json_object_get(p, "type"));
+        return type && strcmp(type, "string") == 0;
+    }
+    return false;
+}
+
+/* v[0..n) as a JSON string's body with its escapes undone, then parsed as JSON; NULL when
+ * either step fails (vLLM's json.loads('{"tmp": "' + value + '"}') fallback). */
+static json_t *unescaped_json(const char *v, size_t n) {
+    if (!memchr(v, '\\', n)) return NULL;
+    char *q = malloc(n + 3);
+    if (!q) return NULL;
+    q[0] = '"';
+    memcpy(q + 1, v, n);
+    q[n + 1] = '"';
+    q[n + 2] = '\0';
+    json_t *s = json_loadb(q, n + 2, JSON_DECODE_ANY, NULL);
+    free(q);
+    json_t *x = json_is_string(s) ? json_loadb(json_string_value(s), json_string_length(s), JSON_DECODE_ANY, NULL) : NULL;
+    json_decref(s);
+    return x;
+}
+
+/* The value of argument text v[0..n): see glm_output.h. NULL when the text is not UTF-8. */
+static json_t *typed_value(const char *v, size_t n, bool keep_text) {
+    json_t *x;
+    if (keep_text) return json_stringn(v, n);
+    if ((x = json_loadb(v, n, JSON_DECODE_ANY, NULL))) return x;
+    if ((x = unescaped_json(v, n))) return x;
+    if (n == 4 && memcmp(v, "True", 4) == 0) return json_true();
+    if (n == 5 && memcmp(v, "False", 5) == 0) return json_false();
+    if (n == 4 && memcmp(v, "None", 4) == 0) return json_null();
+    return json_stringn(v, n);
+}
+
+/* Adds the pair K, V to args (a repeated key takes the last value in its first place, as a
+ * Python dict built pair by pair does); a key or value that is not UTF-8 drops the pair.
+ * false when out of memory. */
+static bool add_pair(json_t *args, const char *k, size_t kn, const char *v, size_t vn, const json_t *tools,
+                     const char *name) {
+    char *key = strndup(k, kn);
+    if (!key) return false;
+    json_t *kj = json_stringn(k, kn); /* NULL: not UTF-8 (or an embedded NUL) */
+    bool ok = true;
+    if (kj && strlen(key) == kn) {
+        json_t *val = typed_value(v, vn, string_typed(tools, name, key));
+        if (val) ok = json_object_set_new(args, key, val) == 0;
+    }
+    json_decref(kj);
+    free(key);
+    return ok;
+}
+
+/* The arguments in a call's body s[0..n) as a compact JSON object text (malloc'd), NULL when
+ * out of memory. */
+static char *parse_args(const char *s, size_t n, const json_t *tools, const char *name) {
+    json_t *args = json_object();
+    bool ok = args != NULL;
+    size_t pos = 0;
+    while (ok) {
+        const size_t k0 = find(s, n, pos, KEY_OPEN);
+        if (k0 == n) break;
+        size_t kb = k0 + strlen(KEY_OPEN), ke = find(s, n, kb, KEY_CLOSE);
+        if (ke == n) break;
+        const size_t v0 = skip_gap(s, n, ke + strlen(KEY_CLOSE));
+        if (v0 + strlen(VALUE_OPEN) > n || memcmp(s + v0, VALUE_OPEN, strlen(VALUE_OPEN)) != 0) {
+            pos = v0;
+            continue;
+        }
+        size_t vb = v0 + strlen(VALUE_OPEN), ve = find(s, n, vb, VALUE_CLOSE);
+        if (ve == n) break;
+        pos = ve + strlen(VALUE_CLOSE);
+        trim(s, &kb, &ke);
+        trim(s, &vb, &ve);
+        ok = add_pair(args, s + kb, ke - kb, s + vb, ve - vb, tools, name);
+    }
+    char *out = ok ? json_dumps(args, JSON_COMPACT) : NULL;
+    json_decref(args);
+    return out;
+}
+
+/* Where the name of a call whose body is s[0..n) ends, and where its arguments begin. */
+static void name_end(const char *s, size_t n, size_t *ne, size_t *ab) {
+    const size_t nl = find(s, n, 0, "\n"), esc = find(s, n, 0, "\\n");
+    if (nl < n || esc < n) {
+        *ne = nl < esc ? nl : esc;
+        *ab = *ne + (nl < esc ? 1 : 2);
+        return;
+    }
+    *ne = *ab = find(s, n, 0, KEY_OPEN);
+}
+
+/* Appends the call with body s[0..n) to calls; a call without a valid name is skipped. false
+ * when out of memory. */
+static bool add_call(json_t *calls, const char *s, size_t n, const json_t *tools) {
+    size_t ne, ab, nb = 0;
+    name_end(s, n, &ne, &ab);
+    trim(s, &nb, &ne);
+    if (ne == nb || ne - nb > 255 || memchr(s + nb, '\0', ne - nb)) return true;
+    char name[256];
+    memcpy(name, s + nb, ne - nb);
+    name[ne - nb] = '\0';
+    json_t *valid = json_string(name); /* NULL: not UTF-8 */
+    if (!valid) return true;
+    json_decref(valid);
+    char *args = parse_args(s + ab, n - ab, tools, name);
+    json_t *call = args ? json_pack("{s:s, s:{s:s, s:s}}", "type", "function", "function", "name", name,
+                                    "arguments", args)
+                        : NULL;
+    free(args);
+    return call && json_array_append_new(calls, call) == 0;
+}
+
+json_t *nx_glm_parse_tool_calls(const char *text, size_t len, const json_t *tools) {
+    json_t *calls = json_array();
+    size_t pos = 0;
+    while (calls && pos < len) {
+        const size_t c0 = find(text, len, pos, CALL_OPEN);
+        if (c0 == len) break;
+        const size_t b = c0 + strlen(CALL_OPEN), e = find(text, len, b, CALL_CLOSE);
+        if (e == len) break; /* cut short */
+        pos = e + strlen(CALL_CLOSE);
+        if (!add_call(calls, text + b, e - b, tools)) {
+            json_decref(calls);
+            return NULL;
+        }
+    }
+    return calls;
+}

@@ -1,0 +1,253 @@
+/* GLM-4.5 chat output (serve/glm_output.h) and the per-family chat formats (serve/chat_format.h):
+ * tool calls typed as vLLM's glm4_moe tool parser types them, the reasoning / content / tool
+ * split of whole outputs, and the same split when the output arrives cut at every byte boundary
+ * and byte by byte. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "serve/chat_format.h"
+#include "serve/glm_output.h"
+
+/* get_weather(city: string, days: integer, code: string, opts: object), now() */
+static json_t *tools(void) {
+    json_t *t = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+                           "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+                           "\"days\":{\"type\":\"integer\"},\"code\":{\"type\":\"string\"},"
+                           "\"opts\":{\"type\":\"object\"}}}}},"
+                           "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}]",
+                           0, NULL);
+    assert_non_null(t);
+    return t;
+}
+
+/* Call i's name must be want; returns its arguments parsed back from OpenAI's string. */
+static json_t *args_of(const json_t *calls, size_t i, const char *want) {
+    const json_t *c = json_array_get(calls, i);
+    assert_non_null(c);
+    assert_string_equal(json_string_value(json_object_get(c, "type")), "function");
+    const json_t *f = json_object_get(c, "function");
+    assert_string_equal(json_string_value(json_object_get(f, "name")), want);
+    json_t *a = json_loads(json_string_value(json_object_get(f, "arguments")), 0, NULL);
+    assert_non_null(a);
+    return a;
+}
+
+/* The arguments of call i serialized compactly, for exact comparisons. */
+static void assert_args(const json_t *calls, size_t i, const char *name, const char *want) {
+    json_t *a = args_of(calls, i, name);
+    char *s = json_dumps(a, JSON_COMPACT);
+    assert_string_equal(s, want);
+    free(s);
+    json_decref(a);
+}
+
+static json_t *parse(const char *text, const json_t *t) {
+    json_t *calls = nx_glm_parse_tool_calls(text, strlen(text), t);
+    assert_non_null(calls);
+    return calls;
+}
+
+static void test_lookup(void **state) {
+    (void)state;
+    const nx_chat_format *g = nx_chat_format_by_name("glm45"), *h = nx_chat_format_by_name("hy3");
+    assert_non_null(g);
+    assert_non_null(h);
+    assert_ptr_equal(nx_chat_format_for_family("glm4_moe"), g);
+    assert_ptr_equal(nx_chat_format_for_family("hy_v3"), h);
+    assert_null(nx_chat_format_by_name("glm4_moe"));
+    assert_null(nx_chat_format_for_family("llama"));
+    assert_null(nx_chat_format_by_name(NULL));
+}
+
+/* Schema "string" keeps the text; everything else decodes as JSON when it can. */
+static void test_typing(void **state) {
+    (void)state;
+    json_t *t = tools();
+    json_t *c = parse("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Zürich</arg_value>\n"
+                      "<arg_key>days</arg_key>\n<arg_value> 3 </arg_value>\n"
+                      "<arg_key>code</arg_key>\n<arg_value>007</arg_value>\n"
+                      "<arg_key>opts</arg_key>\n<arg_value>{\"wind\": true, \"h\": [1, 2.5]}</arg_value>\n"
+                      "<arg_key>free</arg_key>\n<arg_value>null</arg_value>\n</tool_call>",
+                      t);
+    assert_int_equal(json_array_size(c), 1);
+    assert_args(c, 0, "get_weather",
+                "{\"city\":\"Zürich\",\"days\":3,\"code\":\"007\",\"opts\":{\"wind\":true,\"h\":[1,2.5]},\"free\":null}");
+    json_decref(c);
+    /* without tools every value decodes; a string-typed "007" is invalid JSON anyway */
+    c = parse("<tool_call>get_weather\n<arg_key>days</arg_key><arg_value>007</arg_value>"
+              "<arg_key>n</arg_key><arg_value>-1.5e3</arg_value><arg_key>s</arg_key><arg_value>\"q\"</arg_value>"
+              "<arg_key>b</arg_key><arg_value>True</arg_value><arg_key>z</arg_key><arg_value>None</arg_value>"
+              "<arg_key>f</arg_key><arg_value>False</arg_value><arg_key>w</arg_key><arg_value>two words</arg_value>"
+              "</tool_call>",
+              NULL);
+    assert_args(c, 0, "get_weather",
+                "{\"days\":\"007\",\"n\":-1500.0,\"s\":\"q\",\"b\":true,\"z\":null,\"f\":false,\"w\":\"two words\"}");
+    json_decref(c);
+    /* escaped JSON (a JSON string's body) decodes once its escapes are undone */
+    c = parse("<tool_call>get_weather\n<arg_key>opts</arg_key><arg_value>{\\\"a\\\": [1]}</arg_value></tool_call>", t);
+    assert_args(c, 0, "get_weather", "{\"opts\":{\"a\":[1]}}");
+    json_decref(c);
+    /* a string-typed key keeps JSON-looking text as text */
+    c = parse("<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>{\"a\": 1}</arg_value></tool_call>", t);
+    assert_args(c, 0, "get_weather", "{\"city\":\"{\\\"a\\\": 1}\"}");
+    json_decref(c);
+    json_decref(t);
+}
+
+/* Names, separators, several calls, repeated keys, calls cut short or without a name. */
+static void test_structure(void **state) {
+    (void)state;
+    json_t *t = tools();
+    json_t *c = parse("text before is not parsed<tool_call>now\n</tool_call> between "
+                      "<tool_call> get_weather \\n<arg_key>city</arg_key>\\n \\n<arg_value>Rome</arg_value>"
+                      "<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key><arg_value>2</arg_value>"
+                      "</tool_call><tool_call>now</tool_call><tool_call>\n<arg_key>a</arg_key><arg_value>1</arg_value>"
+                      "</tool_call><tool_call>now<arg_key>k</arg_key>x<arg_value>1</arg_value>"
+                      "<arg_key>k2</arg_key><arg_value>2</arg_value></tool_call>"
+                      "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Oslo",
+                      t);
+    assert_int_equal(json_array_size(c), 4);
+    assert_args(c, 0, "now", "{}");
+    assert_args(c, 1, "get_weather", "{\"city\":\"Paris\",\"days\":2}");
+    assert_args(c, 2, "now", "{}");
+    assert_args(c, 3, "now", "{\"k2\":2}");
+    json_decref(c);
+    c = parse("no calls at all <tool_call", t);
+    assert_int_equal(json_array_size(c), 0);
+    json_decref(c);
+    json_decref(t);
+}
+
+/* Bytes that are not UTF-8 drop the pair (or the call, in its name); NUL bytes stay inside. */
+static void test_bad_bytes(void **state) {
+    (void)state;
+    const char text[] = "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>\xff\xfe</arg_value>"
+                        "<arg_key>k\xc3</arg_key><arg_value>1</arg_value><arg_key>ok</arg_key><arg_value>1</arg_value>"
+                        "</tool_call><tool_call>bad\xff\n</tool_call>";
+    json_t *t = tools();
+    json_t *c = nx_glm_parse_tool_calls(text, sizeof text - 1, t);
+    assert_int_equal(json_array_size(c), 1);
+    assert_args(c, 0, "get_weather", "{\"ok\":1}");
+    json_decref(c);
+    json_decref(t);
+}
+
+/* One split of an output, by feeding it in the pieces cut at the offsets in cuts (ascending,
+ * ending with len), then finishing. */
+typedef struct split {
+    nx_strbuf content, reasoning;
+    char *calls; /* the tool calls, compact JSON */
+} split;
+
+static void run(split *out, const nx_chat_format *f, const char *suffix, bool tools_on, bool reasoning_on,
+                bool in_reasoning, const char *text, const size_t *cuts, size_t ncuts) {
+    nx_chat_stream s;
+    memset(out, 0, sizeof *out);
+    nx_chat_stream_init(&s, f, suffix, tools_on, reasoning_on, in_reasoning);
+    size_t at = 0;
+    for (size_t i = 0; i < ncuts; i++) {
+        assert_int_equal(nx_chat_stream_feed(&s, text + at, cuts[i] - at, &out->content, &out->reasoning), NX_OK);
+        at = cuts[i];
+    }
+    assert_int_equal(nx_chat_stream_finish(&s, &out->content, &out->reasoning), NX_OK);
+    json_t *t = tools();
+    json_t *calls = nx_chat_stream_tool_calls(&s, t);
+    assert_non_null(calls);
+    out->calls = json_dumps(calls, JSON_COMPACT);
+    json_decref(calls);
+    json_decref(t);
+    nx_chat_stream_free(&s);
+}
+
+static void split_free(split *s) {
+    nx_strbuf_free(&s->content);
+    nx_strbuf_free(&s->reasoning);
+    free(s->calls);
+}
+
+static const char *str(const nx_strbuf *b) {
+    return b->data ? b->data : "";
+}
+
+/* The output split whole must be want_*; cut at every byte boundary and fed byte by byte, it
+ * must split the same. */
+static void check_split(const nx_chat_format *f, const char *suffix, bool tools_on, bool reasoning_on,
+                        bool in_reasoning, const char *text, const char *want_content, const char *want_reasoning,
+                        const char *want_calls) {
+    const size_t len = strlen(text);
+    split whole;
+    run(&whole, f, suffix, tools_on, reasoning_on, in_reasoning, text, &len, 1);
+    assert_string_equal(str(&whole.content), want_content);
+    assert_string_equal(str(&whole.reasoning), want_reasoning);
+    assert_string_equal(whole.calls, want_calls);
+    for (size_t cut = 0; cut <= len; cut++) {
+        const size_t cuts[2] = {cut, len};
+        split two;
+        run(&two, f, suffix, tools_on, reasoning_on, in_reasoning, text, cuts, 2);
+        assert_string_equal(str(&two.content), want_content);
+        assert_string_equal(str(&two.reasoning), want_reasoning);
+        assert_string_equal(two.calls, want_calls);
+        split_free(&two);
+    }
+    size_t *bytes = malloc((len + 1) * sizeof *bytes);
+    assert_non_null(bytes);
+    for (size_t i = 0; i < len; i++) bytes[i] = i + 1;
+    split each;
+    run(&each, f, suffix, tools_on, reasoning_on, in_reasoning, text, bytes, len);
+    assert_string_equal(str(&each.content), want_content);
+    assert_string_equal(str(&each.reasoning), want_reasoning);
+    assert_string_equal(each.calls, want_calls);
+    split_free(&each);
+    free(bytes);
+    split_free(&whole);
+}
+
+#define GLM_OUT                                                                                                \
+    "<think>Plan: call <tool_call> later, </thi no.</think>\nChecking < the weather.<tool_call>get_weather\n" \
+    "<arg_key>city</arg_key>\n<arg_value>Zürich</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n" \
+    "</tool_call>\n<tool_call>now\n</tool_call><think>x</think>"
+
+static void test_glm_stream(void **state) {
+    (void)state;
+    const nx_chat_format *g = nx_chat_format_by_name("glm45");
+    const char *calls = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                        "\"arguments\":\"{\\\"city\\\":\\\"Zürich\\\",\\\"days\\\":2}\"}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]";
+    check_split(g, NULL, true, true, false, GLM_OUT, "\nChecking < the weather.",
+                "Plan: call <tool_call> later, </thi no.", calls);
+    /* no tools offered: the calls are content; no reasoning split: the think block too */
+    check_split(g, NULL, false, true, false, "<think>r</think>a<tool_call>now\n</tool_call>",
+                "a<tool_call>now\n</tool_call>", "r", "[]");
+    check_split(g, NULL, false, false, false, "<think>r</think>a", "<think>r</think>a", "", "[]");
+    /* an output that ends inside a marker or the reasoning keeps its bytes */
+    check_split(g, NULL, true, true, false, "answer <think", "answer <think", "", "[]");
+    check_split(g, NULL, true, true, false, "<think>cut short </thi", "", "cut short </thi", "[]");
+    /* a stray </think> is content; a call cut short is no call */
+    check_split(g, NULL, true, true, false, "a</think>b<tool_call>now\n<arg_key>", "a</think>b", "", "[]");
+}
+
+/* Hy3's format through the same stream: reasoning opened by the prompt, suffixed markers. */
+static void test_hy_stream(void **state) {
+    (void)state;
+    const nx_chat_format *h = nx_chat_format_by_name("hy3");
+    check_split(h, ":opensource", true, true, true,
+                "still thinking</think:opensource>The answer.<tool_calls:opensource>"
+                "<tool_call:opensource>now<tool_sep:opensource>\n</tool_call:opensource></tool_calls:opensource>",
+                "The answer.", "still thinking", "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]");
+    check_split(h, NULL, true, true, false, "<think>r</think>c<tool_call>x", "c<tool_call>x", "r", "[]");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lookup),    cmocka_unit_test(test_typing),     cmocka_unit_test(test_structure),
+        cmocka_unit_test(test_bad_bytes), cmocka_unit_test(test_glm_stream), cmocka_unit_test(test_hy_stream),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
