@@ -487,13 +487,21 @@ static nx_status build_table(nx_store *st, nx_error *err) {
     return NX_OK;
 }
 
-static nx_status check_index(const nx_store *st, const char *ipath, json_t *index, nx_error *err) {
+static bool store_has_file(const nx_store *st, const char *name) {
+    for (int i = 0; i < st->n_files; i++)
+        if (strcmp(st->files[i].name, name) == 0) return true;
+    return false;
+}
+
+/* partial: entries whose file was left out (not downloaded) are not checked. */
+static nx_status check_index(const nx_store *st, const char *ipath, json_t *index, bool partial, nx_error *err) {
     json_t *wm = json_object_get(index, "weight_map");
     const char *k;
     json_t *v;
     json_object_foreach(wm, k, v) {
         const nx_tensor *t = nx_store_find(st, k);
         const char *fn = json_string_value(v);
+        if (!t && partial && !store_has_file(st, fn)) continue;
         if (!t)
             return nx_fail(err, NX_E_FORMAT, "%s: tensor %s is mapped to %s but that file does not hold it",
                            ipath, k, fn);
@@ -504,7 +512,13 @@ static nx_status check_index(const nx_store *st, const char *ipath, json_t *inde
     return NX_OK;
 }
 
-nx_status nx_store_open(const char *dir, nx_store **out, nx_error *err) {
+/* A file the index names that is absent from the directory (ENOENT), in partial mode. */
+static bool left_out(const char *path, bool partial) {
+    struct stat sb;
+    return partial && lstat(path, &sb) != 0 && errno == ENOENT;
+}
+
+static nx_status store_open(const char *dir, bool partial, nx_store **out, nx_error *err) {
     *out = NULL;
     nx_status st = NX_OK;
     name_list files = {0};
@@ -548,22 +562,30 @@ nx_status nx_store_open(const char *dir, nx_store **out, nx_error *err) {
         goto fail;
     }
     for (size_t i = 0; i < files.n; i++) {
-        st_file *f = &s->files[s->n_files++];
-        f->name = files.v[i];
-        files.v[i] = NULL;
-        char *p = path_join(dir, f->name);
+        char *p = path_join(dir, files.v[i]);
         if (!p) {
             st = nx_fail(err, NX_E_NOMEM, "out of memory");
             goto fail;
         }
+        if (left_out(p, partial)) {
+            free(p);
+            continue;
+        }
+        st_file *f = &s->files[s->n_files++];
+        f->name = files.v[i];
+        files.v[i] = NULL;
         st = map_file(p, f, err);
         if (st == NX_OK) st = nx_safetensors_parse(f->map, f->size, p, &f->tensors, &f->n, err);
         free(p);
         if (st != NX_OK) goto fail;
         s->mapped += f->size;
     }
+    if (s->n_files == 0) {
+        st = nx_fail(err, NX_E_IO, "%s: none of the model*.safetensors files its index names is present", dir);
+        goto fail;
+    }
     if ((st = build_table(s, err)) != NX_OK) goto fail;
-    if (index && (st = check_index(s, ipath, index, err)) != NX_OK) goto fail;
+    if (index && (st = check_index(s, ipath, index, partial, err)) != NX_OK) goto fail;
     name_list_free(&files);
     json_decref(index);
     free(ipath);
@@ -575,6 +597,14 @@ fail:
     free(ipath);
     nx_store_free(s);
     return st;
+}
+
+nx_status nx_store_open(const char *dir, nx_store **out, nx_error *err) {
+    return store_open(dir, false, out, err);
+}
+
+nx_status nx_store_open_partial(const char *dir, nx_store **out, nx_error *err) {
+    return store_open(dir, true, out, err);
 }
 
 const nx_tensor *nx_store_find(const nx_store *st, const char *name) {

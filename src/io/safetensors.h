@@ -55,6 +55,11 @@ typedef struct nx_store nx_store;
  * picked up even when the index does not list them. A tensor name present in two files is an
  * error naming both. */
 nx_status nx_store_open(const char *dir, nx_store **out, nx_error *err);
+/* As nx_store_open, but the files the index names that are not in the directory are left out
+ * with their tensors: a tool that needs a few tensors (graft's head) can read a checkpoint of
+ * which only the shards holding them were downloaded. Files that are present are checked as
+ * nx_store_open checks them. */
+nx_status nx_store_open_partial(const char *dir, nx_store **out, nx_error *err);
 void nx_store_free(nx_store *st);
 
 /* The tensor called `name`, or NULL. Owned by the store. */

@@ -152,6 +152,25 @@ nextn("graft", base, os.path.join(tmp, "hf-odd"), "-o", grafted, "--quiet")
 t.ok(inspect(grafted)["mtp"] == "sidecar", "graft adds the HF head as a sidecar")
 check_model("graft-q4+hf-head", grafted, tokens, tokens[:6])
 
+# the head from a partial download: the same HF weights in 3 shards, of which only config.json,
+# the index and the shards holding the MTP layer are present, graft the same head bytes
+full = os.path.join(tmp, "hf-odd-shards")
+run([PY, GEN, "--layout", "hf", "--seed", "11", "--shards", "3", "--out", full])
+part = os.path.join(tmp, "hf-odd-head-only")
+os.makedirs(part)
+with open(os.path.join(full, "model.safetensors.index.json")) as f:
+    wmap = json.load(f)["weight_map"]
+n_layers = json.load(open(os.path.join(full, "config.json")))["num_hidden_layers"]
+need = {fn for k, fn in wmap.items() if k.startswith(f"model.layers.{n_layers}.")}
+for fn in ["config.json", "model.safetensors.index.json", *need]:
+    shutil.copy(os.path.join(full, fn), part)
+t.ok(len(need) < len(set(wmap.values())), "the partial copy leaves shards out", f"{sorted(need)}")
+grafted_part = os.path.join(tmp, "grafted-partial")
+nextn("graft", base, part, "-o", grafted_part, "--quiet")
+same = open(os.path.join(grafted, "model-mtp.safetensors"), "rb").read() == \
+    open(os.path.join(grafted_part, "model-mtp.safetensors"), "rb").read()
+t.ok(same, "graft from the MTP shards alone writes the same head as from the whole checkpoint")
+
 # Random heads almost never agree with their random trunks (0 of ~1000 drafts above), so the
 # accepted-draft path (verify rows kept, caches advanced past accepted drafts, the head caught
 # up) runs on a copy whose final norms (model.norm, shared_head.norm) are zero: every logit of

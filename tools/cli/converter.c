@@ -846,7 +846,9 @@ void nx_convert_opts_default(nx_convert_opts *o) {
     o->group = 64;
 }
 
-static nx_status open_checkpoint(const char *dir, nx_config *cfg, nx_store **st, json_t **cfg_json, nx_error *err) {
+/* partial: shards the index names may be missing (nx_store_open_partial). */
+static nx_status open_checkpoint(const char *dir, bool partial, nx_config *cfg, nx_store **st, json_t **cfg_json,
+                                 nx_error *err) {
     char p[PATH_CAP];
     struct stat sb;
     if (stat(dir, &sb) != 0) return nx_fail(err, NX_E_IO, "%s: %s", dir, strerror(errno));
@@ -859,7 +861,7 @@ static nx_status open_checkpoint(const char *dir, nx_config *cfg, nx_store **st,
         nx_config_free(cfg);
         return nx_fail(err, NX_E_CONFIG, "%s: %s", p, je.text);
     }
-    if ((s = nx_store_open(dir, st, err))) {
+    if ((s = (partial ? nx_store_open_partial : nx_store_open)(dir, st, err))) {
         nx_config_free(cfg);
         if (cfg_json) json_decref(*cfg_json);
         return s;
@@ -895,7 +897,7 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
     json_t *cj = NULL, *wm = NULL, *idx = NULL, *q = NULL;
     plan p = {0};
     nx_pool *pool = NULL;
-    nx_status s = open_checkpoint(src, &cfg, &st, &cj, err);
+    nx_status s = open_checkpoint(src, false, &cfg, &st, &cj, err);
     if (s) return s;
     if ((s = plan_collect(&p, cfg.family, st, cfg.n_layers, o->no_mtp ? WANT_TRUNK : WANT_ALL, &o->hooks, err))) goto fail;
     if (p.n == 0) {
@@ -1054,9 +1056,9 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
     plan hp = {0}, rp = {0};
     nx_pool *pool = NULL;
     bool *has_head = NULL, *all_head = NULL;
-    nx_status s = open_checkpoint(base, &bc, &bs, &bj, err);
+    nx_status s = open_checkpoint(base, false, &bc, &bs, &bj, err);
     if (s) return s;
-    if ((s = open_checkpoint(head_src, &hc, &hs, NULL, err))) goto fail;
+    if ((s = open_checkpoint(head_src, true, &hc, &hs, NULL, err))) goto fail;
     if ((s = graft_compatible(&bc, &hc, base, head_src, err))) goto fail;
 
     /* the head, from the source's own naming */
