@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""glm4_moe end-to-end parity, staged for tests/e2e/ (it needs an engine that loads glm4_moe):
-the C engine against the independent reference forward (tools/ref/glm4_moe.py) on random GLM
+"""glm4_moe end-to-end parity across layouts (a second suite beside parity_glm.t, built on other
+seeds and shapes): the C engine against the independent reference forward (tools/ref/glm4_moe.py) on random GLM
 checkpoints (tests/ref/make_random_glm.py) of deliberately odd shapes in the HF and the MLX layout:
 max |dlogit| small relative to the logit range for the trunk and the teacher-forced MTP layer,
 identical greedy continuations (plain and speculative), bit-identical logits for the HF and the
@@ -8,7 +8,7 @@ MLX bf16 layout of one seed, and an MLX checkpoint without its MTP layer loading
 
 The MTP rows follow vLLM: the embedding at position 0 is zeroed (reference --mtp-zero-pos0 on).
 
-  NEXTN=build/nextn prove -v tests/ref/parity_glm.t
+  NEXTN=build/nextn prove -v tests/e2e/parity_glm_layouts.t
 """
 import os
 import sys
@@ -16,7 +16,7 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tap import PY, Tap, nextn, run  # noqa: E402
 
 t = Tap()
