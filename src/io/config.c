@@ -1,5 +1,5 @@
 /* config.json parsing and validation (docs/design.md §2.1, §5.4, §12). model_type picks the
- * family descriptor (model/family.h), whose key lists and defaults the family-specific fields
+ * family descriptor (family/family.h), whose key lists and defaults the family-specific fields
  * are read with. Exporters disagree on field names (expert_hidden_dim vs moe_intermediate_size,
  * rope_parameters vs rope_theta, ...), so each field is looked up under all its known aliases;
  * the first present one wins and two present aliases must agree. */

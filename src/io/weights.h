@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
-#include "model/family.h"
+#include "family/family.h"
 
 #define NX_MAX_EOS 8
 

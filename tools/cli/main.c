@@ -11,7 +11,6 @@
 
 #include "cli.h"
 #include "convert.h"
-#include "kernels/kernels.h"
 #include "nextn_tools.h"
 #include "serve.h"
 

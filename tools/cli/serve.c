@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "kernels/kernels.h"
 #include "nextn_tools.h"
 
 static const char *usage =

@@ -1,6 +1,6 @@
 /* The registry of model families: lookup by model_type or architectures entry, and the list
  * of supported ones for error messages. Adding a family = one descriptor file + one line here. */
-#include "model/family.h"
+#include "family/family.h"
 
 #include <stdio.h>
 #include <string.h>

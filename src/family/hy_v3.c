@@ -2,7 +2,7 @@
  * sigmoid router with a selection bias, one shared expert, the first layer dense; its MTP head
  * feeds back the output after final_layernorm and uses the trunk's embedding and lm_head.
  * Exporters disagree on key names (Tencent, HF transformers, mlx-lm): every alias is listed. */
-#include "model/family.h"
+#include "family/family.h"
 
 #define K(...) ((const char *const[]){__VA_ARGS__, NULL})
 

@@ -5,7 +5,7 @@
  * experts and leading dense layers. MTP at model.layers.N: the block output is fed back before
  * shared_head.norm (vLLM returns residual + h and applies the norm in compute_logits); GLM-4.5
  * ships its own embed_tokens / shared_head.head there, GLM-4.6 does not (the trunk's then). */
-#include "model/family.h"
+#include "family/family.h"
 
 #define K(...) ((const char *const[]){__VA_ARGS__, NULL})
 

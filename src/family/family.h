@@ -1,10 +1,10 @@
-/* Where a model family plugs in: one descriptor per family (family_<name>.c), found by the
+/* Where a model family plugs in: one descriptor per family (src/family/<name>.c), found by the
  * config's model_type or architectures entry. A descriptor is data only — its config.json keys
  * and defaults, the variant it uses of each shared building block, its MTP wiring and its
  * tensor names per layout; config, layout, convert and the forward pass read these and never
  * test which family they run. */
-#ifndef NX_MODEL_FAMILY_H
-#define NX_MODEL_FAMILY_H
+#ifndef NX_FAMILY_FAMILY_H
+#define NX_FAMILY_FAMILY_H
 
 #include <stdbool.h>
 #include <stddef.h>
