@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int32_t end = END;
     nx_json_vocab *v = NULL;
     if (nx_json_vocab_from_bytes(toks, lens, NV, &end, 1, &v, NULL) != NX_OK) abort();
-    const nx_tool_markers mk = {{MK0, MK0 + 1, MK0 + 2, MK0 + 3, MK0 + 4, MK0 + 5, MK0 + 6, MK0 + 7}};
+    const nx_tool_markers mk = {{MK0, MK0 + 1, MK0 + 2, MK0 + 3, MK0 + 4, MK0 + 5, MK0 + 6, MK0 + 7}, false, false, false};
     const char *first = json_string_value(json_object_get(json_object_get(json_array_get(tools, 0), "function"), "name"));
     for (int named = 0; named < 2; named++) {
         nx_tool_grammar *g = NULL;

@@ -170,10 +170,18 @@ static int count_patterns(const json_t *schema) {
     return n;
 }
 
+/* Whether a property's value is raw text: Hy3 reads it as a string when its types have one;
+ * GLM (string_exact) only when its "type" is exactly "string". */
+static bool is_text(const json_t *schema, bool string_exact) {
+    if (!string_exact) return (nx_tool_arg_types(schema) & NX_ARG_STRING) != 0;
+    const char *type = json_string_value(json_object_get(schema, "type"));
+    return type && strcmp(type, "string") == 0;
+}
+
 /* Tool t's properties from its parameters: names, order and required from the compiled schema
  * when it compiles (values of non-string properties then read as JSON of their node), else from
  * the JSON itself (every value text). */
-static nx_status tool_props(tg_tool *t, const json_t *params, nx_error *err) {
+static nx_status tool_props(tg_tool *t, const json_t *params, bool string_exact, nx_error *err) {
     const json_t *props = json_object_get(params, "properties");
     if (!json_is_object(props) || json_object_size(props) == 0) {
         t->free_keys = true;
@@ -198,7 +206,7 @@ static nx_status tool_props(tg_tool *t, const json_t *params, nx_error *err) {
         p->node = -1;
         if (t->schema) {
             name = nx_json_schema_prop(t->schema, (int)i, &p->len, &p->required, &p->node);
-            if (nx_tool_arg_types(json_object_get(props, name)) & NX_ARG_STRING) {
+            if (is_text(json_object_get(props, name), string_exact)) {
                 compiled = nx_json_schema_pattern(t->schema, p->node);
                 p->node = -1;
             }
@@ -221,7 +229,8 @@ nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_to
                               const nx_json_vocab *vocab, nx_tool_grammar **out, nx_error *err) {
     *out = NULL;
     for (int i = 0; i < NX_TM_N; i++)
-        if (mk->id[i] < 0) return nx_fail(err, NX_E_ARG, "tool grammar: the tokenizer lacks a tool-call marker");
+        if (mk->id[i] < 0 && !(i == NX_TM_SEP && mk->newline_sep) && !(i == NX_TM_CALLS_CLOSE && mk->open_end))
+            return nx_fail(err, NX_E_ARG, "tool grammar: the tokenizer lacks a tool-call marker");
     if (!json_is_array(tools) || json_array_size(tools) == 0 || json_array_size(tools) > NX_TOOL_MAX)
         return nx_fail(err, NX_E_ARG, "tool grammar: 1 to %d tools are needed", NX_TOOL_MAX);
     nx_tool_grammar *g = calloc(1, sizeof *g);
@@ -230,6 +239,8 @@ nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_to
         return nx_fail(err, NX_E_NOMEM, "out of memory");
     }
     g->mk = *mk;
+    if (mk->newline_sep) g->mk.id[NX_TM_SEP] = -1;
+    if (mk->open_end) g->mk.id[NX_TM_CALLS_CLOSE] = -1;
     g->v = vocab;
     g->only = -1;
     size_t i;
@@ -252,7 +263,7 @@ nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_to
         nx_status st = (patterns += count_patterns(params)) > NX_TOOL_MAX_PATTERNS
                            ? nx_fail(err, NX_E_ARG, "tool grammar: the tools' parameters hold more than %d patterns "
                                      "and formats in all", NX_TOOL_MAX_PATTERNS)
-                           : tool_props(t, params, err);
+                           : tool_props(t, params, mk->string_exact, err);
         if (st != NX_OK) {
             nx_tool_grammar_free(g);
             return st;
@@ -283,6 +294,10 @@ void nx_tool_init(const nx_tool_grammar *g, nx_tool_state *st) {
 }
 
 bool nx_tool_done(const nx_tool_state *st) { return st->mode == TS_END; }
+
+bool nx_tool_can_end(const nx_tool_grammar *g, const nx_tool_state *st) {
+    return st->mode == TS_END || (st->mode == TS_AFTER_CALL && g->mk.open_end);
+}
 
 static bool dead(nx_tool_state *st) {
     st->mode = TS_DEAD;
@@ -330,6 +345,14 @@ static int exact(const nx_tool_grammar *g, const nx_tool_state *st) {
     return -1;
 }
 
+/* The name read so far is a whole tool's name: the call's body follows. */
+static bool name_ends(const nx_tool_grammar *g, nx_tool_state *st) {
+    const int i = exact(g, st);
+    if (i < 0) return dead(st);
+    st->mode = TS_BODY, st->tool = (int16_t)i, st->next = 0, st->cand = 0, st->cpos = 0;
+    return true;
+}
+
 /* Text: one more byte of well-formed UTF-8 (RFC 3629: no overlongs, surrogates or values past
  * U+10FFFF), not NUL. */
 static bool utf8_byte(nx_tool_state *st, uint8_t c) {
@@ -350,7 +373,9 @@ static bool utf8_byte(nx_tool_state *st, uint8_t c) {
 static bool step_byte(const nx_tool_grammar *g, nx_tool_state *st, uint8_t c) {
     const tg_tool *t = st->tool >= 0 ? &g->tools[st->tool] : NULL;
     switch (st->mode) {
-    case TS_NAME: return match_byte(g, st, c);
+    case TS_NAME:
+        if (c == '\n' && g->mk.newline_sep) return name_ends(g, st) ? (st->ws = 1, true) : false;
+        return match_byte(g, st, c);
     case TS_KEY:
         if (t->free_keys) return ++st->cpos <= MAX_FREE_KEY ? utf8_byte(st, c) : dead(st);
         return match_byte(g, st, c);
@@ -378,12 +403,7 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
     const int32_t *m = g->mk.id;
     const tg_tool *t = st->tool >= 0 ? &g->tools[st->tool] : NULL;
     st->ws = 0;
-    if (id == m[NX_TM_SEP] && st->mode == TS_NAME) {
-        const int i = exact(g, st);
-        if (i < 0) return dead(st);
-        st->mode = TS_BODY, st->tool = (int16_t)i, st->next = 0, st->cand = 0, st->cpos = 0;
-        return true;
-    }
+    if (id == m[NX_TM_SEP] && st->mode == TS_NAME) return name_ends(g, st);
     if (id == m[NX_TM_KEY_OPEN] && st->mode == TS_BODY) {
         st->cand = 0, st->cpos = 0;
         if (!t->free_keys) /* from the first key still allowed up to the first required one */
@@ -456,7 +476,7 @@ bool nx_tool_step(const nx_tool_grammar *g, nx_tool_state *st, int32_t id) {
     if (is_marker(g, id)) return step_marker(g, st, id);
     const nx_json_vocab *v = g->v;
     if (id < 0 || id >= v->n) return dead(st);
-    if (v->end[id]) return st->mode == TS_END ? true : dead(st);
+    if (v->end[id]) return nx_tool_can_end(g, st) ? (st->mode = TS_END, true) : dead(st);
     if (!v->bytes[id] || v->len[id] == 0) return dead(st);
     for (uint32_t k = 0; k < v->len[id]; k++)
         if (!step_byte(g, st, v->bytes[id][k])) return false;
@@ -475,6 +495,9 @@ void nx_tool_allowed(const nx_tool_grammar *g, const nx_tool_state *st, int32_t 
         for (int32_t i = 0; i < n; i++) allow[i] = v->end[i];
         return;
     }
+    if (nx_tool_can_end(g, st)) /* open_end: the output may end after any call */
+        for (int32_t i = 0; i < n; i++)
+            if (v->end[i]) allow[i] = 1, any = true;
     nx_tool_state t;
     /* text: most tokens are refused on their first byte */
     if (st->mode == TS_JSON) {
@@ -505,7 +528,7 @@ void nx_tool_allowed(const nx_tool_grammar *g, const nx_tool_state *st, int32_t 
     }
     for (int k = 0; k < NX_TM_N; k++) {
         const int32_t mid = g->mk.id[k];
-        if (mid >= n_tokens) continue;
+        if (mid < 0 || mid >= n_tokens) continue;
         t = *st;
         if (step_marker(g, &t, mid)) allow[mid] = 1, any = true;
     }

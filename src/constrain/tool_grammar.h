@@ -1,5 +1,5 @@
 /* Tool-call arguments under tool_choice "required" or a named function: the recogniser that
- * masks every token that cannot continue Hy3's call syntax (docs/design.md §11) into calls whose
+ * masks every token that cannot continue Hy3's call syntax (or GLM-4.5's, below) (docs/design.md §11) into calls whose
  * arguments match the tools' parameter schemas, as vLLM constrains a forced call to the
  * function's schema. The prompt has opened the call (serve/server.c): `<tool_call>` (required),
  * or `<tool_call>NAME<tool_sep>` (named); from there the language is
@@ -40,11 +40,17 @@ enum { NX_ARG_STRING = 1, NX_ARG_BOOL = 2, NX_ARG_INT = 4, NX_ARG_NUM = 8, NX_AR
 int nx_tool_arg_types(const json_t *schema);
 
 /* The call syntax's special tokens by NX_TM_* (-1: the tokenizer lacks it; then no grammar is
- * made). */
+ * made, except for the two a format may do without). GLM-4.5's form (the chat_format.h entry
+ * "glm45") has neither <tool_sep> nor </tool_calls>: with newline_sep the name ends at a newline
+ * byte (id[NX_TM_SEP] unused) and with open_end the calls end at the end of the output (an end
+ * id may follow any </tool_call>; id[NX_TM_CALLS_CLOSE] unused); with string_exact a value is raw
+ * text only where the property's "type" is exactly "string", as vLLM's glm4_moe parser keeps
+ * the text of those alone. */
 enum { NX_TM_CALL_OPEN, NX_TM_CALL_CLOSE, NX_TM_CALLS_CLOSE, NX_TM_SEP, NX_TM_KEY_OPEN, NX_TM_KEY_CLOSE,
        NX_TM_VALUE_OPEN, NX_TM_VALUE_CLOSE, NX_TM_N };
 typedef struct nx_tool_markers {
     int32_t id[NX_TM_N];
+    bool newline_sep, open_end, string_exact;
 } nx_tool_markers;
 
 #define NX_TOOL_MAX 64 /* tools a grammar tells apart by name */
@@ -79,6 +85,8 @@ void nx_tool_init(const nx_tool_grammar *g, nx_tool_state *st);
 bool nx_tool_step(const nx_tool_grammar *g, nx_tool_state *st, int32_t id);
 /* The calls are closed: only an end id may follow. */
 bool nx_tool_done(const nx_tool_state *st);
+/* An end id may come now: the calls are closed, or (open_end) a call has just closed. */
+bool nx_tool_can_end(const nx_tool_grammar *g, const nx_tool_state *st);
 /* allow[i] = 1 for the tokens that may follow st (the end ids once done; if nothing else is
  * possible, the end ids anyway); ids past the vocabulary get 0. */
 void nx_tool_allowed(const nx_tool_grammar *g, const nx_tool_state *st, int32_t n_tokens, uint8_t *allow);

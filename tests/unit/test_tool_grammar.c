@@ -15,6 +15,7 @@
 
 #include "constrain/tool_grammar.h"
 #include "nextn.h"
+#include "serve/glm_output.h"
 #include "serve/hy_output.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -33,7 +34,8 @@ static const char *const words[] = {"days", "city", "unit", "flags", "code", "ta
 #define N_WORDS (int)(sizeof words / sizeof words[0])
 enum { W0 = 256, MK0 = W0 + N_WORDS, END = MK0 + 8, OTHER_SPECIAL, NV };
 enum { CALL_OPEN = MK0, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE };
-static const nx_tool_markers MK = {{CALL_OPEN, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE}};
+static const nx_tool_markers MK = {{CALL_OPEN, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE},
+                                   false, false, false};
 
 static const char TOOLS[] =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
@@ -205,6 +207,115 @@ static void test_required_calls(void **state) {
     assert_int_equal(nx_tool_grammar_new(empty, NULL, &MK, vocab, &none, &err), NX_E_ARG);
     json_decref(empty);
     assert_null(none);
+}
+
+/* GLM-4.5's form: no separator token (the name ends at a newline), no </tool_calls> (an end id
+ * follows the last call), raw text only under a "type" of exactly "string". */
+static const nx_tool_markers GLM = {{CALL_OPEN, CALL_CLOSE, -1, -1, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE},
+                                    true, true, true};
+
+static nx_tool_grammar *glm_grammar(const json_t *t, const char *only) {
+    nx_tool_grammar *g = NULL;
+    nx_error err = {0};
+    assert_int_equal(nx_tool_grammar_new(t, only, &GLM, vocab, &g, &err), NX_OK);
+    return g;
+}
+
+/* The text of ids, markers spelled as GLM-4.5 spells them. */
+static void glm_spell(const int *ids, int n, char *out, size_t cap) {
+    static const char *const mk[8] = {"<tool_call>", "</tool_call>", "", "", "<arg_key>", "</arg_key>",
+                                      "<arg_value>", "</arg_value>"};
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        const char *t = ids[i] >= MK0 && ids[i] < MK0 + 8 ? mk[ids[i] - MK0]
+                        : ids[i] < W0                     ? tok_bytes[ids[i]]
+                        : ids[i] < MK0                    ? words[ids[i] - W0]
+                                                          : "";
+        const size_t k = ids[i] < W0 ? 1 : strlen(t);
+        assert_true(len + k < cap);
+        memcpy(out + len, t, k);
+        len += k;
+    }
+    out[len] = '\0';
+}
+
+static void test_glm_calls(void **state) {
+    (void)state;
+    const int nl = word("\n");
+    nx_tool_state st;
+    uint8_t allow[NV];
+    /* named: the prompt opened "<tool_call>get_weather\n"; pairs, </tool_call>, the end */
+    nx_tool_grammar *g = glm_grammar(tools, "get_weather");
+    const int good[] = {K("city"), nl, V(word(" Paris")), nl, K("days"), nl, V(word("12")), nl, CALL_CLOSE, END};
+    const int n = (int)(sizeof good / sizeof *good);
+    assert_int_equal(run(g, good, n - 1, &st), n - 1);
+    assert_true(nx_tool_can_end(g, &st));
+    nx_tool_allowed(g, &st, NV, allow);
+    assert_true(allow[END]);
+    assert_false(allow[CALL_OPEN]); /* a named call is one call */
+    assert_false(allow[CALLS_CLOSE]);
+    assert_int_equal(run(g, good, n, &st), n);
+    assert_true(nx_tool_done(&st));
+    /* read back by the GLM parser as the server reads it */
+    char text[512];
+    const int head[] = {CALL_OPEN, word("get_weather"), nl};
+    glm_spell(head, 3, text, sizeof text);
+    glm_spell(good, n - 1, text + strlen(text), sizeof text - strlen(text));
+    json_t *calls = nx_glm_parse_tool_calls(text, strlen(text), tools);
+    assert_int_equal(json_array_size(calls), 1);
+    const json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    assert_string_equal(json_string_value(json_object_get(fn, "name")), "get_weather");
+    assert_string_equal(json_string_value(json_object_get(fn, "arguments")), "{\"city\":\"Paris\",\"days\":12}");
+    json_decref(calls);
+    struct {
+        int ids[16], n, at;
+        const char *why;
+    } bad[] = {
+        {{K("city"), V('x'), K("days"), V(word("7")), END}, 13, 12, "the end inside the call"},
+        {{K("city"), V('x'), K("days"), V(word("7")), CALL_CLOSE, CALLS_CLOSE}, 14, 13, "a </tool_calls> wrapper"},
+        {{K("city"), V('x'), K("days"), V(word("7")), CALL_CLOSE, CALL_OPEN}, 14, 13, "a second named call"},
+        {{K("city"), V('x'), K("days"), V(word("7")), CALL_CLOSE, 'x'}, 14, 13, "text after the call"},
+        {{K("city"), V('x'), K("days"), VALUE_OPEN, 'x'}, 11, 10, "days not a number"},
+        {{SEP}, 1, 0, "a separator token"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const int at = run(g, bad[i].ids, bad[i].n, &st);
+        if (at != bad[i].at) fail_msg("%s: refused at %d, expected %d", bad[i].why, at, bad[i].at);
+    }
+    nx_tool_grammar_free(g);
+    /* required: the name up to its newline, then more calls, then the end */
+    g = glm_grammar(tools, NULL);
+    const int req[] = {word("get"), word("_weather"), nl, K("city"), V('a'), K("days"), V(word("7")), CALL_CLOSE,
+                       nl, CALL_OPEN, word("other"), nl, CALL_CLOSE, END};
+    const int nr = (int)(sizeof req / sizeof *req);
+    assert_int_equal(run(g, req, nr, &st), nr);
+    const int cut[] = {word("get"), nl};
+    assert_int_equal(run(g, cut, 2, &st), 1);
+    const int sep[] = {word("other"), SEP};
+    assert_int_equal(run(g, sep, 2, &st), 1);
+    nx_tool_grammar_free(g);
+    /* a value whose types include a string but whose "type" is not exactly "string" is JSON */
+    json_t *mixed = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"m\",\"parameters\":{\"type\":"
+                               "\"object\",\"properties\":{\"v\":{\"type\":[\"string\",\"integer\"]}}}}}]", 0, NULL);
+    assert_non_null(mixed);
+    g = glm_grammar(mixed, "m");
+    const int json_v[] = {KEY_OPEN, 'v', KEY_CLOSE, V(word("12")), CALL_CLOSE, END};
+    assert_int_equal(run(g, json_v, 8, &st), 8);
+    const int quoted[] = {KEY_OPEN, 'v', KEY_CLOSE, V(word("\"c\"")), CALL_CLOSE, END};
+    assert_int_equal(run(g, quoted, 8, &st), 8);
+    const int raw[] = {KEY_OPEN, 'v', KEY_CLOSE, VALUE_OPEN, 'x'};
+    assert_int_equal(run(g, raw, 5, &st), 4);
+    nx_tool_grammar_free(g);
+    nx_tool_grammar *hy = NULL;
+    nx_error err = {0};
+    assert_int_equal(nx_tool_grammar_new(mixed, "m", &MK, vocab, &hy, &err), NX_OK); /* Hy3: raw text */
+    assert_int_equal(run(hy, raw, 5, &st), 5);
+    nx_tool_grammar_free(hy);
+    json_decref(mixed);
+    /* the markers GLM has must be tokens */
+    nx_tool_markers lacking = GLM;
+    lacking.id[NX_TM_KEY_OPEN] = -1;
+    assert_int_equal(nx_tool_grammar_new(tools, NULL, &lacking, vocab, &hy, &err), NX_E_ARG);
 }
 
 /* The text of ids, markers spelled bare (nx_hy_markers_init with no suffix). */
@@ -398,6 +509,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_named_calls),
         cmocka_unit_test(test_required_calls),
+        cmocka_unit_test(test_glm_calls),
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_sampler),
         cmocka_unit_test(test_ban_yields),
