@@ -21,6 +21,15 @@ static void hy_spell(nx_chat_markers *m, const char *suffix) {
     copy(m->tools_open, sizeof m->tools_open, hm.text[NX_HY_CALLS_OPEN]);
     m->tools_open_kept = false;
     copy(m->suffix, sizeof m->suffix, suffix && strlen(suffix) <= 40 ? suffix : "");
+    static const int tm[NX_TM_N] = {
+        [NX_TM_CALL_OPEN] = NX_HY_CALL_OPEN,   [NX_TM_CALL_CLOSE] = NX_HY_CALL_CLOSE,
+        [NX_TM_CALLS_CLOSE] = NX_HY_CALLS_CLOSE, [NX_TM_SEP] = NX_HY_SEP,
+        [NX_TM_KEY_OPEN] = NX_HY_KEY_OPEN,     [NX_TM_KEY_CLOSE] = NX_HY_KEY_CLOSE,
+        [NX_TM_VALUE_OPEN] = NX_HY_VALUE_OPEN, [NX_TM_VALUE_CLOSE] = NX_HY_VALUE_CLOSE};
+    for (int i = 0; i < NX_TM_N; i++) copy(m->tool[i], sizeof m->tool[i], hm.text[tm[i]]);
+    m->newline_sep = m->open_end = m->string_exact = false;
+    copy(m->name_end, sizeof m->name_end, hm.text[NX_HY_SEP]);
+    m->preamble[0] = '\0';
 }
 
 static json_t *hy_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
@@ -37,6 +46,17 @@ static void glm_spell(nx_chat_markers *m, const char *suffix) {
     copy(m->tools_open, sizeof m->tools_open, "<tool_call>");
     m->tools_open_kept = true;
     m->suffix[0] = '\0';
+    static const char *const tm[NX_TM_N] = {
+        [NX_TM_CALL_OPEN] = "<tool_call>", [NX_TM_CALL_CLOSE] = "</tool_call>", [NX_TM_CALLS_CLOSE] = "",
+        [NX_TM_SEP] = "",                  [NX_TM_KEY_OPEN] = "<arg_key>",     [NX_TM_KEY_CLOSE] = "</arg_key>",
+        [NX_TM_VALUE_OPEN] = "<arg_value>", [NX_TM_VALUE_CLOSE] = "</arg_value>"};
+    for (int i = 0; i < NX_TM_N; i++) copy(m->tool[i], sizeof m->tool[i], tm[i]);
+    /* GLM-4.5's calls: "<tool_call>NAME\n<arg_key>…", no wrapper, the end (<|observation|>, an
+     * end id) after the last; its template writes an answer without reasoning after
+     * "<|assistant|>" as "\n<think></think>" then "\n<tool_call>" */
+    m->newline_sep = m->open_end = m->string_exact = true;
+    copy(m->name_end, sizeof m->name_end, "\n");
+    copy(m->preamble, sizeof m->preamble, "\n<think></think>\n");
 }
 
 static json_t *glm_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
@@ -169,4 +189,76 @@ json_t *nx_chat_stream_tool_calls(const nx_chat_stream *s, const json_t *tools) 
 void nx_chat_stream_free(nx_chat_stream *s) {
     nx_strbuf_free(&s->held);
     nx_strbuf_free(&s->tool_text);
+}
+
+/* ---------------------------------------------------------------- token by token */
+
+static int32_t id_of(const nx_tokenizer *tok, const char *text) {
+    return tok && text[0] ? nx_tokenizer_token_id(tok, text) : -1;
+}
+
+void nx_chat_tokens_init(nx_chat_tokens *t, const nx_chat_format *f, const char *suffix, const nx_tokenizer *tok) {
+    memset(t, 0, sizeof *t);
+    t->f = f;
+    f->spell(&t->m, suffix);
+    t->think_open = id_of(tok, t->m.think_open);
+    t->think_close = id_of(tok, t->m.think_close);
+    t->tools_open = id_of(tok, t->m.tools_open);
+    for (int i = 0; i < NX_TM_N; i++) t->tool[i] = id_of(tok, t->m.tool[i]);
+}
+
+bool nx_chat_tokens_tools(const nx_chat_tokens *t) {
+    if (t->tools_open < 0) return false;
+    for (int i = 0; i < NX_TM_N; i++)
+        if (t->tool[i] < 0 && !(i == NX_TM_SEP && t->m.newline_sep) && !(i == NX_TM_CALLS_CLOSE && t->m.open_end))
+            return false;
+    return true;
+}
+
+bool nx_chat_tokens_reasoning(const nx_chat_tokens *t) { return t->think_open >= 0 && t->think_close >= 0; }
+
+void nx_chat_tokens_grammar(const nx_chat_tokens *t, nx_tool_markers *mk) {
+    memset(mk, 0, sizeof *mk);
+    for (int i = 0; i < NX_TM_N; i++) mk->id[i] = t->tool[i];
+    mk->newline_sep = t->m.newline_sep;
+    mk->open_end = t->m.open_end;
+    mk->string_exact = t->m.string_exact;
+}
+
+void nx_chat_split_init(nx_chat_split *s, const nx_chat_tokens *t, bool tools, bool reasoning, int32_t prompt_last) {
+    s->t = t;
+    s->tools = tools && nx_chat_tokens_tools(t);
+    s->reasoning = reasoning && nx_chat_tokens_reasoning(t);
+    s->part = s->reasoning && prompt_last == t->think_open ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+}
+
+/* The text of marker id, or NULL when id is none of t's markers. */
+static const char *marker_text(const nx_chat_tokens *t, int32_t id) {
+    if (id == t->think_open) return t->m.think_open;
+    if (id == t->think_close) return t->m.think_close;
+    if (id == t->tools_open) return t->m.tools_open;
+    for (int i = 0; i < NX_TM_N; i++)
+        if (id == t->tool[i]) return t->m.tool[i];
+    return NULL;
+}
+
+int nx_chat_split_token(nx_chat_split *s, int32_t id, const char **marker) {
+    const nx_chat_tokens *t = s->t;
+    *marker = NULL;
+    if (id < 0) return (int)s->part;
+    if (s->part == NX_CHAT_TOOLS) {
+        *marker = marker_text(t, id);
+        return NX_CHAT_TOOLS;
+    }
+    if (s->tools && id == t->tools_open) {
+        s->part = NX_CHAT_TOOLS;
+        if (!t->m.tools_open_kept) return -1;
+        *marker = t->m.tools_open;
+        return NX_CHAT_TOOLS;
+    }
+    if (s->reasoning && (id == t->think_open || id == t->think_close)) {
+        s->part = id == t->think_open ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+        return -1;
+    }
+    return (int)s->part;
 }

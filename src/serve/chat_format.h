@@ -19,6 +19,7 @@
 #include <stddef.h>
 
 #include "base/strbuf.h"
+#include "constrain/tool_grammar.h"
 #include "nextn.h"
 
 /* A format's markers as one tokenizer spells them. */
@@ -27,6 +28,15 @@ typedef struct nx_chat_markers {
     char tools_open[64];                  /* opens the tool calls */
     bool tools_open_kept;                 /* tools_open is the first call's own opening (GLM) */
     char suffix[48];                      /* the spelling suffix (Hy3's ":opensource"), for the parser */
+    /* The call syntax, for a forced call's grammar and opening (tool_grammar.h): the markers by
+     * NX_TM_* ("" where the format has none), the grammar's variant flags, the text a forced
+     * call's name is followed by (the separator's spelling, or a newline), and what a forced
+     * answer opens with before tools_open (GLM's empty reasoning, left out when the prompt
+     * already ends with it). */
+    char tool[NX_TM_N][64];
+    bool newline_sep, open_end, string_exact;
+    char name_end[64];
+    char preamble[32];
 } nx_chat_markers;
 
 typedef struct nx_chat_format {
@@ -70,5 +80,38 @@ nx_status nx_chat_stream_finish(nx_chat_stream *s, nx_strbuf *content, nx_strbuf
 /* The tool calls in the tool text so far (see parse_tool_calls); callable mid-stream. */
 json_t *nx_chat_stream_tool_calls(const nx_chat_stream *s, const json_t *tools);
 void nx_chat_stream_free(nx_chat_stream *s);
+
+/* ---- token by token: the server's split, on marker tokens as a tokenizer numbers them */
+
+typedef struct nx_chat_tokens {
+    const nx_chat_format *f;
+    nx_chat_markers m;
+    int32_t think_open, think_close, tools_open; /* ids, -1: not a token */
+    int32_t tool[NX_TM_N];
+} nx_chat_tokens;
+
+/* Spells f's markers with suffix and looks their ids up in tok. */
+void nx_chat_tokens_init(nx_chat_tokens *t, const nx_chat_format *f, const char *suffix, const nx_tokenizer *tok);
+/* Whether tok has the tool-call markers (then tool calls can be split out and forced). */
+bool nx_chat_tokens_tools(const nx_chat_tokens *t);
+/* Whether tok has the reasoning markers. */
+bool nx_chat_tokens_reasoning(const nx_chat_tokens *t);
+/* The forced-call grammar's markers. */
+void nx_chat_tokens_grammar(const nx_chat_tokens *t, nx_tool_markers *mk);
+
+typedef struct nx_chat_split {
+    const nx_chat_tokens *t;
+    bool tools, reasoning;
+    nx_chat_part part;
+} nx_chat_split;
+
+/* Starts a split for one generation; prompt_last: the prompt's last token (one that is
+ * think_open opens the reasoning: Hy3's template ends so for reasoning_effort low/high). */
+void nx_chat_split_init(nx_chat_split *s, const nx_chat_tokens *t, bool tools, bool reasoning, int32_t prompt_last);
+/* Routes token id: the part its text belongs to, or -1 for a marker that only switches parts.
+ * Inside the tool calls every token is NX_CHAT_TOOLS, and a marker's text comes as *marker (the
+ * detokenizer drops special tokens); so does tools_open's when the format keeps it. Once the
+ * tool calls have begun they last to the end of the output. */
+int nx_chat_split_token(nx_chat_split *s, int32_t id, const char **marker);
 
 #endif

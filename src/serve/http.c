@@ -283,6 +283,19 @@ static nx_status check_work(nx_server *s, job *j, nx_oai_error *e) {
     return NX_E_ARG;
 }
 
+/* A forced answer's preamble after the rendered prompt text: whole, or only its trailing
+ * whitespace when the prompt already ends with the rest (GLM's template renders "<think></think>"
+ * itself when thinking is off). */
+static void put_preamble(nx_strbuf *full, const char *text, const char *preamble) {
+    size_t core = strlen(preamble);
+    while (core > 0 && (preamble[core - 1] == '\n' || preamble[core - 1] == ' ')) core--;
+    const size_t n = strlen(text);
+    size_t lead = 0; /* the core without its leading whitespace, as a prompt may end */
+    while (lead < core && (preamble[lead] == '\n' || preamble[lead] == ' ')) lead++;
+    const bool has = core > lead && n >= core - lead && memcmp(text + n - (core - lead), preamble + lead, core - lead) == 0;
+    nx_strbuf_puts(full, has ? preamble + core : preamble);
+}
+
 /* Renders (chat) or takes (completions) each prompt and tokenizes it, checking it fits. */
 static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
     nx_oai_request *r = &j->req;
@@ -314,20 +327,22 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
         }
         if (r->tool_required) { /* the answer must call a tool: its opening is put in its mouth */
             nx_strbuf full = {0}, forced = {0};
-            if (!nx_hy_markers_tools(&s->hy)) {
+            if (!nx_chat_tokens_tools(&s->chat)) {
                 free(text);
                 nx_oai_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
                                  "This model's tokenizer has no tool-call markers, so a tool call cannot be required.");
                 st = NX_E_ARG;
                 goto done;
             }
-            nx_strbuf_puts(&forced, s->hy.text[NX_HY_CALL_OPEN]);
+            const nx_chat_markers *cm = &s->chat.m;
+            nx_strbuf_puts(&forced, cm->tool[NX_TM_CALL_OPEN]);
             if (r->tool_name) {
                 nx_strbuf_puts(&forced, r->tool_name);
-                nx_strbuf_puts(&forced, s->hy.text[NX_HY_SEP]);
+                nx_strbuf_puts(&forced, cm->name_end);
             }
             nx_strbuf_puts(&full, text);
-            nx_strbuf_puts(&full, s->hy.text[NX_HY_CALLS_OPEN]);
+            put_preamble(&full, text, cm->preamble);
+            if (!cm->tools_open_kept) nx_strbuf_puts(&full, cm->tools_open);
             nx_strbuf_puts(&full, forced.data ? forced.data : "");
             free(text);
             text = nx_strbuf_take(&full);
@@ -339,10 +354,8 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
                 goto done;
             }
             /* the arguments the answer writes follow the tools' schemas */
-            const int32_t *id = s->hy.id;
-            const nx_tool_markers mk = {{id[NX_HY_CALL_OPEN], id[NX_HY_CALL_CLOSE], id[NX_HY_CALLS_CLOSE],
-                                        id[NX_HY_SEP],       id[NX_HY_KEY_OPEN],   id[NX_HY_KEY_CLOSE],
-                                        id[NX_HY_VALUE_OPEN], id[NX_HY_VALUE_CLOSE]}};
+            nx_tool_markers mk;
+            nx_chat_tokens_grammar(&s->chat, &mk);
             if ((st = nx_tool_grammar_new(r->tools, r->tool_name, &mk, s->json_vocab, &j->tool_grammar, &err)) !=
                 NX_OK) {
                 free(text);
@@ -1159,15 +1172,18 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     /* From tokenizer_config.json (read by the model): the template's special-token strings
      * (else the config's ids, below), and the token_suffix Hy3's output markers are spelled with
      * (":opensource" in the final release; else bare, as in Hy3-preview) */
-    nx_hy_markers_init(&s->hy, NULL, s->tok);
+    /* The chat format is the family's (Hy3's for a family without one of its own) */
+    const nx_chat_format *cf = nx_chat_format_for_family(s->info->family);
+    if (!cf) cf = nx_chat_format_by_name("hy3");
+    nx_chat_tokens_init(&s->chat, cf, NULL, s->tok);
     const char *cfg_bos, *cfg_eos, *suffix;
     nx_model_template_strings(m, &cfg_bos, &cfg_eos, &suffix);
     s->bos = dup_or_null(cfg_bos);
     s->eos = dup_or_null(cfg_eos);
     if (suffix) {
-        nx_hy_markers sm;
-        nx_hy_markers_init(&sm, suffix, s->tok);
-        if (nx_hy_markers_tools(&sm) || nx_hy_markers_reasoning(&sm)) s->hy = sm;
+        nx_chat_tokens sm;
+        nx_chat_tokens_init(&sm, cf, suffix, s->tok);
+        if (nx_chat_tokens_tools(&sm) || nx_chat_tokens_reasoning(&sm)) s->chat = sm;
     }
     if (!s->bos && s->info->bos_id >= 0 && nx_tokenizer_token_str(s->tok, s->info->bos_id))
         s->bos = strdup(nx_tokenizer_token_str(s->tok, s->info->bos_id));

@@ -154,7 +154,7 @@ typedef struct gen_state {
     bool stopped_by_string;
     bool first_token;
     nx_strbuf released;
-    nx_hy_split split;           /* chat: where each token's text goes */
+    nx_chat_split split;         /* chat: where each token's text goes */
     nx_strbuf released_reasoning; /* streaming: reasoning not yet sent */
     /* streaming tool calls: each call's id (sent with its name), and the argument text sent */
     size_t n_calls;
@@ -349,7 +349,7 @@ static void stream_tool_deltas(nx_server *s, gen_state *g, const json_t *calls, 
 static void stream_tool_progress(nx_server *s, gen_state *g) {
     size_t n = 0;
     char *text = nx_oai_utf8_sanitize(g->out->tools.data, g->out->tools.len, &n);
-    json_t *calls = text ? nx_hy_parse_tool_calls(text, n, &s->hy, g->j->req.tools) : NULL;
+    json_t *calls = text ? s->chat.f->parse_tool_calls(text, n, &s->chat.m, g->j->req.tools) : NULL;
     if (calls) stream_tool_deltas(s, g, calls, false);
     json_decref(calls);
     free(text);
@@ -389,20 +389,20 @@ static int on_token(void *user, int32_t id, const float *probs) {
     if (eos) return 0; /* the engine stops after it; an end token is neither text nor logprob */
     if (j->req.logprobs) record_logprob(g, id, probs);
     const char *marker;
-    const int part = nx_hy_split_token(&g->split, id, &marker);
+    const int part = nx_chat_split_token(&g->split, id, &marker);
     char *piece = NULL;
     size_t len = 0;
     bool closes = marker != NULL; /* whether the calls may have grown (below) */
     if (nx_detok_push(g->detok, id, &piece, &len, NULL) == NX_OK && piece) {
         closes = closes || memchr(piece, '>', len) != NULL;
-        if (part == NX_HY_CONTENT) {
+        if (part == NX_CHAT_CONTENT) {
             bool stopped = false;
             nx_strbuf *dst = j->req.stream ? &g->released : &g->out->text;
             nx_stop_push(&g->stop, piece, len, dst, &stopped);
             g->stopped_by_string = stopped;
-        } else if (part == NX_HY_REASONING) {
+        } else if (part == NX_CHAT_REASONING) {
             nx_strbuf_append(j->req.stream ? &g->released_reasoning : &g->out->reasoning, piece, len);
-        } else if (part == NX_HY_TOOLS) { /* markers are special tokens: the detokenizer drops them */
+        } else if (part == NX_CHAT_TOOLS) { /* markers are special tokens: the detokenizer drops them */
             if (marker) nx_strbuf_puts(&g->out->tools, marker);
             else nx_strbuf_append(&g->out->tools, piece, len);
         }
@@ -412,7 +412,7 @@ static int on_token(void *user, int32_t id, const float *probs) {
     /* A call's name or a key/value pair is complete only once a marker closes it (every marker
      * ends in '>'; one spelled out in plain tokens too), so the held-back text is parsed again
      * only then, not on every token of a long argument value. */
-    if (j->req.stream && part == NX_HY_TOOLS && closes) stream_tool_progress(s, g);
+    if (j->req.stream && part == NX_CHAT_TOOLS && closes) stream_tool_progress(s, g);
     if (j->req.stream && !stream_caught_up(j)) return 1;
     return g->stopped_by_string ? 1 : 0;
 }
@@ -425,7 +425,7 @@ static void tool_calls_done(nx_server *s, gen_state *g, nx_strbuf *dst) {
     choice_out *o = g->out;
     size_t n = 0;
     char *text = nx_oai_utf8_sanitize(o->tools.data, o->tools.len, &n);
-    json_t *calls = text ? nx_hy_parse_tool_calls(text, n, &s->hy, g->j->req.tools) : NULL;
+    json_t *calls = text ? s->chat.f->parse_tool_calls(text, n, &s->chat.m, g->j->req.tools) : NULL;
     if (calls && json_array_size(calls) > 0) {
         json_t *with_ids = json_array(), *c;
         size_t k;
@@ -441,7 +441,7 @@ static void tool_calls_done(nx_server *s, gen_state *g, nx_strbuf *dst) {
         if (strcmp(o->finish, "length") != 0) o->finish = "tool_calls"; /* cut short: stays "length" */
     } else {
         json_decref(calls);
-        nx_strbuf_puts(dst, s->hy.text[NX_HY_CALLS_OPEN]);
+        if (!s->chat.m.tools_open_kept) nx_strbuf_puts(dst, s->chat.m.tools_open);
         nx_strbuf_append(dst, o->tools.data, o->tools.len);
     }
     free(text);
@@ -475,12 +475,12 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     nx_status rc = nx_detok_new(s->tok, true, &g.detok, err);
     if (rc != NX_OK) goto done;
     /* chat: reasoning and (when the request offers tools) tool calls are split out of the
-     * content, as Hy3's markers delimit them; other tokenizers have no markers to split on */
+     * content, as the family's markers delimit them; other tokenizers have no markers to split on */
     const bool chat = j->req.kind == NX_OAI_CHAT;
-    nx_hy_split_init(&g.split, &s->hy, chat && j->req.tools, chat && s->o.split_reasoning,
+    nx_chat_split_init(&g.split, &s->chat, chat && j->req.tools, chat && s->o.split_reasoning,
                      j->n_ids[i] ? j->ids[i][j->n_ids[i] - 1] : -1);
     if (j->forced) { /* the prompt already opened the call: the answer continues it */
-        g.split.part = NX_HY_TOOLS;
+        g.split.part = NX_CHAT_TOOLS;
         nx_strbuf_puts(&g.out->tools, j->forced);
     }
 
@@ -494,8 +494,8 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
         p.sampling.json_schema = j->req.json_schema;
         /* a prompt that opens the reasoning: the object follows its end */
         const int32_t last = j->n_ids[i] ? j->ids[i][j->n_ids[i] - 1] : -1;
-        if (last >= 0 && last == s->hy.id[NX_HY_THINK_OPEN] && s->hy.id[NX_HY_THINK_CLOSE] >= 0)
-            p.sampling.json_wait = true, p.sampling.json_after = s->hy.id[NX_HY_THINK_CLOSE];
+        if (last >= 0 && last == s->chat.think_open && s->chat.think_close >= 0)
+            p.sampling.json_wait = true, p.sampling.json_after = s->chat.think_close;
     }
     if (!j->req.has_seed) p.sampling.seed = nx_server_random(s);
     else p.sampling.seed += i % j->n_per; /* the n choices of a seeded request differ, reproducibly */

@@ -11,7 +11,7 @@
 
 #include "base/strbuf.h"
 #include "constrain/tool_grammar.h"
-#include "serve/hy_output.h"
+#include "serve/chat_format.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/server.h"
@@ -89,7 +89,7 @@ struct nx_server {
     nx_jinja *tmpl;      /* the chat template, parsed once and rendered concurrently */
     char tmpl_error[400]; /* why there is no template, for chat requests */
     bool has_mtp;
-    nx_hy_markers hy; /* Hy3's reasoning and tool-call markers, as this tokenizer spells them */
+    nx_chat_tokens chat; /* the family's reasoning and tool-call markers, as this tokenizer spells them */
     int port;
     int64_t t_created;
     double t_started;

@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""`nextn serve` on a GLM-4.5 (glm4_moe) checkpoint: the chat format comes from the family.
+
+The checkpoint is a small random glm4_moe (tests/ref/make_random_glm.py) with the default model's
+byte-level tokenizer plus GLM's special tokens appended (<|user|>, <|assistant|>, <think>,
+<tool_call>, <arg_key>, …), GLM's end ids (<|endoftext|>, <|user|>, <|observation|>) and the
+GLM-4.5 chat template (tests/chat/templates/glm45.jinja). Random weights say random things, so
+what is checked is what the format guarantees whatever the weights: a named forced tool call
+comes back as one well-formed call whose arguments validate against the tool's schema (typed:
+an integer, an enum string, a boolean), streaming and not, the stream's deltas adding up to the
+whole answer's call; a conversation carrying an assistant tool call (arguments a JSON string)
+and the tool's result renders and is answered; /v1/chat/completions answers with MTP drafting on
+and reports its drafts."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from serverlib import MODEL, ROOT, Server, curl, skip_all_unless_ready  # noqa: E402
+from tap import Tap  # noqa: E402
+
+skip_all_unless_ready()
+t = Tap()
+
+GLM_SPECIAL = ["<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>",
+               "<|assistant|>", "<|observation|>", "<|begin_of_image|>", "<|end_of_image|>", "<think>", "</think>",
+               "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<arg_key>", "</arg_key>",
+               "<arg_value>", "</arg_value>"]
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather forecast",
+    "parameters": {"type": "object", "properties": {
+        "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        "unit": {"type": "string", "enum": ["c", "f"]},
+        "alerts": {"type": "boolean"}},
+        "required": ["days", "unit", "alerts"]}}}]
+
+
+def make_checkpoint(out):
+    """The random glm4_moe checkpoint with GLM's tokens, end ids and template."""
+    tok = json.load(open(os.path.join(MODEL, "tokenizer.json"), encoding="utf-8"))
+    n = len(tok["model"]["vocab"])
+    tok["added_tokens"] = [{"id": n + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True} for i, c in enumerate(GLM_SPECIAL)]
+    ids = {c: n + i for i, c in enumerate(GLM_SPECIAL)}
+    vocab = n + len(GLM_SPECIAL)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "ref", "make_random_glm.py"), "--layout", "hf",
+                        "--seed", "7", "--vocab", str(vocab), "--out", out], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"make_random_glm.py failed:\n{p.stdout}{p.stderr}")
+    with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    cfg_path = os.path.join(out, "config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["eos_token_id"] = [ids["<|endoftext|>"], ids["<|user|>"], ids["<|observation|>"]]
+    cfg["pad_token_id"] = ids["<|endoftext|>"]
+    json.dump(cfg, open(cfg_path, "w"), indent=1)
+    template = open(os.path.join(ROOT, "tests", "chat", "templates", "glm45.jinja"), encoding="utf-8").read()
+    json.dump({"chat_template": template, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+               "added_tokens_decoder": {str(ids[c]): {"content": c, "special": True} for c in GLM_SPECIAL}},
+              open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8"), ensure_ascii=False)
+
+
+def valid_args(text):
+    """Whether text is get_weather's arguments as its schema says: (ok, why)."""
+    try:
+        a = json.loads(text)
+    except (TypeError, ValueError) as e:
+        return False, f"not JSON: {e}"
+    if not isinstance(a, dict) or set(a) != {"days", "unit", "alerts"}:
+        return False, f"keys {sorted(a) if isinstance(a, dict) else a!r}"
+    if type(a["days"]) is not int or not 1 <= a["days"] <= 14:
+        return False, f"days {a['days']!r}"
+    if a["unit"] not in ("c", "f"):
+        return False, f"unit {a['unit']!r}"
+    if type(a["alerts"]) is not bool:
+        return False, f"alerts {a['alerts']!r}"
+    return True, ""
+
+
+def sse_events(body):
+    out = []
+    for line in body.splitlines():
+        if line.startswith("data: ") and line[6:].strip() != "[DONE]":
+            out.append(json.loads(line[6:]))
+    return out
+
+
+with tempfile.TemporaryDirectory(prefix="nextn-glm-") as d:
+    make_checkpoint(d)
+    srv = Server("-m", d, "--model-id", "glm", "--ctx", "1024")
+    base = srv.base + "/v1/chat/completions"
+    user = [{"role": "user", "content": "Weather in Paris?"}]
+    forced = {"model": "glm", "messages": user, "tools": TOOLS, "max_tokens": 120, "temperature": 0,
+              "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+
+    # (a) a named forced call, whole
+    r = curl(base, body=forced)
+    body = r.json() if r.status == 200 else {}
+    ch = (body.get("choices") or [{}])[0]
+    msg = ch.get("message") or {}
+    calls = msg.get("tool_calls") or []
+    t.ok(r.status == 200 and ch.get("finish_reason") == "tool_calls" and len(calls) == 1,
+         "forced call: one call, finish_reason tool_calls", r.body[:600])
+    fn = calls[0].get("function", {}) if calls else {}
+    t.ok(fn.get("name") == "get_weather" and calls[0].get("type") == "function" and
+         str(calls[0].get("id", "")).startswith("call_"), "forced call: name, type and id", calls)
+    good, why = valid_args(fn.get("arguments"))
+    t.ok(good, "forced call: the arguments validate against the schema", f"{why}: {fn.get('arguments')!r}")
+    t.ok(not (msg.get("content") or "").strip(), "forced call: no content beside the call", msg.get("content"))
+
+    # (a) the same request streamed: deltas add up to the same call (greedy: the same tokens)
+    r = curl(base, body={**forced, "stream": True})
+    ev = sse_events(r.body) if r.status == 200 else []
+    name, args, ids, finish = "", "", set(), None
+    for e in ev:
+        for c in e.get("choices", []):
+            finish = c.get("finish_reason") or finish
+            for tc in (c.get("delta") or {}).get("tool_calls") or []:
+                t_fn = tc.get("function") or {}
+                name += t_fn.get("name") or ""
+                args += t_fn.get("arguments") or ""
+                if tc.get("id"):
+                    ids.add(tc["id"])
+    t.ok(r.status == 200 and finish == "tool_calls" and name == "get_weather" and len(ids) == 1,
+         "streamed forced call: one call named get_weather, finish_reason tool_calls", r.body[-600:])
+    good, why = valid_args(args)
+    t.ok(good and args == fn.get("arguments"), "streamed forced call: arguments valid and as the whole answer's",
+         f"{why}: {args!r} vs {fn.get('arguments')!r}")
+
+    # (b) a tool round trip renders: the assistant's call (arguments a JSON string) and the result
+    trip = {"model": "glm", "max_tokens": 8, "seed": 1, "tools": TOOLS, "messages": user + [
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": json.dumps({"days": 2, "unit": "c", "alerts": False})}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"}]}
+    r = curl(base, body=trip)
+    ch = ((r.json() if r.status == 200 else {}).get("choices") or [{}])[0]
+    t.ok(r.status == 200 and ch.get("finish_reason") in ("stop", "length", "tool_calls"),
+         "tool round trip: rendered and answered", r.body[:600])
+    srv.stop()
+
+    # (c) chat with MTP drafting on
+    srv = Server("-m", d, "--model-id", "glm", "--ctx", "1024", "--draft", "2")
+    r = curl(srv.base + "/v1/chat/completions",
+             body={"model": "glm", "messages": user, "max_tokens": 24, "temperature": 0})
+    body = r.json() if r.status == 200 else {}
+    ch = (body.get("choices") or [{}])[0]
+    t.ok(r.status == 200 and ch.get("finish_reason") in ("stop", "length") and
+         isinstance((ch.get("message") or {}).get("content"), str), "MTP on: chat answers", r.body[:600])
+    u = body.get("usage") or {}
+    sp = u.get("speculative") or {}
+    t.ok(u.get("completion_tokens", 0) > 0 and sp.get("draft") == 2 and sp.get("drafts", 0) > 0,
+         "MTP on: tokens generated with drafts", u)
+    srv.stop()
+
+t.done()
