@@ -244,10 +244,58 @@ static void test_hy_stream(void **state) {
     check_split(h, NULL, true, true, false, "<think>r</think>c<tool_call>x", "c<tool_call>x", "r", "[]");
 }
 
+/* The server's token-by-token split with GLM's markers: ids given by hand for a tokenizer that
+ * has them; the tool-call opener is kept as the call's own text, markers spelled out inside the
+ * calls, and the grammar's markers and variant flags as GLM's form needs them. */
+static void test_glm_token_split(void **state) {
+    (void)state;
+    nx_chat_tokens t;
+    nx_chat_tokens_init(&t, nx_chat_format_for_family("glm4_moe"), NULL, NULL);
+    assert_false(nx_chat_tokens_tools(&t)); /* no tokenizer: no ids */
+    enum { THINK = 100, UNTHINK, CALL, UNCALL, KEY, UNKEY, VAL, UNVAL, TEXT = 5 };
+    t.think_open = THINK, t.think_close = UNTHINK, t.tools_open = CALL;
+    const int32_t tm[NX_TM_N] = {CALL, UNCALL, -1, -1, KEY, UNKEY, VAL, UNVAL};
+    memcpy(t.tool, tm, sizeof tm);
+    assert_true(nx_chat_tokens_tools(&t) && nx_chat_tokens_reasoning(&t));
+    nx_tool_markers mk;
+    nx_chat_tokens_grammar(&t, &mk);
+    assert_true(mk.newline_sep && mk.open_end && mk.string_exact);
+    assert_int_equal(mk.id[NX_TM_CALL_OPEN], CALL);
+    assert_string_equal(t.m.name_end, "\n");
+    nx_chat_split sp;
+    nx_chat_split_init(&sp, &t, true, true, TEXT);
+    const char *mkr;
+    assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_CONTENT);
+    assert_int_equal(nx_chat_split_token(&sp, THINK, &mkr), -1);
+    assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_REASONING);
+    assert_int_equal(nx_chat_split_token(&sp, UNTHINK, &mkr), -1);
+    assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_CONTENT);
+    assert_int_equal(nx_chat_split_token(&sp, CALL, &mkr), NX_CHAT_TOOLS);
+    assert_string_equal(mkr, "<tool_call>"); /* kept: the call's own opening */
+    assert_int_equal(nx_chat_split_token(&sp, KEY, &mkr), NX_CHAT_TOOLS);
+    assert_string_equal(mkr, "<arg_key>");
+    assert_int_equal(nx_chat_split_token(&sp, THINK, &mkr), NX_CHAT_TOOLS); /* a think marker in the calls */
+    assert_string_equal(mkr, "<think>");
+    assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_TOOLS);
+    assert_null(mkr);
+    /* no tools offered: the opener is content (its text dropped as a special token's) */
+    nx_chat_split_init(&sp, &t, false, true, TEXT);
+    assert_int_equal(nx_chat_split_token(&sp, CALL, &mkr), NX_CHAT_CONTENT);
+    assert_null(mkr);
+    /* Hy3's entry keeps its wrapper out of the call text, and needs the separator */
+    nx_chat_tokens h;
+    nx_chat_tokens_init(&h, nx_chat_format_for_family("hy_v3"), ":opensource", NULL);
+    assert_false(h.m.tools_open_kept);
+    assert_string_equal(h.m.tools_open, "<tool_calls:opensource>");
+    assert_string_equal(h.m.name_end, "<tool_sep:opensource>");
+    assert_string_equal(h.m.preamble, "");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lookup),    cmocka_unit_test(test_typing),     cmocka_unit_test(test_structure),
         cmocka_unit_test(test_bad_bytes), cmocka_unit_test(test_glm_stream), cmocka_unit_test(test_hy_stream),
+        cmocka_unit_test(test_glm_token_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
