@@ -10,7 +10,10 @@ comes back as one well-formed call whose arguments validate against the tool's s
 an integer, an enum string, a boolean), streaming and not, the stream's deltas adding up to the
 whole answer's call; a conversation carrying an assistant tool call (arguments a JSON string)
 and the tool's result renders and is answered; /v1/chat/completions answers with MTP drafting on
-and reports its drafts."""
+and reports its drafts. A scripted copy (tests/ref/make_scripted_ckpt.py: greedy decoding after
+<|assistant|> says "<think>Hmm</think>Sure<tool_call>get_weather<arg_key>days</arg_key>
+<arg_value>3</arg_value></tool_call>") checks the split: reasoning_content, content and the typed
+call, streaming and not; without tools offered no call is split out."""
 import json
 import os
 import subprocess
@@ -19,7 +22,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serverlib import MODEL, ROOT, Server, curl, skip_all_unless_ready  # noqa: E402
-from tap import Tap  # noqa: E402
+from tap import NEXTN, Tap  # noqa: E402
 
 skip_all_unless_ready()
 t = Tap()
@@ -29,6 +32,7 @@ GLM_SPECIAL = ["<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>"
                "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<arg_key>", "</arg_key>",
                "<arg_value>", "</arg_value>"]
 
+SCRIPT = "<think>Hmm</think>Sure<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather forecast",
     "parameters": {"type": "object", "properties": {
@@ -63,6 +67,22 @@ def make_checkpoint(out):
               open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8"), ensure_ascii=False)
 
 
+def tokenize(model, text):
+    out = subprocess.run([NEXTN, "tokenize", "-m", model, text], capture_output=True, text=True, check=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def make_scripted(base, out):
+    """A scripted copy of the checkpoint: greedy decoding after <|assistant|> says SCRIPT, then
+    <|observation|> (tests/ref/make_scripted_ckpt.py)."""
+    [after], [eos] = tokenize(base, "<|assistant|>"), tokenize(base, "<|observation|>")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "ref", "make_scripted_ckpt.py"), "--base", base,
+                        "--after", str(after), "--script", ",".join(map(str, tokenize(base, SCRIPT))),
+                        "--eos", str(eos), "--out", out], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"make_scripted_ckpt.py failed:\n{p.stdout}{p.stderr}")
+
+
 def valid_args(text):
     """Whether text is get_weather's arguments as its schema says: (ok, why)."""
     try:
@@ -90,6 +110,8 @@ def sse_events(body):
 
 with tempfile.TemporaryDirectory(prefix="nextn-glm-") as d:
     make_checkpoint(d)
+    scripted = os.path.join(d, "scripted")
+    make_scripted(d, scripted)
     srv = Server("-m", d, "--model-id", "glm", "--ctx", "1024")
     base = srv.base + "/v1/chat/completions"
     user = [{"role": "user", "content": "Weather in Paris?"}]
@@ -139,6 +161,39 @@ with tempfile.TemporaryDirectory(prefix="nextn-glm-") as d:
     ch = ((r.json() if r.status == 200 else {}).get("choices") or [{}])[0]
     t.ok(r.status == 200 and ch.get("finish_reason") in ("stop", "length", "tool_calls"),
          "tool round trip: rendered and answered", r.body[:600])
+    srv.stop()
+
+    # reasoning, content and a tool call split out of what the scripted copy says
+    srv = Server("-m", scripted, "--model-id", "glm", "--ctx", "1024")
+    base = srv.base + "/v1/chat/completions"
+    req = {"model": "glm", "messages": user, "tools": TOOLS, "temperature": 0}
+    r = curl(base, body=req)
+    ch = ((r.json() if r.status == 200 else {}).get("choices") or [{}])[0]
+    msg = ch.get("message") or {}
+    calls = msg.get("tool_calls") or []
+    t.ok(msg.get("reasoning_content") == "Hmm" and msg.get("content") == "Sure",
+         "scripted: reasoning_content and content", r.body[:600])
+    t.ok(ch.get("finish_reason") == "tool_calls" and len(calls) == 1 and
+         calls[0].get("function", {}).get("name") == "get_weather" and
+         calls[0]["function"].get("arguments") == '{"days":3}', "scripted: the tool call, typed", calls)
+    r = curl(base, body={**req, "stream": True})
+    reasoning, content, args, names, finish = "", "", "", "", None
+    for e in sse_events(r.body) if r.status == 200 else []:
+        for c in e.get("choices", []):
+            dl = c.get("delta") or {}
+            finish = c.get("finish_reason") or finish
+            reasoning += dl.get("reasoning_content") or ""
+            content += dl.get("content") or ""
+            for tc in dl.get("tool_calls") or []:
+                names += (tc.get("function") or {}).get("name") or ""
+                args += (tc.get("function") or {}).get("arguments") or ""
+    t.ok((reasoning, content, names, args, finish) == ("Hmm", "Sure", "get_weather", '{"days":3}', "tool_calls"),
+         "scripted, streamed: the same split", (reasoning, content, names, args, finish))
+    r = curl(base, body={"model": "glm", "messages": user, "temperature": 0})
+    msg = (((r.json() if r.status == 200 else {}).get("choices") or [{}])[0]).get("message") or {}
+    t.ok(msg.get("reasoning_content") == "Hmm" and not msg.get("tool_calls") and
+         msg.get("content") == "Sureget_weatherdays3",
+         "scripted, no tools offered: no calls split out (their special tokens are not text)", msg)
     srv.stop()
 
     # (c) chat with MTP drafting on
