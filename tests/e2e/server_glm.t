@@ -8,7 +8,7 @@ GLM-4.5 chat template (tests/chat/templates/glm45.jinja). Random weights say ran
 what is checked is what the format guarantees whatever the weights: a named forced tool call
 comes back as one well-formed call whose arguments validate against the tool's schema (typed:
 an integer, an enum string, a boolean), streaming and not, the stream's deltas adding up to the
-whole answer's call; a conversation carrying an assistant tool call (arguments a JSON string)
+whole answer's call; "required" gives calls that all validate; a conversation carrying an assistant tool call (arguments a JSON string)
 and the tool's result renders and is answered; /v1/chat/completions answers with MTP drafting on
 and reports its drafts. A scripted copy (tests/ref/make_scripted_ckpt.py: greedy decoding after
 <|assistant|> says "<think>Hmm</think>Sure<tool_call>get_weather<arg_key>days</arg_key>
@@ -152,6 +152,14 @@ with tempfile.TemporaryDirectory(prefix="nextn-glm-") as d:
     t.ok(good and args == fn.get("arguments"), "streamed forced call: arguments valid and as the whole answer's",
          f"{why}: {args!r} vs {fn.get('arguments')!r}")
 
+    # (a) "required": one call or more, each of a tool offered, with valid arguments
+    r = curl(base, body={**forced, "tool_choice": "required", "max_tokens": 400})
+    ch = ((r.json() if r.status == 200 else {}).get("choices") or [{}])[0]
+    calls = (ch.get("message") or {}).get("tool_calls") or []
+    checks = [(c.get("function", {}).get("name"), valid_args(c.get("function", {}).get("arguments"))) for c in calls]
+    t.ok(r.status == 200 and ch.get("finish_reason") == "tool_calls" and calls and
+         all(n == "get_weather" and v[0] for n, v in checks), "required: every call valid", r.body[:800])
+
     # (b) a tool round trip renders: the assistant's call (arguments a JSON string) and the result
     trip = {"model": "glm", "max_tokens": 8, "seed": 1, "tools": TOOLS, "messages": user + [
         {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {
@@ -161,6 +169,12 @@ with tempfile.TemporaryDirectory(prefix="nextn-glm-") as d:
     ch = ((r.json() if r.status == 200 else {}).get("choices") or [{}])[0]
     t.ok(r.status == 200 and ch.get("finish_reason") in ("stop", "length", "tool_calls"),
          "tool round trip: rendered and answered", r.body[:600])
+    r = curl(srv.base + "/tokenize", body={"messages": trip["messages"], "tools": TOOLS, "return_token_strs": True})
+    strs = (r.json() if r.status == 200 else {}).get("token_strs") or []
+    text = "".join(strs).replace("\u010a", "\n").replace("\u0120", " ")  # byte-level: ASCII here
+    t.ok('<|assistant|>\n<think></think>\n<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>'
+         in text and text.endswith('<|observation|>\n<tool_response>\n{"temp": 21}\n</tool_response><|assistant|>'),
+         "tool round trip: the template wrote the call and its result in GLM's form", r.body[-800:])
     srv.stop()
 
     # reasoning, content and a tool call split out of what the scripted copy says
