@@ -1169,10 +1169,10 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     s->t_started = nx_now_s();
     s->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s;
     nx_server_byte_map_init(s);
-    /* From tokenizer_config.json (read by the model): the template's special-token strings
-     * (else the config's ids, below), and the token_suffix Hy3's output markers are spelled with
-     * (":opensource" in the final release; else bare, as in Hy3-preview) */
-    /* The chat format is the family's (Hy3's for a family without one of its own) */
+    /* The chat format is the family's (Hy3's for a family without one of its own). From
+     * tokenizer_config.json (read by the model): the template's special-token strings (else the
+     * config's ids, below), and the token_suffix the format's markers are spelled with (Hy3:
+     * ":opensource" in the final release; else bare, as in Hy3-preview) */
     const nx_chat_format *cf = nx_chat_format_for_family(s->info->family);
     if (!cf) cf = nx_chat_format_by_name("hy3");
     nx_chat_tokens_init(&s->chat, cf, NULL, s->tok);
