@@ -4,8 +4,8 @@ drawn with MTP speculative decoding (residual and match rules, k = 1..3 and auto
 drawn by plain autoregressive sampling, at three temperatures with top-k, top-p, min-p and a
 repetition penalty active; a negative control shows the test has power. The checkpoint is a random
 one whose head mostly agrees with its trunk (tests/ref/make_random_glm.py --agree), so the runs
-tested accept some drafts and reject others, as counted from their own --stats; greedy MTP equals
-greedy AR on it with drafts accepted."""
+tested at a fixed k accept some drafts and reject others, as counted from their own --stats; greedy
+MTP equals greedy AR on it with drafts accepted."""
 import collections
 import os
 import re
@@ -51,7 +51,8 @@ for k in ("1", "2", "3", "auto"):
               "--stats")
     d, a = counts(r.stderr)
     t.ok(r.stdout.split() == ar, f"greedy MTP (draft {k}) equals greedy AR", f"mtp {r.stdout}\nar {ar}")
-    t.ok(0 < a < d, f"greedy draft {k}: drafts accepted and rejected ({a} of {d})")
+    if k != "auto":
+        t.ok(0 < a < d, f"greedy draft {k}: drafts accepted and rejected ({a} of {d})")
 
 CASES = {
     "0.9": [("residual, k=1", ["--draft", "1", "--verify", "residual"]),
@@ -76,7 +77,8 @@ for ti, (temp, cases) in enumerate(CASES.items()):
         got, (d, a) = draw(temp, extra, 1000003 * (i + 1) + 7919 * ti)
         p, chi2, df, cells = homogeneity_p(ar, got)
         t.ok(p > ALPHA, f"temperature {temp}, {name}: same distribution as AR (chi2 {chi2:.1f}, df {df}, p {p:.3g})")
-        if "--draft" in extra and extra[extra.index("--draft") + 1] != "0":
+        # auto picks k from measured costs and may not draft at all on a busy machine
+        if extra[extra.index("--draft") + 1] not in ("0", "auto"):
             t.ok(0 < a < d, f"temperature {temp}, {name}: drafts accepted and rejected ({a} of {d})")
 
 # negative control: the test must notice a different sampler (top-k 6 and top-p keep the
