@@ -9,6 +9,7 @@ NEXTN=$B/nextn
 BIG=${NEXTN_BIG_MODEL:-/tmp/nextn-bench-big}
 BIGQ4=${NEXTN_BIG_Q4_MODEL:-/tmp/nextn-bench-big36-q4}
 HY3Q4=${NEXTN_HY3_Q4_MODEL:-/tmp/nextn-bench-hy3shape-q4}
+GLMQ4=${NEXTN_GLM_Q4_MODEL:-/tmp/nextn-bench-glmshape-q4}
 N=${NEXTN_BENCH_TOKENS:-96}
 
 echo "== memory read bandwidth"
@@ -156,3 +157,18 @@ drop_from_cache "$HY3Q4"
 $NEXTN inspect -m "$HY3Q4" | grep -E "weights|shape|parameters"
 echo "== 4-bit Hy3-shaped model: AR decode against the bandwidth"
 decode_vs_bw "4-bit Hy3-shaped" "$HY3Q4"
+
+# A 4-bit glm4_moe model with GLM-4.5-Air's layer shapes (hidden 4096, 96 query / 8 kv heads of
+# 128 with partial RoPE and q/k/v biases, 128 experts of 1408 top-8 + a shared expert, a
+# 10944-wide dense first layer), cut to 3 layers, MTP head in an MLX sidecar: ~4 GB, written 4-bit
+# g64 directly (once). A step reads far less than the Hy3-shaped model's (8 of 128 experts), in
+# more, shorter calls, and the 96-head attention weighs more of it.
+if [ ! -f "$GLMQ4/config.json" ]; then
+    echo "== generating the 4-bit GLM-shaped model in $GLMQ4"
+    /usr/bin/python3 tests/ref/make_random_glm.py --preset bench --layout mlx --mtp sidecar --quant 4:64 \
+        --seed 31 --out "$GLMQ4"
+fi
+drop_from_cache "$GLMQ4"
+$NEXTN inspect -m "$GLMQ4" | grep -E "weights|shape|parameters"
+echo "== 4-bit GLM-shaped model: AR decode against the bandwidth"
+decode_vs_bw "4-bit GLM-shaped" "$GLMQ4"

@@ -9,9 +9,8 @@ import collections
 import os
 import sys
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chisq import homogeneity_p  # noqa: E402
 from tap import Tap, nextn  # noqa: E402
 
 t = Tap()
@@ -27,31 +26,6 @@ def draw(extra, seed, base=BASE):
     rows = [tuple(l.split()) for l in out.splitlines() if l.strip()]
     assert len(rows) == N, f"expected {N} samples, got {len(rows)}"
     return collections.Counter(rows)
-
-
-def homogeneity_p(a, b):
-    """Chi-square two-sample test; cells with small expected counts are pooled."""
-    na, nb = sum(a.values()), sum(b.values())
-    keys = sorted(set(a) | set(b), key=lambda k: -(a[k] + b[k]))
-    cells, rest = [], [0, 0]
-    for k in keys:
-        tot = a[k] + b[k]
-        if min(tot * na, tot * nb) / (na + nb) >= 5:
-            cells.append((a[k], b[k]))
-        else:
-            rest[0] += a[k]
-            rest[1] += b[k]
-    if sum(rest) > 0:
-        cells.append(tuple(rest))
-    chi2 = 0.0
-    for ca, cb in cells:
-        tot = ca + cb
-        ea, eb = tot * na / (na + nb), tot * nb / (na + nb)
-        chi2 += (ca - ea) ** 2 / ea + (cb - eb) ** 2 / eb
-    df = max(len(cells) - 1, 1)
-    p = float(torch.special.gammaincc(torch.tensor(df / 2.0, dtype=torch.float64),
-                                      torch.tensor(chi2 / 2.0, dtype=torch.float64)))
-    return p, chi2, df, len(cells)
 
 
 ar = draw(["--draft", "0"], 1)

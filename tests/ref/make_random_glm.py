@@ -33,6 +33,7 @@ Layouts:
 Examples:
   make_random_glm.py --layout hf --seed 1 --out /tmp/g1
   make_random_glm.py --layout mlx --mtp sidecar --quant 4:32 --seed 1 --out /tmp/g1q
+  make_random_glm.py --layout hf --agree 0.05 --seed 3 --out /tmp/g3      (a head whose drafts are accepted)
   make_random_glm.py --layout hf --preset air --n-group 4 --topk-group 2 --experts 12 --mtp-head own --out /tmp/g2
 """
 import argparse
@@ -55,6 +56,12 @@ PRESETS = {
     "air": dict(vocab=419, hidden=160, layers=3, heads=6, kv_heads=2, head_dim=32, inter=224,
                 experts=8, topk=3, expert_dim=96, first_dense=1, shared=1, scaling=1.0,
                 n_group=1, topk_group=1, qk_norm=0, attn_bias=1, partial_rotary=0.5),
+    # GLM-4.5-Air's layer shapes (hidden 4096, 96 query / 8 kv heads of 128, 128 experts of 1408
+    # top-8 + a shared expert, a 10944-wide dense first layer) cut to 3 layers and a 32000 vocab:
+    # ~4 GB at 4-bit, larger than any cache, with matmul calls as long as the real model's.
+    "bench": dict(vocab=32000, hidden=4096, layers=3, heads=96, kv_heads=8, head_dim=128, inter=10944,
+                  experts=128, topk=8, expert_dim=1408, first_dense=1, shared=1, scaling=1.0,
+                  n_group=1, topk_group=1, qk_norm=0, attn_bias=1, partial_rotary=0.5),
 }
 
 
@@ -76,6 +83,32 @@ def value(seed, name, shape, kind):
     if kind == "out":        # residual outputs damped so depth does not blow up
         std *= 0.7
     return r.standard_normal(shape, dtype=np.float32) * np.float32(std)
+
+
+def weight(a, name, shape, kind):
+    """value(), or with --agree A the head-agreeing variant: every residual output (o_proj,
+    down_proj) scaled by A, so the residual stream stays near the token's embedding and the trunk
+    predicts from the current token much as a bigram table would; the MTP layer's eh_proj passes
+    the embedding half through (identity, plus A x random on the hidden half), enorm is 1 and
+    shared_head.norm equals model.norm, so the head predicts from the embedding of t+1 what the
+    trunk predicts at t+1, up to the A-sized contributions of attention, experts and hidden."""
+    mtp = f"model.layers.{a.layers}."
+    if a.agree and name == mtp + "enorm.weight":
+        return np.ones(shape, np.float32)
+    if a.agree and name == mtp + "shared_head.norm.weight":
+        return value(a.seed, "model.norm.weight", shape, kind)
+    w = value(a.seed, name, shape, kind)
+    if a.agree and name == mtp + "eh_proj.weight":
+        w *= np.float32(a.agree)
+        w[:, :a.hidden] += np.eye(a.hidden, dtype=np.float32)
+    elif a.agree and kind == "out":
+        w *= np.float32(a.agree)
+    return w
+
+
+def bf16_round(w):
+    """w as read from a bf16 checkpoint."""
+    return (f32_to_bf16(w).astype(np.uint32) << 16).view(np.float32)
 
 
 def layer_specs(a, p, dense):
@@ -135,7 +168,7 @@ def entries_for(a, specs, names, qcfg, qover):
     def val(name, shape, kind):
         if name not in cache:
             cache.clear()                     # keep at most one stacked tensor alive
-            cache[name] = value(a.seed, name, shape, kind)
+            cache[name] = weight(a, name, shape, kind)
         return cache[name]
 
     out = []
@@ -162,8 +195,10 @@ def entries_for(a, specs, names, qcfg, qover):
             key = ("q", n)
             if key not in cache:
                 w = val(n, s, k)
-                w = (f32_to_bf16(w).astype(np.uint32) << 16).view(np.float32)   # as from a bf16 checkpoint
-                r = quantize(w, bits, gs)
+                # per expert: the groups are independent, and a stacked tensor at full size would
+                # need several times its f32 size in temporaries
+                parts = [quantize(bf16_round(x), bits, gs) for x in (w if w.ndim == 3 else [w])]
+                r = tuple(np.stack([p[i] for p in parts]) if w.ndim == 3 else parts[0][i] for i in range(3))
                 cache.clear()
                 cache[key] = r
             return cache[key]
@@ -237,6 +272,8 @@ def main():
     ap.add_argument("--scaling", type=float)
     ap.add_argument("--partial-rotary", type=float)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--agree", type=float, default=0.0,
+                    help="A > 0: an MTP head that mostly agrees with its trunk (see weight())")
     a = ap.parse_args()
     for k, v in PRESETS[a.preset].items():
         if getattr(a, k, None) is None:
