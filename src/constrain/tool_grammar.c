@@ -34,6 +34,18 @@ static int type_bit(const char *t) {
     return NX_ARG_OTHER; /* array, object, list, dict, map, or a type of the tool's own */
 }
 
+const json_t *nx_tool_arg_schema(const json_t *tools, const char *name, const char *key) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *f = json_object_get(t, "function");
+        const char *fname = json_string_value(json_object_get(f, "name"));
+        if (!fname || strcmp(fname, name) != 0) continue;
+        return json_object_get(json_object_get(json_object_get(f, "parameters"), "properties"), key);
+    }
+    return NULL;
+}
+
 int nx_tool_arg_types(const json_t *schema) {
     if (!json_is_object(schema)) return NX_ARG_STRING;
     const json_t *type = json_object_get(schema, "type");

@@ -38,6 +38,8 @@
  * missing schema, or one without either, means a string. */
 enum { NX_ARG_STRING = 1, NX_ARG_BOOL = 2, NX_ARG_INT = 4, NX_ARG_NUM = 8, NX_ARG_OTHER = 16 };
 int nx_tool_arg_types(const json_t *schema);
+/* The property schema of argument key of function name in an OpenAI tools array, or NULL. */
+const json_t *nx_tool_arg_schema(const json_t *tools, const char *name, const char *key);
 
 /* The call syntax's special tokens by NX_TM_* (-1: the tokenizer lacks it; then no grammar is
  * made, except for the two a format may do without). GLM-4.5's form (the chat_format.h entry

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/strbuf.h"
+#include "constrain/tool_grammar.h"
 
 #define CALL_OPEN "<tool_call>"
 #define CALL_CLOSE "</tool_call>"
@@ -42,17 +43,8 @@ static size_t skip_gap(const char *s, size_t n, size_t i) {
 /* Whether argument key of function name has the schema type "string" exactly: vLLM keeps such
  * values as text and decodes every other one. */
 static bool string_typed(const json_t *tools, const char *name, const char *key) {
-    size_t i;
-    const json_t *t;
-    json_array_foreach(tools, i, t) {
-        const json_t *f = json_object_get(t, "function");
-        const char *fname = json_string_value(json_object_get(f, "name"));
-        if (!fname || strcmp(fname, name) != 0) continue;
-        const json_t *p = json_object_get(json_object_get(json_object_get(f, "parameters"), "properties"), key);
-        const char *type = json_string_value(json_object_get(p, "type"));
-        return type && strcmp(type, "string") == 0;
-    }
-    return false;
+    const char *type = json_string_value(json_object_get(nx_tool_arg_schema(tools, name, key), "type"));
+    return type && strcmp(type, "string") == 0;
 }
 
 /* v[0..n) as a JSON string's body with its escapes undone, then parsed as JSON; NULL when

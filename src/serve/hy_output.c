@@ -77,19 +77,6 @@ int nx_hy_split_token(nx_hy_split *s, int32_t id, const char **marker) {
 
 enum { T_STRING = NX_ARG_STRING, T_BOOL = NX_ARG_BOOL, T_INT = NX_ARG_INT, T_NUM = NX_ARG_NUM, T_OTHER = NX_ARG_OTHER };
 
-/* The property schema of argument key of function name in tools, or NULL. */
-static const json_t *arg_schema(const json_t *tools, const char *name, const char *key) {
-    size_t i;
-    const json_t *t;
-    json_array_foreach(tools, i, t) {
-        const json_t *f = json_object_get(t, "function");
-        const char *fname = json_string_value(json_object_get(f, "name"));
-        if (!fname || strcmp(fname, name) != 0) continue;
-        return json_object_get(json_object_get(json_object_get(f, "parameters"), "properties"), key);
-    }
-    return NULL;
-}
-
 /* s[0..n) without leading and trailing ASCII whitespace, NUL-terminated in buf (cap bytes);
  * NULL when it does not fit. */
 static const char *trimmed(const char *s, size_t n, char *buf, size_t cap) {
@@ -184,7 +171,7 @@ static char *parse_args(const char *s, size_t n, const nx_hy_markers *m, const j
         pos = vend + strlen(vc);
         char *key = strndup(s + kb, ke - kb);
         json_t *k = key ? json_string(key) : NULL; /* NULL also for a key that is not UTF-8 */
-        json_t *val = k ? typed_value(s + vb, vend - vb, nx_tool_arg_types(arg_schema(tools, name, key))) : NULL;
+        json_t *val = k ? typed_value(s + vb, vend - vb, nx_tool_arg_types(nx_tool_arg_schema(tools, name, key))) : NULL;
         char *ks = val ? json_dumps(k, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         char *vs = ks ? json_dumps(val, JSON_COMPACT | JSON_ENCODE_ANY) : NULL; /* NULL: text not UTF-8 */
         if (vs)

@@ -244,25 +244,28 @@ bool jj_dict_get(const jdict *d, jstr k, jv *out) {
     return false;
 }
 
+/* Grows d's key and value arrays to cap entries (arena memory: the old ones are not freed). */
+static int dict_grow(rt *R, jdict *d, size_t cap) {
+    jstr *nk = jj_ralloc(R, cap * sizeof *nk);
+    jv *nv = nk ? jj_ralloc(R, cap * sizeof *nv) : NULL;
+    if (!nv) return -1;
+    if (d->n) {
+        memcpy(nk, d->k, d->n * sizeof *nk);
+        memcpy(nv, d->v, d->n * sizeof *nv);
+    }
+    d->k = nk;
+    d->v = nv;
+    d->cap = cap;
+    return 0;
+}
+
 int jj_dict_set(rt *R, jdict *d, jstr k, jv v) {
     for (size_t i = 0; i < d->n; i++)
         if (jstr_eq(d->k[i], k)) {
             d->v[i] = v;
             return 0;
         }
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 8;
-        jstr *nk = jj_ralloc(R, cap * sizeof *nk);
-        jv *nv = nk ? jj_ralloc(R, cap * sizeof *nv) : NULL;
-        if (!nv) return -1;
-        if (d->n) {
-            memcpy(nk, d->k, d->n * sizeof *nk);
-            memcpy(nv, d->v, d->n * sizeof *nv);
-        }
-        d->k = nk;
-        d->v = nv;
-        d->cap = cap;
-    }
+    if (d->n == d->cap && dict_grow(R, d, d->cap ? d->cap * 2 : 8)) return -1;
     d->k[d->n] = k;
     d->v[d->n++] = v;
     return 0;
@@ -302,19 +305,7 @@ int jj_from_json(rt *R, const json_t *j, jv *out, int depth) {
             jv v;
             if (jj_from_json(R, val, &v, depth + 1)) return -1;
             /* JSON keys are unique, so append without the linear duplicate scan of jj_dict_set. */
-            if (d->n == d->cap) {
-                size_t cap = d->cap ? d->cap * 2 : json_object_size(j);
-                jstr *nk = jj_ralloc(R, cap * sizeof *nk);
-                jv *nv = nk ? jj_ralloc(R, cap * sizeof *nv) : NULL;
-                if (!nv) return -1;
-                if (d->n) {
-                    memcpy(nk, d->k, d->n * sizeof *nk);
-                    memcpy(nv, d->v, d->n * sizeof *nv);
-                }
-                d->k = nk;
-                d->v = nv;
-                d->cap = cap;
-            }
+            if (d->n == d->cap && dict_grow(R, d, d->cap ? d->cap * 2 : json_object_size(j))) return -1;
             d->k[d->n] = (jstr){key, json_object_iter_key_len(it)};
             d->v[d->n++] = v;
         }
