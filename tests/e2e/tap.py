@@ -29,6 +29,15 @@ class Tap:
         for line in str(msg).splitlines():
             print("# " + line, flush=True)
 
+    def logits_close(self, name, a, b, tol):
+        """Engine logits a against reference logits b: same shape, and the largest difference at
+        most tol of the reference's range (a range over 1, so a degenerate model cannot pass)."""
+        if a.shape != b.shape:
+            return self.ok(False, f"{name}: shape", f"engine {a.shape} vs reference {b.shape}")
+        rng = float(b.max() - b.min())
+        err = float(abs(a - b).max())
+        return self.ok(err <= tol * rng and rng > 1.0, f"{name}: max |dlogit| {err:.2e} vs range {rng:.2f}")
+
     def done(self):
         print(f"1..{self.n}", flush=True)
         sys.exit(1 if self.failed else 0)
