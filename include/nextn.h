@@ -299,7 +299,13 @@ typedef struct nx_model_info {
     int32_t bos_id, eos_id;      /* -1 if unknown */
     /* the variants the engine inferred from the family and its config */
     int32_t rotary_dim;          /* leading dims of each head RoPE rotates */
-    const char *rope;            /* "neox" */
+    const char *rope;            /* "neox" | "interleaved" */
+    const char *rope_scaling;    /* "none" | "yarn" */
+    const char *attention;       /* "gqa" | "mla" */
+    /* latent attention's shapes (0 for gqa; q_lora_rank 0: a plain q_proj) and what its cache
+     * would take had it held full keys and values, at the same kv_type */
+    int32_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    uint64_t kv_bytes_per_token_expanded;
     bool attn_bias, qk_norm;     /* q/k/v biases; q/k RMSNorm */
     const char *router;          /* "sigmoid+bias" */
     int32_t n_group, topk_group; /* group-limited choice (1, 1: none) */

@@ -11,8 +11,16 @@
 
 /* Which pairs of a head vector RoPE rotates. */
 typedef enum nx_rope_pairs {
-    NX_ROPE_NEOX = 0, /* (i, i + rot/2): "rotate half" over the first rotary dims */
+    NX_ROPE_NEOX = 0,    /* (i, i + rot/2): "rotate half" over the first rotary dims */
+    NX_ROPE_INTERLEAVED, /* (2i, 2i + 1): GPT-J pairs (DeepSeek's rope_interleave) */
 } nx_rope_pairs;
+
+/* How a layer attends. */
+typedef enum nx_attn_kind {
+    NX_ATTN_GQA = 0, /* q/k/v projections, grouped kv heads, full keys and values cached */
+    NX_ATTN_MLA,     /* multi-head latent attention (DeepSeek-V2/V3): low-rank q, one compressed
+                        latent + one roped key per position cached, kv_b_proj absorbed */
+} nx_attn_kind;
 
 /* How the router turns logits into a choice and weights. */
 typedef enum nx_router_kind {
@@ -26,7 +34,7 @@ typedef const char *const *nx_keys;
 
 typedef struct nx_family_keys {
     nx_keys n_experts, expert_dim, n_shared, first_k_dense, qk_norm, attn_bias, rotary_factor,
-        scaling, route_norm, n_group, topk_group;
+        scaling, route_norm, n_group, topk_group, rope_interleave;
 } nx_family_keys;
 
 typedef struct nx_family_defaults {
@@ -36,6 +44,7 @@ typedef struct nx_family_defaults {
     bool qk_norm;
     bool attn_bias;       /* q/k/v projections carry biases (the output projection never) */
     double rotary_factor; /* rotated share of head_dim */
+    int q_lora_rank;      /* MLA: when config.json has no q_lora_rank (null there: a plain q_proj) */
 } nx_family_defaults;
 
 /* The MTP head's wiring: cat[enorm(embed(t+1)), hnorm(h)] → eh_proj → decoder layer → final
@@ -71,7 +80,8 @@ typedef struct nx_family {
     const char *hf_layout; /* what inspect calls the per-expert original layout */
     nx_family_keys keys;
     nx_family_defaults def;
-    nx_rope_pairs rope_pairs;
+    nx_rope_pairs rope_pairs; /* rope_interleave, when the family reads it, chooses instead */
+    nx_attn_kind attention;
     nx_router_kind router;
     nx_family_mtp mtp;
     nx_family_names names;
@@ -90,5 +100,7 @@ const char *nx_family_list(char *buf, size_t cap);
 /* The descriptors (one file each). */
 extern const nx_family nx_family_hy_v3;
 extern const nx_family nx_family_glm4_moe;
+extern const nx_family nx_family_glm4_moe_lite;
+extern const nx_family nx_family_deepseek_v3;
 
 #endif

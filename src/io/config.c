@@ -252,22 +252,77 @@ static nx_status parse_layer_types(parser *p, int64_t n_layers, int64_t *n_dense
     return NX_OK;
 }
 
-static nx_status parse_rope(parser *p, double def_theta, double *theta) {
+/* yarn_get_mscale of transformers and vLLM: 0.1·m·ln(factor) + 1 above a factor of 1. */
+static double yarn_mscale(double factor, double m) {
+    return factor <= 1.0 ? 1.0 : 0.1 * m * log(factor) + 1.0;
+}
+
+/* A real of a RoPE scaling object: absent or null → def; present → finite and within [lo, hi]. */
+static nx_status yarn_real(parser *p, json_t *obj, const char *where, const char *key, double def, double lo, double hi,
+                           double *out) {
+    json_t *v = json_object_get(obj, key);
+    char f[96];
+    snprintf(f, sizeof f, "%s.%s", where, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return NX_OK;
+    }
+    nx_status st = check_real(p, f, v, out);
+    if (st == NX_OK && !(*out >= lo && *out <= hi))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" = %g is out of range [%g, %g]", p->name, f, *out, lo, hi);
+    return st;
+}
+
+/* YaRN's parameters from a rope_scaling / rope_parameters object (transformers'
+ * _compute_yarn_parameters: attention_factor, else the ratio of the mscale and mscale_all_dim
+ * magnitudes when both are set, else the magnitude of factor alone). */
+static nx_status parse_yarn(parser *p, json_t *obj, const char *where, int64_t maxpos, nx_yarn *y) {
+    double ms, msa, af;
+    json_t *tr = json_object_get(obj, "truncate");
+    nx_status st;
+    if ((st = yarn_real(p, obj, where, "factor", 0, 1.0, 1e6, &y->factor)) ||
+        (st = yarn_real(p, obj, where, "original_max_position_embeddings", (double)maxpos, 1, 1e12, &y->orig_max_pos)) ||
+        (st = yarn_real(p, obj, where, "beta_fast", 32, 1e-6, 1e6, &y->beta_fast)) ||
+        (st = yarn_real(p, obj, where, "beta_slow", 1, 1e-6, 1e6, &y->beta_slow)) ||
+        (st = yarn_real(p, obj, where, "mscale", 0, 0, 1e6, &ms)) ||
+        (st = yarn_real(p, obj, where, "mscale_all_dim", 0, 0, 1e6, &msa)) ||
+        (st = yarn_real(p, obj, where, "attention_factor", -1, 0, 1e6, &af)))
+        return st;
+    if (y->factor == 0)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.factor\" is missing (YaRN)", p->name, where);
+    if (tr && !json_is_null(tr) && !json_is_boolean(tr))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.truncate\" must be true or false", p->name, where);
+    y->truncate = !tr || json_is_null(tr) || json_is_true(tr);
+    y->attn_factor = af >= 0 ? af : ms > 0 && msa > 0 ? yarn_mscale(y->factor, ms) / yarn_mscale(y->factor, msa)
+                                                      : yarn_mscale(y->factor, 1.0);
+    y->mscale_all_dim = msa;
+    return NX_OK;
+}
+
+/* The RoPE scaling of obj (rope_scaling, or rope_parameters when it names a rope_type): none
+ * ("default"), YaRN, or an error naming the unsupported type. */
+static nx_status parse_scaling(parser *p, json_t *obj, const char *where, int64_t maxpos, nx_yarn *y) {
+    json_t *t = json_object_get(obj, "rope_type");
+    if (!t || json_is_null(t)) t = json_object_get(obj, "type");
+    if (!t || json_is_null(t)) return NX_OK;
+    if (!json_is_string(t))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.rope_type\" must be a string", p->name, where);
+    if (strcmp(json_string_value(t), "default") == 0) return NX_OK;
+    if (strcmp(json_string_value(t), "yarn") == 0) return parse_yarn(p, obj, where, maxpos, y);
+    return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: rope_type \"%.32s\" (%s) is not supported (default, yarn)",
+                   p->name, json_string_value(t), where);
+}
+
+static nx_status parse_rope(parser *p, double def_theta, int64_t maxpos, double *theta, nx_yarn *yarn) {
     json_t *rp = json_object_get(p->root, "rope_parameters");
     json_t *src = NULL;
     const char *field = NULL;
+    nx_status st;
+    memset(yarn, 0, sizeof *yarn);
     if (rp && !json_is_null(rp)) {
         if (!json_is_object(rp))
             return nx_fail(p->err, NX_E_CONFIG, "%s: field \"rope_parameters\" must be an object", p->name);
-        json_t *rt = json_object_get(rp, "rope_type");
-        if (rt && !json_is_null(rt)) {
-            if (!json_is_string(rt))
-                return nx_fail(p->err, NX_E_CONFIG, "%s: field \"rope_parameters.rope_type\" must be a string",
-                               p->name);
-            if (strcmp(json_string_value(rt), "default") != 0)
-                return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: rope_type \"%.32s\" is not supported",
-                               p->name, json_string_value(rt));
-        }
+        if ((st = parse_scaling(p, rp, "rope_parameters", maxpos, yarn))) return st;
         src = json_object_get(rp, "rope_theta");
         field = "rope_parameters.rope_theta";
     }
@@ -277,16 +332,15 @@ static nx_status parse_rope(parser *p, double def_theta, double *theta) {
     }
     json_t *rs = json_object_get(p->root, "rope_scaling");
     if (rs && !json_is_null(rs)) {
-        json_t *t = json_is_object(rs) ? json_object_get(rs, "rope_type") : NULL;
-        if (!t) t = json_is_object(rs) ? json_object_get(rs, "type") : NULL;
-        if (!json_is_string(t) || strcmp(json_string_value(t), "default") != 0)
-            return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: rope_scaling is not supported", p->name);
+        if (!json_is_object(rs))
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"rope_scaling\" must be an object", p->name);
+        if ((st = parse_scaling(p, rs, "rope_scaling", maxpos, yarn))) return st;
     }
     if (!src || json_is_null(src)) {
         *theta = def_theta;
         return NX_OK;
     }
-    nx_status st = check_real(p, field, src, theta);
+    st = check_real(p, field, src, theta);
     if (st == NX_OK && !(*theta > 0))
         return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be positive", p->name, field);
     return st;
@@ -360,11 +414,73 @@ static nx_status parse_rotary(parser *p, const nx_family *fam, int64_t head_dim,
                        "%s: head_dim %lld x partial_rotary_factor %g = %lld rotated dims (must be even, >= 2)",
                        p->name, (long long)head_dim, f, (long long)rot);
     cfg->rotary_dim = (int32_t)rot;
-    cfg->rope_pairs = fam->rope_pairs;
     return NX_OK;
 }
 
 #define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* A string field that, when present, must be one of the values the engine implements. */
+static nx_status want_string(parser *p, const char *field, const char *want) {
+    json_t *v = json_object_get(p->root, field);
+    if (!v || json_is_null(v)) return NX_OK;
+    if (!json_is_string(v)) return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be a string", p->name, field);
+    if (strcmp(json_string_value(v), want) != 0)
+        return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: %s \"%.32s\" is not supported (only \"%s\")", p->name, field,
+                       json_string_value(v), want);
+    return NX_OK;
+}
+
+/* Multi-head latent attention's shapes: q_lora_rank (null: a plain q_proj; absent: the
+ * family's default, as transformers' config classes have it), the latent and head widths; the
+ * query head is qk_nope + qk_rope wide and RoPE turns its qk_rope dims; the cache holds one
+ * latent + roped key row per position. */
+static nx_status parse_mla(parser *p, const nx_family *fam, int64_t heads, nx_config *cfg) {
+    nx_mla *a = &cfg->mla;
+    const int64_t W = NX_ATTN_MAX_HD;
+    int64_t qr, kvr, nope, rope, vd;
+    nx_status st;
+    json_t *q = json_object_get(p->root, "q_lora_rank");
+    if ((st = get_int(p, NAMES("q_lora_rank"), false, fam->def.q_lora_rank, 1, INT32_MAX, &qr)) ||
+        (st = get_int(p, NAMES("kv_lora_rank"), true, 0, 1, W, &kvr)) ||
+        (st = get_int(p, NAMES("qk_nope_head_dim"), true, 0, 1, W, &nope)) ||
+        (st = get_int(p, NAMES("qk_rope_head_dim"), true, 0, 2, W, &rope)) ||
+        (st = get_int(p, NAMES("v_head_dim"), true, 0, 1, W, &vd)) ||
+        (st = want_string(p, "scoring_func", "sigmoid")) || (st = want_string(p, "topk_method", "noaux_tc")))
+        return st;
+    if (q && json_is_null(q)) qr = 0;
+    if (rope % 2 != 0 || kvr + rope > W)
+        return nx_fail(p->err, NX_E_CONFIG,
+                       "%s: qk_rope_head_dim %lld must be even and kv_lora_rank + qk_rope_head_dim (%lld) at most %lld",
+                       p->name, (long long)rope, (long long)(kvr + rope), (long long)W);
+    if (heads * (nope + rope) > INT32_MAX || heads * kvr > INT32_MAX || heads * vd > INT32_MAX)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: MLA widths overflow (heads x head dims)", p->name);
+    double f;
+    if ((st = get_real(p, fam->keys.rotary_factor, 1.0, &f))) return st;
+    if (f != 1.0)
+        return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: partial_rotary_factor %g with latent attention (only 1)",
+                       p->name, f);
+    int64_t freq = 1;
+    if ((st = get_int(p, NAMES("moe_layer_freq"), false, 1, 1, INT32_MAX, &freq))) return st;
+    if (freq != 1) return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: moe_layer_freq %lld (only 1)", p->name, (long long)freq);
+    *a = (nx_mla){(int32_t)qr, (int32_t)kvr, (int32_t)nope, (int32_t)rope, (int32_t)vd, 0};
+    const double m = cfg->yarn.factor > 0 && cfg->yarn.mscale_all_dim > 0
+                         ? yarn_mscale(cfg->yarn.factor, cfg->yarn.mscale_all_dim) : 1.0;
+    a->scale = (float)(m * m / sqrt((double)(nope + rope)));
+    cfg->head_dim = (int32_t)(nope + rope);
+    cfg->rotary_dim = (int32_t)rope;
+    cfg->cache_heads = 1;
+    cfg->cache_k = (int32_t)(kvr + rope);
+    cfg->cache_v = 0;
+    return NX_OK;
+}
+
+/* The rope pairs: the family's, or the config's rope_interleave where the family reads one. */
+static nx_status parse_rope_pairs(parser *p, const nx_family *fam, nx_config *cfg) {
+    bool il = fam->rope_pairs == NX_ROPE_INTERLEAVED;
+    nx_status st = fam->keys.rope_interleave ? get_bool(p, fam->keys.rope_interleave, il, &il) : NX_OK;
+    cfg->rope_pairs = il ? NX_ROPE_INTERLEAVED : NX_ROPE_NEOX;
+    return st;
+}
 
 static nx_status parse_root(parser *p, nx_config *cfg) {
     nx_status st;
@@ -401,6 +517,8 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
         (st = get_int(p, NAMES("num_nextn_predict_layers"), false, 0, 0, 64, &nextn)) ||
         (st = get_int(p, NAMES("max_position_embeddings"), false, 131072, 1, INT64_MAX, &maxpos)))
         return st;
+    const bool mla = fam->attention == NX_ATTN_MLA; /* head_dim: parse_mla's, whatever the config says */
+    if (mla) head_dim = 1;
     if (head_dim == 0) {
         if (hidden % heads != 0)
             return nx_fail(p->err, NX_E_CONFIG,
@@ -449,9 +567,17 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
         (st = get_bool(p, K->qk_norm, fam->def.qk_norm, &qk_norm)) ||
         (st = get_bool(p, K->attn_bias, fam->def.attn_bias, &attn_bias)) ||
         (st = get_bool(p, NAMES("tie_word_embeddings"), false, &tie)) ||
-        (st = parse_rope(p, fam->def.rope_theta, &theta)) || (st = parse_rotary(p, fam, head_dim, cfg)) ||
-        (st = parse_groups(p, K, nexp, topk, cfg)))
+        (st = parse_rope(p, fam->def.rope_theta, maxpos, &theta, &cfg->yarn)) ||
+        (st = parse_rope_pairs(p, fam, cfg)) || (st = parse_groups(p, K, nexp, topk, cfg)))
         return st;
+    cfg->attention = fam->attention;
+    cfg->head_dim = (int32_t)head_dim;
+    cfg->cache_heads = (int32_t)kv;
+    cfg->cache_k = cfg->cache_v = (int32_t)head_dim;
+    if ((st = mla ? parse_mla(p, fam, heads, cfg) : parse_rotary(p, fam, head_dim, cfg))) return st;
+    if (mla && (attn_bias || qk_norm))
+        return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: %s with latent attention is not supported", p->name,
+                       attn_bias ? "attention_bias" : "use_qk_norm");
     /* checked after narrowing: the config stores floats, and 1e-85 would become 0 */
     if (!((float)eps > 0 && eps < 1))
         return nx_fail(p->err, NX_E_CONFIG, "%s: field \"rms_norm_eps\" = %g is out of range (0, 1)", p->name,
@@ -465,7 +591,6 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
     cfg->n_layers = (int32_t)layers;
     cfg->n_heads = (int32_t)heads;
     cfg->n_kv_heads = (int32_t)kv;
-    cfg->head_dim = (int32_t)head_dim;
     cfg->intermediate_size = (int32_t)inter;
     cfg->expert_dim = (int32_t)edim;
     cfg->n_experts = (int32_t)nexp;

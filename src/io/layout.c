@@ -351,18 +351,102 @@ static nx_status load_moe(loader *L, const char *pre, bool is_mtp, nx_moe *m) {
     return NX_OK;
 }
 
-/* One decoder layer at name prefix `pre` (ending in '.'). is_moe < 0: decide from the tensors
- * (the MTP layer is MoE in hy_v3, but a dense head in a tiny test model is also accepted). */
-static nx_status load_layer(loader *L, const char *pre, int is_moe, bool is_mtp, nx_layer *ly) {
+/* ================================================================ latent attention */
+
+/* n_stack stacked [n_stack, out, in] matrices at path as one view of n_stack·out rows (their
+ * rows and scales are contiguous). */
+static nx_status load_stacked_rows(loader *L, const char *path, int64_t n_stack, int64_t out, int64_t in,
+                                   nx_linear *dst) {
+    nx_linear *tmp = calloc((size_t)n_stack, sizeof *tmp);
+    if (!tmp) return nx_fail(L->err, NX_E_NOMEM, "out of memory");
+    nx_status st = load_linear(L, path, n_stack, out, in, tmp);
+    if (st == NX_OK) {
+        *dst = tmp[0];
+        dst->out = n_stack * out;
+    }
+    free(tmp);
+    return st;
+}
+
+/* wk_b from HF's kv_b_proj ([n_heads·(nope + v), kv_lora]): per head its nope key rows,
+ * transposed into [kv_lora, nope] (mlx-lm's embed_q), so the query's nope part multiplies into
+ * the latent space as an ordinary matmul. An exact copy for float weights (same dtype, the same
+ * bits as mlx-lm's split); quantized rows are widened to f32. */
+static nx_status transpose_k_half(loader *L, const nx_linear *kvb, nx_mla_layer *a) {
+    const nx_config *cfg = L->cfg;
+    const int64_t nh = cfg->n_heads, r = cfg->mla.kv_lora_rank, nope = cfg->mla.qk_nope;
+    const int64_t stride = nope + cfg->mla.v_head_dim;
+    const nx_dtype dt = kvb->dtype == NX_DTYPE_U32 ? NX_DTYPE_F32 : kvb->dtype;
+    const size_t es = nx_dtype_size(dt);
+    uint8_t *dst = malloc((size_t)(nh * r * nope) * es);
+    float *row = malloc(sizeof(float) * (size_t)r);
+    if (!dst || !row) {
+        free(dst);
+        free(row);
+        return nx_fail(L->err, NX_E_NOMEM, "out of memory transposing kv_b_proj");
+    }
+    for (int64_t h = 0; h < nh; h++)
+        for (int64_t i = 0; i < nope; i++) {
+            const int64_t src = h * stride + i;
+            for (int64_t c = 0; c < r; c++) {
+                uint8_t *d = dst + (size_t)((h * r + c) * nope + i) * es;
+                if (dt == NX_DTYPE_F32 && kvb->dtype == NX_DTYPE_U32) {
+                    if (c == 0) nx_linear_get_row(kvb, src, row);
+                    memcpy(d, &row[c], es);
+                } else {
+                    memcpy(d, (const uint8_t *)kvb->w + (size_t)(src * r + c) * es, es);
+                }
+            }
+        }
+    free(row);
+    a->wk_b_owned = dst;
+    a->wk_b = (nx_linear){.dtype = dt, .out = nh * r, .in = nope, .w = dst, .x16 = kvb->x16};
+    return NX_OK;
+}
+
+/* Multi-head latent attention's weights at `pre` (HF names, or mlx-lm's split of kv_b_proj into
+ * embed_q / unembed_out). */
+static nx_status load_mla(loader *L, const char *pre, nx_layer *ly) {
+    const nx_config *cfg = L->cfg;
+    const nx_mla *m = &cfg->mla;
+    const int64_t H = cfg->hidden_size, nh = cfg->n_heads, qk = m->qk_nope + m->qk_rope, r = m->kv_lora_rank;
+    nx_mla_layer *a = &ly->mla;
+    char p[NAME_MAX_LEN];
+    nx_status st;
+#define P(suffix) (snprintf(p, sizeof p, "%s%s", pre, suffix), p)
+    if (m->q_lora_rank
+            ? ((st = load_linear(L, P("self_attn.q_a_proj"), 0, m->q_lora_rank, H, &a->wq_a)) ||
+               (st = load_vec(L, P("self_attn.q_a_layernorm.weight"), m->q_lora_rank, false, &a->q_a_norm)) ||
+               (st = load_linear(L, P("self_attn.q_b_proj"), 0, nh * qk, m->q_lora_rank, &a->wq_b)))
+            : (st = load_linear(L, P("self_attn.q_proj"), 0, nh * qk, H, &ly->wq)))
+        return st;
+    if ((st = load_linear(L, P("self_attn.kv_a_proj_with_mqa"), 0, r + m->qk_rope, H, &a->wkv_a)) ||
+        (st = load_vec(L, P("self_attn.kv_a_layernorm.weight"), r, false, &a->kv_a_norm)) ||
+        (st = load_linear(L, P("self_attn.o_proj"), 0, H, nh * m->v_head_dim, &ly->wo)))
+        return st;
+    a->wv_b_rows = nh * m->v_head_dim;
+    if (findf(L, "%sself_attn.embed_q.weight", pre)) {
+        a->wv_b_stride = m->v_head_dim;
+        a->wv_b_off = 0;
+        if ((st = load_stacked_rows(L, P("self_attn.embed_q"), nh, r, m->qk_nope, &a->wk_b))) return st;
+        return load_stacked_rows(L, P("self_attn.unembed_out"), nh, m->v_head_dim, r, &a->wv_b);
+    }
+    a->wv_b_stride = m->qk_nope + m->v_head_dim;
+    a->wv_b_off = m->qk_nope;
+    if ((st = load_linear(L, P("self_attn.kv_b_proj"), 0, nh * (m->qk_nope + m->v_head_dim), r, &a->wv_b))) return st;
+    return transpose_k_half(L, &a->wv_b, a);
+#undef P
+}
+
+/* The GQA projections, their biases and q/k-norm at `pre`. */
+static nx_status load_gqa(loader *L, const char *pre, nx_layer *ly) {
     const nx_config *cfg = L->cfg;
     int64_t hidden = cfg->hidden_size, qd = (int64_t)cfg->n_heads * cfg->head_dim,
             kvd = (int64_t)cfg->n_kv_heads * cfg->head_dim;
     char p[NAME_MAX_LEN];
     nx_status st;
 #define P(suffix) (snprintf(p, sizeof p, "%s%s", pre, suffix), p)
-    if ((st = load_vec(L, P("input_layernorm.weight"), hidden, false, &ly->attn_norm)) ||
-        (st = load_vec(L, P("post_attention_layernorm.weight"), hidden, false, &ly->ffn_norm)) ||
-        (st = load_linear(L, P("self_attn.q_proj"), 0, qd, hidden, &ly->wq)) ||
+    if ((st = load_linear(L, P("self_attn.q_proj"), 0, qd, hidden, &ly->wq)) ||
         (st = load_linear(L, P("self_attn.k_proj"), 0, kvd, hidden, &ly->wk)) ||
         (st = load_linear(L, P("self_attn.v_proj"), 0, kvd, hidden, &ly->wv)) ||
         (st = load_linear(L, P("self_attn.o_proj"), 0, hidden, qd, &ly->wo)))
@@ -375,6 +459,22 @@ static nx_status load_layer(loader *L, const char *pre, int is_moe, bool is_mtp,
     if (cfg->qk_norm &&
         ((st = load_vec(L, P("self_attn.q_norm.weight"), cfg->head_dim, false, &ly->q_norm)) ||
          (st = load_vec(L, P("self_attn.k_norm.weight"), cfg->head_dim, false, &ly->k_norm))))
+        return st;
+    return NX_OK;
+#undef P
+}
+
+/* One decoder layer at name prefix `pre` (ending in '.'). is_moe < 0: decide from the tensors
+ * (the MTP layer is MoE in hy_v3, but a dense head in a tiny test model is also accepted). */
+static nx_status load_layer(loader *L, const char *pre, int is_moe, bool is_mtp, nx_layer *ly) {
+    const nx_config *cfg = L->cfg;
+    int64_t hidden = cfg->hidden_size;
+    char p[NAME_MAX_LEN];
+    nx_status st;
+#define P(suffix) (snprintf(p, sizeof p, "%s%s", pre, suffix), p)
+    if ((st = load_vec(L, P("input_layernorm.weight"), hidden, false, &ly->attn_norm)) ||
+        (st = load_vec(L, P("post_attention_layernorm.weight"), hidden, false, &ly->ffn_norm)) ||
+        (st = cfg->attention == NX_ATTN_MLA ? load_mla(L, pre, ly) : load_gqa(L, pre, ly)))
         return st;
     if (is_moe < 0) {
         bool router = false;
@@ -456,8 +556,8 @@ static nx_status load_mtp(loader *L, nx_weights *w) {
     }
     const char *block = NULL;
     for (int k = 0; k < 2 && nm->blocks[k] && !block; k++)
-        if (findf(L, "%sself_attn.q_proj.weight", nm->blocks[k])) block = nm->blocks[k];
-    if (!block) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %sself_attn.q_proj.weight", nm->blocks[0]);
+        if (findf(L, "%sinput_layernorm.weight", nm->blocks[k])) block = nm->blocks[k];
+    if (!block) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %sinput_layernorm.weight", nm->blocks[0]);
 
     int64_t hidden = cfg->hidden_size;
     char p[NAME_MAX_LEN];
@@ -489,6 +589,9 @@ static nx_status load_mtp(loader *L, nx_weights *w) {
 /* ================================================================ entry points */
 
 static void free_layer(nx_layer *ly) {
+    free(ly->mla.q_a_norm);
+    free(ly->mla.kv_a_norm);
+    free(ly->mla.wk_b_owned);
     free(ly->attn_norm);
     free(ly->ffn_norm);
     free(ly->q_norm);

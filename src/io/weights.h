@@ -13,6 +13,22 @@
 
 #define NX_MAX_EOS 8
 
+/* YaRN RoPE scaling (transformers' _compute_yarn_parameters): the inverse frequencies blend
+ * interpolation (/ factor) and extrapolation over a ramp between the dims that make beta_fast and
+ * beta_slow rotations in orig_max_pos positions; cos and sin are multiplied by attn_factor. */
+typedef struct nx_yarn {
+    double factor, orig_max_pos, beta_fast, beta_slow, attn_factor;
+    double mscale_all_dim; /* MLA's softmax scale takes yarn_get_mscale(factor, this)^2 (0: none) */
+    bool truncate; /* the ramp's ends rounded to whole dims */
+} nx_yarn;
+
+/* Multi-head latent attention's shapes (DeepSeek-V2/V3 names). */
+typedef struct nx_mla {
+    int32_t q_lora_rank; /* 0: a plain q_proj */
+    int32_t kv_lora_rank, qk_nope, qk_rope, v_head_dim;
+    float scale;         /* softmax scale: (qk_nope + qk_rope)^-1/2, x mscale^2 under YaRN */
+} nx_mla;
+
 /* One per-module quantization override from config.json "quantization". */
 typedef struct nx_quant_override {
     char *path;  /* module path, e.g. "model.layers.1.mlp.router.gate" */
@@ -26,7 +42,7 @@ typedef struct nx_config {
     int32_t vocab_size;
     int32_t hidden_size;
     int32_t n_layers;            /* trunk layers; the MTP layer is index n_layers */
-    int32_t n_heads, n_kv_heads, head_dim;
+    int32_t n_heads, n_kv_heads, head_dim; /* MLA: head_dim = qk_nope + qk_rope (a query head) */
     int32_t intermediate_size;   /* dense FFN width */
     int32_t expert_dim;          /* expert_hidden_dim / moe_intermediate_size */
     int32_t n_experts, top_k, n_shared_experts;
@@ -40,7 +56,14 @@ typedef struct nx_config {
     /* variants of the shared building blocks, from the family and its config keys */
     int32_t rotary_dim;          /* leading dims of each head RoPE rotates (even, <= head_dim) */
     nx_rope_pairs rope_pairs;
+    nx_yarn yarn;                /* factor 0: no RoPE scaling */
     bool attn_bias;              /* q/k/v projections carry biases */
+    nx_attn_kind attention;
+    nx_mla mla;                  /* when attention is NX_ATTN_MLA */
+    /* One layer's cache per position: cache_heads blocks of cache_k key elements, then, when
+     * cache_v > 0, as many blocks of cache_v value elements (GQA: n_kv_heads x head_dim each;
+     * MLA: one block of kv_lora_rank + qk_rope_head_dim, its values being the latent part). */
+    int32_t cache_heads, cache_k, cache_v;
     nx_router_kind router;
     int32_t n_group, topk_group; /* group-limited expert choice (1, 1: none) */
     nx_family_mtp mtp;           /* the MTP head's wiring defaults */
@@ -74,16 +97,52 @@ typedef struct nx_moe {
     nx_ffn shared;       /* width expert_dim * n_shared_experts */
 } nx_moe;
 
+/* A layer's multi-head latent attention: q = wq_b(q_a_norm(wq_a x)) (or wq x without q LoRA, in
+ * nx_layer.wq), [latent | k_pe] = wkv_a x. Absorbed form: per head h the query's nope part is
+ * taken into the latent space by the rows [h*kv_lora_rank, +kv_lora_rank) of wk_b
+ * ([n_heads*kv_lora_rank, qk_nope], mlx-lm's embed_q), and the latent attention output out of it
+ * by the rows [h*wv_b_stride + wv_b_off, +v_head_dim) of wv_b ([*, kv_lora_rank]: mlx-lm's
+ * unembed_out, or the value rows of HF's kv_b_proj read in place). */
+typedef struct nx_mla_layer {
+    nx_linear wq_a, wq_b, wkv_a, wk_b, wv_b;
+    float *q_a_norm, *kv_a_norm; /* [q_lora_rank], [kv_lora_rank] owned */
+    int32_t wv_b_stride, wv_b_off;
+    int64_t wv_b_rows; /* value rows in wv_b (n_heads x v_head_dim): what a pass reads of it */
+    void *wk_b_owned; /* wk_b's data when made at load from HF's kv_b_proj (transposed), else NULL */
+} nx_mla_layer;
+
 typedef struct nx_layer {
     float *attn_norm;    /* [hidden] input_layernorm, owned */
     float *ffn_norm;     /* [hidden] post_attention_layernorm, owned */
-    nx_linear wq, wk, wv, wo;
+    nx_linear wq, wk, wv, wo; /* MLA: wq only without q LoRA; wk, wv unused */
+    nx_mla_layer mla;
     float *q_norm, *k_norm; /* [head_dim] owned; NULL when qk_norm is false */
     float *bq, *bk, *bv;    /* [n_heads*head_dim], [n_kv*head_dim] x2 owned; NULL without biases */
     bool is_moe;
     nx_ffn dense;        /* when !is_moe */
     nx_moe moe;          /* when is_moe */
 } nx_layer;
+
+/* The attention weights of a layer a pass reads, into out (at most NX_ATTN_LINEARS); wv_b as
+ * its first wv_b_rows rows (as many bytes as a pass reads of it, not always those rows). */
+#define NX_ATTN_LINEARS 9
+static inline int nx_attn_linears(const nx_layer *L, nx_linear out[NX_ATTN_LINEARS]) {
+    const nx_linear all[NX_ATTN_LINEARS - 1] = {L->wq,         L->wk,          L->wv,          L->mla.wq_a,
+                                                L->mla.wq_b,   L->mla.wkv_a,   L->mla.wk_b,    L->wo};
+    int n = 0;
+    for (int i = 0; i < NX_ATTN_LINEARS - 1; i++)
+        if (all[i].w) out[n++] = all[i];
+    if (L->mla.wv_b.w) out[n++] = nx_linear_rows(&L->mla.wv_b, 0, L->mla.wv_b_rows);
+    return n;
+}
+
+/* Stored bytes of a layer's attention weights (what one pass over it reads). */
+static inline uint64_t nx_attn_bytes(const nx_layer *L) {
+    nx_linear w[NX_ATTN_LINEARS];
+    uint64_t b = 0;
+    for (int i = 0, n = nx_attn_linears(L, w); i < n; i++) b += nx_linear_bytes(&w[i]);
+    return b;
+}
 
 typedef struct nx_mtp_weights {
     float *enorm, *hnorm, *final_norm; /* [hidden] owned; hnorm may be NULL (no hnorm) */

@@ -57,3 +57,15 @@ size_t nx_linear_bytes(const nx_linear *W) {
     return (size_t)W->out * nx_linear_row_bytes(W);
 }
 
+
+nx_linear nx_linear_rows(const nx_linear *W, int64_t r0, int64_t n) {
+    nx_linear v = *W;
+    v.out = n;
+    v.w = (const uint8_t *)W->w + (size_t)r0 * nx_linear_weight_row_bytes(W);
+    if (W->dtype == NX_DTYPE_U32 && W->group > 0) {
+        const size_t srow = (size_t)(W->in / W->group) * nx_dtype_size(W->sdtype);
+        if (W->scales) v.scales = (const uint8_t *)W->scales + (size_t)r0 * srow;
+        if (W->biases) v.biases = (const uint8_t *)W->biases + (size_t)r0 * srow;
+    }
+    return v;
+}

@@ -60,6 +60,8 @@ size_t nx_linear_row_bytes(const nx_linear *W); /* stored bytes of one output ro
  * or biases). */
 size_t nx_linear_weight_row_bytes(const nx_linear *W);
 size_t nx_linear_bytes(const nx_linear *W);     /* stored bytes of the whole weight */
+/* Rows [r0, r0 + n) of W as a weight of their own: a view into the same data and scales. */
+nx_linear nx_linear_rows(const nx_linear *W, int64_t r0, int64_t n);
 
 /* A thread's kernel working memory: the integer kernels' input staging and reuse cache, and the
  * side prefetch spans of its calls. Each thread of a pool has one, owned by the pool

@@ -61,6 +61,11 @@ static void *zalloc(size_t n, size_t size, bool *ok) {
     return p;
 }
 
+/* One layer's cache at base: kper bytes of keys, then its values (none for latent attention). */
+static nx_kv layer_cache(char *base, size_t kper, const nx_config *cfg) {
+    return (nx_kv){base, cfg->cache_v ? base + kper : NULL};
+}
+
 nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     *out = NULL;
     const nx_config *cfg = &m->cfg;
@@ -75,7 +80,11 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     c->n_batch = n_ctx < NX_DEFAULT_BATCH ? n_ctx : NX_DEFAULT_BATCH;
 
     const size_t H = (size_t)cfg->hidden_size, B = (size_t)c->n_batch, N = (size_t)n_ctx;
-    const size_t qw = (size_t)cfg->n_heads * cfg->head_dim, kvw = (size_t)cfg->n_kv_heads * cfg->head_dim;
+    const bool mla = cfg->attention == NX_ATTN_MLA;
+    const size_t nh = (size_t)cfg->n_heads, qw = nh * (size_t)cfg->head_dim;
+    const size_t kw = mla ? (size_t)cfg->mla.q_lora_rank : (size_t)cfg->n_kv_heads * cfg->head_dim;
+    const size_t vw = mla ? (size_t)cfg->cache_k : (size_t)cfg->n_kv_heads * cfg->head_dim;
+    const size_t aw = mla ? nh * (size_t)cfg->mla.v_head_dim : qw;
     int64_t F = 1;
     int32_t E = cfg->n_experts > 0 ? cfg->n_experts : 1;
     for (int32_t l = 0; l < cfg->n_layers; l++)
@@ -88,8 +97,9 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
 
     bool ok = true;
     c->kv = zalloc((size_t)cfg->n_layers, sizeof *c->kv, &ok);
-    const size_t per = N * kvw * nx_dtype_size(m->kv_dtype); /* bytes per cache */
-    const size_t n_caches = 2 * ((size_t)cfg->n_layers + (m->w.has_mtp ? 1 : 0));
+    /* bytes of one layer's keys (and, after them, of its values) */
+    const size_t kper = N * (size_t)cfg->cache_heads * (size_t)cfg->cache_k * nx_dtype_size(m->kv_dtype);
+    const size_t per = N * nx_kv_pos_bytes(m), n_caches = (size_t)cfg->n_layers + (m->w.has_mtp ? 1 : 0);
     const size_t hidden_at = (n_caches * per + 63) / 64 * 64, arena_bytes = hidden_at + N * H * sizeof(float);
     char *arena = ok ? kv_arena_new(arena_bytes, &c->kv_arena, &c->kv_arena_bytes) : NULL;
     if (!arena) {
@@ -102,15 +112,9 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
                        n_ctx, (double)arena_bytes / (1 << 20), strerror(errno));
     }
     c->hidden = (float *)(void *)(arena + hidden_at);
-    for (int32_t l = 0; ok && l < cfg->n_layers; l++) {
-        c->kv[l].k = arena + (2 * (size_t)l) * per;
-        c->kv[l].v = arena + (2 * (size_t)l + 1) * per;
-    }
+    for (int32_t l = 0; ok && l < cfg->n_layers; l++) c->kv[l] = layer_cache(arena + (size_t)l * per, kper, cfg);
     if (m->w.has_mtp) {
-        if (ok) {
-            c->mtp_kv.k = arena + (n_caches - 2) * per;
-            c->mtp_kv.v = arena + (n_caches - 1) * per;
-        }
+        if (ok) c->mtp_kv = layer_cache(arena + (n_caches - 1) * per, kper, cfg);
         c->mtp_in = zalloc(B * 2 * H, sizeof(float), &ok);
         c->mtp_out = zalloc(B * H, sizeof(float), &ok);
     }
@@ -118,15 +122,19 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     c->x = zalloc(B * H, sizeof(float), &ok);
     c->xn = zalloc(B * H, sizeof(float), &ok);
     c->q = zalloc(B * qw, sizeof(float), &ok);
-    c->k = zalloc(B * kvw, sizeof(float), &ok);
-    c->v = zalloc(B * kvw, sizeof(float), &ok);
-    c->att = zalloc(B * qw, sizeof(float), &ok);
+    c->k = zalloc(B * (kw ? kw : 1), sizeof(float), &ok);
+    c->v = zalloc(B * vw, sizeof(float), &ok);
+    c->att = zalloc(B * aw, sizeof(float), &ok);
+    if (mla) {
+        c->lat_q = zalloc(B * nh * (size_t)cfg->cache_k, sizeof(float), &ok);
+        c->lat_o = zalloc(B * nh * (size_t)cfg->mla.kv_lora_rank, sizeof(float), &ok);
+    }
     c->y = zalloc(B * H, sizeof(float), &ok);
     c->g = zalloc(B * (K + 1) * (size_t)F, sizeof(float), &ok);
     c->u = zalloc(B * (K + 1) * (size_t)F, sizeof(float), &ok);
     c->hpre = zalloc(B * H, sizeof(float), &ok);
     c->hpost = zalloc(B * H, sizeof(float), &ok);
-    const size_t group = cfg->n_kv_heads > 0 ? (size_t)(cfg->n_heads / cfg->n_kv_heads) : 1;
+    const size_t group = mla ? nh : cfg->n_kv_heads > 0 ? (size_t)(cfg->n_heads / cfg->n_kv_heads) : 1;
     c->scores = zalloc((size_t)nx_pool_size(m->pool) * group * N, sizeof(float), &ok);
     c->rope = zalloc(B * (size_t)cfg->head_dim, sizeof(float), &ok);
     c->router = zalloc(B * (size_t)E, sizeof(float), &ok);
@@ -152,7 +160,7 @@ void nx_ctx_free(nx_ctx *c) {
     free(c->kv);
     float *bufs[] = {c->mtp_in, c->mtp_out, c->x,      c->xn, c->q,     c->k,
                      c->v,      c->att,     c->y,      c->g,  c->u,     c->hpre,   c->hpost,
-                     c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye, c->rope};
+                     c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye, c->rope, c->lat_q, c->lat_o};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tokens);
     free(c->slot);
@@ -167,8 +175,8 @@ int32_t nx_ctx_n_past(const nx_ctx *c) { return c->n_past; }
 
 void nx_kv_copy_rows(const nx_ctx *c, nx_kv kv, void *saved, int32_t stride, int32_t n, bool to_saved) {
     const nx_model *m = c->m;
-    const size_t hb = (size_t)m->cfg.head_dim * nx_dtype_size(m->kv_dtype), nh = (size_t)m->cfg.n_kv_heads;
-    for (int kind = 0; kind < 2; kind++) {
+    const size_t hb = (size_t)m->cfg.cache_k * nx_dtype_size(m->kv_dtype), nh = (size_t)m->cfg.cache_heads;
+    for (int kind = 0; kind < (kv.v ? 2 : 1); kind++) {
         void *cache = kind ? kv.v : kv.k;
         for (size_t h = 0; h < nh; h++) {
             uint8_t *at = nx_kv_row(c, cache, (int64_t)h, 0);

@@ -28,7 +28,8 @@ nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds,
     int64_t width = max64(H, w->lm_head.out);
     for (int32_t l = 0; l < w->n_layers; l++) {
         const nx_layer *L = &w->layers[l];
-        width = max64(width, max64(L->wq.out, L->wo.in));
+        nx_linear aw[NX_ATTN_LINEARS];
+        for (int i = 0, n = nx_attn_linears(L, aw); i < n; i++) width = max64(width, max64(aw[i].out, aw[i].in));
         if (L->is_moe) width = max64(width, 2 * max64(L->moe.shared.gate.out, L->moe.router.out));
         else width = max64(width, 2 * L->dense.gate.out);
     }
@@ -52,13 +53,11 @@ nx_status nx_model_time_dense(nx_model *m, int32_t T, int reps, double *seconds,
         const double t0 = nx_now_s();
         for (int32_t l = 0; l < w->n_layers; l++) {
             const nx_layer *L = &w->layers[l];
-            const nx_matmul_task qkv[3] = {{&L->wq, x, H, T, y, L->wq.out},
-                                           {&L->wk, x, H, T, z, L->wk.out},
-                                           {&L->wv, x, H, T, z + (size_t)T * L->wk.out, L->wv.out}};
-            nx_matmul_many(qkv, 3, m->pool);
-            nx_matmul(&L->wo, x, L->wo.in, T, y, H, m->pool);
-            nbytes += (double)(nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) + nx_linear_bytes(&L->wv) +
-                               nx_linear_bytes(&L->wo));
+            nx_linear aw[NX_ATTN_LINEARS];
+            for (int i = 0, n = nx_attn_linears(L, aw); i < n; i++) {
+                nx_matmul(&aw[i], x, aw[i].in, T, y, aw[i].out, m->pool);
+                nbytes += (double)nx_linear_bytes(&aw[i]);
+            }
             if (L->is_moe) {
                 nx_matmul(&L->moe.router, x, H, T, y, L->moe.router.out, m->pool);
                 nbytes += (double)nx_linear_bytes(&L->moe.router);

@@ -16,20 +16,43 @@
 
 /* ---------------------------------------------------------------- primitives */
 
-/* cos and sin of the neox RoPE angles at positions pos0..pos0+T-1 into c->rope (per row of
- * stride hd: rot/2 cosines, then rot/2 sines), for rot rotated dims (partial rotary: the
- * frequencies run over the rotated dims, theta^(-2i/rot), as transformers and mlx-lm take
- * them); kept while the key matches, so the layers of one forward call compute them once. */
+/* YaRN's inverse frequency of rotated pair i of rot (transformers' _compute_yarn_parameters):
+ * extrapolated (theta^(-2i/rot)) below the ramp's low dim, interpolated (/ factor) above its
+ * high dim, blended linearly between. */
+static double yarn_inv_freq(const nx_yarn *y, int32_t i, int32_t rot, double theta) {
+    const double extra = pow(theta, -2.0 * i / rot), inter = extra / y->factor;
+    const double lb = log(theta), two_pi = 6.283185307179586;
+    double lo = rot * log(y->orig_max_pos / (y->beta_fast * two_pi)) / (2 * lb);
+    double hi = rot * log(y->orig_max_pos / (y->beta_slow * two_pi)) / (2 * lb);
+    if (y->truncate) {
+        lo = floor(lo);
+        hi = ceil(hi);
+    }
+    if (lo < 0) lo = 0;
+    if (hi > rot - 1) hi = rot - 1;
+    if (lo == hi) hi += 0.001;
+    double ramp = (i - lo) / (hi - lo);
+    ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+    return inter * ramp + extra * (1 - ramp);
+}
+
+/* cos and sin of the RoPE angles at positions pos0..pos0+T-1 into c->rope (per row of stride hd:
+ * rot/2 cosines, then rot/2 sines), for rot rotated dims (partial rotary: the frequencies run
+ * over the rotated dims, theta^(-2i/rot), as transformers and mlx-lm take them; under YaRN its
+ * blend, and cos and sin times its attention factor); kept while the key matches, so the layers
+ * of one forward call compute them once. */
 static const float *rope_table(nx_ctx *c, int32_t T, int32_t pos0, int32_t hd, int32_t rot, double theta) {
     const int32_t half = rot / 2;
+    const nx_yarn *y = &c->m->cfg.yarn;
     if (c->rope_T == T && c->rope_pos0 == pos0 && c->rope_hd == rot && c->rope_theta == theta)
         return c->rope;
     for (int32_t i = 0; i < half; i++) {
-        double inv = pow(theta, -2.0 * i / rot);
+        const double inv = y->factor > 0 ? yarn_inv_freq(y, i, rot, theta) : pow(theta, -2.0 * i / rot);
+        const double mag = y->factor > 0 ? y->attn_factor : 1.0;
         for (int32_t t = 0; t < T; t++) {
             double a = (double)(pos0 + t) * inv;
-            c->rope[(size_t)t * hd + i] = (float)cos(a);
-            c->rope[(size_t)t * hd + half + i] = (float)sin(a);
+            c->rope[(size_t)t * hd + i] = (float)(cos(a) * mag);
+            c->rope[(size_t)t * hd + half + i] = (float)(sin(a) * mag);
         }
     }
     c->rope_T = T;
@@ -39,15 +62,17 @@ static const float *rope_table(nx_ctx *c, int32_t T, int32_t pos0, int32_t hd, i
     return c->rope;
 }
 
-/* Neox ("rotate-half") RoPE on the first rot dims of one head vector (the rest pass through),
- * with the row's cos/sin from rope_table. */
-static void rope_neox(float *x, int32_t rot, const float *cs_sn) {
+/* RoPE on the first rot dims of one head vector (the rest pass through), with the row's cos/sin
+ * from rope_table: neox pairs (i, i + rot/2), or interleaved pairs (2i, 2i + 1). */
+static void rope_apply(float *x, int32_t rot, const float *cs_sn, nx_rope_pairs pairs) {
     const int32_t half = rot / 2;
     const float *cs = cs_sn, *sn = cs_sn + half;
+    const int32_t step = pairs == NX_ROPE_INTERLEAVED ? 2 : 1, off = pairs == NX_ROPE_INTERLEAVED ? 1 : half;
     for (int32_t i = 0; i < half; i++) {
-        float x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * cs[i] - x1 * sn[i];
-        x[i + half] = x1 * cs[i] + x0 * sn[i];
+        float *a = x + i * step, *b = a + off;
+        const float x0 = *a, x1 = *b;
+        *a = x0 * cs[i] - x1 * sn[i];
+        *b = x1 * cs[i] + x0 * sn[i];
     }
 }
 
@@ -98,22 +123,24 @@ static void qk_post(const attn_job *j, int32_t t, int64_t h) {
         float *q = c->q + (size_t)t * qw + (size_t)qh * hd;
         if (L->bq) add_bias(q, L->bq + (size_t)qh * hd, hd);
         if (L->q_norm) nx_rmsnorm_f32(q, L->q_norm, eps, hd, q);
-        rope_neox(q, rot, cs_sn);
+        rope_apply(q, rot, cs_sn, c->m->cfg.rope_pairs);
     }
     float *k = c->k + (size_t)t * kvw + (size_t)h * hd, *v = c->v + (size_t)t * kvw + (size_t)h * hd;
     if (L->bk) add_bias(k, L->bk + (size_t)h * hd, hd);
     if (L->bv) add_bias(v, L->bv + (size_t)h * hd, hd);
     if (L->k_norm) nx_rmsnorm_f32(k, L->k_norm, eps, hd, k);
-    rope_neox(k, rot, cs_sn);
+    rope_apply(k, rot, cs_sn, c->m->cfg.rope_pairs);
     cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, h, j->pos0 + t), k, hd);
     cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->v, h, j->pos0 + t), v, hd);
 }
 
 /* The first cached position the row at pos attends to (sliding window, MTP cache start). */
-static int32_t attn_lo(const attn_job *j, int32_t pos) {
-    const int32_t lo = j->window > 0 && pos + 1 > j->window ? pos + 1 - j->window : 0;
-    return lo < j->lo_min ? j->lo_min : lo;
+static int32_t attn_lo_of(int32_t window, int32_t lo_min, int32_t pos) {
+    const int32_t lo = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+    return lo < lo_min ? lo_min : lo;
 }
+
+static int32_t attn_lo(const attn_job *j, int32_t pos) { return attn_lo_of(j->window, j->lo_min, pos); }
 
 /* Row t's attention for the query heads of kv head kvh (computed together, so each cached key
  * and value is read once for all of them), with the (group, n_ctx) score scratch sc. */
@@ -205,6 +232,117 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
                         .wo = {&L->wo, c->att, qw, T, c->y, H}};
     nx_matmul_shares_reset(j.qkv, 3, pool, nx_pool_size(pool));
     nx_pool_run(pool, attn_heads_worker, (void *)&j);
+}
+
+/* ---------------------------------------------------------------- latent attention */
+
+/* Multi-head latent attention (docs/design.md §13) in the absorbed form, for every row count:
+ * the cache holds per position only [kv_a_norm(latent) | roped k_pe] (cache_k values); each
+ * head's query is taken into that space, q_lat = [wk_b_h · q_nope | rope(q_pe)], so a score is
+ * one dot product with a cache row, and the weighted sum of the cached latents leaves it through
+ * wv_b_h. Scratch: c->q (T, heads·(nope + rope)) the query, c->k (T, q_lora) its LoRA, c->v
+ * (T, cache_k) the new cache rows, c->lat_q (T, heads·cache_k), c->lat_o (T, heads·kv_lora),
+ * c->att (T, heads·v) the heads' outputs. */
+typedef struct mla_job {
+    nx_ctx *c;
+    const nx_layer *L;
+    nx_kv *kv;
+    const float *rope;
+    int32_t T, pos0, window, lo_min;
+    nx_matmul_task in[2], qb, wo;
+} mla_job;
+
+/* Row t's new cache row: the latent's norm and the shared key's RoPE (and the q LoRA's norm). */
+static void mla_rows(const mla_job *j, int32_t t) {
+    nx_ctx *c = j->c;
+    const nx_config *cfg = &c->m->cfg;
+    const nx_mla *m = &cfg->mla;
+    const nx_mla_layer *a = &j->L->mla;
+    float *kv = c->v + (size_t)t * cfg->cache_k;
+    if (m->q_lora_rank) {
+        float *qa = c->k + (size_t)t * m->q_lora_rank;
+        nx_rmsnorm_f32(qa, a->q_a_norm, cfg->rms_eps, m->q_lora_rank, qa);
+    }
+    nx_rmsnorm_f32(kv, a->kv_a_norm, cfg->rms_eps, m->kv_lora_rank, kv);
+    rope_apply(kv + m->kv_lora_rank, m->qk_rope, j->rope + (size_t)t * cfg->head_dim, cfg->rope_pairs);
+    cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, 0, j->pos0 + t), kv, cfg->cache_k);
+}
+
+/* Heads [h0, h1) of every row: the queries into the latent space, attention over the cache,
+ * and the results out of it, with the thread's scratch s and score rows sc. */
+static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, float *sc) {
+    nx_ctx *c = j->c;
+    const nx_config *cfg = &c->m->cfg;
+    const nx_mla *m = &cfg->mla;
+    const nx_mla_layer *a = &j->L->mla;
+    const int64_t nh = cfg->n_heads, qk = cfg->head_dim, ck = cfg->cache_k, r = m->kv_lora_rank;
+    const int64_t vd = m->v_head_dim, g = h1 - h0;
+    for (int64_t h = h0; h < h1; h++) {
+        const nx_linear kb = nx_linear_rows(&a->wk_b, h * r, r);
+        nx_matmul_rows(&kb, c->q + h * qk, nh * qk, j->T, c->lat_q + h * ck, nh * ck, 0, r, s);
+        for (int32_t t = 0; t < j->T; t++) {
+            float *pe = c->lat_q + (size_t)t * nh * ck + h * ck + r;
+            memcpy(pe, c->q + (size_t)t * nh * qk + h * qk + m->qk_nope, sizeof(float) * (size_t)m->qk_rope);
+            rope_apply(pe, m->qk_rope, j->rope + (size_t)t * qk, cfg->rope_pairs);
+        }
+    }
+    const nx_dtype kt = c->m->kv_dtype;
+    for (int32_t t = 0; t < j->T; t++) {
+        const int32_t pos = j->pos0 + t, lo = attn_lo_of(j->window, j->lo_min, pos), n = pos + 1 - lo;
+        const void *rows = nx_kv_row(c, j->kv->k, 0, lo);
+        nx_attn_scores(c->lat_q + ((size_t)t * nh + h0) * ck, g, rows, kt, ck, n, ck, m->scale, sc, c->n_ctx);
+        for (int64_t h = 0; h < g; h++) nx_softmax_f32(sc + h * c->n_ctx, n);
+        float *o = c->lat_o + ((size_t)t * nh + h0) * r;
+        memset(o, 0, sizeof(float) * (size_t)(g * r));
+        nx_attn_accum(sc, c->n_ctx, g, rows, kt, ck, n, r, o);
+    }
+    for (int64_t h = h0; h < h1; h++) {
+        const nx_linear vb = nx_linear_rows(&a->wv_b, h * a->wv_b_stride + a->wv_b_off, vd);
+        nx_matmul_rows(&vb, c->lat_o + h * r, nh * r, j->T, c->att + h * vd, nh * vd, 0, vd, s);
+    }
+}
+
+/* The layer's latent attention as one pool job: the q (or q LoRA) and latent projections as
+ * shares; the new cache rows split by row; q_b_proj as shares; the heads split evenly (a thread
+ * reads each cache row once for all its heads); the output projection as shares. */
+static void mla_worker(void *arg, int ith, int nth) {
+    const mla_job *j = arg;
+    nx_pool *pool = j->c->m->pool;
+    const bool lora = j->c->m->cfg.mla.q_lora_rank > 0;
+    long long b, e;
+    nx_matmul_shares_work(j->in, 2, pool, ith, nth, NULL, 0);
+    nx_pool_barrier(pool, nth); /* every row's projections */
+    nx_pool_split(j->T, ith, nth, &b, &e);
+    for (long long t = b; t < e; t++) mla_rows(j, (int32_t)t);
+    if (ith == 0 && lora) nx_matmul_shares_reset(&j->qb, 1, pool, nth);
+    nx_pool_barrier(pool, nth); /* the cache rows, the normed q LoRA */
+    if (lora) {
+        nx_matmul_shares_work(&j->qb, 1, pool, ith, nth, NULL, 0);
+        nx_pool_barrier(pool, nth);
+    }
+    nx_pool_split(j->c->m->cfg.n_heads, ith, nth, &b, &e);
+    if (b < e) mla_heads(j, b, e, nx_kscratch_of(pool, ith), j->c->scores + (size_t)ith * (size_t)j->c->m->cfg.n_heads * j->c->n_ctx);
+    if (ith == 0) nx_matmul_shares_reset(&j->wo, 1, pool, nth);
+    nx_pool_barrier(pool, nth); /* every head's result, and the output projection's shares */
+    nx_matmul_shares_work(&j->wo, 1, pool, ith, nth, NULL, 0);
+}
+
+/* xn (T, H) → c->y (T, H). Appends the rows' latent cache rows at pos0.. to kv. */
+static void mla_attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_t pos0, int32_t window,
+                          int32_t lo_min, double theta) {
+    const nx_config *cfg = &c->m->cfg;
+    const nx_mla *m = &cfg->mla;
+    const int32_t H = cfg->hidden_size, nh = cfg->n_heads, qw = nh * cfg->head_dim;
+    nx_pool *pool = c->m->pool;
+    const bool lora = m->q_lora_rank > 0;
+    const mla_job j = {c, L, kv, rope_table(c, T, pos0, cfg->head_dim, m->qk_rope, theta), T, pos0, window, lo_min,
+                       .in = {lora ? (nx_matmul_task){&L->mla.wq_a, c->xn, H, T, c->k, m->q_lora_rank}
+                                   : (nx_matmul_task){&L->wq, c->xn, H, T, c->q, qw},
+                              {&L->mla.wkv_a, c->xn, H, T, c->v, cfg->cache_k}},
+                       .qb = {&L->mla.wq_b, c->k, m->q_lora_rank, T, c->q, qw},
+                       .wo = {&L->wo, c->att, (int64_t)nh * m->v_head_dim, T, c->y, H}};
+    nx_matmul_shares_reset(j.in, 2, pool, nx_pool_size(pool));
+    nx_pool_run(pool, mla_worker, (void *)&j);
 }
 
 /* ---------------------------------------------------------------- feed-forward */
@@ -667,11 +805,12 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm_f32(c->x + (size_t)t * H, L->attn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
     const double t0 = nx_now_s();
-    attention(c, L, kv, T, pos0, window, kv == &c->mtp_kv ? c->mtp_lo : 0, theta);
+    const int32_t lo_min = kv == &c->mtp_kv ? c->mtp_lo : 0;
+    if (cfg->attention == NX_ATTN_MLA) mla_attention(c, L, kv, T, pos0, window, lo_min, theta);
+    else attention(c, L, kv, T, pos0, window, lo_min, theta);
     const double t1 = nx_now_s();
     tr->phase_s[NX_PHASE_ATTN] += t1 - t0;
-    tr->phase_bytes[NX_PHASE_ATTN] += (double)(nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) +
-                                               nx_linear_bytes(&L->wv) + nx_linear_bytes(&L->wo));
+    tr->phase_bytes[NX_PHASE_ATTN] += (double)nx_attn_bytes(L);
     nx_axpy_f32(1.0f, c->y, c->x, (int64_t)T * H); /* x += y, the same bits */
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm_f32(c->x + (size_t)t * H, L->ffn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);

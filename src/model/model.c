@@ -46,7 +46,10 @@ static uint64_t ffn_params(const nx_ffn *f) {
 
 /* Parameters of one layer: all of them, and those a token touches (top-k experts). */
 static void layer_params(const nx_layer *L, int32_t top_k, uint64_t *total, uint64_t *active) {
-    uint64_t attn = lin_params(&L->wq) + lin_params(&L->wk) + lin_params(&L->wv) + lin_params(&L->wo);
+    const nx_mla_layer *a = &L->mla;
+    uint64_t attn = lin_params(&L->wq) + lin_params(&L->wk) + lin_params(&L->wv) + lin_params(&L->wo) +
+                    lin_params(&a->wq_a) + lin_params(&a->wq_b) + lin_params(&a->wkv_a) + lin_params(&a->wk_b) +
+                    (uint64_t)a->wv_b_rows * (uint64_t)a->wv_b.in;
     *total += attn;
     *active += attn;
     if (!L->is_moe) {
@@ -84,7 +87,14 @@ static void fill_variants(nx_model *m) {
     nx_model_info *in = &m->info;
     in->family_name = cfg->family->summary;
     in->rotary_dim = cfg->rotary_dim;
-    in->rope = "neox"; /* the one nx_rope_pairs value */
+    in->rope = cfg->rope_pairs == NX_ROPE_INTERLEAVED ? "interleaved" : "neox";
+    in->rope_scaling = cfg->yarn.factor > 0 ? "yarn" : "none";
+    in->attention = cfg->attention == NX_ATTN_MLA ? "mla" : "gqa";
+    in->q_lora_rank = cfg->mla.q_lora_rank;
+    in->kv_lora_rank = cfg->mla.kv_lora_rank;
+    in->qk_nope_head_dim = cfg->mla.qk_nope;
+    in->qk_rope_head_dim = cfg->mla.qk_rope;
+    in->v_head_dim = cfg->mla.v_head_dim;
     in->attn_bias = cfg->attn_bias;
     in->qk_norm = cfg->qk_norm;
     in->router = "sigmoid+bias"; /* the one nx_router_kind value */
@@ -141,7 +151,7 @@ static void fill_info(nx_model *m) {
     uint64_t step = nx_linear_bytes(&w->lm_head);
     for (int32_t l = 0; l < cfg->n_layers; l++) {
         const nx_layer *L = &w->layers[l];
-        step += nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) + nx_linear_bytes(&L->wv) + nx_linear_bytes(&L->wo);
+        step += nx_attn_bytes(L);
         if (L->is_moe)
             step += nx_linear_bytes(&L->moe.router);
         else
@@ -150,16 +160,19 @@ static void fill_info(nx_model *m) {
     in->step_bytes_dense = step;
     if (w->has_mtp) {
         const nx_layer *L = &w->mtp.layer;
-        uint64_t mb = nx_linear_bytes(&w->mtp.eh_proj) + nx_linear_bytes(&L->wq) + nx_linear_bytes(&L->wk) +
-                      nx_linear_bytes(&L->wv) + nx_linear_bytes(&L->wo);
+        uint64_t mb = nx_linear_bytes(&w->mtp.eh_proj) + nx_attn_bytes(L);
         mb += L->is_moe ? nx_linear_bytes(&L->moe.router)
                         : nx_ffn_bytes(&L->dense);
         mb += (uint64_t)((double)nx_linear_bytes(&w->lm_head) * m->draft_vocab / (double)cfg->vocab_size);
         in->mtp_bytes_dense = mb;
     }
     int32_t kv_layers = cfg->n_layers + (w->has_mtp ? 1 : 0);
-    in->kv_bytes_per_token =
-        (uint64_t)kv_layers * 2u * (uint64_t)cfg->n_kv_heads * (uint64_t)cfg->head_dim * nx_dtype_size(m->kv_dtype);
+    in->kv_bytes_per_token = (uint64_t)kv_layers * nx_kv_pos_bytes(m);
+    in->kv_bytes_per_token_expanded =
+        cfg->attention == NX_ATTN_MLA
+            ? (uint64_t)kv_layers * (uint64_t)cfg->n_heads *
+                  (uint64_t)(cfg->mla.qk_nope + cfg->mla.qk_rope + cfg->mla.v_head_dim) * nx_dtype_size(m->kv_dtype)
+            : in->kv_bytes_per_token;
     in->kv_type = m->kv_dtype == NX_DTYPE_F16 ? "f16" : "f32";
     in->bos_id = cfg->bos_id;
     in->eos_id = cfg->n_eos > 0 ? cfg->eos_ids[0] : -1;

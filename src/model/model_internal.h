@@ -29,10 +29,11 @@ struct nx_model {
     char mtp_status[64];
 };
 
-/* One attention layer's cache: k and v are [n_kv_heads, n_ctx, head_dim] elements of the
+/* One attention layer's cache: k and v are [cache_heads, n_ctx, cache_k] elements of the
  * model's kv_dtype, f32 or f16 (head-major, so attention streams each head's keys and values
  * contiguously; position-major strided reads ran twice as long at a few hundred positions).
- * Keys are stored after q/k-norm and RoPE, values raw. */
+ * Keys are stored after q/k-norm and RoPE, values raw. Latent attention caches one row per
+ * position, [normed latent | roped key], in k; v is NULL. */
 typedef struct nx_kv {
     void *k, *v;
 } nx_kv;
@@ -64,15 +65,17 @@ struct nx_ctx {
     float *x;     /* (n_batch, H) residual stream */
     float *xn;    /* (n_batch, H) normed input of a sub-block */
     float *q;     /* (n_batch, n_heads*head_dim) */
-    float *k;     /* (n_batch, n_kv*head_dim) */
-    float *v;     /* (n_batch, n_kv*head_dim) */
-    float *att;   /* (n_batch, n_heads*head_dim) */
+    float *k;     /* (n_batch, n_kv*head_dim); MLA: (n_batch, q_lora_rank) */
+    float *v;     /* (n_batch, n_kv*head_dim); MLA: (n_batch, cache_k) the new cache rows */
+    float *att;   /* (n_batch, n_heads*head_dim), MLA: (n_batch, n_heads*v_head_dim) */
+    float *lat_q; /* MLA: (n_batch, n_heads*cache_k) queries in the latent space */
+    float *lat_o; /* MLA: (n_batch, n_heads*kv_lora_rank) attention results in it */
     float *y;     /* (n_batch, H) sub-block output */
     float *g;     /* (n_batch * (top_k + 1), F) FFN gate of every expert row, F = max width */
     float *u;     /* (n_batch * (top_k + 1), F) FFN up */
     float *hpre;  /* (n_batch, H) pre-final-norm hidden of the last forward */
     float *hpost; /* (n_batch, H) post-final-norm hidden of the last forward */
-    float *scores; /* (n_threads, heads per kv head, n_ctx) attention scores */
+    float *scores; /* (n_threads, heads per kv head (MLA: all heads), n_ctx) attention scores */
     float *rope;   /* (n_batch, head_dim) RoPE cos/sin of the rows of the current call, for */
     int32_t rope_T, rope_pos0, rope_hd; /* this key (rope_T = 0: none) */
     double rope_theta;
@@ -93,14 +96,20 @@ struct nx_ctx {
     nx_traffic traffic; /* of the last forward */
 };
 
-/* Row pos of kv head h in one layer's k or v cache (nx_kv's layout, in one place). */
+/* Row pos of kv head h in one layer's k or v cache (nx_kv's layout, in one place; value rows,
+ * where there are any, are as wide as key rows). */
 static inline void *nx_kv_row(const nx_ctx *c, void *cache, int64_t h, int64_t pos) {
-    const size_t hb = (size_t)c->m->cfg.head_dim * nx_dtype_size(c->m->kv_dtype);
+    const size_t hb = (size_t)c->m->cfg.cache_k * nx_dtype_size(c->m->kv_dtype);
     return (char *)cache + ((size_t)h * (size_t)c->n_ctx + (size_t)pos) * hb;
 }
 
+/* Bytes of one position of one layer's cache (keys and values of every cached head). */
+static inline size_t nx_kv_pos_bytes(const nx_model *m) {
+    return (size_t)m->cfg.cache_heads * (size_t)(m->cfg.cache_k + m->cfg.cache_v) * nx_dtype_size(m->kv_dtype);
+}
+
 /* Rows [0, n) of one layer's cache to (to_saved) or from a block laid out [k, v][kv head][stride
- * rows][head_dim] (the prompt cache's entries, state files). */
+ * rows][cache_k] (the prompt cache's entries, state files; no v part without value rows). */
 void nx_kv_copy_rows(const nx_ctx *c, nx_kv kv, void *saved, int32_t stride, int32_t n, bool to_saved);
 
 /* MTP rows: row r = (hidden[r], token[r], position pos0 + r); writes the MTP cache at those

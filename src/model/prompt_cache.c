@@ -33,12 +33,10 @@ struct nx_prompt_cache {
     nx_prompt_cache_stats st;
 };
 
-static size_t kv_row_bytes(const nx_model *m) {
-    return (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim * nx_dtype_size(m->kv_dtype);
-}
+static size_t kv_row_bytes(const nx_model *m) { return nx_kv_pos_bytes(m); }
 
 static size_t entry_bytes(const nx_model *m, int32_t n) {
-    return sizeof(entry) + (size_t)n * (sizeof(int32_t) + 2 * (size_t)m->cfg.n_layers * kv_row_bytes(m) +
+    return sizeof(entry) + (size_t)n * (sizeof(int32_t) + (size_t)m->cfg.n_layers * kv_row_bytes(m) +
                                         (size_t)m->cfg.hidden_size * sizeof(float));
 }
 
@@ -115,7 +113,7 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
         }
     entry *e = calloc(1, sizeof *e);
     const size_t row = kv_row_bytes(m), H = (size_t)m->cfg.hidden_size, L = (size_t)m->cfg.n_layers;
-    if (!e || !(e->tokens = malloc(sizeof(int32_t) * (size_t)n)) || !(e->kv = malloc(2 * L * row * (size_t)n)) ||
+    if (!e || !(e->tokens = malloc(sizeof(int32_t) * (size_t)n)) || !(e->kv = malloc(L * row * (size_t)n)) ||
         !(e->hidden = malloc(sizeof(float) * H * (size_t)n))) {
         if (e) {
             free(e->tokens);
@@ -128,7 +126,7 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     e->n = n;
     e->bytes = bytes;
     memcpy(e->tokens, c->tokens, sizeof(int32_t) * (size_t)n);
-    for (size_t l = 0; l < L; l++) nx_kv_copy_rows(c, c->kv[l], e->kv + 2 * l * row * (size_t)n, n, n, true);
+    for (size_t l = 0; l < L; l++) nx_kv_copy_rows(c, c->kv[l], e->kv + l * row * (size_t)n, n, n, true);
     memcpy(e->hidden, c->hidden, sizeof(float) * H * (size_t)n);
     return e;
 }
@@ -155,7 +153,7 @@ static void restore(nx_ctx *c, const entry *e, int32_t n) {
     nx_ctx_truncate(c, 0);
     memcpy(c->tokens, e->tokens, sizeof(int32_t) * (size_t)n);
     for (size_t l = 0; l < (size_t)c->m->cfg.n_layers; l++)
-        nx_kv_copy_rows(c, c->kv[l], e->kv + 2 * l * row * (size_t)e->n, e->n, n, false);
+        nx_kv_copy_rows(c, c->kv[l], e->kv + l * row * (size_t)e->n, e->n, n, false);
     memcpy(c->hidden, e->hidden, sizeof(float) * H * (size_t)n);
     c->n_past = n;
 }

@@ -8,13 +8,13 @@
  *   20 u32 model fingerprint       CRC-32 of the shape, the weight dtype and samples of the
  *                                  embedding, lm_head and final norm (another checkpoint of
  *                                  the same shape differs there)
- *   24 i32 layers, kv heads, head_dim, hidden, vocab
+ *   24 i32 layers, cached heads, cached row width, hidden, vocab
  *   44 i32 rows n
  *   48 u64 payload bytes           56 u32 payload CRC-32
  *   60 u32 header CRC-32 (bytes 0..59)
  *   64 char[32] the kernels' ISA that computed the rows (informational)
- *   96 payload: tokens i32[n]; per layer, keys then values, per kv head n rows of head_dim
- *      KV elements; hidden f32[n][hidden]
+ *   96 payload: tokens i32[n]; per layer, keys then values (none for latent attention), per
+ *      cached head n rows of the row width in KV elements; hidden f32[n][hidden]
  *
  * A load checks everything (header, sizes, checksum, token range) on a read-only mapping before
  * it touches the context, so a bad file leaves the context as it was. */
@@ -92,13 +92,12 @@ static uint32_t model_fingerprint(const nx_model *m) {
 }
 
 static size_t kv_head_bytes(const nx_model *m) {
-    return (size_t)m->cfg.head_dim * nx_dtype_size(m->kv_dtype);
+    return (size_t)m->cfg.cache_k * nx_dtype_size(m->kv_dtype);
 }
 
 /* Payload bytes of n rows. */
 static uint64_t payload_bytes(const nx_model *m, int32_t n) {
-    const uint64_t per_row = sizeof(int32_t) + 2u * (uint64_t)m->cfg.n_layers * (uint64_t)m->cfg.n_kv_heads *
-                                                   kv_head_bytes(m) +
+    const uint64_t per_row = sizeof(int32_t) + (uint64_t)m->cfg.n_layers * nx_kv_pos_bytes(m) +
                              sizeof(float) * (uint64_t)m->cfg.hidden_size;
     return per_row * (uint64_t)n;
 }
@@ -109,8 +108,8 @@ static int each_piece(const nx_ctx *c, int32_t n, int (*piece)(void *, const voi
     const size_t hb = kv_head_bytes(m);
     if (piece(user, c->tokens, sizeof(int32_t) * (size_t)n)) return -1;
     for (int32_t l = 0; l < m->cfg.n_layers; l++)
-        for (int kind = 0; kind < 2; kind++)
-            for (int32_t h = 0; h < m->cfg.n_kv_heads; h++)
+        for (int kind = 0; kind < (m->cfg.cache_v ? 2 : 1); kind++)
+            for (int32_t h = 0; h < m->cfg.cache_heads; h++)
                 if (piece(user, nx_kv_row(c, kind ? c->kv[l].v : c->kv[l].k, h, 0), hb * (size_t)n)) return -1;
     return piece(user, c->hidden, sizeof(float) * (size_t)m->cfg.hidden_size * (size_t)n);
 }
@@ -144,7 +143,7 @@ nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n
     put_u32(h + 12, STATE_HEADER);
     put_u32(h + 16, kv_code(m));
     put_u32(h + 20, model_fingerprint(m));
-    const int32_t dims[] = {m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->cfg.hidden_size,
+    const int32_t dims[] = {m->cfg.n_layers, m->cfg.cache_heads, m->cfg.cache_k, m->cfg.hidden_size,
                             m->cfg.vocab_size, n};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) put_u32(h + 24 + 4 * i, (uint32_t)dims[i]);
     const uint64_t pb = payload_bytes(m, n);
@@ -197,8 +196,9 @@ static nx_status check(const nx_ctx *c, const char *path, const uint8_t *p, size
                        get_u32(p + 8), STATE_VERSION);
     if (get_u32(p + 12) != STATE_HEADER || get_u32(p + 60) != crc_of((uint32_t)crc32(0, Z_NULL, 0), p, 60))
         return nx_fail(err, NX_E_FORMAT, "state file %s: corrupt header", path);
-    static const char *names[] = {"layers", "kv heads", "head_dim", "hidden size", "vocabulary size"};
-    const int32_t want[] = {m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, m->cfg.hidden_size,
+    static const char *names[] = {"layers", "cached kv heads", "cached row width", "hidden size",
+                                  "vocabulary size"};
+    const int32_t want[] = {m->cfg.n_layers, m->cfg.cache_heads, m->cfg.cache_k, m->cfg.hidden_size,
                             m->cfg.vocab_size};
     for (int i = 0; i < 5; i++) {
         const int32_t got = (int32_t)get_u32(p + 24 + 4 * i);
@@ -239,7 +239,7 @@ static nx_status check(const nx_ctx *c, const char *path, const uint8_t *p, size
 /* Rows [0, k) of a checked file's n rows into c (the layers' blocks are the prompt cache's). */
 static void apply(nx_ctx *c, const uint8_t *p, int32_t n, int32_t k) {
     const nx_model *m = c->m;
-    const size_t layer = 2 * (size_t)m->cfg.n_kv_heads * kv_head_bytes(m) * (size_t)n;
+    const size_t layer = nx_kv_pos_bytes(m) * (size_t)n;
     nx_ctx_truncate(c, 0);
     const uint8_t *at = p + STATE_HEADER;
     for (int32_t t = 0; t < k; t++) c->tokens[t] = (int32_t)get_u32(at + 4 * (size_t)t);

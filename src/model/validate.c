@@ -99,7 +99,8 @@ static nx_status check_linear(const nx_linear *W, const char *name, size_t budge
 }
 
 /* One layer's norms and router, named as in Tencent's layout; l names it (the MTP layer is index n_layers). */
-static nx_status check_layer(const nx_layer *L, int32_t l, int32_t H, int32_t head_dim, nx_error *err) {
+static nx_status check_layer(const nx_layer *L, int32_t l, const nx_config *cfg, nx_error *err) {
+    const int32_t H = cfg->hidden_size, head_dim = cfg->head_dim;
     char name[96];
     nx_status s;
 #define VEC(v, n, fmt)                                                         \
@@ -111,6 +112,8 @@ static nx_status check_layer(const nx_layer *L, int32_t l, int32_t H, int32_t he
     VEC(L->ffn_norm, H, "post_attention_layernorm.weight");
     VEC(L->q_norm, head_dim, "self_attn.q_norm.weight");
     VEC(L->k_norm, head_dim, "self_attn.k_norm.weight");
+    VEC(L->mla.q_a_norm, cfg->mla.q_lora_rank, "self_attn.q_a_layernorm.weight");
+    VEC(L->mla.kv_a_norm, cfg->mla.kv_lora_rank, "self_attn.kv_a_layernorm.weight");
     if (!L->is_moe) return NX_OK;
     VEC(L->moe.expert_bias, L->moe.n_experts, "mlp.expert_bias");
 #undef VEC
@@ -127,7 +130,7 @@ nx_status nx_weights_validate(const nx_weights *w, const nx_config *cfg, nx_erro
         return s;
     if ((s = check_vec(w->final_norm, H, "model.norm.weight", err)) != NX_OK) return s;
     for (int32_t l = 0; l < w->n_layers; l++)
-        if ((s = check_layer(&w->layers[l], l, H, cfg->head_dim, err)) != NX_OK) return s;
+        if ((s = check_layer(&w->layers[l], l, cfg, err)) != NX_OK) return s;
     if (!w->has_mtp) return NX_OK;
     const nx_mtp_weights *m = &w->mtp;
     char name[96];
@@ -137,7 +140,7 @@ nx_status nx_weights_validate(const nx_weights *w, const nx_config *cfg, nx_erro
         snprintf(name, sizeof name, "model.layers.%d.%s", cfg->n_layers, names[i]);
         if ((s = check_vec(vecs[i], H, name, err)) != NX_OK) return s;
     }
-    return check_layer(&m->layer, cfg->n_layers, H, cfg->head_dim, err);
+    return check_layer(&m->layer, cfg->n_layers, cfg, err);
 }
 
 nx_status nx_logits_check(const float *logits, int32_t rows, int32_t V, int32_t n_valid, const char *what,

@@ -384,11 +384,105 @@ static void test_bad_values(void **state) {
     expect_err("router_scaling_factor", "\"router_scaling_factor\":-1", NX_E_CONFIG, "router_scaling_factor");
     expect_err("rope_parameters", "\"rope_parameters\":{\"rope_theta\":-5.0}", NX_E_CONFIG, "rope_theta");
     expect_err("rope_parameters", "\"rope_parameters\":{\"rope_theta\":1e6,\"rope_type\":\"yarn\"}",
-               NX_E_UNSUPPORTED, "yarn");
-    expect_err(NULL, "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2}", NX_E_UNSUPPORTED, "rope_scaling");
+               NX_E_CONFIG, "rope_parameters.factor");
+    expect_err("rope_parameters", "\"rope_parameters\":{\"rope_theta\":1e6,\"rope_type\":\"longrope\"}",
+               NX_E_UNSUPPORTED, "longrope");
+    expect_err(NULL, "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":0.5}", NX_E_CONFIG, "rope_scaling.factor");
+    expect_err(NULL, "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,\"beta_fast\":\"x\"}", NX_E_CONFIG,
+               "rope_scaling.beta_fast");
+    expect_err(NULL, "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2}", NX_E_UNSUPPORTED, "linear");
     expect_err("head_dim", "\"head_dim\":0", NX_E_CONFIG, "head_dim");
     expect_err("head_dim", "\"head_dim\":2147483647", NX_E_CONFIG, "head_dim 2147483647");
     expect_err("num_attention_heads", "\"num_attention_heads\":16777216", NX_E_CONFIG, "overflow");
+}
+
+/* DeepSeek-V3's config.json (deepseek-ai/DeepSeek-V3; docs/design.md §13), cut to its attention,
+ * routing and RoPE keys. */
+static const char *dsv3_config =
+    "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"model_type\":\"deepseek_v3\",\"vocab_size\":129280,"
+    "\"hidden_size\":7168,\"intermediate_size\":18432,\"moe_intermediate_size\":2048,\"num_hidden_layers\":61,"
+    "\"num_nextn_predict_layers\":1,\"num_attention_heads\":128,\"num_key_value_heads\":128,"
+    "\"n_shared_experts\":1,\"n_routed_experts\":256,\"routed_scaling_factor\":2.5,\"kv_lora_rank\":512,"
+    "\"q_lora_rank\":1536,\"qk_rope_head_dim\":64,\"v_head_dim\":128,\"qk_nope_head_dim\":128,"
+    "\"topk_method\":\"noaux_tc\",\"n_group\":8,\"topk_group\":4,\"num_experts_per_tok\":8,"
+    "\"moe_layer_freq\":1,\"first_k_dense_replace\":3,\"norm_topk_prob\":true,\"scoring_func\":\"sigmoid\","
+    "\"hidden_act\":\"silu\",\"max_position_embeddings\":163840,\"rms_norm_eps\":1e-06,\"rope_theta\":10000,"
+    "\"rope_scaling\":{\"beta_fast\":32,\"beta_slow\":1,\"factor\":40,\"mscale\":1.0,\"mscale_all_dim\":1.0,"
+    "\"original_max_position_embeddings\":4096,\"type\":\"yarn\"},\"attention_bias\":false,"
+    "\"tie_word_embeddings\":false}";
+
+/* The DeepSeek config with key k's value replaced by v (v NULL: k removed). */
+static nx_status parse_dsv3(const char *k, const char *v, nx_config *c, nx_error *e) {
+    char pat[64], *j = malloc(strlen(dsv3_config) + 64);
+    snprintf(pat, sizeof pat, "\"%s\":", k);
+    const char *at = strstr(dsv3_config, pat), *end = at + strlen(pat);
+    for (int depth = 0; depth > 0 || (*end != ',' && *end != '}'); end++) depth += (*end == '{') - (*end == '}');
+    if (*end == ',' && !v) end++;
+    sprintf(j, "%.*s%s%s%s", (int)(at - dsv3_config), dsv3_config, v ? pat : "", v ? v : "", end);
+    nx_status st = parse(j, c, e);
+    free(j);
+    return st;
+}
+
+/* Latent attention: its shapes, the one-row cache, YaRN's parameters and the softmax scale with
+ * mscale²; q_lora_rank null means a plain q_proj; what the engine does not implement is named. */
+static void test_mla(void **state) {
+    (void)state;
+    nx_config c;
+    nx_error e;
+    assert_int_equal(parse(dsv3_config, &c, &e), NX_OK);
+    assert_ptr_equal(c.family, &nx_family_deepseek_v3);
+    assert_int_equal(c.attention, NX_ATTN_MLA);
+    assert_int_equal(c.mla.q_lora_rank, 1536);
+    assert_int_equal(c.mla.kv_lora_rank, 512);
+    assert_int_equal(c.head_dim, 192);
+    assert_int_equal(c.rotary_dim, 64);
+    assert_int_equal(c.rope_pairs, NX_ROPE_INTERLEAVED);
+    assert_int_equal(c.cache_heads, 1);
+    assert_int_equal(c.cache_k, 576);
+    assert_int_equal(c.cache_v, 0);
+    assert_int_equal(c.n_group, 8);
+    assert_int_equal(c.topk_group, 4);
+    assert_true(c.yarn.factor == 40 && c.yarn.orig_max_pos == 4096 && c.yarn.truncate);
+    assert_true(fabs(c.yarn.attn_factor - 1.0) < 1e-12); /* mscale = mscale_all_dim */
+    const double m = 0.1 * log(40.0) + 1.0;
+    assert_true(fabsf(c.mla.scale - (float)(m * m / sqrt(192.0))) < 1e-7f);
+    nx_config_free(&c);
+    assert_int_equal(parse_dsv3("q_lora_rank", "null", &c, &e), NX_OK);
+    assert_int_equal(c.mla.q_lora_rank, 0);
+    nx_config_free(&c);
+    assert_int_equal(parse_dsv3("q_lora_rank", NULL, &c, &e), NX_OK); /* transformers' default */
+    assert_int_equal(c.mla.q_lora_rank, 1536);
+    nx_config_free(&c);
+    assert_int_equal(parse_dsv3("rope_scaling", "null", &c, &e), NX_OK);
+    assert_true(c.yarn.factor == 0);
+    assert_true(fabsf(c.mla.scale - (float)(1.0 / sqrt(192.0))) < 1e-7f);
+    nx_config_free(&c);
+    /* no mscale keys: YaRN's attention factor is 0.1 ln(factor) + 1 */
+    assert_int_equal(parse_dsv3("rope_scaling", "{\"type\":\"yarn\",\"factor\":4}", &c, &e), NX_OK);
+    assert_true(fabs(c.yarn.attn_factor - (0.1 * log(4.0) + 1.0)) < 1e-12 && c.yarn.orig_max_pos == 163840);
+    nx_config_free(&c);
+    static const struct {
+        const char *key, *value, *msg;
+        nx_status st;
+    } bad[] = {
+        {"kv_lora_rank", NULL, "kv_lora_rank", NX_E_CONFIG},
+        {"qk_rope_head_dim", "63", "qk_rope_head_dim", NX_E_CONFIG},
+        {"kv_lora_rank", "1000", "kv_lora_rank", NX_E_CONFIG},
+        {"scoring_func", "\"softmax\"", "scoring_func", NX_E_UNSUPPORTED},
+        {"topk_method", "\"greedy\"", "topk_method", NX_E_UNSUPPORTED},
+        {"moe_layer_freq", "2", "moe_layer_freq", NX_E_UNSUPPORTED},
+        {"attention_bias", "true", "attention_bias", NX_E_UNSUPPORTED},
+        {"rope_scaling", "{\"type\":\"yarn\",\"factor\":40,\"truncate\":3}", "rope_scaling.truncate", NX_E_CONFIG},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const nx_status st = parse_dsv3(bad[i].key, bad[i].value, &c, &e);
+        if (st != bad[i].st || !strstr(e.msg, bad[i].msg)) {
+            print_error("%s=%s: status %d (want %d), \"%s\"\n", bad[i].key, bad[i].value ? bad[i].value : "(none)", st,
+                        bad[i].st, e.msg);
+            fail();
+        }
+    }
 }
 
 static void test_quantization(void **state) {
@@ -468,7 +562,7 @@ int main(void) {
         cmocka_unit_test(test_families),      cmocka_unit_test(test_unknown_family),
         cmocka_unit_test(test_layer_types),   cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_missing_fields), cmocka_unit_test(test_bad_values),
-        cmocka_unit_test(test_quantization),  cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_quantization),  cmocka_unit_test(test_load_file), cmocka_unit_test(test_mla),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

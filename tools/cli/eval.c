@@ -199,11 +199,15 @@ int cli_inspect(int argc, char **argv) {
         printf("\"family_name\":\"%s\",\"rotary_dim\":%d,\"rope\":\"%s\",\"attn_bias\":%s,\"qk_norm\":%s,"
                "\"router\":\"%s\",\"n_group\":%d,\"topk_group\":%d,\"norm_topk_prob\":%s,\"routed_scaling\":%g,"
                "\"shared_experts\":%d,\"dense_layers\":%d,\"mtp_concat\":\"%s\",\"mtp_recycle\":\"%s\","
-               "\"mtp_zero_pos0\":%s,\"mtp_embed\":\"%s\",\"mtp_head\":\"%s\"}\n",
+               "\"mtp_zero_pos0\":%s,\"mtp_embed\":\"%s\",\"mtp_head\":\"%s\",",
                in->family_name, in->rotary_dim, in->rope, B(in->attn_bias), B(in->qk_norm), in->router, in->n_group,
                in->topk_group, B(in->norm_topk_prob), (double)in->routed_scaling, in->n_shared_experts,
                in->n_dense_layers, in->mtp_concat, in->mtp_recycle, B(in->mtp_zero_pos0), in->mtp_embed,
                in->mtp_head);
+        printf("\"attention\":\"%s\",\"rope_scaling\":\"%s\",\"q_lora_rank\":%d,\"kv_lora_rank\":%d,"
+               "\"qk_nope_head_dim\":%d,\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"kv_bytes_per_token_expanded\":%llu}\n",
+               in->attention, in->rope_scaling, in->q_lora_rank, in->kv_lora_rank, in->qk_nope_head_dim,
+               in->qk_rope_head_dim, in->v_head_dim, (unsigned long long)in->kv_bytes_per_token_expanded);
     } else {
         char wb[32], kb[32], mb[32];
         human((double)in->weight_bytes, wb, sizeof wb);
@@ -214,8 +218,14 @@ int cli_inspect(int argc, char **argv) {
         printf("weights       %s, %s mapped\n", in->weight_dtype, wb);
         printf("shape         vocab %d, hidden %d, %d layers, %d heads / %d kv heads x %d\n", in->vocab_size,
                in->hidden_size, in->n_layers, in->n_heads, in->n_kv_heads, in->head_dim);
-        printf("attention     rope %s on %d of %d dims, q/k/v bias %s, qk-norm %s\n", in->rope, in->rotary_dim,
-               in->head_dim, in->attn_bias ? "yes" : "no", in->qk_norm ? "yes" : "no");
+        if (in->kv_lora_rank)
+            printf("attention     latent (MLA): q LoRA %d, kv latent %d, heads of %d nope + %d rope dims, values "
+                   "%d; rope %s%s\n", in->q_lora_rank, in->kv_lora_rank, in->qk_nope_head_dim, in->qk_rope_head_dim,
+                   in->v_head_dim, in->rope, strcmp(in->rope_scaling, "none") ? " + yarn" : "");
+        else
+            printf("attention     rope %s%s on %d of %d dims, q/k/v bias %s, qk-norm %s\n", in->rope,
+                   strcmp(in->rope_scaling, "none") ? " + yarn" : "", in->rotary_dim, in->head_dim,
+                   in->attn_bias ? "yes" : "no", in->qk_norm ? "yes" : "no");
         printf("experts       %d routed, top-%d (MTP layer: %d), %d shared, %d dense layers\n", in->n_experts,
                in->top_k, in->mtp_n_experts, in->n_shared_experts, in->n_dense_layers);
         printf("router        %s, groups %d keep %d, norm_topk_prob %s, scaling %g\n", in->router, in->n_group,
@@ -228,7 +238,13 @@ int cli_inspect(int argc, char **argv) {
                in->mtp_embed, in->mtp_head);
         printf("tokenizer     %s\n", nx_model_tokenizer(m) ? "tokenizer.json" : "none");
         printf("chat template %s\n", nx_model_chat_template(m) ? "yes" : "no");
-        printf("kv cache      %s per token (%s)\n", kb, in->kv_type);
+        if (in->kv_bytes_per_token_expanded != in->kv_bytes_per_token) {
+            char xb[32];
+            human((double)in->kv_bytes_per_token_expanded, xb, sizeof xb);
+            printf("kv cache      %s per token (%s; full keys and values would take %s)\n", kb, in->kv_type, xb);
+        } else {
+            printf("kv cache      %s per token (%s)\n", kb, in->kv_type);
+        }
         printf("memory        %s for a %lld-token context\n", mb, (long long)ctx);
     }
     nx_model_free(m);
