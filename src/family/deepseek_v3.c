@@ -1,4 +1,4 @@
-/* DeepSeek-V3 / V3.1 (deepseek_v3, DeepseekV3ForCausalLM; docs/design.md §13, checked against
+/* DeepSeek-V3 / V3.1 (deepseek_v3, DeepseekV3ForCausalLM; docs/design.md §12.3, checked against
  * transformers' deepseek_v3, vLLM's deepseek_v2.py + deepseek_mtp.py and mlx-lm's deepseek_v3.py):
  * multi-head latent attention with YaRN (its mscale² in the softmax scale), the sigmoid router
  * with a selection bias limited to topk_group of n_group groups, a shared expert, leading dense

@@ -1,4 +1,4 @@
-/* GLM-4.7-Flash (glm4_moe_lite, Glm4MoeLiteForCausalLM; docs/design.md §13, checked against
+/* GLM-4.7-Flash (glm4_moe_lite, Glm4MoeLiteForCausalLM; docs/design.md §12.3, checked against
  * transformers' glm4_moe_lite, vLLM's deepseek_v2.py + glm4_moe_lite_mtp.py and mlx-lm's
  * glm4_moe_lite.py): DeepSeek's multi-head latent attention (q LoRA, compressed latent KV,
  * interleaved RoPE on the roped key part) with GLM's MoE (sigmoid router, selection bias, shared

@@ -236,7 +236,7 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
 
 /* ---------------------------------------------------------------- latent attention */
 
-/* Multi-head latent attention (docs/design.md §13) in the absorbed form, for every row count:
+/* Multi-head latent attention (docs/design.md §12.3) in the absorbed form, for every row count:
  * the cache holds per position only [kv_a_norm(latent) | roped k_pe] (cache_k values); each
  * head's query is taken into that space, q_lat = [wk_b_h · q_nope | rope(q_pe)], so a score is
  * one dot product with a cache row, and the weighted sum of the cached latents leaves it through

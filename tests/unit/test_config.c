@@ -396,7 +396,7 @@ static void test_bad_values(void **state) {
     expect_err("num_attention_heads", "\"num_attention_heads\":16777216", NX_E_CONFIG, "overflow");
 }
 
-/* DeepSeek-V3's config.json (deepseek-ai/DeepSeek-V3; docs/design.md §13), cut to its attention,
+/* DeepSeek-V3's config.json (deepseek-ai/DeepSeek-V3; docs/design.md §12.3), cut to its attention,
  * routing and RoPE keys. */
 static const char *dsv3_config =
     "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"model_type\":\"deepseek_v3\",\"vocab_size\":129280,"
