@@ -19,11 +19,12 @@ static const char *usage_convert =
     "usage: nextn convert SRC DST [--bits B] [--group-size G] [--mtp-bits B2] [--mtp-group-size G2]\n"
     "                     [--keep PATTERN=SPEC ...] [--no-mtp] [--shard-size GB] [--force] [--quiet]\n"
     "\n"
-    "Converts a hy_v3 or glm4_moe checkpoint (HF/Tencent or MLX layout; bf16/f16/f32 or MLX affine\n"
-    "quantized) into\n"
-    "an MLX-layout affine-quantized one as mlx-lm writes it: stacked switch_mlp experts, a\n"
-    "`quantization` block with per-module overrides in config.json, model.safetensors (or shards\n"
-    "of at most --shard-size GB, default 5) and model.safetensors.index.json.\n"
+    "Converts a hy_v3, glm4_moe, glm4_moe_lite or deepseek_v3 checkpoint (HF/Tencent or MLX layout;\n"
+    "bf16/f16/f32 or MLX affine quantized) into an MLX-layout affine-quantized one as mlx-lm writes\n"
+    "it: stacked switch_mlp experts, latent attention's kv_b_proj split per head into embed_q (key\n"
+    "half, transposed) and unembed_out (value half), a `quantization` block with per-module\n"
+    "overrides in config.json, model.safetensors (or shards of at most --shard-size GB, default 5)\n"
+    "and model.safetensors.index.json.\n"
     "\n"
     "  --bits B            trunk bits: 2, 3, 4, 5, 6 or 8 (default 4)\n"
     "  --group-size G      32, 64 or 128 (default 64)\n"
@@ -38,10 +39,9 @@ static const char *usage_convert =
     "  --force             replace the model files of an existing DST\n"
     "  --quiet             no notes\n"
     "\n"
-    "The router gate follows the family's mlx-lm recipe (hy_v3: 8-bit group 64; glm4_moe: float);\n"
-    "norms and expert_bias stay\n"
-    "float; a module whose input dim the group does not divide stays float (as mlx-lm does). The\n"
-    "head goes to model-mtp.safetensors.\n";
+    "The router gate follows the family's mlx-lm recipe (hy_v3: 8-bit group 64; the others: float);\n"
+    "norms and expert_bias stay float; a module whose input dim the group does not divide stays\n"
+    "float (as mlx-lm does). The head goes to model-mtp.safetensors.\n";
 
 static const char *usage_graft =
     "usage: nextn graft BASE HEAD_SOURCE [-o DST] [--bits B [--group-size G] | --keep-dtype]\n"

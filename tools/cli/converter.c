@@ -156,8 +156,12 @@ typedef struct item {
     part *parts;
     int64_t n_parts;
     const char *src_name; /* a source tensor name, for messages */
+    int derive;        /* DERIVE_*: a matrix made of rows of the source's head blocks */
     /* geometry */
     int64_t per_part, mats, out, in;
+    /* matrix m of a part reads the source rows m·blk_stride + blk_off onwards: `out` of them
+     * (DERIVE_KT: `in` of them, transposed) of src_in columns each */
+    int64_t blk_stride, blk_off, src_in;
     bool stacked;      /* output is [mats, out, in] */
     nx_dtype wdtype;   /* source weight dtype */
     int sbits, sgroup; /* source quantization (0: float) */
@@ -241,6 +245,47 @@ static nx_status plan_get(plan *p, const char *path, item **out, nx_error *err) 
 
 enum { WANT_ALL, WANT_TRUNK, WANT_MTP };
 
+/* Multi-head latent attention's kv_b_proj ([n_heads·(qk_nope + v_head_dim), kv_lora_rank]) is
+ * written as mlx-lm's sanitize() splits it: per head the key rows transposed (embed_q,
+ * [n_heads, kv_lora_rank, qk_nope]) and the value rows (unembed_out, [n_heads, v_head_dim,
+ * kv_lora_rank]); both are items reading the one source tensor. */
+enum { DERIVE_NONE, DERIVE_ROWS, DERIVE_KT };
+#define MLA_KVB ".self_attn.kv_b_proj"
+static const struct {
+    const char *name;
+    int derive;
+} MLA_SPLIT[] = {{".self_attn.embed_q", DERIVE_KT}, {".self_attn.unembed_out", DERIVE_ROWS}};
+
+/* Adds source tensor t as role (0 weight, 1 scales, 2 biases) of expert e (-1: none) of the item
+ * at `name`. */
+static nx_status plan_add(plan *p, const char *name, const nx_tensor *t, int role, int64_t e, bool suffix, bool mtp,
+                          int derive, nx_error *err) {
+    item *it;
+    nx_status s = plan_get(p, name, &it, err);
+    if (s) return s;
+    if (it->n_parts == 0) {
+        it->suffix = suffix;
+        it->mtp = mtp;
+        it->experts = e >= 0;
+        it->src_name = t->name;
+        it->derive = derive;
+    } else if (it->experts != (e >= 0) || it->derive != derive || (role == 0 && it->suffix != suffix)) {
+        return nx_fail(err, NX_E_FORMAT, "tensors %s and %s both map to %s", it->src_name, t->name, name);
+    }
+    int64_t idx = e >= 0 ? e : 0;
+    if (idx >= it->n_parts) {
+        part *np = realloc(it->parts, (size_t)(idx + 1) * sizeof *np);
+        if (!np) return nx_fail(err, NX_E_NOMEM, "out of memory");
+        memset(np + it->n_parts, 0, (size_t)(idx + 1 - it->n_parts) * sizeof *np);
+        it->parts = np;
+        it->n_parts = idx + 1;
+    }
+    const nx_tensor **slot = role == 0 ? &it->parts[idx].w : role == 1 ? &it->parts[idx].s : &it->parts[idx].b;
+    if (*slot) return nx_fail(err, NX_E_FORMAT, "tensors %s and %s both map to %s", (*slot)->name, t->name, name);
+    *slot = t;
+    return NX_OK;
+}
+
 /* Adds every tensor of `st` (selected by `want`) to the plan under its output name. */
 static nx_status plan_collect(plan *p, const nx_family *fam, const nx_store *st, int32_t n_layers, int want, const nx_convert_hooks *h,
                               nx_error *err) {
@@ -270,28 +315,19 @@ static nx_status plan_collect(plan *p, const nx_family *fam, const nx_store *st,
         else if (ends(name, ".scales")) name[len - 7] = 0, role = 1;
         else if (ends(name, ".biases")) name[len - 7] = 0, role = 2;
         else suffix = false;
-        item *it;
-        nx_status s = plan_get(p, name, &it, err);
-        if (s) return s;
-        if (it->n_parts == 0) {
-            it->suffix = suffix;
-            it->mtp = mtp;
-            it->experts = e >= 0;
-            it->src_name = t->name;
-        } else if (it->experts != (e >= 0) || (role == 0 && it->suffix != suffix)) {
-            return nx_fail(err, NX_E_FORMAT, "tensors %s and %s both map to %s", it->src_name, t->name, name);
+        nx_status s;
+        size_t nl = strlen(name);
+        if (fam->attention == NX_ATTN_MLA && ends(name, MLA_KVB)) {
+            for (size_t k = 0; k < sizeof MLA_SPLIT / sizeof *MLA_SPLIT; k++) {
+                if (nl - strlen(MLA_KVB) + strlen(MLA_SPLIT[k].name) >= sizeof name)
+                    return nx_fail(err, NX_E_FORMAT, "tensor %.200s...: name too long", t->name);
+                char dn[NAME_CAP];
+                snprintf(dn, sizeof dn, "%.*s%s", (int)(nl - strlen(MLA_KVB)), name, MLA_SPLIT[k].name);
+                if ((s = plan_add(p, dn, t, role, e, suffix, mtp, MLA_SPLIT[k].derive, err))) return s;
+            }
+            continue;
         }
-        int64_t idx = e >= 0 ? e : 0;
-        if (idx >= it->n_parts) {
-            part *np = realloc(it->parts, (size_t)(idx + 1) * sizeof *np);
-            if (!np) return nx_fail(err, NX_E_NOMEM, "out of memory");
-            memset(np + it->n_parts, 0, (size_t)(idx + 1 - it->n_parts) * sizeof *np);
-            it->parts = np;
-            it->n_parts = idx + 1;
-        }
-        const nx_tensor **slot = role == 0 ? &it->parts[idx].w : role == 1 ? &it->parts[idx].s : &it->parts[idx].b;
-        if (*slot) return nx_fail(err, NX_E_FORMAT, "tensors %s and %s both map to %s", (*slot)->name, t->name, name);
-        *slot = t;
+        if ((s = plan_add(p, name, t, role, e, suffix, mtp, DERIVE_NONE, err))) return s;
     }
     return NX_OK;
 }
@@ -301,7 +337,11 @@ static nx_status plan_collect(plan *p, const nx_family *fam, const nx_store *st,
 static nx_status source_quant(const item *it, const nx_config *cfg, int64_t packed, int64_t ngroups, int *bits,
                               int *group, nx_error *err) {
     int cb = 0, cg = 0;
-    if (nx_config_quant_for(cfg, it->path, &cb, &cg) && cb > 0 && packed * 32 == (int64_t)cb * cg * ngroups) {
+    char src[NAME_CAP]; /* a derived item's source module */
+    const char *wn = it->parts[0].w->name;
+    if (it->derive) snprintf(src, sizeof src, "%.*s", (int)(strlen(wn) - strlen(".weight")), wn);
+    if (nx_config_quant_for(cfg, it->derive ? src : it->path, &cb, &cg) && cb > 0 &&
+        packed * 32 == (int64_t)cb * cg * ngroups) {
         *bits = cb;
         *group = cg;
         return NX_OK;
@@ -320,6 +360,35 @@ static nx_status source_quant(const item *it, const nx_config *cfg, int64_t pack
                    "tensor %s: cannot tell its bits/group size (%lld packed words, %lld groups per row%s)",
                    it->src_name, (long long)packed, (long long)ngroups,
                    n ? "; several widths fit and config.json does not say" : "; no supported width fits");
+}
+
+/* The geometry of one half of an MLA kv_b_proj (see MLA_SPLIT) from the source's. */
+static nx_status item_derive(item *it, const nx_config *cfg, nx_error *err) {
+    const int64_t nh = cfg->n_heads, nope = cfg->mla.qk_nope, v = cfg->mla.v_head_dim, r = cfg->mla.kv_lora_rank;
+    const char *w = it->parts[0].w->name;
+    if (it->stacked)
+        return nx_fail(err, NX_E_FORMAT, "tensor %s: expected one [n_heads*(qk_nope_head_dim + v_head_dim), "
+                                         "kv_lora_rank] matrix, got a stacked one", w);
+    if (nh <= 0 || nope <= 0 || v <= 0 || it->out != nh * (nope + v))
+        return nx_fail(err, NX_E_FORMAT,
+                       "tensor %s: %lld rows do not split into num_attention_heads %lld heads of qk_nope_head_dim "
+                       "%lld + v_head_dim %lld rows", w, (long long)it->out, (long long)nh, (long long)nope,
+                       (long long)v);
+    if (it->in != r)
+        return nx_fail(err, NX_E_FORMAT, "tensor %s: input dim %lld is not kv_lora_rank %lld", w, (long long)it->in,
+                       (long long)r);
+    it->blk_stride = nope + v;
+    it->per_part = it->mats = nh;
+    it->stacked = true;
+    if (it->derive == DERIVE_KT) {
+        it->blk_off = 0;
+        it->out = r;
+        it->in = nope;
+    } else {
+        it->blk_off = nope;
+        it->out = v;
+    }
+    return NX_OK;
 }
 
 /* Checks the parts of one item and derives its geometry and source format. */
@@ -342,7 +411,9 @@ static nx_status item_resolve(item *it, const nx_config *cfg, nx_error *err) {
     bool quant = p0->s != NULL;
     it->linear = quant || (is_float(w->dtype) && w->n_dims >= 2 && it->suffix);
     if (!it->linear) {
-        if (it->experts) return nx_fail(err, NX_E_FORMAT, "tensor %s: per-expert tensor is not a matrix", w->name);
+        if (it->experts || it->derive)
+            return nx_fail(err, NX_E_FORMAT, "tensor %s: %s is not a matrix", w->name,
+                           it->experts ? "per-expert tensor" : "kv_b_proj");
         if (w->dtype == NX_DTYPE_U32 && w->n_dims >= 2)
             return nx_fail(err, NX_E_FORMAT, "tensor %s: U32 (quantized) weight without %s.scales", w->name, it->path);
         it->bytes = w->nbytes;
@@ -392,7 +463,10 @@ static nx_status item_resolve(item *it, const nx_config *cfg, nx_error *err) {
     }
     it->mats = it->per_part * it->n_parts;
     it->stacked = nd == 3 || it->experts;
-    return NX_OK;
+    it->blk_stride = it->out;
+    it->blk_off = 0;
+    it->src_in = it->in;
+    return it->derive ? item_derive(it, cfg, err) : NX_OK;
 }
 
 /* Output precision of a linear item: bits == 0 keeps it float in fd (NX_DTYPE_COUNT: the
@@ -403,12 +477,12 @@ static void item_decide(item *it, int bits, int group, nx_dtype fd) {
     it->group = bits ? group : 0;
     if (bits) {
         it->odtype = it->sdtype;
-        it->copy = it->sbits == bits && it->sgroup == group;
+        it->copy = !it->derive && it->sbits == bits && it->sgroup == group;
         uint64_t row = (uint64_t)it->in * (uint64_t)bits / 8 + 2 * (uint64_t)(it->in / group) * nx_dtype_size(it->odtype);
         it->bytes = (uint64_t)it->mats * (uint64_t)it->out * row;
     } else {
         it->odtype = fd != NX_DTYPE_COUNT ? fd : it->sdtype;
-        it->copy = it->sbits == 0 && it->wdtype == it->odtype;
+        it->copy = !it->derive && it->sbits == 0 && it->wdtype == it->odtype;
         it->bytes = (uint64_t)it->mats * (uint64_t)it->out * (uint64_t)it->in * nx_dtype_size(it->odtype);
     }
 }
@@ -438,7 +512,7 @@ static void item_choose(item *it, int bits, int group, const nx_family *recipe, 
         fd = rules[r].dtype;
     }
     /* mlx-lm skips modules whose input dim the group does not divide */
-    if (bits && (bits != it->sbits || group != it->sgroup) && it->in % group != 0) {
+    if (bits && (it->derive || bits != it->sbits || group != it->sgroup) && it->in % group != 0) {
         note(h, "%s stays float: its input dim %lld is not divisible by the group size %d", it->path,
              (long long)it->in, group);
         bits = 0;
@@ -473,22 +547,23 @@ static nx_status pwrite_all(int fd, const void *buf, size_t n, uint64_t off, con
     return NX_OK;
 }
 
-/* The view of matrix k of an item as an nx_linear over its source tensors. */
+/* The view of the source rows of matrix k of an item as an nx_linear over its source tensors
+ * (DERIVE_KT: the `in` rows it transposes). */
 static nx_linear item_view(const item *it, int64_t k) {
     const part *pt = &it->parts[k / it->per_part];
-    int64_t m = k % it->per_part;
-    nx_linear L = {.dtype = it->wdtype, .out = it->out, .in = it->in};
+    const size_t row0 = (size_t)((k % it->per_part) * it->blk_stride + it->blk_off);
+    nx_linear L = {.dtype = it->wdtype, .out = it->derive == DERIVE_KT ? it->in : it->out, .in = it->src_in};
     if (it->sbits) {
-        size_t wrow = (size_t)it->in * (size_t)it->sbits / 8;
-        size_t srow = (size_t)(it->in / it->sgroup) * nx_dtype_size(it->sdtype);
-        L.w = pt->w->data + (size_t)m * (size_t)it->out * wrow;
+        size_t wrow = (size_t)it->src_in * (size_t)it->sbits / 8;
+        size_t srow = (size_t)(it->src_in / it->sgroup) * nx_dtype_size(it->sdtype);
+        L.w = pt->w->data + row0 * wrow;
         L.bits = it->sbits;
         L.group = it->sgroup;
         L.sdtype = it->sdtype;
-        L.scales = pt->s->data + (size_t)m * (size_t)it->out * srow;
-        L.biases = pt->b->data + (size_t)m * (size_t)it->out * srow;
+        L.scales = pt->s->data + row0 * srow;
+        L.biases = pt->b->data + row0 * srow;
     } else {
-        L.w = pt->w->data + (size_t)m * (size_t)it->out * (size_t)it->in * nx_dtype_size(it->wdtype);
+        L.w = pt->w->data + row0 * (size_t)it->src_in * nx_dtype_size(it->wdtype);
     }
     return L;
 }
@@ -508,13 +583,22 @@ static void conv_worker(void *arg, int ith, int nth) {
     long long a, e;
     nx_pool_split(j->r1 - j->r0, ith, nth, &a, &e);
     if (a >= e) return;
+    /* DERIVE_KT: output row c is column c of the view's rows, decoded once per job and worker */
+    const bool kt = it->derive == DERIVE_KT;
     float *row = malloc((size_t)it->in * sizeof *row);
-    if (!row) {
+    float *blk = kt ? malloc((size_t)(it->in * it->src_in) * sizeof *blk) : NULL;
+    if (!row || (kt && !blk)) {
+        free(row);
+        free(blk);
         j->oom = true;
         return;
     }
+    for (int64_t k = 0; kt && k < it->in; k++) nx_linear_get_row(&j->L, k, blk + k * it->src_in);
     for (long long i = a; i < e; i++) {
-        nx_linear_get_row(&j->L, j->r0 + i, row);
+        if (kt)
+            for (int64_t k = 0; k < it->in; k++) row[k] = blk[k * it->src_in + j->r0 + i];
+        else
+            nx_linear_get_row(&j->L, j->r0 + i, row);
         if (it->bits)
             nx_quantize_row(row, it->in, it->bits, it->group, it->odtype, (uint32_t *)(void *)(j->w + (size_t)i * j->wrow),
                             j->s + (size_t)i * j->srow, j->b + (size_t)i * j->srow);
@@ -522,6 +606,7 @@ static void conv_worker(void *arg, int ith, int nth) {
             nx_store_floats(it->odtype, row, j->w + (size_t)i * j->wrow, it->in);
     }
     free(row);
+    free(blk);
 }
 
 /* Writes the data of one item at data offset `base` of the open file. */
@@ -827,7 +912,8 @@ static void stats_fill(nx_convert_stats *s, const plan *p, const nx_family *fam)
             if (it->bits) s->n_quantized++;
             else s->n_float++;
         }
-        for (int64_t k = 0; k < it->n_parts; k++) {
+        /* the two halves of an MLA kv_b_proj read one source tensor: counted once */
+        for (int64_t k = 0; k < it->n_parts && it->derive != DERIVE_KT; k++) {
             const part *pt = &it->parts[k];
             s->src_bytes += pt->w->nbytes + (pt->s ? pt->s->nbytes + pt->b->nbytes : 0);
         }
@@ -1008,6 +1094,11 @@ static nx_status graft_compatible(const nx_config *b, const nx_config *h, const 
         {"rotary dims (partial_rotary_factor)", offsetof(nx_config, rotary_dim)},
         {"n_group", offsetof(nx_config, n_group)},
         {"topk_group", offsetof(nx_config, topk_group)},
+        {"q_lora_rank", offsetof(nx_config, mla.q_lora_rank)},
+        {"kv_lora_rank", offsetof(nx_config, mla.kv_lora_rank)},
+        {"qk_nope_head_dim", offsetof(nx_config, mla.qk_nope)},
+        {"qk_rope_head_dim", offsetof(nx_config, mla.qk_rope)},
+        {"v_head_dim", offsetof(nx_config, mla.v_head_dim)},
     };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
         int32_t vb, vh;

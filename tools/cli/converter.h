@@ -1,4 +1,4 @@
-/* Checkpoint conversion: any supported hy_v3 checkpoint (Tencent or MLX layout, float or
+/* Checkpoint conversion: a checkpoint of any supported family (HF/Tencent or MLX layout, float or
  * already affine-quantized) → an MLX-layout, affine-quantized one as mlx-lm writes it, with
  * the MTP head in a model-mtp.safetensors sidecar; and grafting a head from one checkpoint
  * onto another of the same family. An offline tool linked into the nextn command, not part of
