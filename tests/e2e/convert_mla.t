@@ -258,6 +258,14 @@ for fam, f in FAMILIES.items():
     t.ok(config(d(fam + "-q8-graft"))["quantization"] == q, f"{fam} graft: config.json's quantization block "
          "equals convert's")
 
+    nextn("convert", src, d(fam + "-float-nohead"), "--keep", "*=float", "--no-mtp", "--quiet")
+    nextn("graft", d(fam + "-float-nohead"), src, "-o", d(fam + "-float-graft"), "--keep-dtype", "--quiet")
+    gl, gm = logits(d(fam + "-float-graft"), fam + "-float-graft")
+    exact(f"{fam} float graft (--keep-dtype): MTP logits equal the source's bit for bit", gm, sm)
+    hd = headers(d(fam + "-float-graft"))
+    t.ok(hd.get(mtp + "self_attn.embed_q.weight") == (f["dtype"], (nh, KV_LORA, nope), "model-mtp.safetensors")
+         and not any("kv_b_proj" in k for k in hd), f"{fam} float graft: the head's kv_b_proj split in the sidecar")
+
     # ------------------------------------------------------------ sources in mlx-lm's split form
     nextn("convert", fl, d(fam + "-float-q8"), "--bits", "8", "--quiet")
     a, b = tensors(q8, raw=True), tensors(d(fam + "-float-q8"), raw=True)
