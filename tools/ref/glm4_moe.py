@@ -52,12 +52,15 @@ from safetensors_io import read_dir_tensors  # noqa: E402  (format helper: files
 
 
 class GlmConfig:
-    """config.json of a glm4_moe checkpoint, keys as the HF GLM-4.5 config spells them."""
+    """config.json of a glm4_moe checkpoint, keys as the HF GLM-4.5 config spells them.  The MoE,
+    router and MTP keys are shared with the MLA families (tools/ref/mla.py subclasses this)."""
+
+    MODEL_TYPES = ("glm4_moe",)
 
     def __init__(self, d):
         self.raw = d
-        if d.get("model_type") not in (None, "glm4_moe"):
-            raise ValueError(f"config.json: model_type {d.get('model_type')!r} is not glm4_moe")
+        if d.get("model_type") not in (None, *self.MODEL_TYPES):
+            raise ValueError(f"config.json: model_type {d.get('model_type')!r} is not {' or '.join(self.MODEL_TYPES)}")
         need = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
         for k in need:
             if k not in d:
@@ -79,14 +82,7 @@ class GlmConfig:
         self.n_group = d.get("n_group") or 1
         self.topk_group = d.get("topk_group") or 1
         self.rms_norm_eps = float(d.get("rms_norm_eps", 1e-5))
-        rp = d.get("rope_parameters") or {}
-        rs = d.get("rope_scaling")
-        if rs and rs.get("rope_type", rs.get("type", "default")) != "default":
-            raise ValueError(f"config.json: rope_scaling {rs} is not supported by the reference")
-        if rp.get("rope_type", "default") != "default":
-            raise ValueError(f"config.json: rope_parameters.rope_type {rp.get('rope_type')} not supported")
-        self.rope_theta = float(rp.get("rope_theta", d.get("rope_theta", 10000.0)))
-        self.partial_rotary_factor = float(rp.get("partial_rotary_factor", d.get("partial_rotary_factor", 0.5)))
+        self.parse_rope(d)
         self.attention_bias = bool(d.get("attention_bias", False))
         self.use_qk_norm = bool(d.get("use_qk_norm", False))
         self.num_nextn_predict_layers = d.get("num_nextn_predict_layers", 0)
@@ -99,6 +95,16 @@ class GlmConfig:
         self.quantization = q if isinstance(q, dict) else None
         if self.n_routed_experts and self.n_routed_experts % self.n_group:
             raise ValueError("config.json: n_routed_experts not divisible by n_group")
+
+    def parse_rope(self, d):
+        rp = d.get("rope_parameters") or {}
+        rs = d.get("rope_scaling")
+        if rs and rs.get("rope_type", rs.get("type", "default")) != "default":
+            raise ValueError(f"config.json: rope_scaling {rs} is not supported by the reference")
+        if rp.get("rope_type", "default") != "default":
+            raise ValueError(f"config.json: rope_parameters.rope_type {rp.get('rope_type')} not supported")
+        self.rope_theta = float(rp.get("rope_theta", d.get("rope_theta", 10000.0)))
+        self.partial_rotary_factor = float(rp.get("partial_rotary_factor", d.get("partial_rotary_factor", 0.5)))
 
     @property
     def rotary_dim(self):
@@ -173,10 +179,13 @@ def normalize_names(t):
 
 
 class GlmReference:
-    """Float32 numpy forward of a glm4_moe checkpoint: trunk and MTP layer."""
+    """Float32 numpy forward of a glm4_moe checkpoint: trunk and MTP layer.  Subclasses replace
+    config_cls and attention() (tools/ref/mla.py)."""
+
+    config_cls = GlmConfig
 
     def __init__(self, model_dir, mtp_zero_pos0=True):
-        self.cfg = cfg = GlmConfig.load(model_dir)
+        self.cfg = cfg = self.config_cls.load(model_dir)
         self.w = normalize_names(read_dir_tensors(model_dir, cfg.quantization))
         if "lm_head.weight" not in self.w or cfg.tie_word_embeddings:
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
@@ -286,8 +295,8 @@ class GlmReference:
         return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description="glm4_moe float32 reference forward")
+def main(ref_cls=GlmReference, description="glm4_moe float32 reference forward"):
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokens", required=True, help="comma-separated token ids")
     ap.add_argument("--logits", help="trunk logits [T, vocab] (.npy)")
@@ -298,7 +307,7 @@ def main():
     ap.add_argument("--mtp-zero-pos0", choices=("on", "off"), default="on",
                     help="zero the MTP embedding at position 0 as vLLM does (default on)")
     a = ap.parse_args()
-    ref = GlmReference(a.model, mtp_zero_pos0=a.mtp_zero_pos0 == "on")
+    ref = ref_cls(a.model, mtp_zero_pos0=a.mtp_zero_pos0 == "on")
     toks = [int(t) for t in a.tokens.replace(" ", ",").split(",") if t]
     if not toks:
         ap.error("--tokens is empty")

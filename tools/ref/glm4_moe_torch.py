@@ -30,8 +30,10 @@ def rotate_half(x):
 
 
 class TorchGlm:
+    config_cls = GlmConfig
+
     def __init__(self, model_dir, mtp_zero_pos0=True):
-        self.c = c = GlmConfig.load(model_dir)
+        self.c = c = self.config_cls.load(model_dir)
         self.w = {k: torch.from_numpy(v.copy()) for k, v in
                   normalize_names(read_dir_tensors(model_dir, c.quantization)).items()}
         self.lm_head = self.w.get("lm_head.weight", self.w["model.embed_tokens.weight"])
