@@ -13,6 +13,7 @@
   has no MTP layer; MLX 8- and 4-bit stay close to bf16, and group 64 leaves embed_q (input nope =
   32) unquantized while unembed_out (input kv_lora = 64) is quantized;
 * zeroing the MTP embedding at position 0 changes MTP row 0 only, and MTP rows are causal;
+* the command line writes what forward() and greedy() return;
 * the numpy reference and the PyTorch forward (tools/ref/mla_torch.py, transformers' way) agree on
   GLM-4.7-Flash-like, DeepSeek-like (q_lora null, 2 of 4 groups, YaRN, own head) and YaRN with
   mscale != mscale_all_dim shapes.
@@ -187,6 +188,20 @@ def check_layouts(tmp, fam):
     print("%s mtp position-0 masking and causality ok" % fam)
 
 
+def check_cli(tmp, d):
+    """tools/ref/mla.py's command line writes what forward() and greedy() return."""
+    outs = [os.path.join(tmp, n + ".npy") for n in ("l", "m", "pre", "post")]
+    r = subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "tools", "ref", "mla.py"), "--model", d,
+                        "--tokens", ",".join(map(str, TOKS)), "--logits", outs[0], "--mtp-logits", outs[1],
+                        "--hidden-pre", outs[2], "--hidden-post", outs[3], "--greedy", "4"],
+                       capture_output=True, text=True, check=True)
+    ref = MlaReference(d)
+    want = ref.forward(TOKS)
+    assert all(np.array_equal(np.load(o), w) for o, w in zip(outs, want))
+    assert r.stdout.split() == [str(x) for x in ref.greedy(TOKS, 4)]
+    print("command line ok")
+
+
 def torch_parity(d):
     try:
         from mla_torch import TorchMla
@@ -210,6 +225,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for fam in ("glm4_moe_lite", "deepseek_v3"):
             check_layouts(tmp, fam)
+        check_cli(tmp, os.path.join(tmp, "glm4_moe_lite-h"))
         torch_parity(os.path.join(tmp, "glm4_moe_lite-h"))
         torch_parity(gen(tmp, "ds-groups-yarn", "--family", "deepseek_v3", "--q-lora-rank", "0", "--experts", "16",
                          "--n-group", "4", "--topk-group", "2", "--topk", "4", "--yarn", "40", "--mtp-head", "own",
