@@ -4,7 +4,7 @@
 * interleaved RoPE turns pairs (2i, 2i+1) by pos * theta^(-2i/d); YaRN's ramp, frequencies and
   attention factor on hand-computed numbers; the softmax scale's mscale^2;
 * configs the reference does not model (rope_interleave false, attention biases, an explicit
-  attention_factor, num_key_value_heads != heads) are refused by name;
+  attention_factor, num_key_value_heads != heads, partial_rotary_factor != 1) are refused by name;
 * mlx-lm's embed_q / unembed_out split folds back into kv_b_proj exactly;
 * the absorbed form (key half folded into the query, value half applied after attention over the
   latent cache, as the engine decodes) gives the naive attention's output on a real layer;
@@ -89,7 +89,7 @@ def check_config_errors():
            dict(rope_scaling=dict(type="yarn", factor=4, attention_factor=1.2, original_max_position_embeddings=64)),
            dict(rope_scaling=dict(type="yarn", factor=4)), dict(rope_scaling=dict(type="dynamic", factor=4)),
            dict(qk_rope_head_dim=15), dict(model_type="glm4_moe"), dict(kv_lora_rank=None),
-           dict(mlp_layer_types=["sparse"], first_k_dense_replace=1)]
+           dict(mlp_layer_types=["sparse"], first_k_dense_replace=1), dict(partial_rotary_factor=0.5)]
     for kw in bad:
         try:
             MlaConfig(base_cfg(**kw))

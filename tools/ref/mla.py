@@ -102,6 +102,10 @@ class MlaConfig(GlmConfig):
         rs.update(rp)
         kind = rs.get("rope_type", rs.get("type", "default")) or "default"
         self.rope_theta = float(rs.get("rope_theta", d.get("rope_theta", 10000.0)))
+        # transformers rotates head_dim (= qk_rope_head_dim) x partial_rotary_factor dims of the rope part
+        prf = rs.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
+        if prf != 1.0:
+            raise ValueError(f"config.json: partial_rotary_factor {prf} is not 1 (MLA rotates all rope dims)")
         self.partial_rotary_factor = 1.0
         self.yarn = None
         if kind == "default":
