@@ -10,6 +10,7 @@ BIG=${NEXTN_BIG_MODEL:-/tmp/nextn-bench-big}
 BIGQ4=${NEXTN_BIG_Q4_MODEL:-/tmp/nextn-bench-big36-q4}
 HY3Q4=${NEXTN_HY3_Q4_MODEL:-/tmp/nextn-bench-hy3shape-q4}
 GLMQ4=${NEXTN_GLM_Q4_MODEL:-/tmp/nextn-bench-glmshape-q4}
+FLASHQ4=${NEXTN_FLASH_Q4_MODEL:-/tmp/nextn-bench-flashshape-q4}
 N=${NEXTN_BENCH_TOKENS:-96}
 
 echo "== memory read bandwidth"
@@ -172,3 +173,41 @@ drop_from_cache "$GLMQ4"
 $NEXTN inspect -m "$GLMQ4" | grep -E "weights|shape|parameters"
 echo "== 4-bit GLM-shaped model: AR decode against the bandwidth"
 decode_vs_bw "4-bit GLM-shaped" "$GLMQ4"
+
+# A 4-bit glm4_moe_lite model with GLM-4.7-Flash's layer shapes (hidden 2048, 20 heads of
+# multi-head latent attention: q LoRA 768, latent 512 + 64 roped dims, 192 nope / 256 value dims;
+# 64 experts of 1536 top-4 + a shared expert, a 10240-wide dense first layer), cut to a few
+# layers, MTP head in an MLX sidecar (kv_b_proj split into embed_q / unembed_out as mlx-lm
+# writes it), written 4-bit g64 directly (once).
+if [ ! -f "$FLASHQ4/config.json" ]; then
+    echo "== generating the 4-bit GLM-4.7-Flash-shaped model in $FLASHQ4"
+    /usr/bin/python3 tests/ref/make_random_mla.py --family glm4_moe_lite --preset flash-bench --layout mlx \
+        --mtp sidecar --quant 4:64 --seed 41 --out "$FLASHQ4"
+fi
+drop_from_cache "$FLASHQ4"
+$NEXTN inspect -m "$FLASHQ4" | grep -E "weights|shape|attention|parameters|kv cache"
+echo "== 4-bit GLM-4.7-Flash-shaped model: AR decode against the bandwidth"
+decode_vs_bw "4-bit GLM-4.7-Flash-shaped" "$FLASHQ4"
+
+# Decode at 4k tokens of context: attention reads the latent cache (576 values per position
+# and layer) where full keys and values would be 18x larger. The same prompt at 64 tokens for
+# comparison; both print where a step's time goes.
+echo "== 4-bit GLM-4.7-Flash-shaped model: decode after 64 and 4096 tokens of context"
+/usr/bin/python3 - "$FLASHQ4" <<'PY'
+import json, subprocess, sys
+m = sys.argv[1]
+info = json.loads(subprocess.run(["build/nextn", "inspect", "-m", m, "--json"], capture_output=True, text=True,
+                                 check=True).stdout)
+trunk = info["layers"] / (info["layers"] + 1)  # the bytes a trunk step attends, per position
+for ctx in (64, 4096):
+    ids = ",".join(str(1 + i % 31000) for i in range(ctx))
+    out = subprocess.run(["build/nextn", "bench", "-m", m, "--prompt-tokens", ids, "-n", "32", "--modes", "ar"],
+                         capture_output=True, text=True, check=True).stdout
+    v = dict(kv.split("=", 1) for line in out.splitlines() if line.startswith("mode=ar") for kv in line.split()
+             if "=" in kv)
+    lat = info["kv_bytes_per_token"] * trunk * ctx / 2**20
+    full = info["kv_bytes_per_token_expanded"] * trunk * ctx / 2**20
+    print(f"context {ctx}: {float(v['tok_s']):.1f} tok/s, step {float(v['ar_step_us']):.0f} us of which attention "
+          f"{float(v['attn_us']):.0f} us; latent cache attended per step {lat:.1f} MiB ({info['kv_type']}), "
+          f"full keys and values would be {full:.1f} MiB")
+PY
