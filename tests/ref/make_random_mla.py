@@ -56,10 +56,11 @@ from safetensors_io import quantize  # noqa: E402
 
 PRESETS = {
     "odd": dict(vocab=419, hidden=160, layers=4, heads=5, q_lora_rank=48, kv_lora_rank=64, nope=32, rope=16,
-                v_dim=24, inter=224, experts=8, topk=3, expert_dim=96, shared=1, n_group=1, topk_group=1),
+                v_dim=24, inter=224, experts=8, topk=3, expert_dim=96, shared=1, n_group=1, topk_group=1,
+                max_pos=4096),
     "flash-bench": dict(vocab=32000, hidden=2048, layers=4, heads=20, q_lora_rank=768, kv_lora_rank=512, nope=192,
                         rope=64, v_dim=256, inter=10240, experts=64, topk=4, expert_dim=1536, shared=1, n_group=1,
-                        topk_group=1, first_dense=1),
+                        topk_group=1, first_dense=1, max_pos=202752),  # GLM-4.7-Flash's context
 }
 FAMILY = {
     "glm4_moe_lite": dict(first_dense=1, scaling=1.8, eps=1e-5, rope_theta=1e6, arch="Glm4MoeLiteForCausalLM"),
@@ -221,7 +222,7 @@ def config_json(a, qcfg):
         "num_nextn_predict_layers": 1,
         "rms_norm_eps": a.eps,
         "rope_theta": a.rope_theta,
-        "max_position_embeddings": 4096,
+        "max_position_embeddings": a.max_pos,
         "rope_scaling": None,
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
@@ -261,7 +262,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--preset", choices=tuple(PRESETS), default="odd")
     for k in ("vocab", "hidden", "layers", "heads", "q_lora_rank", "kv_lora_rank", "nope", "rope", "v_dim", "inter",
-              "experts", "topk", "expert_dim", "first_dense", "shared", "n_group", "topk_group"):
+              "experts", "topk", "expert_dim", "first_dense", "shared", "n_group", "topk_group", "max_pos"):
         ap.add_argument("--" + k.replace("_", "-"), type=int)
     ap.add_argument("--scaling", type=float, help="routed_scaling_factor")
     ap.add_argument("--rope-theta", type=float)
