@@ -125,16 +125,22 @@ def layer_specs(a, p, dense):
     if a.qk_norm:
         s += [(p + "self_attn.q_norm.weight", (a.head_dim,), "norm"),
               (p + "self_attn.k_norm.weight", (a.head_dim,), "norm")]
+    return s + mlp_specs(a, p, dense)
+
+
+def mlp_specs(a, p, dense):
+    """A layer's MLP: dense SwiGLU, or the router with its correction bias, stacked experts
+    [E, out, in] and the shared experts (GLM and DeepSeek names)."""
     if dense:
-        return s + [(p + "mlp.gate_proj.weight", (a.inter, a.hidden), "lin"),
-                    (p + "mlp.up_proj.weight", (a.inter, a.hidden), "lin"),
-                    (p + "mlp.down_proj.weight", (a.hidden, a.inter), "out")]
+        return [(p + "mlp.gate_proj.weight", (a.inter, a.hidden), "lin"),
+                (p + "mlp.up_proj.weight", (a.inter, a.hidden), "lin"),
+                (p + "mlp.down_proj.weight", (a.hidden, a.inter), "out")]
     E = a.experts
-    s += [(p + "mlp.gate.weight", (E, a.hidden), "router"),
-          (p + "mlp.gate.e_score_correction_bias", (E,), "corr"),
-          (p + "mlp.experts.gate_proj.weight", (E, a.expert_dim, a.hidden), "lin"),   # stacked
-          (p + "mlp.experts.up_proj.weight", (E, a.expert_dim, a.hidden), "lin"),
-          (p + "mlp.experts.down_proj.weight", (E, a.hidden, a.expert_dim), "out")]
+    s = [(p + "mlp.gate.weight", (E, a.hidden), "router"),
+         (p + "mlp.gate.e_score_correction_bias", (E,), "corr"),
+         (p + "mlp.experts.gate_proj.weight", (E, a.expert_dim, a.hidden), "lin"),   # stacked
+         (p + "mlp.experts.up_proj.weight", (E, a.expert_dim, a.hidden), "lin"),
+         (p + "mlp.experts.down_proj.weight", (E, a.hidden, a.expert_dim), "out")]
     if a.shared:
         sd = a.expert_dim * a.shared
         s += [(p + "mlp.shared_experts.gate_proj.weight", (sd, a.hidden), "lin"),
@@ -143,8 +149,9 @@ def layer_specs(a, p, dense):
     return s
 
 
-def canonical_specs(a):
-    """(trunk specs, MTP specs) as (HF name with stacked experts, shape, kind)."""
+def canonical_specs(a, layer_specs=layer_specs):
+    """(trunk specs, MTP specs) as (HF name with stacked experts, shape, kind); layer_specs(a,
+    prefix, dense) gives a decoder layer's (the MTP layer is MoE)."""
     t = [("model.embed_tokens.weight", (a.vocab, a.hidden), "embed")]
     for L in range(a.layers):
         t += layer_specs(a, f"model.layers.{L}.", L < a.first_dense)
@@ -188,25 +195,31 @@ def entries_for(a, specs, names, qcfg, qover):
         if not quant:
             out.append((mname, dt, shape, lambda n=name, s=shape, k=kind: val(n, s, k)))
             continue
-        bits, gs = qcfg
-        mod = mname[:-len(".weight")]
-
-        def qz(n=name, s=shape, k=kind, bits=bits, gs=gs):
-            key = ("q", n)
-            if key not in cache:
-                w = val(n, s, k)
-                # per expert: the groups are independent, and a stacked tensor at full size would
-                # need several times its f32 size in temporaries
-                parts = [quantize(bf16_round(x), bits, gs) for x in (w if w.ndim == 3 else [w])]
-                r = tuple(np.stack([p[i] for p in parts]) if w.ndim == 3 else parts[0][i] for i in range(3))
-                cache.clear()
-                cache[key] = r
-            return cache[key]
-        out.append((mname, "U32", tuple(shape[:-1]) + (shape[-1] * bits // 32,), lambda qz=qz: qz()[0]))
-        sshape = tuple(shape[:-1]) + (shape[-1] // gs,)
-        out.append((mod + ".scales", "BF16", sshape, lambda qz=qz: qz()[1]))
-        out.append((mod + ".biases", "BF16", sshape, lambda qz=qz: qz()[2]))
+        out += quant_entries(mname, shape, lambda n=name, s=shape, k=kind: val(n, s, k), qcfg, cache)
     return out
+
+
+def quant_entries(mname, shape, produce, qcfg, cache):
+    """The packed weight, scales and biases of MLX affine quantization of produce() (stacked
+    [n, out, in] quantized per matrix: the groups are independent, and a stacked tensor at full
+    size would need several times its f32 size in temporaries); the result is kept in cache,
+    alone, until the three entries are written."""
+    bits, gs = qcfg
+    mod = mname[:-len(".weight")]
+
+    def qz():
+        key = ("q", mname)
+        if key not in cache:
+            w = produce()
+            parts = [quantize(bf16_round(x), bits, gs) for x in (w if w.ndim == 3 else [w])]
+            r = tuple(np.stack([p[i] for p in parts]) if w.ndim == 3 else parts[0][i] for i in range(3))
+            cache.clear()
+            cache[key] = r
+        return cache[key]
+    sshape = tuple(shape[:-1]) + (shape[-1] // gs,)
+    return [(mname, "U32", tuple(shape[:-1]) + (shape[-1] * bits // 32,), lambda: qz()[0]),
+            (mod + ".scales", "BF16", sshape, lambda: qz()[1]),
+            (mod + ".biases", "BF16", sshape, lambda: qz()[2])]
 
 
 def config_json(a, qcfg):

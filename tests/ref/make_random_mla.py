@@ -51,8 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "train"))
 from make_random_ckpt import Writer, parse_q  # noqa: E402  (file writer)
-from make_random_glm import bf16_round, weight  # noqa: E402  (seeding, --agree)
-from safetensors_io import quantize  # noqa: E402
+from make_random_glm import canonical_specs as glm_specs, mlp_specs, quant_entries, weight  # noqa: E402
 
 PRESETS = {
     "odd": dict(vocab=419, hidden=160, layers=4, heads=5, q_lora_rank=48, kv_lora_rank=64, nope=32, rope=16,
@@ -84,40 +83,12 @@ def layer_specs(a, p, dense):
           (at + "kv_a_layernorm.weight", (a.kv_lora_rank,), "norm"),
           (at + "kv_b_proj.weight", (H * (a.nope + a.v_dim), a.kv_lora_rank), "lin"),
           (at + "o_proj.weight", (a.hidden, H * a.v_dim), "out")]
-    if dense:
-        return s + [(p + "mlp.gate_proj.weight", (a.inter, a.hidden), "lin"),
-                    (p + "mlp.up_proj.weight", (a.inter, a.hidden), "lin"),
-                    (p + "mlp.down_proj.weight", (a.hidden, a.inter), "out")]
-    E = a.experts
-    s += [(p + "mlp.gate.weight", (E, a.hidden), "router"),
-          (p + "mlp.gate.e_score_correction_bias", (E,), "corr"),
-          (p + "mlp.experts.gate_proj.weight", (E, a.expert_dim, a.hidden), "lin"),
-          (p + "mlp.experts.up_proj.weight", (E, a.expert_dim, a.hidden), "lin"),
-          (p + "mlp.experts.down_proj.weight", (E, a.hidden, a.expert_dim), "out")]
-    if a.shared:
-        sd = a.expert_dim * a.shared
-        s += [(p + "mlp.shared_experts.gate_proj.weight", (sd, a.hidden), "lin"),
-              (p + "mlp.shared_experts.up_proj.weight", (sd, a.hidden), "lin"),
-              (p + "mlp.shared_experts.down_proj.weight", (a.hidden, sd), "out")]
-    return s
+    return s + mlp_specs(a, p, dense)
 
 
 def canonical_specs(a):
-    """(trunk specs, MTP specs)."""
-    t = [("model.embed_tokens.weight", (a.vocab, a.hidden), "embed")]
-    for L in range(a.layers):
-        t += layer_specs(a, f"model.layers.{L}.", L < a.first_dense)
-    t += [("model.norm.weight", (a.hidden,), "norm"), ("lm_head.weight", (a.vocab, a.hidden), "head")]
-    p = f"model.layers.{a.layers}."
-    m = [(p + "enorm.weight", (a.hidden,), "norm"), (p + "hnorm.weight", (a.hidden,), "norm"),
-         (p + "eh_proj.weight", (a.hidden, 2 * a.hidden), "lin")]
-    if a.mtp_head == "own":
-        m += [(p + "embed_tokens.weight", (a.vocab, a.hidden), "embed")]
-    m += layer_specs(a, p, False)
-    m += [(p + "shared_head.norm.weight", (a.hidden,), "norm")]
-    if a.mtp_head == "own":
-        m += [(p + "shared_head.head.weight", (a.vocab, a.hidden), "head")]
-    return t, m
+    """(trunk specs, MTP specs), GLM's with the latent-attention layers."""
+    return glm_specs(a, layer_specs)
 
 
 def file_specs(a, specs, names):
@@ -161,27 +132,7 @@ def entries_for(specs, qcfg):
         if not quant:
             out.append((name, dt, shape, produce))
             continue
-        bits, gs = qcfg
-        memo = {}
-
-        def qz(produce=produce, bits=bits, gs=gs, memo=memo):
-            if not memo:
-                w = produce()
-                parts = [quantize(bf16_round(x), bits, gs) for x in (w if w.ndim == 3 else [w])]
-                memo["q"] = tuple(np.stack([p[i] for p in parts]) if w.ndim == 3 else parts[0][i]
-                                  for i in range(3))
-            r = memo["q"]
-            return r
-        mod = name[:-len(".weight")]
-        out.append((name, "U32", tuple(shape[:-1]) + (shape[-1] * bits // 32,), lambda qz=qz: qz()[0]))
-        sshape = tuple(shape[:-1]) + (shape[-1] // gs,)
-        out.append((mod + ".scales", "BF16", sshape, lambda qz=qz: qz()[1]))
-
-        def last(qz=qz, memo=memo):
-            b = qz()[2]
-            memo.clear()                      # the packed tensor is written: free it
-            return b
-        out.append((mod + ".biases", "BF16", sshape, last))
+        out += quant_entries(name, shape, produce, qcfg, {})
     return out
 
 
