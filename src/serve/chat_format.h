@@ -1,7 +1,7 @@
 /* Chat output formats, one per model family: how a generated text splits into reasoning,
  * content and tool calls, and how the tool calls parse into OpenAI's shape. A format is looked
- * up by its name ("hy3", "glm45") or by the config.json model_type it serves ("hy_v3",
- * "glm4_moe").
+ * up by its name ("hy3", "glm45", "glm47", "deepseek_v31") or by the config.json model_type it
+ * serves ("hy_v3", "glm4_moe", "glm4_moe_lite", "deepseek_v3").
  *
  * The split works on text in which every marker is spelled out: a caller feeds a special
  * token's marker text where a detokenizer would drop it. nx_chat_stream_feed takes byte chunks
@@ -30,17 +30,21 @@ typedef struct nx_chat_markers {
     char suffix[48];                      /* the spelling suffix (Hy3's ":opensource"), for the parser */
     /* The call syntax, for a forced call's grammar and opening (tool_grammar.h): the markers by
      * NX_TM_* ("" where the format has none), the grammar's variant flags, the text a forced
-     * call's name is followed by (the separator's spelling, or a newline), and what a forced
-     * answer opens with before tools_open (GLM's empty reasoning, left out when the prompt
-     * already ends with it). */
+     * call's name is followed by (the separator's spelling, a newline, or nothing), and what a
+     * forced answer opens with before tools_open (an empty or closed reasoning, left out when the
+     * prompt already ends with it; with preamble_after_open, written only after a prompt that
+     * ends in think_open: DeepSeek-V3.1's template adds no generation prompt after a tool
+     * result). json_args: the arguments are JSON text, which the template also takes as text
+     * (a request's arguments strings stay strings). */
     char tool[NX_TM_N][64];
-    bool newline_sep, open_end, string_exact;
+    bool newline_sep, open_end, string_exact, bare_name, json_args;
     char name_end[64];
     char preamble[32];
+    bool preamble_after_open;
 } nx_chat_markers;
 
 typedef struct nx_chat_format {
-    const char *name;   /* "hy3", "glm45" */
+    const char *name;   /* "hy3", "glm45", "glm47", "deepseek_v31" */
     const char *family; /* the model_type it is the default for */
     /* Spells the markers with suffix (NULL or "": the bare forms; formats without suffixed
      * spellings ignore it). */
