@@ -82,6 +82,14 @@ static bool add_call(json_t *calls, const char *s, size_t nb, size_t ne, size_t 
     return call && json_array_append_new(calls, call) == 0;
 }
 
+/* The length of the longest tail of s[from, n) that is a proper prefix of needle. */
+static size_t partial_tail(const char *s, size_t n, size_t from, const char *needle) {
+    const size_t k = strlen(needle);
+    for (size_t l = k - 1 < n - from ? k - 1 : n - from; l > 0; l--)
+        if (memcmp(s + n - l, needle, l) == 0) return l;
+    return 0;
+}
+
 json_t *nx_dsv31_parse_tool_calls(const char *text, size_t len, const json_t *tools) {
     json_t *calls = json_array();
     const size_t kb = strlen(NX_DSV31_CALL_BEGIN), ks = strlen(NX_DSV31_SEP), ke = strlen(NX_DSV31_CALL_END);
@@ -99,7 +107,9 @@ json_t *nx_dsv31_parse_tool_calls(const char *text, size_t len, const json_t *to
         }
         const size_t e = find(text, len, sep + ks, NX_DSV31_CALL_END);
         pos = e == len ? len : e + ke;
-        if (!add_call(calls, text, nb, sep, sep + ks, e, e < len, tools)) {
+        /* cut short: the arguments end before a marker's first bytes */
+        const size_t ae = e < len ? e : len - partial_tail(text, len, sep + ks, NX_DSV31_CALL_END);
+        if (!add_call(calls, text, nb, sep, sep + ks, ae, e < len, tools)) {
             json_decref(calls);
             return NULL;
         }

@@ -22,7 +22,7 @@
  * array of {"type": "function", "function": {"name", "arguments"}} (arguments a compact JSON
  * object serialized as a string), without ids. A call is <｜tool▁call▁begin｜>NAME
  * <｜tool▁sep｜>ARGS<｜tool▁call▁end｜>; a last call cut short (max_tokens) counts once its
- * ARGS are already one whole object. NAME is trimmed; a call whose name is empty, longer than
+ * ARGS, less the first bytes of <｜tool▁call▁end｜> after them, are already one whole object. NAME is trimmed; a call whose name is empty, longer than
  * 255 bytes or not UTF-8 is skipped, and so is one whose ARGS (trimmed) are not one JSON object
  * of valid UTF-8 (empty ARGS are {}), as is one without its separator. The model writes typed
  * JSON, kept as it is (vLLM passes it through), except that a string value of a top-level
