@@ -31,7 +31,7 @@ static void hy_spell(nx_chat_markers *m, const char *suffix) {
     m->newline_sep = m->open_end = m->string_exact = m->bare_name = m->json_args = false;
     copy(m->name_end, sizeof m->name_end, hm.text[NX_HY_SEP]);
     m->preamble[0] = '\0';
-    m->preamble_after_open = false;
+    m->preamble_after_open = m->think_prompt_only = false;
 }
 
 static json_t *hy_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
@@ -54,7 +54,7 @@ static void glm_markers(nx_chat_markers *m, const char *suffix) {
         [NX_TM_VALUE_OPEN] = "<arg_value>", [NX_TM_VALUE_CLOSE] = "</arg_value>"};
     for (int i = 0; i < NX_TM_N; i++) copy(m->tool[i], sizeof m->tool[i], tm[i]);
     m->open_end = m->string_exact = true;
-    m->bare_name = m->json_args = m->preamble_after_open = false;
+    m->bare_name = m->json_args = m->preamble_after_open = m->think_prompt_only = false;
 }
 
 static void glm_spell(nx_chat_markers *m, const char *suffix) {
@@ -91,7 +91,7 @@ static void dsv31_spell(nx_chat_markers *m, const char *suffix) {
     copy(m->tool[NX_TM_SEP], sizeof m->tool[0], NX_DSV31_SEP);
     /* "<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{JSON}<｜tool▁call▁end｜>"; the template's
      * generation prompt ends in "<think>" (thinking) or "</think>" (not, the default) */
-    m->json_args = true;
+    m->json_args = m->think_prompt_only = true;
     copy(m->name_end, sizeof m->name_end, NX_DSV31_SEP);
     copy(m->preamble, sizeof m->preamble, "</think>");
     m->preamble_after_open = true;
@@ -134,7 +134,7 @@ void nx_chat_stream_init(nx_chat_stream *s, const nx_chat_format *f, const char 
     s->f = f;
     f->spell(&s->m, suffix);
     s->tools = tools && s->m.tools_open[0];
-    s->reasoning = reasoning && s->m.think_open[0] && s->m.think_close[0];
+    s->reasoning = reasoning && s->m.think_open[0] && s->m.think_close[0] && (in_reasoning || !s->m.think_prompt_only);
     s->part = s->reasoning && in_reasoning ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
 }
 
@@ -276,8 +276,9 @@ void nx_chat_tokens_grammar(const nx_chat_tokens *t, nx_tool_markers *mk) {
 void nx_chat_split_init(nx_chat_split *s, const nx_chat_tokens *t, bool tools, bool reasoning, int32_t prompt_last) {
     s->t = t;
     s->tools = tools && nx_chat_tokens_tools(t);
-    s->reasoning = reasoning && nx_chat_tokens_reasoning(t);
-    s->part = s->reasoning && prompt_last == t->think_open ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+    const bool opened = prompt_last >= 0 && prompt_last == t->think_open;
+    s->reasoning = reasoning && nx_chat_tokens_reasoning(t) && (opened || !t->m.think_prompt_only);
+    s->part = s->reasoning && opened ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
 }
 
 /* The text of marker id, or NULL when id is none of t's markers. */

@@ -25,6 +25,8 @@
 /* A format's markers as one tokenizer spells them. */
 typedef struct nx_chat_markers {
     char think_open[64], think_close[64]; /* "": no reasoning markers */
+    bool think_prompt_only; /* reasoning only when the prompt opened it (DeepSeek-V3.1: without
+                             * `thinking` all is content, as vLLM's deepseek_v3 parser leaves it) */
     char tools_open[64];                  /* opens the tool calls */
     bool tools_open_kept;                 /* tools_open is the first call's own opening (GLM) */
     char suffix[48];                      /* the spelling suffix (Hy3's ":opensource"), for the parser */

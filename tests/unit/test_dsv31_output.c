@@ -259,6 +259,8 @@ static void test_stream(void **state) {
     /* not thinking (the default; the prompt ended in </think>): content, then the calls */
     check_split(false, "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜>", "Sure.",
                 "", "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]");
+    /* not thinking, the reasoning markers are text: only the prompt opens the reasoning */
+    check_split(false, "a</think>b<think>c", "a</think>b<think>c", "", "[]");
     /* cut inside a call's arguments: no call yet (the server returns the text as content) */
     check_split(false, "A<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>now<｜tool▁sep｜>{\"a", "A", "", "[]");
 }
@@ -305,6 +307,9 @@ static void test_tokens(void **state) {
     assert_true(mk.json_args && !mk.newline_sep && !mk.open_end && !mk.bare_name && !mk.string_exact);
     nx_chat_split sp;
     const char *mkr;
+    nx_chat_split_init(&sp, &t, true, true, UNTHINK); /* not thinking: think markers are content */
+    assert_int_equal(nx_chat_split_token(&sp, THINK, &mkr), NX_CHAT_CONTENT);
+    assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_CONTENT);
     nx_chat_split_init(&sp, &t, true, true, THINK);
     assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_REASONING);
     assert_int_equal(nx_chat_split_token(&sp, UNTHINK, &mkr), -1);
