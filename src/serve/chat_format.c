@@ -1,6 +1,7 @@
 /* Chat output formats and the streaming reasoning / content / tool-call split (chat_format.h). */
 #include "serve/chat_format.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,7 +63,7 @@ static void glm_spell(nx_chat_markers *m, const char *suffix) {
     /* GLM-4.5's calls: "<tool_call>NAME\n<arg_key>…", no wrapper, the end (<|observation|>, an
      * end id) after the last; its template writes an answer without reasoning after
      * "<|assistant|>" as "\n<think></think>" then "\n<tool_call>" */
-    m->newline_sep = true;
+    m->newline_sep = m->trim_lead = true;
     copy(m->name_end, sizeof m->name_end, "\n");
     copy(m->preamble, sizeof m->preamble, "\n<think></think>\n");
 }
@@ -73,7 +74,7 @@ static void glm47_spell(nx_chat_markers *m, const char *suffix) {
      * template ends the generation prompt in "<think>" (thinking) or "</think>" (not), and writes
      * an answer without reasoning as "</think>" then the calls */
     m->newline_sep = false;
-    m->bare_name = true;
+    m->bare_name = m->trim_lead = true;
     m->name_end[0] = '\0';
     copy(m->preamble, sizeof m->preamble, "</think>");
 }
@@ -136,6 +137,15 @@ void nx_chat_stream_init(nx_chat_stream *s, const nx_chat_format *f, const char 
     s->tools = tools && s->m.tools_open[0];
     s->reasoning = reasoning && s->m.think_open[0] && s->m.think_close[0] && (in_reasoning || !s->m.think_prompt_only);
     s->part = s->reasoning && in_reasoning ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+    s->lead = s->m.trim_lead && s->reasoning && s->part == NX_CHAT_CONTENT;
+}
+
+/* The leading whitespace of t[0..n) while nothing else has come (see trim_lead). */
+static size_t lead_ws(bool *lead, const char *t, size_t n) {
+    size_t k = 0;
+    while (*lead && k < n && isspace((unsigned char)t[k])) k++;
+    if (k < n) *lead = false;
+    return k;
 }
 
 /* The markers that act in the current part (NULL-terminated, at most 2). */
@@ -180,6 +190,8 @@ static size_t partial_tail(const char *t, size_t n, const char *const *mk) {
 
 /* Appends t[0..n) to the current part's buffer. */
 static nx_status emit(nx_chat_stream *s, const char *t, size_t n, nx_strbuf *content, nx_strbuf *reasoning) {
+    const size_t k = s->part == NX_CHAT_CONTENT ? lead_ws(&s->lead, t, n) : 0;
+    t += k, n -= k;
     nx_strbuf *to = s->part == NX_CHAT_TOOLS ? &s->tool_text : s->part == NX_CHAT_REASONING ? reasoning : content;
     return to && n ? nx_strbuf_append(to, t, n) : NX_OK;
 }
@@ -204,6 +216,7 @@ static nx_status drain(nx_chat_stream *s, nx_strbuf *content, nx_strbuf *reasoni
         if (st != NX_OK) return st;
         const char *m = mk[w];
         const size_t k = strlen(m);
+        s->lead = false;
         if (m == s->m.tools_open) {
             s->part = NX_CHAT_TOOLS;
             if (s->m.tools_open_kept && (st = nx_strbuf_append(&s->tool_text, m, k)) != NX_OK) return st;
@@ -279,7 +292,10 @@ void nx_chat_split_init(nx_chat_split *s, const nx_chat_tokens *t, bool tools, b
     const bool opened = prompt_last >= 0 && prompt_last == t->think_open;
     s->reasoning = reasoning && nx_chat_tokens_reasoning(t) && (opened || !t->m.think_prompt_only);
     s->part = s->reasoning && opened ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+    s->lead = t->m.trim_lead && s->reasoning && s->part == NX_CHAT_CONTENT;
 }
+
+size_t nx_chat_split_lead(nx_chat_split *s, const char *text, size_t n) { return lead_ws(&s->lead, text, n); }
 
 /* The text of marker id, or NULL when id is none of t's markers. */
 static const char *marker_text(const nx_chat_tokens *t, int32_t id) {
@@ -301,12 +317,14 @@ int nx_chat_split_token(nx_chat_split *s, int32_t id, const char **marker) {
     }
     if (s->tools && id == t->tools_open) {
         s->part = NX_CHAT_TOOLS;
+        s->lead = false;
         if (!t->m.tools_open_kept) return -1;
         *marker = t->m.tools_open;
         return NX_CHAT_TOOLS;
     }
     if (s->reasoning && (id == t->think_open || id == t->think_close)) {
         s->part = id == t->think_open ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+        s->lead = false;
         return -1;
     }
     return (int)s->part;

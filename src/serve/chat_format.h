@@ -27,6 +27,9 @@ typedef struct nx_chat_markers {
     char think_open[64], think_close[64]; /* "": no reasoning markers */
     bool think_prompt_only; /* reasoning only when the prompt opened it (DeepSeek-V3.1: without
                              * `thinking` all is content, as vLLM's deepseek_v3 parser leaves it) */
+    bool trim_lead;         /* whitespace before the output's first text or marker is dropped (GLM
+                             * writes "\n<think>" after its prompt; vLLM's glm45 parser keeps
+                             * nothing before <think>, and GLM's template strips an answer's content) */
     char tools_open[64];                  /* opens the tool calls */
     bool tools_open_kept;                 /* tools_open is the first call's own opening (GLM) */
     char suffix[48];                      /* the spelling suffix (Hy3's ":opensource"), for the parser */
@@ -70,6 +73,7 @@ typedef struct nx_chat_stream {
     nx_chat_markers m;
     bool tools, reasoning; /* split tool calls / reasoning out (the request wants them) */
     nx_chat_part part;     /* where text goes now */
+    bool lead;             /* trim_lead: nothing but whitespace has come yet */
     nx_strbuf held;        /* bytes that may begin a marker */
     nx_strbuf tool_text;   /* the tool calls so far */
 } nx_chat_stream;
@@ -109,6 +113,7 @@ typedef struct nx_chat_split {
     const nx_chat_tokens *t;
     bool tools, reasoning;
     nx_chat_part part;
+    bool lead; /* trim_lead (with reasoning split out): nothing but whitespace has come yet */
 } nx_chat_split;
 
 /* Starts a split for one generation; prompt_last: the prompt's last token (one that is
@@ -119,5 +124,8 @@ void nx_chat_split_init(nx_chat_split *s, const nx_chat_tokens *t, bool tools, b
  * detokenizer drops special tokens); so does tools_open's when the format keeps it. Once the
  * tool calls have begun they last to the end of the output. */
 int nx_chat_split_token(nx_chat_split *s, int32_t id, const char **marker);
+/* How many leading bytes of a content token's text (n bytes) to drop: the whitespace that
+ * precedes the output's first text under trim_lead, else 0. */
+size_t nx_chat_split_lead(nx_chat_split *s, const char *text, size_t n);
 
 #endif

@@ -265,6 +265,15 @@ static void test_glm_stream(void **state) {
     check_split(g, NULL, true, true, false, "a</think>b<tool_call>now\n<arg_key>", "a</think>b", "",
                 "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]");
     check_split(g, NULL, true, true, false, "a<tool_call>no", "a", "", "[]");
+    /* GLM writes "\n<think>" after its prompt: whitespace before the output's first text or
+     * marker is dropped (not the newline after </think>), and only where reasoning is split */
+    check_split(g, NULL, true, true, false, "\n<think>r</think>\nA", "\nA", "r", "[]");
+    check_split(g, NULL, true, true, false, " \n\t Hello \n", "Hello \n", "", "[]");
+    check_split(g, NULL, true, true, false, "\n", "", "", "[]");
+    check_split(g, NULL, true, true, false, "\n<tool_call>now</tool_call>", "", "",
+                "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]");
+    check_split(g, NULL, true, false, false, "\n<think>r</think>a", "\n<think>r</think>a", "", "[]");
+    check_split(nx_chat_format_by_name("hy3"), NULL, true, true, false, "\n<think>r</think>a", "\na", "r", "[]");
 }
 
 /* GLM-4.7: the prompt opens the reasoning (its generation prompt ends in <think>); the calls
@@ -335,6 +344,9 @@ static void test_glm_token_split(void **state) {
     nx_chat_split_init(&sp, &t, true, true, TEXT);
     const char *mkr;
     assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_CONTENT);
+    assert_int_equal(nx_chat_split_lead(&sp, "\n ", 2), 2); /* GLM's "\n" before <think> */
+    assert_int_equal(nx_chat_split_lead(&sp, " a ", 3), 1);
+    assert_int_equal(nx_chat_split_lead(&sp, " b", 2), 0); /* only before the first text */
     assert_int_equal(nx_chat_split_token(&sp, THINK, &mkr), -1);
     assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_REASONING);
     assert_int_equal(nx_chat_split_token(&sp, UNTHINK, &mkr), -1);
