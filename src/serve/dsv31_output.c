@@ -43,8 +43,10 @@ static void type_args(json_t *args, const json_t *tools, const char *name) {
     }
 }
 
-/* The arguments text s[0..n) as a compact JSON object text (malloc'd), or NULL when it is not
- * one object (whole: the call is closed, so empty text is {}); *oom when out of memory. */
+/* The arguments text s[0..n) as a compact JSON object text (malloc'd), or NULL when it does not
+ * begin with one object (whole: the call is closed, so empty text is {}); *oom when out of
+ * memory. Text after the object is ignored, so a call cut short that already has its object
+ * reads as it will once closed. */
 static char *args_text(const char *s, size_t n, bool whole, const json_t *tools, const char *name, bool *oom) {
     size_t b = 0, e = n;
     trim(s, &b, &e);
@@ -53,7 +55,7 @@ static char *args_text(const char *s, size_t n, bool whole, const json_t *tools,
         if (whole) *oom = !(out = strdup("{}"));
         return out;
     }
-    json_t *args = json_loadb(s + b, e - b, 0, NULL);
+    json_t *args = json_loadb(s + b, e - b, JSON_DISABLE_EOF_CHECK, NULL);
     if (json_is_object(args)) {
         type_args(args, tools, name);
         *oom = !(out = json_dumps(args, JSON_COMPACT));

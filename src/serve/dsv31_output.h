@@ -23,8 +23,9 @@
  * object serialized as a string), without ids. A call is <｜tool▁call▁begin｜>NAME
  * <｜tool▁sep｜>ARGS<｜tool▁call▁end｜>; a last call cut short (max_tokens) counts once its
  * ARGS, less the first bytes of <｜tool▁call▁end｜> after them, are already one whole object. NAME is trimmed; a call whose name is empty, longer than
- * 255 bytes or not UTF-8 is skipped, and so is one whose ARGS (trimmed) are not one JSON object
- * of valid UTF-8 (empty ARGS are {}), as is one without its separator. The model writes typed
+ * 255 bytes or not UTF-8 is skipped, and so is one whose ARGS (trimmed) do not begin with one
+ * JSON object of valid UTF-8 (what follows the object is ignored; empty ARGS are {}), as is one
+ * without its separator. The model writes typed
  * JSON, kept as it is (vLLM passes it through), except that a string value of a top-level
  * argument whose schema in tools has no string type (nx_tool_arg_types) becomes the value it
  * spells when that fits the type (the integer 3 for "3" under "integer"). Returns a new

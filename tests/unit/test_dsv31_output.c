@@ -86,8 +86,9 @@ static void test_structure(void **state) {
                         BEGIN SEP "{}" END                              /* no name */
                         BEGIN "now" SEP "[1]" END                       /* not an object */
                         BEGIN "now" SEP "{\"a\":" END                   /* not JSON */
+                        BEGIN "now" SEP "x{}" END                       /* text before the object */
                         BEGIN "now" BEGIN "now" SEP "{\"b\":1}" END     /* the first has no separator */
-                        BEGIN "get_weather" SEP "{\"city\":\"Oslo\"}" END CALLS_END "trailing text";
+                        BEGIN "get_weather" SEP "{\"city\":\"Oslo\"} and text after it" END CALLS_END "trailing text";
     json_t *c = parse(text, sizeof text - 1, t);
     assert_int_equal(json_array_size(c), 4);
     assert_call(c, 0, "now", "{}");
