@@ -190,8 +190,8 @@ static size_t partial_tail(const char *t, size_t n, const char *const *mk) {
 
 /* Appends t[0..n) to the current part's buffer. */
 static nx_status emit(nx_chat_stream *s, const char *t, size_t n, nx_strbuf *content, nx_strbuf *reasoning) {
-    const size_t k = s->part == NX_CHAT_CONTENT ? lead_ws(&s->lead, t, n) : 0;
-    t += k, n -= k;
+    const size_t k = s->part == NX_CHAT_CONTENT && n ? lead_ws(&s->lead, t, n) : 0;
+    if (k) t += k, n -= k;
     nx_strbuf *to = s->part == NX_CHAT_TOOLS ? &s->tool_text : s->part == NX_CHAT_REASONING ? reasoning : content;
     return to && n ? nx_strbuf_append(to, t, n) : NX_OK;
 }
