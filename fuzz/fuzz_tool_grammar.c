@@ -1,6 +1,7 @@
 /* libFuzzer target for tool-call arguments (constrain/tool_grammar.h): the input is a tools array
  * (OpenAI's JSON), a NUL byte, then one byte per generated token over a small vocabulary (JSON
- * and name fragments, the eight call markers, an end id, another special token). Building the
+ * and name fragments, the eight call markers, an end id, another special token); its last byte
+ * also picks the call syntax (Hy3, GLM-4.5, GLM-4.7, DeepSeek-V3.1). Building the
  * grammar either succeeds or names the problem; then, named after the first tool and for any
  * tool, before each token the mask agrees with stepping every token, and a dead state stays
  * dead. */
@@ -49,7 +50,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int32_t end = END;
     nx_json_vocab *v = NULL;
     if (nx_json_vocab_from_bytes(toks, lens, NV, &end, 1, &v, NULL) != NX_OK) abort();
-    const nx_tool_markers mk = {{MK0, MK0 + 1, MK0 + 2, MK0 + 3, MK0 + 4, MK0 + 5, MK0 + 6, MK0 + 7}, false, false, false};
+    /* the call syntax by the last byte: Hy3's, GLM-4.5's, GLM-4.7's or DeepSeek-V3.1's */
+    static const nx_tool_markers forms[4] = {
+        {{MK0, MK0 + 1, MK0 + 2, MK0 + 3, MK0 + 4, MK0 + 5, MK0 + 6, MK0 + 7}, false, false, false, false, false},
+        {{MK0, MK0 + 1, -1, -1, MK0 + 4, MK0 + 5, MK0 + 6, MK0 + 7}, true, true, true, false, false},
+        {{MK0, MK0 + 1, -1, -1, MK0 + 4, MK0 + 5, MK0 + 6, MK0 + 7}, false, true, true, true, false},
+        {{MK0, MK0 + 1, MK0 + 2, MK0 + 3, -1, -1, -1, -1}, false, false, false, false, true}};
+    const nx_tool_markers mk = forms[size ? data[size - 1] % 4 : 0];
     const char *first = json_string_value(json_object_get(json_object_get(json_array_get(tools, 0), "function"), "name"));
     for (int named = 0; named < 2; named++) {
         nx_tool_grammar *g = NULL;

@@ -104,7 +104,8 @@ struct nx_tool_grammar {
     int only; /* the named tool, or -1 */
 };
 
-enum { TS_NAME, TS_BODY, TS_KEY, TS_AFTER_KEY, TS_TEXT, TS_JSON, TS_AFTER_CALL, TS_END, TS_DEAD };
+/* TS_ARGS: json_args' arguments object (TS_JSON: one property's value) */
+enum { TS_NAME, TS_BODY, TS_KEY, TS_AFTER_KEY, TS_TEXT, TS_JSON, TS_ARGS, TS_AFTER_CALL, TS_END, TS_DEAD };
 
 void nx_tool_grammar_free(nx_tool_grammar *g) {
     if (!g) return;
@@ -237,11 +238,23 @@ static nx_status tool_props(tg_tool *t, const json_t *params, bool string_exact,
     return NX_OK;
 }
 
+bool nx_tool_marker_used(const nx_tool_markers *mk, int i) {
+    switch (i) {
+    case NX_TM_SEP: return !mk->newline_sep && !mk->bare_name;
+    case NX_TM_CALLS_CLOSE: return !mk->open_end;
+    case NX_TM_KEY_OPEN:
+    case NX_TM_KEY_CLOSE:
+    case NX_TM_VALUE_OPEN:
+    case NX_TM_VALUE_CLOSE: return !mk->json_args;
+    default: return true;
+    }
+}
+
 nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_tool_markers *mk,
                               const nx_json_vocab *vocab, nx_tool_grammar **out, nx_error *err) {
     *out = NULL;
     for (int i = 0; i < NX_TM_N; i++)
-        if (mk->id[i] < 0 && !(i == NX_TM_SEP && mk->newline_sep) && !(i == NX_TM_CALLS_CLOSE && mk->open_end))
+        if (mk->id[i] < 0 && nx_tool_marker_used(mk, i))
             return nx_fail(err, NX_E_ARG, "tool grammar: the tokenizer lacks a tool-call marker");
     if (!json_is_array(tools) || json_array_size(tools) == 0 || json_array_size(tools) > NX_TOOL_MAX)
         return nx_fail(err, NX_E_ARG, "tool grammar: 1 to %d tools are needed", NX_TOOL_MAX);
@@ -251,8 +264,8 @@ nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_to
         return nx_fail(err, NX_E_NOMEM, "out of memory");
     }
     g->mk = *mk;
-    if (mk->newline_sep) g->mk.id[NX_TM_SEP] = -1;
-    if (mk->open_end) g->mk.id[NX_TM_CALLS_CLOSE] = -1;
+    for (int k = 0; k < NX_TM_N; k++)
+        if (!nx_tool_marker_used(mk, k)) g->mk.id[k] = -1;
     g->v = vocab;
     g->only = -1;
     size_t i;
@@ -292,12 +305,19 @@ nx_status nx_tool_grammar_new(const json_t *tools, const char *only, const nx_to
 
 /* ---------------------------------------------------------------- the recogniser */
 
+/* json_args: the call's arguments object begins. */
+static void open_args(const nx_tool_grammar *g, nx_tool_state *st) {
+    st->mode = TS_ARGS;
+    nx_json_init_schema(&st->js, g->tools[st->tool].schema);
+}
+
 void nx_tool_init(const nx_tool_grammar *g, nx_tool_state *st) {
     memset(st, 0, sizeof *st);
     st->prop = -1;
     if (g->only >= 0) {
         st->mode = TS_BODY;
         st->tool = (int16_t)g->only;
+        if (g->mk.json_args) open_args(g, st);
     } else {
         st->mode = TS_NAME;
         st->tool = -1;
@@ -362,6 +382,7 @@ static bool name_ends(const nx_tool_grammar *g, nx_tool_state *st) {
     const int i = exact(g, st);
     if (i < 0) return dead(st);
     st->mode = TS_BODY, st->tool = (int16_t)i, st->next = 0, st->cand = 0, st->cpos = 0;
+    if (g->mk.json_args) open_args(g, st);
     return true;
 }
 
@@ -402,7 +423,8 @@ static bool step_byte(const nx_tool_grammar *g, nx_tool_state *st, uint8_t c) {
             return dead(st);
         return utf8_byte(st, c);
     }
-    case TS_JSON: return nx_json_step(&st->js, c) ? true : dead(st);
+    case TS_JSON:
+    case TS_ARGS: return nx_json_step(&st->js, c) ? true : dead(st);
     case TS_BODY:
     case TS_AFTER_KEY:
     case TS_AFTER_CALL: return is_ws(c) && ++st->ws <= MAX_WS ? true : dead(st);
@@ -416,6 +438,11 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
     const tg_tool *t = st->tool >= 0 ? &g->tools[st->tool] : NULL;
     st->ws = 0;
     if (id == m[NX_TM_SEP] && st->mode == TS_NAME) return name_ends(g, st);
+    /* bare_name: the marker after the name ends it, then acts in the body */
+    if (st->mode == TS_NAME && g->mk.bare_name && (id == m[NX_TM_KEY_OPEN] || id == m[NX_TM_CALL_CLOSE])) {
+        if (!name_ends(g, st)) return false;
+        t = &g->tools[st->tool];
+    }
     if (id == m[NX_TM_KEY_OPEN] && st->mode == TS_BODY) {
         st->cand = 0, st->cpos = 0;
         if (!t->free_keys) /* from the first key still allowed up to the first required one */
@@ -458,6 +485,11 @@ static bool step_marker(const nx_tool_grammar *g, nx_tool_state *st, int32_t id)
     if (id == m[NX_TM_VALUE_CLOSE] && (text_ends || (st->mode == TS_JSON && nx_json_can_end(&st->js)))) {
         memset(&st->js, 0, sizeof st->js);
         st->mode = TS_BODY, st->prop = -1, st->u8lo = st->u8hi = 0, st->cand = 0, st->cpos = 0, st->pst = 0, st->chars = 0;
+        return true;
+    }
+    if (id == m[NX_TM_CALL_CLOSE] && st->mode == TS_ARGS && nx_json_complete(&st->js)) {
+        memset(&st->js, 0, sizeof st->js);
+        st->mode = TS_AFTER_CALL;
         return true;
     }
     if (id == m[NX_TM_CALL_CLOSE] && st->mode == TS_BODY) {
@@ -512,7 +544,7 @@ void nx_tool_allowed(const nx_tool_grammar *g, const nx_tool_state *st, int32_t 
             if (v->end[i]) allow[i] = 1, any = true;
     nx_tool_state t;
     /* text: most tokens are refused on their first byte */
-    if (st->mode == TS_JSON) {
+    if (st->mode == TS_JSON || st->mode == TS_ARGS) {
         nx_json_state js;
         uint8_t first[256];
         for (int c = 0; c < 256; c++) {

@@ -1,5 +1,5 @@
 /* Tool-call arguments under tool_choice "required" or a named function: the recogniser that
- * masks every token that cannot continue Hy3's call syntax (or GLM-4.5's, below) (docs/design.md §11) into calls whose
+ * masks every token that cannot continue Hy3's call syntax (or GLM's or DeepSeek-V3.1's, below) (docs/design.md §11) into calls whose
  * arguments match the tools' parameter schemas, as vLLM constrains a forced call to the
  * function's schema. The prompt has opened the call (serve/server.c): `<tool_call>` (required),
  * or `<tool_call>NAME<tool_sep>` (named); from there the language is
@@ -47,13 +47,23 @@ const json_t *nx_tool_arg_schema(const json_t *tools, const char *name, const ch
  * byte (id[NX_TM_SEP] unused) and with open_end the calls end at the end of the output (an end
  * id may follow any </tool_call>; id[NX_TM_CALLS_CLOSE] unused); with string_exact a value is raw
  * text only where the property's "type" is exactly "string", as vLLM's glm4_moe parser keeps
- * the text of those alone. */
+ * the text of those alone. GLM-4.7's form ("glm47") writes no newline after the name: with
+ * bare_name the name ends at the first <arg_key> or </tool_call> (id[NX_TM_SEP] unused).
+ * DeepSeek-V3.1's ("deepseek_v31") writes the arguments as one JSON object:
+ *   NAME <tool_sep> {…} <tool_call_end>
+ * with json_args the object directly follows the separator and matches the function's whole
+ * parameters schema (json_grammar.h; any object where it has no properties or does not
+ * compile), and the key / value markers are unused. */
 enum { NX_TM_CALL_OPEN, NX_TM_CALL_CLOSE, NX_TM_CALLS_CLOSE, NX_TM_SEP, NX_TM_KEY_OPEN, NX_TM_KEY_CLOSE,
        NX_TM_VALUE_OPEN, NX_TM_VALUE_CLOSE, NX_TM_N };
 typedef struct nx_tool_markers {
     int32_t id[NX_TM_N];
-    bool newline_sep, open_end, string_exact;
+    bool newline_sep, open_end, string_exact, bare_name, json_args;
 } nx_tool_markers;
+
+/* Whether the form mk's flags describe writes marker i (NX_TM_*): the separator, </tool_calls>
+ * and the key / value markers are not every form's. */
+bool nx_tool_marker_used(const nx_tool_markers *mk, int i);
 
 #define NX_TOOL_MAX 64 /* tools a grammar tells apart by name */
 #define NX_TOOL_MAX_PATTERNS 64 /* "pattern" and "format" keys in all the tools' parameters */

@@ -1,9 +1,11 @@
 /* Chat output formats and the streaming reasoning / content / tool-call split (chat_format.h). */
 #include "serve/chat_format.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "serve/dsv31_output.h"
 #include "serve/glm_output.h"
 #include "serve/hy_output.h"
 
@@ -27,9 +29,10 @@ static void hy_spell(nx_chat_markers *m, const char *suffix) {
         [NX_TM_KEY_OPEN] = NX_HY_KEY_OPEN,     [NX_TM_KEY_CLOSE] = NX_HY_KEY_CLOSE,
         [NX_TM_VALUE_OPEN] = NX_HY_VALUE_OPEN, [NX_TM_VALUE_CLOSE] = NX_HY_VALUE_CLOSE};
     for (int i = 0; i < NX_TM_N; i++) copy(m->tool[i], sizeof m->tool[i], hm.text[tm[i]]);
-    m->newline_sep = m->open_end = m->string_exact = false;
+    m->newline_sep = m->open_end = m->string_exact = m->bare_name = m->json_args = false;
     copy(m->name_end, sizeof m->name_end, hm.text[NX_HY_SEP]);
     m->preamble[0] = '\0';
+    m->preamble_after_open = m->think_prompt_only = false;
 }
 
 static json_t *hy_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
@@ -39,7 +42,7 @@ static json_t *hy_parse(const char *text, size_t len, const nx_chat_markers *m, 
 }
 
 /* GLM's markers have one spelling: the suffix is ignored. */
-static void glm_spell(nx_chat_markers *m, const char *suffix) {
+static void glm_markers(nx_chat_markers *m, const char *suffix) {
     (void)suffix;
     copy(m->think_open, sizeof m->think_open, "<think>");
     copy(m->think_close, sizeof m->think_close, "</think>");
@@ -51,12 +54,53 @@ static void glm_spell(nx_chat_markers *m, const char *suffix) {
         [NX_TM_SEP] = "",                  [NX_TM_KEY_OPEN] = "<arg_key>",     [NX_TM_KEY_CLOSE] = "</arg_key>",
         [NX_TM_VALUE_OPEN] = "<arg_value>", [NX_TM_VALUE_CLOSE] = "</arg_value>"};
     for (int i = 0; i < NX_TM_N; i++) copy(m->tool[i], sizeof m->tool[i], tm[i]);
+    m->open_end = m->string_exact = true;
+    m->bare_name = m->json_args = m->preamble_after_open = m->think_prompt_only = false;
+}
+
+static void glm_spell(nx_chat_markers *m, const char *suffix) {
+    glm_markers(m, suffix);
     /* GLM-4.5's calls: "<tool_call>NAME\n<arg_key>…", no wrapper, the end (<|observation|>, an
      * end id) after the last; its template writes an answer without reasoning after
      * "<|assistant|>" as "\n<think></think>" then "\n<tool_call>" */
-    m->newline_sep = m->open_end = m->string_exact = true;
+    m->newline_sep = m->trim_lead = true;
     copy(m->name_end, sizeof m->name_end, "\n");
     copy(m->preamble, sizeof m->preamble, "\n<think></think>\n");
+}
+
+static void glm47_spell(nx_chat_markers *m, const char *suffix) {
+    glm_markers(m, suffix);
+    /* GLM-4.7's calls: "<tool_call>NAME<arg_key>…" (the name ends at the first marker); its
+     * template ends the generation prompt in "<think>" (thinking) or "</think>" (not), and writes
+     * an answer without reasoning as "</think>" then the calls */
+    m->newline_sep = false;
+    m->bare_name = m->trim_lead = true;
+    m->name_end[0] = '\0';
+    copy(m->preamble, sizeof m->preamble, "</think>");
+}
+
+/* DeepSeek-V3.1's markers are its tokenizer's special tokens, one spelling. */
+static void dsv31_spell(nx_chat_markers *m, const char *suffix) {
+    (void)suffix;
+    memset(m, 0, sizeof *m);
+    copy(m->think_open, sizeof m->think_open, "<think>");
+    copy(m->think_close, sizeof m->think_close, "</think>");
+    copy(m->tools_open, sizeof m->tools_open, NX_DSV31_CALLS_BEGIN);
+    copy(m->tool[NX_TM_CALL_OPEN], sizeof m->tool[0], NX_DSV31_CALL_BEGIN);
+    copy(m->tool[NX_TM_CALL_CLOSE], sizeof m->tool[0], NX_DSV31_CALL_END);
+    copy(m->tool[NX_TM_CALLS_CLOSE], sizeof m->tool[0], NX_DSV31_CALLS_END);
+    copy(m->tool[NX_TM_SEP], sizeof m->tool[0], NX_DSV31_SEP);
+    /* "<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{JSON}<｜tool▁call▁end｜>"; the template's
+     * generation prompt ends in "<think>" (thinking) or "</think>" (not, the default) */
+    m->json_args = m->think_prompt_only = true;
+    copy(m->name_end, sizeof m->name_end, NX_DSV31_SEP);
+    copy(m->preamble, sizeof m->preamble, "</think>");
+    m->preamble_after_open = true;
+}
+
+static json_t *dsv31_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
+    (void)m;
+    return nx_dsv31_parse_tool_calls(text, len, tools);
 }
 
 static json_t *glm_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
@@ -67,6 +111,8 @@ static json_t *glm_parse(const char *text, size_t len, const nx_chat_markers *m,
 static const nx_chat_format formats[] = {
     {"hy3", "hy_v3", hy_spell, hy_parse},
     {"glm45", "glm4_moe", glm_spell, glm_parse},
+    {"glm47", "glm4_moe_lite", glm47_spell, glm_parse},
+    {"deepseek_v31", "deepseek_v3", dsv31_spell, dsv31_parse},
 };
 
 const nx_chat_format *nx_chat_format_by_name(const char *name) {
@@ -89,8 +135,17 @@ void nx_chat_stream_init(nx_chat_stream *s, const nx_chat_format *f, const char 
     s->f = f;
     f->spell(&s->m, suffix);
     s->tools = tools && s->m.tools_open[0];
-    s->reasoning = reasoning && s->m.think_open[0] && s->m.think_close[0];
+    s->reasoning = reasoning && s->m.think_open[0] && s->m.think_close[0] && (in_reasoning || !s->m.think_prompt_only);
     s->part = s->reasoning && in_reasoning ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+    s->lead = s->m.trim_lead && s->reasoning && s->part == NX_CHAT_CONTENT;
+}
+
+/* The leading whitespace of t[0..n) while nothing else has come (see trim_lead). */
+static size_t lead_ws(bool *lead, const char *t, size_t n) {
+    size_t k = 0;
+    while (*lead && k < n && isspace((unsigned char)t[k])) k++;
+    if (k < n) *lead = false;
+    return k;
 }
 
 /* The markers that act in the current part (NULL-terminated, at most 2). */
@@ -135,6 +190,8 @@ static size_t partial_tail(const char *t, size_t n, const char *const *mk) {
 
 /* Appends t[0..n) to the current part's buffer. */
 static nx_status emit(nx_chat_stream *s, const char *t, size_t n, nx_strbuf *content, nx_strbuf *reasoning) {
+    const size_t k = s->part == NX_CHAT_CONTENT && n ? lead_ws(&s->lead, t, n) : 0;
+    if (k) t += k, n -= k;
     nx_strbuf *to = s->part == NX_CHAT_TOOLS ? &s->tool_text : s->part == NX_CHAT_REASONING ? reasoning : content;
     return to && n ? nx_strbuf_append(to, t, n) : NX_OK;
 }
@@ -159,6 +216,7 @@ static nx_status drain(nx_chat_stream *s, nx_strbuf *content, nx_strbuf *reasoni
         if (st != NX_OK) return st;
         const char *m = mk[w];
         const size_t k = strlen(m);
+        s->lead = false;
         if (m == s->m.tools_open) {
             s->part = NX_CHAT_TOOLS;
             if (s->m.tools_open_kept && (st = nx_strbuf_append(&s->tool_text, m, k)) != NX_OK) return st;
@@ -209,9 +267,10 @@ void nx_chat_tokens_init(nx_chat_tokens *t, const nx_chat_format *f, const char 
 
 bool nx_chat_tokens_tools(const nx_chat_tokens *t) {
     if (t->tools_open < 0) return false;
+    nx_tool_markers mk;
+    nx_chat_tokens_grammar(t, &mk);
     for (int i = 0; i < NX_TM_N; i++)
-        if (t->tool[i] < 0 && !(i == NX_TM_SEP && t->m.newline_sep) && !(i == NX_TM_CALLS_CLOSE && t->m.open_end))
-            return false;
+        if (t->tool[i] < 0 && nx_tool_marker_used(&mk, i)) return false;
     return true;
 }
 
@@ -223,14 +282,20 @@ void nx_chat_tokens_grammar(const nx_chat_tokens *t, nx_tool_markers *mk) {
     mk->newline_sep = t->m.newline_sep;
     mk->open_end = t->m.open_end;
     mk->string_exact = t->m.string_exact;
+    mk->bare_name = t->m.bare_name;
+    mk->json_args = t->m.json_args;
 }
 
 void nx_chat_split_init(nx_chat_split *s, const nx_chat_tokens *t, bool tools, bool reasoning, int32_t prompt_last) {
     s->t = t;
     s->tools = tools && nx_chat_tokens_tools(t);
-    s->reasoning = reasoning && nx_chat_tokens_reasoning(t);
-    s->part = s->reasoning && prompt_last == t->think_open ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+    const bool opened = prompt_last >= 0 && prompt_last == t->think_open;
+    s->reasoning = reasoning && nx_chat_tokens_reasoning(t) && (opened || !t->m.think_prompt_only);
+    s->part = s->reasoning && opened ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+    s->lead = t->m.trim_lead && s->reasoning && s->part == NX_CHAT_CONTENT;
 }
+
+size_t nx_chat_split_lead(nx_chat_split *s, const char *text, size_t n) { return lead_ws(&s->lead, text, n); }
 
 /* The text of marker id, or NULL when id is none of t's markers. */
 static const char *marker_text(const nx_chat_tokens *t, int32_t id) {
@@ -252,12 +317,14 @@ int nx_chat_split_token(nx_chat_split *s, int32_t id, const char **marker) {
     }
     if (s->tools && id == t->tools_open) {
         s->part = NX_CHAT_TOOLS;
+        s->lead = false;
         if (!t->m.tools_open_kept) return -1;
         *marker = t->m.tools_open;
         return NX_CHAT_TOOLS;
     }
     if (s->reasoning && (id == t->think_open || id == t->think_close)) {
         s->part = id == t->think_open ? NX_CHAT_REASONING : NX_CHAT_CONTENT;
+        s->lead = false;
         return -1;
     }
     return (int)s->part;

@@ -1,7 +1,7 @@
 /* Chat output formats, one per model family: how a generated text splits into reasoning,
  * content and tool calls, and how the tool calls parse into OpenAI's shape. A format is looked
- * up by its name ("hy3", "glm45") or by the config.json model_type it serves ("hy_v3",
- * "glm4_moe").
+ * up by its name ("hy3", "glm45", "glm47", "deepseek_v31") or by the config.json model_type it
+ * serves ("hy_v3", "glm4_moe", "glm4_moe_lite", "deepseek_v3").
  *
  * The split works on text in which every marker is spelled out: a caller feeds a special
  * token's marker text where a detokenizer would drop it. nx_chat_stream_feed takes byte chunks
@@ -25,22 +25,31 @@
 /* A format's markers as one tokenizer spells them. */
 typedef struct nx_chat_markers {
     char think_open[64], think_close[64]; /* "": no reasoning markers */
+    bool think_prompt_only; /* reasoning only when the prompt opened it (DeepSeek-V3.1: without
+                             * `thinking` all is content, as vLLM's deepseek_v3 parser leaves it) */
+    bool trim_lead;         /* whitespace before the output's first text or marker is dropped (GLM
+                             * writes "\n<think>" after its prompt; vLLM's glm45 parser keeps
+                             * nothing before <think>, and GLM's template strips an answer's content) */
     char tools_open[64];                  /* opens the tool calls */
     bool tools_open_kept;                 /* tools_open is the first call's own opening (GLM) */
     char suffix[48];                      /* the spelling suffix (Hy3's ":opensource"), for the parser */
     /* The call syntax, for a forced call's grammar and opening (tool_grammar.h): the markers by
      * NX_TM_* ("" where the format has none), the grammar's variant flags, the text a forced
-     * call's name is followed by (the separator's spelling, or a newline), and what a forced
-     * answer opens with before tools_open (GLM's empty reasoning, left out when the prompt
-     * already ends with it). */
+     * call's name is followed by (the separator's spelling, a newline, or nothing), and what a
+     * forced answer opens with before tools_open (an empty or closed reasoning, left out when the
+     * prompt already ends with it; with preamble_after_open, written only after a prompt that
+     * ends in think_open: DeepSeek-V3.1's template adds no generation prompt after a tool
+     * result). json_args: the arguments are JSON text, which the template also takes as text
+     * (a request's arguments strings stay strings). */
     char tool[NX_TM_N][64];
-    bool newline_sep, open_end, string_exact;
+    bool newline_sep, open_end, string_exact, bare_name, json_args;
     char name_end[64];
     char preamble[32];
+    bool preamble_after_open;
 } nx_chat_markers;
 
 typedef struct nx_chat_format {
-    const char *name;   /* "hy3", "glm45" */
+    const char *name;   /* "hy3", "glm45", "glm47", "deepseek_v31" */
     const char *family; /* the model_type it is the default for */
     /* Spells the markers with suffix (NULL or "": the bare forms; formats without suffixed
      * spellings ignore it). */
@@ -64,6 +73,7 @@ typedef struct nx_chat_stream {
     nx_chat_markers m;
     bool tools, reasoning; /* split tool calls / reasoning out (the request wants them) */
     nx_chat_part part;     /* where text goes now */
+    bool lead;             /* trim_lead: nothing but whitespace has come yet */
     nx_strbuf held;        /* bytes that may begin a marker */
     nx_strbuf tool_text;   /* the tool calls so far */
 } nx_chat_stream;
@@ -103,6 +113,7 @@ typedef struct nx_chat_split {
     const nx_chat_tokens *t;
     bool tools, reasoning;
     nx_chat_part part;
+    bool lead; /* trim_lead (with reasoning split out): nothing but whitespace has come yet */
 } nx_chat_split;
 
 /* Starts a split for one generation; prompt_last: the prompt's last token (one that is
@@ -113,5 +124,8 @@ void nx_chat_split_init(nx_chat_split *s, const nx_chat_tokens *t, bool tools, b
  * detokenizer drops special tokens); so does tools_open's when the format keeps it. Once the
  * tool calls have begun they last to the end of the output. */
 int nx_chat_split_token(nx_chat_split *s, int32_t id, const char **marker);
+/* How many leading bytes of a content token's text (n bytes) to drop: the whitespace that
+ * precedes the output's first text under trim_lead, else 0. */
+size_t nx_chat_split_lead(nx_chat_split *s, const char *text, size_t n);
 
 #endif

@@ -122,22 +122,25 @@ static char *parse_args(const char *s, size_t n, const json_t *tools, const char
     return out;
 }
 
-/* Where the name of a call whose body is s[0..n) ends, and where its arguments begin. */
-static void name_end(const char *s, size_t n, size_t *ne, size_t *ab) {
-    const size_t nl = find(s, n, 0, "\n"), esc = find(s, n, 0, "\\n");
-    if (nl < n || esc < n) {
-        *ne = nl < esc ? nl : esc;
-        *ab = *ne + (nl < esc ? 1 : 2);
-        return;
-    }
-    *ne = *ab = find(s, n, 0, KEY_OPEN);
+/* Where the name of a call whose body is s[0..n) ends, and where its arguments begin: at the
+ * first newline, backslash-n or <arg_key>, whichever comes first (GLM-4.5 writes a newline,
+ * GLM-4.7 the key); at the end when there is none and the call is whole, else nowhere (false:
+ * the name may still grow). */
+static bool name_end(const char *s, size_t n, bool whole, size_t *ne, size_t *ab) {
+    const size_t nl = find(s, n, 0, "\n"), esc = find(s, n, 0, "\\n"), key = find(s, n, 0, KEY_OPEN);
+    *ne = nl < esc ? nl : esc;
+    *ab = *ne + (nl < esc ? 1 : 2);
+    if (key <= *ne) *ne = *ab = key;
+    if (*ne < n) return true;
+    *ne = *ab = n;
+    return whole;
 }
 
-/* Appends the call with body s[0..n) to calls; a call without a valid name is skipped. false
- * when out of memory. */
-static bool add_call(json_t *calls, const char *s, size_t n, const json_t *tools) {
+/* Appends the call with body s[0..n) (whole: closed by </tool_call>) to calls; a call without a
+ * valid name is skipped. false when out of memory. */
+static bool add_call(json_t *calls, const char *s, size_t n, bool whole, const json_t *tools) {
     size_t ne, ab, nb = 0;
-    name_end(s, n, &ne, &ab);
+    if (!name_end(s, n, whole, &ne, &ab)) return true;
     trim(s, &nb, &ne);
     if (ne == nb || ne - nb > 255 || memchr(s + nb, '\0', ne - nb)) return true;
     char name[256];
@@ -161,9 +164,8 @@ json_t *nx_glm_parse_tool_calls(const char *text, size_t len, const json_t *tool
         const size_t c0 = find(text, len, pos, CALL_OPEN);
         if (c0 == len) break;
         const size_t b = c0 + strlen(CALL_OPEN), e = find(text, len, b, CALL_CLOSE);
-        if (e == len) break; /* cut short */
-        pos = e + strlen(CALL_CLOSE);
-        if (!add_call(calls, text + b, e - b, tools)) {
+        pos = e == len ? len : e + strlen(CALL_CLOSE); /* e == len: the last call, cut short */
+        if (!add_call(calls, text + b, e - b, e < len, tools)) {
             json_decref(calls);
             return NULL;
         }

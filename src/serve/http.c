@@ -341,7 +341,9 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
                 nx_strbuf_puts(&forced, cm->name_end);
             }
             nx_strbuf_puts(&full, text);
-            put_preamble(&full, text, cm->preamble);
+            const size_t tl = strlen(text), ol = strlen(cm->think_open);
+            if (!cm->preamble_after_open || (ol && tl >= ol && strcmp(text + tl - ol, cm->think_open) == 0))
+                put_preamble(&full, text, cm->preamble);
             if (!cm->tools_open_kept) nx_strbuf_puts(&full, cm->tools_open);
             nx_strbuf_puts(&full, forced.data ? forced.data : "");
             free(text);
@@ -484,7 +486,8 @@ static json_t *tokenize_body(nx_server *s, const conn *cs, json_t *root, nx_oai_
     if (!prompt) prompt = json_object_get(root, "content");
     if (json_object_get(root, "messages")) {
         nx_oai_request r;
-        if (nx_oai_request_parse(NX_OAI_CHAT, cs->body.data, cs->body.len, NULL, &r, e) != NX_OK) return NULL;
+        const nx_oai_limits lim = {.args_as_text = s->chat.m.json_args}; /* rendered as chat renders it */
+        if (nx_oai_request_parse(NX_OAI_CHAT, cs->body.data, cs->body.len, &lim, &r, e) != NX_OK) return NULL;
         nx_error err = {0};
         nx_status st = NX_E_ARG;
         pthread_mutex_lock(&s->prep_mu);
@@ -605,7 +608,7 @@ static void mark_inflight(nx_server *s, conn *cs) {
 static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, conn *cs,
                                        nx_oai_kind kind) {
     nx_oai_error e;
-    nx_oai_limits lim = {.model_id = s->model_id, .vocab_size = s->info->vocab_size};
+    nx_oai_limits lim = {.model_id = s->model_id, .vocab_size = s->info->vocab_size, .args_as_text = s->chat.m.json_args};
     job *j = nx_job_new(s, conn_fd(c));
     if (!j) return respond_errorf(s, c, cs, 500, "server_error", NULL, "out of memory");
     snprintf(j->id, sizeof j->id, "%s-%016llx", kind == NX_OAI_CHAT ? "chatcmpl" : "cmpl",

@@ -376,7 +376,7 @@ static nx_status flatten_parts(json_t *parts, size_t mi, json_t **out, nx_oai_er
     return *out ? NX_OK : oom(e);
 }
 
-static nx_status parse_tool_calls(json_t *calls, size_t mi, nx_oai_error *e) {
+static nx_status parse_tool_calls(json_t *calls, size_t mi, bool args_as_text, nx_oai_error *e) {
     char param[128];
     snprintf(param, sizeof param, "messages[%zu].tool_calls", mi);
     if (!json_is_array(calls)) return bad_type(e, param, "an array", calls);
@@ -396,7 +396,17 @@ static nx_status parse_tool_calls(json_t *calls, size_t mi, nx_oai_error *e) {
             return bad_type(e, param, "a string", args);
         /* OpenAI sends the arguments as a JSON string; templates read them as a mapping
          * (Hy3's writes one <arg_key>/<arg_value> pair per key), so an object string becomes the
-         * object, as vLLM and llama.cpp pass it */
+         * object, as vLLM and llama.cpp pass it; a template that writes them as text (DeepSeek-V3.1's
+         * concatenates them) gets the string, an object serialized */
+        if (args_as_text) {
+            char *t = json_is_object(args) ? json_dumps(args, JSON_COMPACT) : NULL;
+            if (json_is_object(args) && (!t || json_object_set_new(fn, "arguments", json_string(t)) != 0)) {
+                free(t);
+                return oom(e);
+            }
+            free(t);
+            continue;
+        }
         json_t *obj = json_is_string(args) ? json_loadb(json_string_value(args), json_string_length(args), 0, NULL)
                                            : NULL;
         if (json_is_object(obj)) json_object_set(fn, "arguments", obj);
@@ -405,7 +415,7 @@ static nx_status parse_tool_calls(json_t *calls, size_t mi, nx_oai_error *e) {
     return NX_OK;
 }
 
-static nx_status parse_messages(json_t *root, nx_oai_request *r, nx_oai_error *e) {
+static nx_status parse_messages(json_t *root, nx_oai_request *r, bool args_as_text, nx_oai_error *e) {
     json_t *msgs = json_object_get(root, "messages");
     if (!msgs || json_is_null(msgs)) {
         nx_oai_error_set(e, 400, "invalid_request_error", "messages",
@@ -470,7 +480,7 @@ static nx_status parse_messages(json_t *root, nx_oai_request *r, nx_oai_error *e
         }
         json_t *calls = json_object_get(copy, "tool_calls");
         if (calls && !json_is_null(calls)) {
-            nx_status st = parse_tool_calls(calls, i, e);
+            nx_status st = parse_tool_calls(calls, i, args_as_text, e);
             if (st != NX_OK) return st;
         }
         json_t *tcid = json_object_get(m, "tool_call_id");
@@ -857,7 +867,7 @@ nx_status nx_oai_request_parse(nx_oai_kind kind, const char *body, size_t len,
     }
     if ((st = parse_common(root, lim, out, e)) != NX_OK) goto done;
     if (kind == NX_OAI_CHAT) {
-        if ((st = parse_messages(root, out, e)) != NX_OK) goto done;
+        if ((st = parse_messages(root, out, lim && lim->args_as_text, e)) != NX_OK) goto done;
         if ((st = parse_tools(root, out, e)) != NX_OK) goto done;
         if ((st = opt_bool(root, "add_generation_prompt", &out->add_generation_prompt, e)) != NX_OK)
             goto done;

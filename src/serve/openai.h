@@ -54,6 +54,7 @@ typedef struct nx_oai_prompt {
 typedef struct nx_oai_limits {
     const char *model_id; /* the only accepted "model" value (absent "model" is accepted too) */
     int32_t vocab_size;   /* bound for token-id prompts; 0 = unchecked */
+    bool args_as_text;    /* the chat template writes tool-call arguments as text (DeepSeek-V3.1's) */
 } nx_oai_limits;
 
 typedef struct nx_oai_request {

@@ -398,7 +398,8 @@ static int on_token(void *user, int32_t id, const float *probs) {
         if (part == NX_CHAT_CONTENT) {
             bool stopped = false;
             nx_strbuf *dst = j->req.stream ? &g->released : &g->out->text;
-            nx_stop_push(&g->stop, piece, len, dst, &stopped);
+            const size_t lead = nx_chat_split_lead(&g->split, piece, len); /* GLM's "\n" before <think> */
+            nx_stop_push(&g->stop, piece + lead, len - lead, dst, &stopped);
             g->stopped_by_string = stopped;
         } else if (part == NX_CHAT_REASONING) {
             nx_strbuf_append(j->req.stream ? &g->released_reasoning : &g->out->reasoning, piece, len);

@@ -87,6 +87,7 @@ for (const t of templates) {
   }
   for (const c of convs) {
     if (c.templates && !c.templates.some((p) => t.name.startsWith(p))) continue;
+    if (c.not_templates && c.not_templates.some((p) => t.name.startsWith(p))) continue;
     const base = path.join(outdir, `${t.name}__${c.name}`);
     const ctx = {
       messages: c.messages,

@@ -11,9 +11,10 @@ an integer, an enum string, a boolean), streaming and not, the stream's deltas a
 whole answer's call; "required" gives calls that all validate; a conversation carrying an assistant tool call (arguments a JSON string)
 and the tool's result renders and is answered; /v1/chat/completions answers with MTP drafting on
 and reports its drafts. A scripted copy (tests/ref/make_scripted_ckpt.py: greedy decoding after
-<|assistant|> says "<think>Hmm</think>Sure<tool_call>get_weather<arg_key>days</arg_key>
-<arg_value>3</arg_value></tool_call>") checks the split: reasoning_content, content and the typed
-call, streaming and not; without tools offered no call is split out."""
+<|assistant|> says "\n<think>Hmm</think>Sure<tool_call>get_weather<arg_key>days</arg_key>
+<arg_value>3</arg_value></tool_call>", GLM-4.5's newline before <think> included) checks the split:
+reasoning_content, content (without that newline) and the typed call, streaming and not; without
+tools offered no call is split out."""
 import json
 import os
 import subprocess
@@ -32,7 +33,7 @@ GLM_SPECIAL = ["<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>"
                "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<arg_key>", "</arg_key>",
                "<arg_value>", "</arg_value>"]
 
-SCRIPT = "<think>Hmm</think>Sure<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
+SCRIPT = "\n<think>Hmm</think>Sure<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather forecast",
     "parameters": {"type": "object", "properties": {

@@ -1,7 +1,7 @@
-/* GLM-4.5 chat output (serve/glm_output.h) and the per-family chat formats (serve/chat_format.h):
- * tool calls typed as vLLM's glm4_moe tool parser types them, the reasoning / content / tool
- * split of whole outputs, and the same split when the output arrives cut at every byte boundary
- * and byte by byte. */
+/* GLM-4.5 and GLM-4.7 chat output (serve/glm_output.h) and the per-family chat formats
+ * (serve/chat_format.h): tool calls typed as vLLM's glm4_moe / glm47 tool parsers type them, the
+ * reasoning / content / tool split of whole outputs, and the same split when the output arrives
+ * cut at every byte boundary and byte by byte. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -61,6 +61,10 @@ static void test_lookup(void **state) {
     assert_non_null(h);
     assert_ptr_equal(nx_chat_format_for_family("glm4_moe"), g);
     assert_ptr_equal(nx_chat_format_for_family("hy_v3"), h);
+    assert_ptr_equal(nx_chat_format_for_family("glm4_moe_lite"), nx_chat_format_by_name("glm47"));
+    assert_ptr_equal(nx_chat_format_for_family("deepseek_v3"), nx_chat_format_by_name("deepseek_v31"));
+    assert_non_null(nx_chat_format_by_name("glm47"));
+    assert_non_null(nx_chat_format_by_name("deepseek_v31"));
     assert_null(nx_chat_format_by_name("glm4_moe"));
     assert_null(nx_chat_format_for_family("llama"));
     assert_null(nx_chat_format_by_name(NULL));
@@ -101,7 +105,8 @@ static void test_typing(void **state) {
     json_decref(t);
 }
 
-/* Names, separators, several calls, repeated keys, calls cut short or without a name. */
+/* Names, separators, several calls, repeated keys, calls cut short or without a name; a last
+ * call cut short counts once its name is complete, with its complete pairs. */
 static void test_structure(void **state) {
     (void)state;
     json_t *t = tools();
@@ -113,14 +118,41 @@ static void test_structure(void **state) {
                       "<arg_key>k2</arg_key><arg_value>2</arg_value></tool_call>"
                       "<tool_call>get_weather\n<arg_key>city</arg_key><arg_value>Oslo",
                       t);
-    assert_int_equal(json_array_size(c), 4);
+    assert_int_equal(json_array_size(c), 5);
     assert_args(c, 0, "now", "{}");
     assert_args(c, 1, "get_weather", "{\"city\":\"Paris\",\"days\":2}");
     assert_args(c, 2, "now", "{}");
     assert_args(c, 3, "now", "{\"k2\":2}");
+    assert_args(c, 4, "get_weather", "{}"); /* cut inside its first value */
     json_decref(c);
     c = parse("no calls at all <tool_call", t);
     assert_int_equal(json_array_size(c), 0);
+    json_decref(c);
+    /* cut short: the name must have ended (a newline or <arg_key>), pairs must be whole */
+    static const struct {
+        const char *text, *want;
+    } cut[] = {
+        {"<tool_call>get_wea", NULL},
+        {"<tool_call>get_weather", NULL},
+        {"<tool_call>get_weather\\", NULL},
+        {"<tool_call>get_weather\n", "{}"},
+        {"<tool_call>get_weather<arg_key>city</arg_key><arg_value>Ro", "{}"},
+        {"<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value><arg_key>da", "{\"city\":\"Rome\"}"},
+        {"<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_", "{\"city\":\"Rome\"}"},
+    };
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+        c = parse(cut[i].text, t);
+        assert_int_equal(json_array_size(c), cut[i].want ? 1 : 0);
+        if (cut[i].want) assert_args(c, 0, "get_weather", cut[i].want);
+        json_decref(c);
+    }
+    /* GLM-4.7's form: no newline after the name, so a newline inside a value is no name's end */
+    c = parse("<tool_call>get_weather<arg_key>city</arg_key><arg_value>two\nlines</arg_value>"
+              "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call><tool_call>now</tool_call>",
+              t);
+    assert_int_equal(json_array_size(c), 2);
+    assert_args(c, 0, "get_weather", "{\"city\":\"two\\nlines\",\"days\":3}");
+    assert_args(c, 1, "now", "{}");
     json_decref(c);
     json_decref(t);
 }
@@ -229,8 +261,54 @@ static void test_glm_stream(void **state) {
     /* an output that ends inside a marker or the reasoning keeps its bytes */
     check_split(g, NULL, true, true, false, "answer <think", "answer <think", "", "[]");
     check_split(g, NULL, true, true, false, "<think>cut short </thi", "", "cut short </thi", "[]");
-    /* a stray </think> is content; a call cut short is no call */
-    check_split(g, NULL, true, true, false, "a</think>b<tool_call>now\n<arg_key>", "a</think>b", "", "[]");
+    /* a stray </think> is content; a call cut short counts once its name is complete */
+    check_split(g, NULL, true, true, false, "a</think>b<tool_call>now\n<arg_key>", "a</think>b", "",
+                "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]");
+    check_split(g, NULL, true, true, false, "a<tool_call>no", "a", "", "[]");
+    /* GLM writes "\n<think>" after its prompt: whitespace before the output's first text or
+     * marker is dropped (not the newline after </think>), and only where reasoning is split */
+    check_split(g, NULL, true, true, false, "\n<think>r</think>\nA", "\nA", "r", "[]");
+    check_split(g, NULL, true, true, false, " \n\t Hello \n", "Hello \n", "", "[]");
+    check_split(g, NULL, true, true, false, "\n", "", "", "[]");
+    check_split(g, NULL, true, true, false, "\n<tool_call>now</tool_call>", "", "",
+                "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]");
+    check_split(g, NULL, true, false, false, "\n<think>r</think>a", "\n<think>r</think>a", "", "[]");
+    check_split(nx_chat_format_by_name("hy3"), NULL, true, true, false, "\n<think>r</think>a", "\na", "r", "[]");
+}
+
+/* GLM-4.7: the prompt opens the reasoning (its generation prompt ends in <think>); the calls
+ * have no newline after the name. */
+static void test_glm47_stream(void **state) {
+    (void)state;
+    const nx_chat_format *g = nx_chat_format_by_name("glm47");
+    const char *calls = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                        "\"arguments\":\"{\\\"city\\\":\\\"Zürich\\\",\\\"days\\\":2}\"}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]";
+    check_split(g, NULL, true, true, true,
+                "Plan <tool_call> here.</think>Checking.<tool_call>get_weather<arg_key>city</arg_key>"
+                "<arg_value>Zürich</arg_value><arg_key>days</arg_key><arg_value>2</arg_value></tool_call>"
+                "<tool_call>now</tool_call>",
+                "Checking.", "Plan <tool_call> here.", calls);
+    /* thinking off (the prompt ended in </think>): all content up to the calls */
+    check_split(g, NULL, true, true, false, "Answer.<tool_call>now</tool_call>", "Answer.", "",
+                "[{\"type\":\"function\",\"function\":{\"name\":\"now\",\"arguments\":\"{}\"}}]");
+    nx_chat_tokens t;
+    nx_chat_tokens_init(&t, g, NULL, NULL);
+    enum { THINK = 100, UNTHINK, CALL, UNCALL, KEY, UNKEY, VAL, UNVAL };
+    t.think_open = THINK, t.think_close = UNTHINK, t.tools_open = CALL;
+    const int32_t tm[NX_TM_N] = {CALL, UNCALL, -1, -1, KEY, UNKEY, VAL, UNVAL};
+    memcpy(t.tool, tm, sizeof tm);
+    assert_true(nx_chat_tokens_tools(&t));
+    nx_tool_markers mk;
+    nx_chat_tokens_grammar(&t, &mk);
+    assert_true(mk.bare_name && mk.open_end && mk.string_exact && !mk.newline_sep && !mk.json_args);
+    assert_string_equal(t.m.name_end, "");
+    assert_string_equal(t.m.preamble, "</think>");
+    assert_true(t.m.tools_open_kept);
+    nx_chat_split sp;
+    const char *mkr;
+    nx_chat_split_init(&sp, &t, true, true, THINK); /* the prompt ended in <think> */
+    assert_int_equal(nx_chat_split_token(&sp, 5, &mkr), NX_CHAT_REASONING);
 }
 
 /* Hy3's format through the same stream: reasoning opened by the prompt, suffixed markers. */
@@ -266,6 +344,9 @@ static void test_glm_token_split(void **state) {
     nx_chat_split_init(&sp, &t, true, true, TEXT);
     const char *mkr;
     assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_CONTENT);
+    assert_int_equal(nx_chat_split_lead(&sp, "\n ", 2), 2); /* GLM's "\n" before <think> */
+    assert_int_equal(nx_chat_split_lead(&sp, " a ", 3), 1);
+    assert_int_equal(nx_chat_split_lead(&sp, " b", 2), 0); /* only before the first text */
     assert_int_equal(nx_chat_split_token(&sp, THINK, &mkr), -1);
     assert_int_equal(nx_chat_split_token(&sp, TEXT, &mkr), NX_CHAT_REASONING);
     assert_int_equal(nx_chat_split_token(&sp, UNTHINK, &mkr), -1);
@@ -295,7 +376,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lookup),    cmocka_unit_test(test_typing),     cmocka_unit_test(test_structure),
         cmocka_unit_test(test_bad_bytes), cmocka_unit_test(test_glm_stream), cmocka_unit_test(test_hy_stream),
-        cmocka_unit_test(test_glm_token_split),
+        cmocka_unit_test(test_glm_token_split), cmocka_unit_test(test_glm47_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,6 +73,34 @@ static void test_chat_minimal_defaults(void **state) {
     nx_oai_request_free(&r);
 }
 
+/* A past call's arguments reach the template as an object (decoded from OpenAI's string), or,
+ * for a template that writes them as text (args_as_text: DeepSeek-V3.1's), as a string (an object
+ * sent serialized). */
+static void test_chat_tool_call_arguments(void **state) {
+    (void)state;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+                       "\"content\":null,\"tool_calls\":[{\"id\":\"a\",\"type\":\"function\",\"function\":"
+                       "{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": 1}\"}},{\"id\":\"b\",\"type\":\"function\","
+                       "\"function\":{\"name\":\"g\",\"arguments\":{\"y\":[true]}}}]}]}";
+    for (int as_text = 0; as_text < 2; as_text++) {
+        const nx_oai_limits lim = {.args_as_text = as_text};
+        nx_oai_request r;
+        nx_oai_error e;
+        assert_int_equal(nx_oai_request_parse(NX_OAI_CHAT, body, strlen(body), &lim, &r, &e), NX_OK);
+        const json_t *calls = json_object_get(json_array_get(r.messages, 1), "tool_calls");
+        const json_t *a = json_object_get(json_object_get(json_array_get(calls, 0), "function"), "arguments");
+        const json_t *b = json_object_get(json_object_get(json_array_get(calls, 1), "function"), "arguments");
+        if (as_text) {
+            assert_string_equal(json_string_value(a), "{\"x\": 1}"); /* as sent */
+            assert_string_equal(json_string_value(b), "{\"y\":[true]}");
+        } else {
+            assert_true(json_is_object(a) && json_integer_value(json_object_get(a, "x")) == 1);
+            assert_true(json_is_object(b));
+        }
+        nx_oai_request_free(&r);
+    }
+}
+
 static void test_chat_all_fields(void **state) {
     (void)state;
     const char *body =
@@ -765,6 +793,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_minimal_defaults),
         cmocka_unit_test(test_chat_all_fields),
+        cmocka_unit_test(test_chat_tool_call_arguments),
         cmocka_unit_test(test_chat_speculative_auto_and_nulls),
         cmocka_unit_test(test_request_error_matrix),
         cmocka_unit_test(test_completion_prompts),

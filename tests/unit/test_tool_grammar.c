@@ -15,6 +15,7 @@
 
 #include "constrain/tool_grammar.h"
 #include "nextn.h"
+#include "serve/dsv31_output.h"
 #include "serve/glm_output.h"
 #include "serve/hy_output.h"
 
@@ -35,7 +36,7 @@ static const char *const words[] = {"days", "city", "unit", "flags", "code", "ta
 enum { W0 = 256, MK0 = W0 + N_WORDS, END = MK0 + 8, OTHER_SPECIAL, NV };
 enum { CALL_OPEN = MK0, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE };
 static const nx_tool_markers MK = {{CALL_OPEN, CALL_CLOSE, CALLS_CLOSE, SEP, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE},
-                                   false, false, false};
+                                   false, false, false, false, false};
 
 static const char TOOLS[] =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
@@ -212,7 +213,7 @@ static void test_required_calls(void **state) {
 /* GLM-4.5's form: no separator token (the name ends at a newline), no </tool_calls> (an end id
  * follows the last call), raw text only under a "type" of exactly "string". */
 static const nx_tool_markers GLM = {{CALL_OPEN, CALL_CLOSE, -1, -1, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE},
-                                    true, true, true};
+                                    true, true, true, false, false};
 
 static nx_tool_grammar *glm_grammar(const json_t *t, const char *only) {
     nx_tool_grammar *g = NULL;
@@ -316,6 +317,143 @@ static void test_glm_calls(void **state) {
     nx_tool_markers lacking = GLM;
     lacking.id[NX_TM_KEY_OPEN] = -1;
     assert_int_equal(nx_tool_grammar_new(tools, NULL, &lacking, vocab, &hy, &err), NX_E_ARG);
+}
+
+/* GLM-4.7's form: GLM-4.5's without the newline, the name ends at the marker after it. */
+static const nx_tool_markers GLM47 = {{CALL_OPEN, CALL_CLOSE, -1, -1, KEY_OPEN, KEY_CLOSE, VALUE_OPEN, VALUE_CLOSE},
+                                      false, true, true, true, false};
+
+static void test_glm47_calls(void **state) {
+    (void)state;
+    nx_tool_state st;
+    nx_tool_grammar *g = NULL;
+    nx_error err = {0};
+    /* required: "<tool_call>" opened; the name runs into <arg_key> or </tool_call> */
+    assert_int_equal(nx_tool_grammar_new(tools, NULL, &GLM47, vocab, &g, &err), NX_OK);
+    const int req[] = {word("get"), word("_weather"), K("city"), V('a'), K("days"), V(word("7")), CALL_CLOSE,
+                       CALL_OPEN, word("other"), CALL_CLOSE, END};
+    const int nr = (int)(sizeof req / sizeof *req);
+    assert_int_equal(run(g, req, nr, &st), nr);
+    assert_true(nx_tool_done(&st));
+    const int nl_name[] = {word("other"), word("\n")};
+    assert_int_equal(run(g, nl_name, 2, &st), 1); /* a newline is no part of a name */
+    const int part[] = {word("get"), KEY_OPEN};
+    assert_int_equal(run(g, part, 2, &st), 1); /* "get" is no tool */
+    const int early[] = {word("get_weather"), CALL_CLOSE};
+    assert_int_equal(run(g, early, 2, &st), 1); /* city and days are required */
+    nx_tool_grammar_free(g);
+    /* named: the prompt opened "<tool_call>get_weather"; read back by the GLM parser */
+    assert_int_equal(nx_tool_grammar_new(tools, "get_weather", &GLM47, vocab, &g, &err), NX_OK);
+    const int good[] = {K("city"), V(word(" Paris")), K("days"), V(word("12")), CALL_CLOSE, END};
+    const int n = (int)(sizeof good / sizeof *good);
+    assert_int_equal(run(g, good, n, &st), n);
+    char text[256];
+    const int head[] = {CALL_OPEN, word("get_weather")};
+    glm_spell(head, 2, text, sizeof text);
+    glm_spell(good, n - 1, text + strlen(text), sizeof text - strlen(text));
+    assert_string_equal(text, "<tool_call>get_weather<arg_key>city</arg_key><arg_value> Paris</arg_value>"
+                              "<arg_key>days</arg_key><arg_value>12</arg_value></tool_call>");
+    json_t *calls = nx_glm_parse_tool_calls(text, strlen(text), tools);
+    assert_int_equal(json_array_size(calls), 1);
+    const json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    assert_string_equal(json_string_value(json_object_get(fn, "arguments")), "{\"city\":\"Paris\",\"days\":12}");
+    json_decref(calls);
+    nx_tool_grammar_free(g);
+}
+
+/* DeepSeek-V3.1's form: NAME <tool_sep> {JSON} <tool_call_end>, no key / value markers. */
+static const nx_tool_markers DSV31 = {{CALL_OPEN, CALL_CLOSE, CALLS_CLOSE, SEP, -1, -1, -1, -1},
+                                      false, false, false, false, true};
+
+/* Appends the bytes of text to ids (one id per byte), from *n on. */
+static void bytes_of(const char *text, int *ids, int *n) {
+    for (const char *p = text; *p; p++) ids[(*n)++] = (unsigned char)*p;
+}
+
+static void test_dsv31_calls(void **state) {
+    (void)state;
+    nx_tool_state st;
+    nx_tool_grammar *g = NULL;
+    nx_error err = {0};
+    /* the key / value markers are not needed; the separator and </tool_calls> are */
+    nx_tool_markers lacking = DSV31;
+    lacking.id[NX_TM_SEP] = -1;
+    assert_int_equal(nx_tool_grammar_new(tools, NULL, &lacking, vocab, &g, &err), NX_E_ARG);
+    /* required: names, the arguments object under the function's schema, more calls, the end */
+    assert_int_equal(nx_tool_grammar_new(tools, NULL, &DSV31, vocab, &g, &err), NX_OK);
+    int ids[128], n = 0;
+    ids[n++] = word("get_weather");
+    ids[n++] = SEP;
+    bytes_of("{\"city\":\"P\",\"days\":7,\"unit\":\"c\"}", ids, &n);
+    ids[n++] = CALL_CLOSE;
+    ids[n++] = CALL_OPEN;
+    ids[n++] = word("other");
+    ids[n++] = SEP;
+    bytes_of("{\"any\":[1]}", ids, &n);
+    ids[n++] = CALL_CLOSE;
+    ids[n++] = CALLS_CLOSE;
+    ids[n++] = END;
+    assert_int_equal(run(g, ids, n, &st), n);
+    assert_true(nx_tool_done(&st));
+    struct {
+        const char *args;
+        int at; /* bytes taken before the refusal; -1: the object is taken, </tool_call_end> refused */
+        const char *why;
+    } bad[] = {
+        {"{\"days\":7}", 2, "days before the required city"},
+        {"{\"city\":\"P\"}", 11, "the object closed without the required days"},
+        {"{\"city\":\"P\",\"days\":1", -1, "the object not closed"},
+        {"{\"city\":\"P\",\"days\":15}", 20, "days above maximum 14"},
+        {"{\"city\":1", 8, "city not a string"},
+        {" {", 0, "text before the object"},
+        {"[1]", 0, "not an object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = 0;
+        ids[n++] = word("get_weather");
+        ids[n++] = SEP;
+        bytes_of(bad[i].args, ids, &n);
+        const int want = bad[i].at < 0 ? n : 2 + bad[i].at;
+        ids[n++] = CALL_CLOSE;
+        const int at = run(g, ids, n, &st);
+        if (at != want) fail_msg("%s: refused at %d, expected %d", bad[i].why, at, want);
+    }
+    const int no_sep[] = {word("other"), '{'};
+    assert_int_equal(run(g, no_sep, 2, &st), 1);
+    const int end_early[] = {word("other"), SEP, '{', '}', CALL_CLOSE, END};
+    assert_int_equal(run(g, end_early, 6, &st), 5); /* </tool_calls> comes first */
+    nx_tool_grammar_free(g);
+    /* named: the prompt opened the call up to its separator; the mask agrees with the steps */
+    assert_int_equal(nx_tool_grammar_new(tools, "get_weather", &DSV31, vocab, &g, &err), NX_OK);
+    n = 0;
+    bytes_of("{\"city\":\"P\",\"days\":12}", ids, &n);
+    ids[n++] = CALL_CLOSE;
+    ids[n++] = CALLS_CLOSE;
+    ids[n++] = END;
+    nx_tool_init(g, &st);
+    uint8_t allow[NV];
+    for (int i = 0; i < n; i++) {
+        nx_tool_allowed(g, &st, NV, allow);
+        for (int id = 0; id < NV; id++) {
+            nx_tool_state t = st;
+            if (allow[id] != nx_tool_step(g, &t, id)) fail_msg("step %d: id %d mask %d", i, id, allow[id]);
+        }
+        assert_true(allow[ids[i]]);
+        assert_true(nx_tool_step(g, &st, ids[i]));
+    }
+    assert_true(nx_tool_done(&st));
+    const int second[] = {'{', '"', 'c', 'i', 't', 'y', '"', ':', '"', 'x', '"', ',', '"', 'd', 'a', 'y', 's', '"',
+                          ':', '1', '}', CALL_CLOSE, CALL_OPEN};
+    assert_int_equal(run(g, second, 23, &st), 22); /* a named call is one call */
+    nx_tool_grammar_free(g);
+    /* read back by the DeepSeek-V3.1 parser as the server reads it */
+    const char text[] = NX_DSV31_CALL_BEGIN "get_weather" NX_DSV31_SEP "{\"city\":\"P\",\"days\":12}" NX_DSV31_CALL_END
+                        NX_DSV31_CALLS_END;
+    json_t *calls = nx_dsv31_parse_tool_calls(text, sizeof text - 1, tools);
+    assert_int_equal(json_array_size(calls), 1);
+    const json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+    assert_string_equal(json_string_value(json_object_get(fn, "arguments")), "{\"city\":\"P\",\"days\":12}");
+    json_decref(calls);
 }
 
 /* The text of ids, markers spelled bare (nx_hy_markers_init with no suffix). */
@@ -510,6 +648,8 @@ int main(void) {
         cmocka_unit_test(test_named_calls),
         cmocka_unit_test(test_required_calls),
         cmocka_unit_test(test_glm_calls),
+        cmocka_unit_test(test_glm47_calls),
+        cmocka_unit_test(test_dsv31_calls),
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_sampler),
         cmocka_unit_test(test_ban_yields),
