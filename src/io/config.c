@@ -181,6 +181,10 @@ static nx_status parse_quant(parser *p, nx_config *cfg) {
             return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s.quant_method\" must be a string", p->name,
                            where);
         const char *m = json_string_value(qm);
+        if (strcmp(m, "fp8") == 0)
+            return nx_fail(p->err, NX_E_UNSUPPORTED,
+                           "%s: %s.quant_method \"fp8\": FP8 weights are not loaded directly; convert the "
+                           "checkpoint with `nextn convert` first", p->name, where);
         if (strcmp(m, "mlx") != 0 && strcmp(m, "affine") != 0)
             return nx_fail(p->err, NX_E_UNSUPPORTED,
                            "%s: %s.quant_method \"%.32s\" is not supported (only MLX affine)", p->name,

@@ -172,6 +172,9 @@ static nx_status load_linear(loader *L, const char *path, int64_t n_stack, int64
         if (w->dtype == NX_DTYPE_U32)
             return nx_fail(L->err, NX_E_FORMAT, "tensor %s (%s): U32 (quantized) weight without %s.scales",
                            w->name, file, path);
+        if (w->dtype == NX_DTYPE_F8_E4M3 || w->dtype == NX_DTYPE_F8_E5M2)
+            return nx_fail(L->err, NX_E_UNSUPPORTED, "tensor %s (%s): %s weights are not loaded directly; convert "
+                           "the checkpoint with `nextn convert` first", w->name, file, nx_dtype_name(w->dtype));
         if (!is_float(w->dtype))
             return nx_fail(L->err, NX_E_UNSUPPORTED, "tensor %s (%s): dtype %s is not supported for weights",
                            w->name, file, nx_dtype_name(w->dtype));

@@ -11,6 +11,7 @@
 #include <fnmatch.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,7 @@ static int map_name(const nx_family *fam, const char *name, int32_t n_layers, ch
 
 typedef struct part {
     const nx_tensor *w, *s, *b;
+    const nx_tensor *si; /* an FP8 weight's block scales (X.weight_scale_inv) */
 } part;
 
 typedef struct item {
@@ -165,7 +167,8 @@ typedef struct item {
     bool stacked;      /* output is [mats, out, in] */
     nx_dtype wdtype;   /* source weight dtype */
     int sbits, sgroup; /* source quantization (0: float) */
-    nx_dtype sdtype;   /* source float dtype (the weight's, or the scales') */
+    nx_dtype sdtype;   /* source float dtype (the weight's, or the scales'; bf16 for FP8) */
+    int fbr, fbc;      /* FP8 source: rows and columns of one scale block */
     /* decision */
     int bits, group;
     nx_dtype odtype;   /* float dtype of the output weight, or of its scales/biases */
@@ -256,8 +259,8 @@ static const struct {
     int derive;
 } MLA_SPLIT[] = {{".self_attn.embed_q", DERIVE_KT}, {".self_attn.unembed_out", DERIVE_ROWS}};
 
-/* Adds source tensor t as role (0 weight, 1 scales, 2 biases) of expert e (-1: none) of the item
- * at `name`. */
+/* Adds source tensor t as role (0 weight, 1 scales, 2 biases, 3 FP8 block scales) of expert e
+ * (-1: none) of the item at `name`. */
 static nx_status plan_add(plan *p, const char *name, const nx_tensor *t, int role, int64_t e, bool suffix, bool mtp,
                           int derive, nx_error *err) {
     item *it;
@@ -280,7 +283,8 @@ static nx_status plan_add(plan *p, const char *name, const nx_tensor *t, int rol
         it->parts = np;
         it->n_parts = idx + 1;
     }
-    const nx_tensor **slot = role == 0 ? &it->parts[idx].w : role == 1 ? &it->parts[idx].s : &it->parts[idx].b;
+    part *pt = &it->parts[idx];
+    const nx_tensor **slot = role == 0 ? &pt->w : role == 1 ? &pt->s : role == 2 ? &pt->b : &pt->si;
     if (*slot) return nx_fail(err, NX_E_FORMAT, "tensors %s and %s both map to %s", (*slot)->name, t->name, name);
     *slot = t;
     return NX_OK;
@@ -311,7 +315,8 @@ static nx_status plan_collect(plan *p, const nx_family *fam, const nx_store *st,
         int role = 0;
         bool suffix = true;
         size_t len = strlen(name);
-        if (ends(name, ".weight")) name[len - 7] = 0;
+        if (ends(name, ".weight_scale_inv")) name[len - 17] = 0, role = 3;
+        else if (ends(name, ".weight")) name[len - 7] = 0;
         else if (ends(name, ".scales")) name[len - 7] = 0, role = 1;
         else if (ends(name, ".biases")) name[len - 7] = 0, role = 2;
         else suffix = false;
@@ -391,25 +396,65 @@ static nx_status item_derive(item *it, const nx_config *cfg, nx_error *err) {
     return NX_OK;
 }
 
+/* FP8 sources (DeepSeek-V3's): every part's weight is an F8_E4M3 [out, in] matrix with F32
+ * block scales X.weight_scale_inv [ceil(out/rows), ceil(in/cols)] for the config's
+ * weight_block_size [rows, cols]; the last block of a row or column may be partial. */
+static nx_status fp8_check(item *it, const int fp8_block[2], nx_error *err) {
+    for (int64_t i = 0; i < it->n_parts; i++) {
+        const nx_tensor *w = it->parts[i].w, *si = it->parts[i].si;
+        if (w->dtype != NX_DTYPE_F8_E4M3) continue; /* the experts' dtype check names it */
+        if (!fp8_block[0])
+            return nx_fail(err, NX_E_FORMAT,
+                           "tensor %s: F8_E4M3 weight, but config.json has no quantization_config "
+                           "{\"quant_method\": \"fp8\", \"weight_block_size\": [rows, cols]}", w->name);
+        if (w->n_dims != 2)
+            return nx_fail(err, NX_E_FORMAT, "tensor %s: F8_E4M3 weight of %d dimensions (expected [out, in])",
+                           w->name, w->n_dims);
+        if (!si)
+            return nx_fail(err, NX_E_FORMAT, "tensor %s: F8_E4M3 weight without its block scales %s_scale_inv", w->name,
+                           w->name);
+        const int64_t rb = (w->shape[0] + fp8_block[0] - 1) / fp8_block[0];
+        const int64_t cb = (w->shape[1] + fp8_block[1] - 1) / fp8_block[1];
+        if (si->dtype != NX_DTYPE_F32 || si->n_dims != 2 || si->shape[0] != rb || si->shape[1] != cb)
+            return nx_fail(err, NX_E_FORMAT,
+                           "tensor %s: %s [%lld, %lld%s], expected F32 [%lld, %lld] (the blocks of weight_block_size "
+                           "[%d, %d] over %s [%lld, %lld])", si->name, nx_dtype_name(si->dtype),
+                           (long long)si->shape[0], (long long)(si->n_dims > 1 ? si->shape[1] : 0),
+                           si->n_dims == 2 ? "" : ", ...", (long long)rb, (long long)cb, fp8_block[0], fp8_block[1],
+                           w->name, (long long)w->shape[0], (long long)w->shape[1]);
+    }
+    it->fbr = fp8_block[0];
+    it->fbc = fp8_block[1];
+    return NX_OK;
+}
+
 /* Checks the parts of one item and derives its geometry and source format. */
-static nx_status item_resolve(item *it, const nx_config *cfg, nx_error *err) {
+static nx_status item_resolve(item *it, const nx_config *cfg, const int fp8_block[2], nx_error *err) {
     for (int64_t i = 0; i < it->n_parts; i++) {
         const part *pt = &it->parts[i];
         if (!pt->w) {
             if (it->experts)
                 return nx_fail(err, NX_E_FORMAT, "%s: expert %lld is missing (experts must be numbered 0..%lld)",
                                it->src_name, (long long)i, (long long)it->n_parts - 1);
-            return nx_fail(err, NX_E_FORMAT, "tensor %s has no %s.weight", pt->s ? pt->s->name : pt->b->name,
-                           it->path);
+            return nx_fail(err, NX_E_FORMAT, "tensor %s has no %s.weight",
+                           pt->s ? pt->s->name : pt->b ? pt->b->name : pt->si->name, it->path);
         }
+        if (pt->w->dtype == NX_DTYPE_F8_E5M2)
+            return nx_fail(err, NX_E_UNSUPPORTED, "tensor %s: F8_E5M2 weights are not supported (FP8 sources must be "
+                                                  "F8_E4M3 with block scales)", pt->w->name);
+        if (pt->si && pt->w->dtype != NX_DTYPE_F8_E4M3)
+            return nx_fail(err, NX_E_FORMAT, "tensor %s: block scales of weight %s, which is %s (only F8_E4M3 weights "
+                                             "have them)", pt->si->name, pt->w->name, nx_dtype_name(pt->w->dtype));
         if (!pt->s != !pt->b)
             return nx_fail(err, NX_E_FORMAT, "tensor %s: %s.scales and %s.biases must come together", pt->w->name,
                            it->path, it->path);
     }
     const part *p0 = &it->parts[0];
     const nx_tensor *w = p0->w;
-    bool quant = p0->s != NULL;
-    it->linear = quant || (is_float(w->dtype) && w->n_dims >= 2 && it->suffix);
+    bool quant = p0->s != NULL, fp8 = w->dtype == NX_DTYPE_F8_E4M3;
+    it->linear = quant || ((is_float(w->dtype) || fp8) && w->n_dims >= 2 && it->suffix);
+    if (fp8 && (!it->linear || quant))
+        return nx_fail(err, NX_E_FORMAT, "tensor %s: F8_E4M3 tensor that is not a linear weight", w->name);
     if (!it->linear) {
         if (it->experts || it->derive)
             return nx_fail(err, NX_E_FORMAT, "tensor %s: %s is not a matrix", w->name,
@@ -445,7 +490,10 @@ static nx_status item_resolve(item *it, const nx_config *cfg, nx_error *err) {
         it->sdtype = s->dtype;
     } else {
         it->in = w->shape[nd - 1];
-        it->sdtype = w->dtype;
+        /* FP8 dequantizes to bf16 as mlx-lm's sanitize() does */
+        it->sdtype = fp8 ? NX_DTYPE_BF16 : w->dtype;
+        nx_status st = fp8 ? fp8_check(it, fp8_block, err) : NX_OK;
+        if (st) return st;
     }
     if (it->out <= 0 || it->in <= 0 || it->per_part <= 0)
         return nx_fail(err, NX_E_FORMAT, "tensor %s: empty matrix", w->name);
@@ -571,11 +619,51 @@ static nx_linear item_view(const item *it, int64_t k) {
 typedef struct conv_job {
     const item *it;
     nx_linear L;
+    const part *pt;       /* FP8: the source part and the row of the view's row 0 in it */
+    int64_t row0;
     int64_t r0, r1;       /* rows of this chunk */
     uint8_t *w, *s, *b;   /* chunk outputs */
     size_t wrow, srow;    /* output bytes per row */
-    bool oom;
+    bool oom, nonfinite;
 } conv_job;
+
+/* The 256 values of FP8 E4M3 (OCP "e4m3fn"): 1 sign, 4 exponent bits with bias 7, 3 mantissa
+ * bits; exponent 0 is subnormal (m/8 · 2^-6); S.1111.111 is NaN, there are no infinities (the
+ * largest value is 448). */
+static void fp8_e4m3_table(float t[256]) {
+    for (int b = 0; b < 256; b++) {
+        const int e = (b >> 3) & 15, m = b & 7;
+        const float v = e == 15 && m == 7 ? NAN
+                        : e               ? ldexpf(1.0f + (float)m / 8.0f, e - 7)
+                                          : ldexpf((float)m / 8.0f, -6);
+        t[b] = b & 0x80 ? -v : v;
+    }
+}
+
+/* Row r of job j's view as floats. An FP8 row is each code's value times the scale of its
+ * block (one f32 product, exact before any rounding to the output dtype); false if a value is
+ * not finite (a NaN code or a bad scale). */
+static bool src_row(const conv_job *j, const float *f8, int64_t r, float *out) {
+    const item *it = j->it;
+    if (it->wdtype != NX_DTYPE_F8_E4M3) {
+        nx_linear_get_row(&j->L, r, out);
+        return true;
+    }
+    const int64_t sr = j->row0 + r, n = it->src_in, nb = (n + it->fbc - 1) / it->fbc;
+    const uint8_t *q = j->pt->w->data + (size_t)sr * (size_t)n;
+    const uint8_t *sc = j->pt->si->data + (size_t)(sr / it->fbr) * (size_t)nb * sizeof(float);
+    bool ok = true;
+    for (int64_t b = 0; b < nb; b++) {
+        float s;
+        memcpy(&s, sc + (size_t)b * sizeof s, sizeof s); /* the mapping may be unaligned */
+        const int64_t c1 = (b + 1) * it->fbc < n ? (b + 1) * it->fbc : n;
+        for (int64_t c = b * it->fbc; c < c1; c++) {
+            out[c] = f8[q[c]] * s;
+            ok &= isfinite(out[c]) != 0;
+        }
+    }
+    return ok;
+}
 
 static void conv_worker(void *arg, int ith, int nth) {
     conv_job *j = arg;
@@ -585,6 +673,9 @@ static void conv_worker(void *arg, int ith, int nth) {
     if (a >= e) return;
     /* DERIVE_KT: output row c is column c of the view's rows, decoded once per job and worker */
     const bool kt = it->derive == DERIVE_KT;
+    float f8[256];
+    if (it->wdtype == NX_DTYPE_F8_E4M3) fp8_e4m3_table(f8);
+    bool ok = true;
     float *row = malloc((size_t)it->in * sizeof *row);
     float *blk = kt ? malloc((size_t)(it->in * it->src_in) * sizeof *blk) : NULL;
     if (!row || (kt && !blk)) {
@@ -593,18 +684,19 @@ static void conv_worker(void *arg, int ith, int nth) {
         j->oom = true;
         return;
     }
-    for (int64_t k = 0; kt && k < it->in; k++) nx_linear_get_row(&j->L, k, blk + k * it->src_in);
+    for (int64_t k = 0; kt && k < it->in; k++) ok &= src_row(j, f8, k, blk + k * it->src_in);
     for (long long i = a; i < e; i++) {
         if (kt)
             for (int64_t k = 0; k < it->in; k++) row[k] = blk[k * it->src_in + j->r0 + i];
         else
-            nx_linear_get_row(&j->L, j->r0 + i, row);
+            ok &= src_row(j, f8, j->r0 + i, row);
         if (it->bits)
             nx_quantize_row(row, it->in, it->bits, it->group, it->odtype, (uint32_t *)(void *)(j->w + (size_t)i * j->wrow),
                             j->s + (size_t)i * j->srow, j->b + (size_t)i * j->srow);
         else
             nx_store_floats(it->odtype, row, j->w + (size_t)i * j->wrow, it->in);
     }
+    if (!ok) j->nonfinite = true;
     free(row);
     free(blk);
 }
@@ -642,13 +734,21 @@ static nx_status item_write(const item *it, int fd, uint64_t base, const char *p
         goto done;
     }
     for (int64_t k = 0; k < it->mats && !st; k++) {
-        conv_job j = {.it = it, .L = item_view(it, k), .w = wb, .s = sb, .b = bb, .wrow = wrow, .srow = srow};
+        conv_job j = {.it = it, .L = item_view(it, k), .pt = &it->parts[k / it->per_part],
+                      .row0 = (k % it->per_part) * it->blk_stride + it->blk_off, .w = wb, .s = sb, .b = bb,
+                      .wrow = wrow, .srow = srow};
         for (int64_t r0 = 0; r0 < it->out && !st; r0 += rows) {
             j.r0 = r0;
             j.r1 = r0 + rows < it->out ? r0 + rows : it->out;
             nx_pool_run(pg->pool, conv_worker, &j);
             if (j.oom) {
                 st = nx_fail(err, NX_E_NOMEM, "out of memory converting %s", it->path);
+                break;
+            }
+            if (j.nonfinite) {
+                st = nx_fail(err, NX_E_FORMAT, "tensor %s: a value that is not finite after dequantization (an E4M3 "
+                                               "NaN code 0x7f/0xff or a non-finite block scale in %s_scale_inv)",
+                             j.pt->w->name, j.pt->w->name);
                 break;
             }
             size_t n = (size_t)(j.r1 - r0);
@@ -916,6 +1016,7 @@ static void stats_fill(nx_convert_stats *s, const plan *p, const nx_family *fam)
         for (int64_t k = 0; k < it->n_parts && it->derive != DERIVE_KT; k++) {
             const part *pt = &it->parts[k];
             s->src_bytes += pt->w->nbytes + (pt->s ? pt->s->nbytes + pt->b->nbytes : 0);
+            s->src_bytes += pt->si ? pt->si->nbytes : 0;
         }
         if (it->mtp) {
             s->has_mtp = true;
@@ -932,27 +1033,54 @@ void nx_convert_opts_default(nx_convert_opts *o) {
     o->group = 64;
 }
 
-/* partial: shards the index names may be missing (nx_store_open_partial). */
+/* An FP8 source's quantization_config (DeepSeek's: {"quant_method": "fp8", "fmt": "e4m3",
+ * "weight_block_size": [rows, cols], ...}): its block size into fp8_block (else {0, 0}), and the
+ * block removed from root, as the runtime refuses it and nothing of it is written. */
+static nx_status fp8_config(json_t *root, const char *path, int fp8_block[2], nx_error *err) {
+    static const char *const keys[] = {"quantization_config", "quantization"};
+    fp8_block[0] = fp8_block[1] = 0;
+    for (size_t k = 0; k < 2; k++) {
+        json_t *q = json_object_get(root, keys[k]);
+        json_t *m = json_object_get(q, "quant_method");
+        if (!json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0) continue;
+        json_t *fmt = json_object_get(q, "fmt"), *bs = json_object_get(q, "weight_block_size");
+        if (fmt && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3") != 0))
+            return nx_fail(err, NX_E_UNSUPPORTED, "%s: %s.fmt is not \"e4m3\" (the only FP8 format supported)", path,
+                           keys[k]);
+        json_t *r = json_array_get(bs, 0), *c = json_array_get(bs, 1);
+        if (json_array_size(bs) != 2 || !json_is_integer(r) || !json_is_integer(c) || json_integer_value(r) < 1 ||
+            json_integer_value(c) < 1 || json_integer_value(r) > 65536 || json_integer_value(c) > 65536)
+            return nx_fail(err, NX_E_CONFIG, "%s: %s.weight_block_size must be [rows, cols] (1..65536; per-tensor FP8 "
+                                             "scales are not supported)", path, keys[k]);
+        fp8_block[0] = (int)json_integer_value(r);
+        fp8_block[1] = (int)json_integer_value(c);
+        json_object_del(root, keys[k]);
+    }
+    return NX_OK;
+}
+
+/* partial: shards the index names may be missing (nx_store_open_partial). fp8_block: the FP8
+ * source's block size ({0, 0}: none). */
 static nx_status open_checkpoint(const char *dir, bool partial, nx_config *cfg, nx_store **st, json_t **cfg_json,
-                                 nx_error *err) {
+                                 int fp8_block[2], nx_error *err) {
     char p[PATH_CAP];
     struct stat sb;
     if (stat(dir, &sb) != 0) return nx_fail(err, NX_E_IO, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return nx_fail(err, NX_E_ARG, "%s is not a checkpoint directory", dir);
     snprintf(p, sizeof p, "%s/config.json", dir);
-    nx_status s = nx_config_load(p, cfg, err);
-    if (s) return s;
+    if (stat(p, &sb) != 0) return nx_fail(err, NX_E_IO, "%s: %s", p, strerror(errno));
     json_error_t je;
-    if (cfg_json && !(*cfg_json = json_load_file(p, 0, &je))) {
-        nx_config_free(cfg);
-        return nx_fail(err, NX_E_CONFIG, "%s: %s", p, je.text);
-    }
-    if ((s = (partial ? nx_store_open_partial : nx_store_open)(dir, st, err))) {
-        nx_config_free(cfg);
-        if (cfg_json) json_decref(*cfg_json);
-        return s;
-    }
-    return NX_OK;
+    json_t *root = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+    if (!root) return nx_fail(err, NX_E_CONFIG, "%s: not valid JSON (%s, line %d)", p, je.text, je.line);
+    char *text = NULL;
+    nx_status s = fp8_config(root, p, fp8_block, err);
+    if (!s && !(text = json_dumps(root, JSON_COMPACT))) s = nx_fail(err, NX_E_NOMEM, "out of memory");
+    if (!s) s = nx_config_parse(text, strlen(text), p, cfg, err);
+    free(text);
+    if (!s && (s = (partial ? nx_store_open_partial : nx_store_open)(dir, st, err))) nx_config_free(cfg);
+    if (!s && cfg_json) *cfg_json = root;
+    else json_decref(root);
+    return s;
 }
 
 static const char *const AUX_FILES[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
@@ -983,7 +1111,8 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
     json_t *cj = NULL, *wm = NULL, *idx = NULL, *q = NULL;
     plan p = {0};
     nx_pool *pool = NULL;
-    nx_status s = open_checkpoint(src, false, &cfg, &st, &cj, err);
+    int fp8_block[2];
+    nx_status s = open_checkpoint(src, false, &cfg, &st, &cj, fp8_block, err);
     if (s) return s;
     if ((s = plan_collect(&p, cfg.family, st, cfg.n_layers, o->no_mtp ? WANT_TRUNK : WANT_ALL, &o->hooks, err))) goto fail;
     if (p.n == 0) {
@@ -997,7 +1126,7 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
     bool any_mtp = false;
     for (size_t i = 0; i < p.n; i++) {
         item *it = &p.it[i];
-        if ((s = item_resolve(it, &cfg, err))) goto fail;
+        if ((s = item_resolve(it, &cfg, fp8_block, err))) goto fail;
         if (it->mtp) {
             int b = o->mtp_bits ? o->mtp_bits : ends(it->path, ".eh_proj") ? 0 : 8;
             item_choose(it, b, mgroup, cfg.family, o->rules, o->n_rules, &o->hooks);
@@ -1147,9 +1276,15 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
     plan hp = {0}, rp = {0};
     nx_pool *pool = NULL;
     bool *has_head = NULL, *all_head = NULL;
-    nx_status s = open_checkpoint(base, false, &bc, &bs, &bj, err);
+    int fp8_base[2], fp8_block[2];
+    nx_status s = open_checkpoint(base, false, &bc, &bs, &bj, fp8_base, err);
     if (s) return s;
-    if ((s = open_checkpoint(head_src, true, &hc, &hs, NULL, err))) goto fail;
+    if (fp8_base[0]) {
+        s = nx_fail(err, NX_E_ARG, "cannot graft onto %s: its weights are FP8; convert it with `nextn convert` first",
+                    base);
+        goto fail;
+    }
+    if ((s = open_checkpoint(head_src, true, &hc, &hs, NULL, fp8_block, err))) goto fail;
     if ((s = graft_compatible(&bc, &hc, base, head_src, err))) goto fail;
 
     /* the head, from the source's own naming */
@@ -1159,7 +1294,7 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
     int32_t head_experts = 0;
     for (size_t i = 0; i < hp.n; i++) {
         item *it = &hp.it[i];
-        if ((s = item_resolve(it, &hc, err))) goto fail;
+        if ((s = item_resolve(it, &hc, fp8_block, err))) goto fail;
         have_eh |= ends(it->path, ".eh_proj");
         if (is_router(bc.family, it->path)) head_experts = (int32_t)it->out;
         nx_graft_mode mode = o->mode;
