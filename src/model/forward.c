@@ -1,8 +1,10 @@
 /* The forward pass over T rows (docs/design.md §2, §12): embedding, decoder layers (q/k/v
- * biases and q/k-norm where the config has them, neox RoPE over the rotary dims, GQA attention,
- * dense SwiGLU or sigmoid-routed, group-limited MoE + shared expert), final norm and an f32
- * lm_head; the variants are the config's fields, never the family's name. The same code serves prefill, decode and the k+1 rows of a speculative verify;
- * every row's result is independent of the rows it shares a call with (batch invariance). */
+ * biases and q/k-norm where the config has them, neox or interleaved RoPE over the rotary dims,
+ * with YaRN where configured, GQA or multi-head latent attention, dense SwiGLU or
+ * sigmoid-routed, group-limited MoE + shared expert), final norm and an f32 lm_head; the
+ * variants are the config's fields, never the family's name. The same code serves prefill,
+ * decode and the k+1 rows of a speculative verify; every row's result is independent of the
+ * rows it shares a call with (batch invariance). */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -285,7 +287,7 @@ static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, 
     const int64_t nh = cfg->n_heads, qk = cfg->head_dim, ck = cfg->cache_k, r = m->kv_lora_rank;
     const int64_t vd = m->v_head_dim, g = h1 - h0;
     for (int64_t h = h0; h < h1; h++) {
-        const nx_linear kb = mla_head_rows(cfg, a, h, false), nb = mla_head_rows(cfg, a, h + 1, false);
+        const nx_linear kb = mla_head_rows(cfg, a, h, false), nb = mla_head_rows(cfg, a, h + 1 < h1 ? h + 1 : h, false);
         const nx_rows next = {&nb, 0, r};
         nx_matmul_rows_then(&kb, c->q + h * qk, nh * qk, j->T, c->lat_q + h * ck, nh * ck, 0, r,
                             h + 1 < h1 ? &next : NULL, s);
@@ -306,7 +308,7 @@ static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, 
         nx_attn_accum(sc, c->n_ctx, g, rows, kt, ck, n, r, o);
     }
     for (int64_t h = h0; h < h1; h++) {
-        const nx_linear vb = mla_head_rows(cfg, a, h, true), nb = mla_head_rows(cfg, a, h + 1, true);
+        const nx_linear vb = mla_head_rows(cfg, a, h, true), nb = mla_head_rows(cfg, a, h + 1 < h1 ? h + 1 : h, true);
         const nx_rows next = {&nb, 0, vd};
         nx_matmul_rows_then(&vb, c->lat_o + h * r, nh * r, j->T, c->att + h * vd, nh * vd, 0, vd,
                             h + 1 < h1 ? &next : NULL, s);
@@ -331,8 +333,9 @@ static void mla_worker(void *arg, int ith, int nth) {
         nx_matmul_shares_work(&j->qb, 1, pool, ith, nth, NULL, 0);
         nx_pool_barrier(pool, nth);
     }
-    nx_pool_split(j->c->m->cfg.n_heads, ith, nth, &b, &e);
-    if (b < e) mla_heads(j, b, e, nx_kscratch_of(pool, ith), j->c->scores + (size_t)ith * (size_t)j->c->m->cfg.n_heads * j->c->n_ctx);
+    const int32_t nh = j->c->m->cfg.n_heads;
+    nx_pool_split(nh, ith, nth, &b, &e);
+    if (b < e) mla_heads(j, b, e, nx_kscratch_of(pool, ith), j->c->scores + (size_t)ith * (size_t)nh * j->c->n_ctx);
     if (ith == 0) nx_matmul_shares_reset(&j->wo, 1, pool, nth);
     nx_pool_barrier(pool, nth); /* every head's result, and the output projection's shares */
     nx_matmul_shares_work(&j->wo, 1, pool, ith, nth, NULL, 0);
