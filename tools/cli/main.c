@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,7 +435,24 @@ static const char *usage_main =
     "\n"
     "`nextn COMMAND --help` describes each command. The default model is " DEFAULT_MODEL ".\n";
 
+/* The weights are mapped from the checkpoint's files: a file truncated (or rewritten shorter) in
+ * place while a forward pass reads it faults the reading thread with SIGBUS, and no thread can
+ * go on with weights that are gone. The process says so and exits with EX_TEMPFAIL (75), so a
+ * supervisor restarts it on the files as they are now, instead of dying without a word. Files
+ * changed before a generation starts are caught then, with an error (docs/server.md). */
+static void on_sigbus(int sig) {
+    static const char msg[] = "nextn: a model file was truncated or rewritten in place while the weights were "
+                              "being read (SIGBUS); exiting. Replace checkpoint files by rename, never in place.\n";
+    (void)sig;
+    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)n;
+    _exit(75);
+}
+
 int main(int argc, char **argv) {
+    struct sigaction sa = {.sa_handler = on_sigbus};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         fputs(usage_main, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
