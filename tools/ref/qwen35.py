@@ -243,6 +243,21 @@ def sigmoid(x):
     return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)
 
 
+def gated_delta_rule(q, k, v, g, beta, S=None):
+    """The delta rule token by token: q, k [T, H, dk] (q scaled, both per value head), v [T, H, dv],
+    g, beta [T, H]; S [H, dk, dv] (zeros when None).  Returns (o [T, H, dv], the final S)."""
+    T, H, dk = k.shape
+    S = np.zeros((H, dk, v.shape[-1]), np.float32) if S is None else S
+    o = np.zeros(v.shape, np.float32)
+    for t in range(T):
+        S = S * np.exp(g[t])[:, None, None]
+        mem = np.einsum("hkv,hk->hv", S, k[t])                     # S^T k
+        delta = (v[t] - mem) * beta[t][:, None]
+        S = S + k[t][:, :, None] * delta[:, None, :]                # + k delta^T
+        o[t] = np.einsum("hkv,hk->hv", S, q[t])                     # S^T q
+    return o, S
+
+
 class Qwen35Reference:
     """Float32 numpy forward of a qwen3_5_moe / qwen3_next checkpoint: trunk and MTP head."""
 
@@ -294,15 +309,7 @@ class Qwen35Reference:
         q, k = np.repeat(q, rep, axis=1), np.repeat(k, rep, axis=1)       # head hv reads key head hv // rep
         beta = sigmoid(b)
         g = -np.exp(self._get(la + "A_log")) * softplus(a + self._get(la + "dt_bias"))
-        S = st.get("S", np.zeros((Hv, dk, dv), np.float32))
-        o = np.zeros((T, Hv, dv), np.float32)
-        for t in range(T):
-            S = S * np.exp(g[t])[:, None, None]
-            mem = np.einsum("hkv,hk->hv", S, k[t])
-            delta = (v[t] - mem) * beta[t][:, None]
-            S = S + k[t][:, :, None] * delta[:, None, :]
-            o[t] = np.einsum("hkv,hk->hv", S, q[t])
-        st["S"] = S
+        o, st["S"] = gated_delta_rule(q, k, v, g, beta, st.get("S"))
         o = rms_norm(o, self._get(la + "norm.weight"), c.rms_norm_eps) * silu(z)
         return self._linear(o.reshape(T, Hv * dv), la + "out_proj")
 
