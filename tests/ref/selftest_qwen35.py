@@ -17,6 +17,8 @@
   prefill's logits, for the trunk and for MTP rows;
 * the numpy reference and the PyTorch forward agree on both families, at 70 tokens (past one chunk)
   and at chunk sizes 64 and 5; the command line writes what forward() and greedy() return;
+* qwen3_5_moe with full attention every 4th layer and qwen3_next of one seed give the same bits
+  (the fused and the split DeltaNet projections, the fused and the per-expert experts);
 * an --agree checkpoint's teacher-forced head mostly predicts what the trunk predicts next.
 """
 import json
@@ -235,6 +237,16 @@ def check_cli(tmp, ref, mdir):
     print("command line ok")
 
 
+def check_cross_family(tmp):
+    """qwen3_5_moe with full attention every 4th layer and qwen3_next of one seed hold the same
+    weights (Qwen3-Next's fused qkvz / ba and per-expert files, Qwen3.5's split projections and fused
+    gate_up_proj): the same logits."""
+    a, b = (Qwen35Reference(gen(tmp, f"x-{fam}", "--family", fam, "--interval", "4", "--seed", "9")).forward(TOKS)
+            for fam in FAMILIES)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    print("qwen3_5_moe (interval 4) = qwen3_next of one seed, bit for bit ok")
+
+
 def check_agree(tmp):
     for fam in FAMILIES:
         d = gen(tmp, f"{fam}-agree", "--family", fam, "--layout", "hf", "--agree", "0.05", "--seed", "21")
@@ -255,6 +267,7 @@ def main():
             if i == 0:
                 check_cli(tmp, ref, mdir)
         check_router_quant(tmp)
+        check_cross_family(tmp)
         check_agree(tmp)
     print("selftest_qwen35 ok")
 
