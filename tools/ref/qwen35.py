@@ -54,6 +54,7 @@ so prefill then decode can be checked against one prefill (tests/ref/selftest_qw
   /usr/bin/python3 tools/ref/qwen35.py --model DIR --tokens 1,2,3 --logits L.npy --mtp-logits M.npy --greedy 8
 """
 import argparse
+import json
 import os
 import re
 import sys
@@ -143,7 +144,6 @@ class Qwen35Config:
 
     @classmethod
     def load(cls, model_dir):
-        import json
         with open(os.path.join(model_dir, "config.json")) as f:
             return cls(json.load(f))
 
