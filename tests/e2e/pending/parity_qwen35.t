@@ -32,7 +32,8 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..")]  # tests/e2e/tap.py from here or from tests/e2e/pending
 from tap import PY, Tap, nextn, run  # noqa: E402
 
 t = Tap()
