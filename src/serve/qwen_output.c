@@ -214,9 +214,12 @@ json_t *nx_qwen_xml_parse_tool_calls(const char *text, size_t len, const json_t 
 
 /* Appends the call whose body is s[0..n) to calls; see qwen_output.h. false when out of memory. */
 static bool add_json_call(json_t *calls, const char *s, size_t n, bool whole, const json_t *tools) {
-    size_t b = 0, e = whole ? n : n - nx_out_partial_tail(s, n, 0, CALL_CLOSE);
+    (void)whole;
+    size_t b = 0, e = n;
     nx_out_trim(s, &b, &e);
-    json_t *obj = json_loadb(s + b, e - b, 0, NULL);
+    /* what follows the object is ignored: a call counts as soon as its object is whole, and
+     * stays so however the output goes on (what lets a stream send it once) */
+    json_t *obj = json_loadb(s + b, e - b, JSON_DISABLE_EOF_CHECK, NULL);
     const json_t *nj = json_object_get(obj, "name");
     json_t *args = json_object_get(obj, "arguments");
     char name[256];

@@ -44,11 +44,12 @@
  * array when nothing parses, NULL when out of memory. */
 json_t *nx_qwen_xml_parse_tool_calls(const char *text, size_t len, const json_t *tools);
 
-/* The hermes calls in text: each <tool_call> BODY </tool_call>, BODY (trimmed) one JSON object
- * {"name": NAME, "arguments": {…}} and nothing else; a last call cut short counts once its
- * object is whole (less the first bytes of </tool_call> after it). A call whose object does not
- * parse, whose name is not a string of 1 to 255 bytes without NUL, or whose arguments are not an
- * object is skipped (vLLM's hermes parser then gives up on all the calls). The arguments are the
+/* The hermes calls in text: each <tool_call> BODY </tool_call>, BODY (trimmed) beginning with one
+ * JSON object {"name": NAME, "arguments": {…}} (what follows it is ignored, where vLLM's hermes
+ * parser refuses it, so that a call counts for good once its object is whole: a last call cut
+ * short counts from then on). A call whose object does not parse, whose name is not a string of
+ * 1 to 255 bytes (trimmed) without NUL, or whose arguments are not an object is skipped (vLLM's
+ * hermes parser then gives up on all the calls). The arguments are the
  * model's JSON, except that a string value of a top-level argument whose schema has no string
  * type becomes the value it spells when that fits the type (as deepseek_v31's). Returns as
  * nx_qwen_xml_parse_tool_calls. */

@@ -155,14 +155,16 @@ static void test_hermes(void **state) {
         "<tool_call>\n{\"name\": \"now\"}\n</tool_call>"                             /* no arguments */
         "<tool_call>\n{\"name\": \"now\", \"arguments\": \"{}\"}\n</tool_call>"      /* not an object */
         "<tool_call>\n{\"name\": 3, \"arguments\": {}}\n</tool_call>"                /* no name */
-        "<tool_call>\n{\"name\": \"now\", \"arguments\": {}} trailing\n</tool_call>" /* not one object */
+        "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"t\": 1}} trailing\n</tool_call>" /* text after it */
+        "<tool_call>\nx {\"name\": \"now\", \"arguments\": {}}\n</tool_call>"                /* text before */
         "<tool_call>\n[1]\n</tool_call>"
         "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"wind\":\"true\",\"opts\":{\"k\":\"1\"}}}</tool_call>";
     json_t *c = hermes(text, sizeof text - 1, t);
-    assert_int_equal(json_array_size(c), 3);
+    assert_int_equal(json_array_size(c), 4);
     assert_call(c, 0, "get_weather", "{\"city\":\"Zürich\",\"days\":2,\"ratio\":1.5}");
     assert_call(c, 1, "now", "{}");
-    assert_call(c, 2, "get_weather", "{\"wind\":true,\"opts\":{\"k\":\"1\"}}");
+    assert_call(c, 2, "now", "{\"t\":1}");
+    assert_call(c, 3, "get_weather", "{\"wind\":true,\"opts\":{\"k\":\"1\"}}");
     json_decref(c);
     static const struct {
         const char *text;
