@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """`nextn serve` on the Gated-DeltaNet hybrids: Qwen3.5 / 3.6 MoE (qwen3_5_moe, chat format qwen35,
 Qwen3-Coder XML calls) and Qwen3-Next (qwen3_next, chat format qwen3_next, hermes JSON calls),
-each format taken from the family.
+each format taken from the family. Pending (tests/e2e/pending/README.md) until the engine loads
+these families.
 
 Each checkpoint is a small random one (tests/ref/make_random_qwen35.py --family F --layout hf
 --seed 1) with the default model's byte-level tokenizer plus Qwen's added tokens appended (the
@@ -23,7 +24,9 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "server"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 from serverlib import MODEL, ROOT, Server, curl, skip_all_unless_ready  # noqa: E402
 from tap import NEXTN, Tap  # noqa: E402
 
@@ -83,8 +86,9 @@ def make_checkpoint(family, out):
         json.dump(tok, f, ensure_ascii=False)
     cfg_path = os.path.join(out, "config.json")
     cfg = json.load(open(cfg_path))
-    cfg["eos_token_id"] = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    cfg["bos_token_id"] = None
+    text = cfg.get("text_config", cfg)  # qwen3_5_moe nests the language model's config
+    text["eos_token_id"] = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    text["bos_token_id"] = None
     json.dump(cfg, open(cfg_path, "w"), indent=1)
     template = open(os.path.join(ROOT, "tests", "chat", "templates", fam["template"]), encoding="utf-8").read()
     tc = {"chat_template": template, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
