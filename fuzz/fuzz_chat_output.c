@@ -1,9 +1,9 @@
-/* libFuzzer target for the GLM-4.5, GLM-4.7 and DeepSeek-V3.1 chat outputs (model output is
- * untrusted text); the first byte picks the format, the rest is the output. Whatever the bytes:
- * the tool calls are an array of calls, each with a non-empty name and arguments that are a
- * serialized JSON object; the calls of the first half of the text are the first calls of the
- * whole with the same names (DeepSeek-V3.1: the same arguments too, as its calls count once
- * their arguments are whole); the text split fed whole and fed in two pieces cut at the middle
+/* libFuzzer target for the GLM-4.5, GLM-4.7, DeepSeek-V3.1, Qwen3.5 (Qwen3-Coder XML) and
+ * Qwen3-Next (hermes JSON) chat outputs (model output is untrusted text); the first byte picks
+ * the format, the rest is the output. Whatever the bytes: the tool calls are an array of calls,
+ * each with a non-empty name and arguments that are a serialized JSON object; the calls of the
+ * first half of the text are the first calls of the whole with the same names (DeepSeek-V3.1
+ * and Qwen3-Next: the same arguments too, as their calls count once their arguments are whole); the text split fed whole and fed in two pieces cut at the middle
  * gives the same content, reasoning and calls; and the same bytes, read as token ids, drive the
  * token-by-token split and its leading-whitespace rule. */
 #include <stdint.h>
@@ -14,7 +14,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const names[] = {"glm45", "glm47", "deepseek_v31"};
+static const char *const names[] = {"glm45", "glm47", "deepseek_v31", "qwen35", "qwen3_next"};
+#define N_NAMES (sizeof names / sizeof names[0])
 
 static void check_calls(const json_t *calls) {
     if (!calls || !json_is_array(calls)) abort();
@@ -65,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                            "\"s\":{\"type\":\"string\"},\"o\":{\"type\":\"object\"}}}}}]",
                            0, NULL);
     if (size == 0) return 0;
-    const nx_chat_format *f = nx_chat_format_by_name(names[data[0] % 3]);
+    const nx_chat_format *f = nx_chat_format_by_name(names[data[0] % N_NAMES]);
     const char *text = (const char *)data + 1;
     const size_t n = size - 1;
     nx_chat_markers m;
@@ -81,7 +82,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_array_foreach(part, i, c) {
         const json_t *pf = json_object_get(c, "function"), *wf = json_object_get(json_array_get(calls, i), "function");
         if (!json_equal(json_object_get(pf, "name"), json_object_get(wf, "name"))) abort();
-        if (m.json_args && !json_equal(pf, wf)) abort();
+        if ((m.json_args || f->parse_tool_calls == nx_chat_format_by_name("qwen3_next")->parse_tool_calls) &&
+            !json_equal(pf, wf))
+            abort();
     }
     json_decref(part);
     json_decref(calls);

@@ -8,6 +8,7 @@
 #include "serve/dsv31_output.h"
 #include "serve/glm_output.h"
 #include "serve/hy_output.h"
+#include "serve/qwen_output.h"
 
 /* ---------------------------------------------------------------- the formats */
 
@@ -108,11 +109,38 @@ static json_t *glm_parse(const char *text, size_t len, const nx_chat_markers *m,
     return nx_glm_parse_tool_calls(text, len, tools);
 }
 
+/* Qwen's markers: <think>, </think>, <tool_call> and </tool_call> are tokens with one spelling
+ * (the suffix is ignored); the call between the last two is text. The templates end the
+ * generation prompt in "<think>\n" when thinking (the reasoning is opened by the prompt, the
+ * split looks past the newline) and in "<think>\n\n</think>\n\n" or "assistant\n" when not. */
+static void qwen_spell(nx_chat_markers *m, const char *suffix) {
+    (void)suffix;
+    memset(m, 0, sizeof *m);
+    copy(m->think_open, sizeof m->think_open, "<think>");
+    copy(m->think_close, sizeof m->think_close, "</think>");
+    copy(m->tools_open, sizeof m->tools_open, "<tool_call>");
+    copy(m->tool[NX_TM_CALL_OPEN], sizeof m->tool[0], "<tool_call>");
+    copy(m->tool[NX_TM_CALL_CLOSE], sizeof m->tool[0], "</tool_call>");
+    m->tools_open_kept = m->text_calls = true;
+}
+
+static json_t *qwen_xml_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
+    (void)m;
+    return nx_qwen_xml_parse_tool_calls(text, len, tools);
+}
+
+static json_t *qwen_json_parse(const char *text, size_t len, const nx_chat_markers *m, const json_t *tools) {
+    (void)m;
+    return nx_qwen_json_parse_tool_calls(text, len, tools);
+}
+
 static const nx_chat_format formats[] = {
     {"hy3", "hy_v3", hy_spell, hy_parse},
     {"glm45", "glm4_moe", glm_spell, glm_parse},
     {"glm47", "glm4_moe_lite", glm47_spell, glm_parse},
     {"deepseek_v31", "deepseek_v3", dsv31_spell, dsv31_parse},
+    {"qwen35", "qwen3_5_moe", qwen_spell, qwen_xml_parse},
+    {"qwen3_next", "qwen3_next", qwen_spell, qwen_json_parse},
 };
 
 const nx_chat_format *nx_chat_format_by_name(const char *name) {
@@ -267,12 +295,15 @@ void nx_chat_tokens_init(nx_chat_tokens *t, const nx_chat_format *f, const char 
 
 bool nx_chat_tokens_tools(const nx_chat_tokens *t) {
     if (t->tools_open < 0) return false;
+    if (t->m.text_calls) return t->tool[NX_TM_CALL_OPEN] >= 0 && t->tool[NX_TM_CALL_CLOSE] >= 0;
     nx_tool_markers mk;
     nx_chat_tokens_grammar(t, &mk);
     for (int i = 0; i < NX_TM_N; i++)
         if (t->tool[i] < 0 && nx_tool_marker_used(&mk, i)) return false;
     return true;
 }
+
+bool nx_chat_tokens_forced(const nx_chat_tokens *t) { return !t->m.text_calls && nx_chat_tokens_tools(t); }
 
 bool nx_chat_tokens_reasoning(const nx_chat_tokens *t) { return t->think_open >= 0 && t->think_close >= 0; }
 

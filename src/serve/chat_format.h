@@ -1,7 +1,8 @@
 /* Chat output formats, one per model family: how a generated text splits into reasoning,
  * content and tool calls, and how the tool calls parse into OpenAI's shape. A format is looked
- * up by its name ("hy3", "glm45", "glm47", "deepseek_v31") or by the config.json model_type it
- * serves ("hy_v3", "glm4_moe", "glm4_moe_lite", "deepseek_v3").
+ * up by its name ("hy3", "glm45", "glm47", "deepseek_v31", "qwen35", "qwen3_next") or by the
+ * config.json model_type it serves ("hy_v3", "glm4_moe", "glm4_moe_lite", "deepseek_v3",
+ * "qwen3_5_moe", "qwen3_next").
  *
  * The split works on text in which every marker is spelled out: a caller feeds a special
  * token's marker text where a detokenizer would drop it. nx_chat_stream_feed takes byte chunks
@@ -46,10 +47,14 @@ typedef struct nx_chat_markers {
     char name_end[64];
     char preamble[32];
     bool preamble_after_open;
+    /* text_calls: only the call markers (tool[NX_TM_CALL_OPEN], tool[NX_TM_CALL_CLOSE]) are
+     * tokens and the call between them is text (Qwen's XML and JSON calls); the other tool[]
+     * entries are "" and a forced call has no grammar (nx_chat_tokens_forced). */
+    bool text_calls;
 } nx_chat_markers;
 
 typedef struct nx_chat_format {
-    const char *name;   /* "hy3", "glm45", "glm47", "deepseek_v31" */
+    const char *name;   /* "hy3", "glm45", "glm47", "deepseek_v31", "qwen35", "qwen3_next" */
     const char *family; /* the model_type it is the default for */
     /* Spells the markers with suffix (NULL or "": the bare forms; formats without suffixed
      * spellings ignore it). */
@@ -102,8 +107,11 @@ typedef struct nx_chat_tokens {
 
 /* Spells f's markers with suffix and looks their ids up in tok. */
 void nx_chat_tokens_init(nx_chat_tokens *t, const nx_chat_format *f, const char *suffix, const nx_tokenizer *tok);
-/* Whether tok has the tool-call markers (then tool calls can be split out and forced). */
+/* Whether tok has the tool-call markers (then tool calls can be split out). */
 bool nx_chat_tokens_tools(const nx_chat_tokens *t);
+/* Whether a call can also be forced (tool_choice required or named): the markers are there and
+ * the call syntax has a grammar (not text_calls). */
+bool nx_chat_tokens_forced(const nx_chat_tokens *t);
 /* Whether tok has the reasoning markers. */
 bool nx_chat_tokens_reasoning(const nx_chat_tokens *t);
 /* The forced-call grammar's markers. */
@@ -116,8 +124,9 @@ typedef struct nx_chat_split {
     bool lead; /* trim_lead (with reasoning split out): nothing but whitespace has come yet */
 } nx_chat_split;
 
-/* Starts a split for one generation; prompt_last: the prompt's last token (one that is
- * think_open opens the reasoning: Hy3's template ends so for reasoning_effort low/high). */
+/* Starts a split for one generation; prompt_last: the prompt's last token that is not
+ * whitespace (one that is think_open opens the reasoning: Hy3's template ends so for
+ * reasoning_effort low/high, Qwen's in "<think>\n" when thinking). */
 void nx_chat_split_init(nx_chat_split *s, const nx_chat_tokens *t, bool tools, bool reasoning, int32_t prompt_last);
 /* Routes token id: the part its text belongs to, or -1 for a marker that only switches parts.
  * Inside the tool calls every token is NX_CHAT_TOOLS, and a marker's text comes as *marker (the

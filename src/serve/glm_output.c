@@ -8,6 +8,7 @@
 
 #include "base/strbuf.h"
 #include "constrain/tool_grammar.h"
+#include "serve/output_text.h"
 
 #define CALL_OPEN "<tool_call>"
 #define CALL_CLOSE "</tool_call>"
@@ -15,20 +16,6 @@
 #define KEY_CLOSE "</arg_key>"
 #define VALUE_OPEN "<arg_value>"
 #define VALUE_CLOSE "</arg_value>"
-
-/* First occurrence of the NUL-terminated needle in s[from, n), or n. */
-static size_t find(const char *s, size_t n, size_t from, const char *needle) {
-    const size_t k = strlen(needle);
-    for (size_t i = from; i + k <= n; i++)
-        if (s[i] == needle[0] && memcmp(s + i, needle, k) == 0) return i;
-    return n;
-}
-
-/* s[*b, *e) without leading and trailing ASCII whitespace. */
-static void trim(const char *s, size_t *b, size_t *e) {
-    while (*b < *e && isspace((unsigned char)s[*b])) (*b)++;
-    while (*e > *b && isspace((unsigned char)s[*e - 1])) (*e)--;
-}
 
 /* The end of a run of whitespace and literal backslash-n sequences starting at i (vLLM's
  * (?:\\n|\s)* between </arg_key> and <arg_value>). */
@@ -101,20 +88,20 @@ static char *parse_args(const char *s, size_t n, const json_t *tools, const char
     bool ok = args != NULL;
     size_t pos = 0;
     while (ok) {
-        const size_t k0 = find(s, n, pos, KEY_OPEN);
+        const size_t k0 = nx_out_find(s, n, pos, KEY_OPEN);
         if (k0 == n) break;
-        size_t kb = k0 + strlen(KEY_OPEN), ke = find(s, n, kb, KEY_CLOSE);
+        size_t kb = k0 + strlen(KEY_OPEN), ke = nx_out_find(s, n, kb, KEY_CLOSE);
         if (ke == n) break;
         const size_t v0 = skip_gap(s, n, ke + strlen(KEY_CLOSE));
         if (v0 + strlen(VALUE_OPEN) > n || memcmp(s + v0, VALUE_OPEN, strlen(VALUE_OPEN)) != 0) {
             pos = v0;
             continue;
         }
-        size_t vb = v0 + strlen(VALUE_OPEN), ve = find(s, n, vb, VALUE_CLOSE);
+        size_t vb = v0 + strlen(VALUE_OPEN), ve = nx_out_find(s, n, vb, VALUE_CLOSE);
         if (ve == n) break;
         pos = ve + strlen(VALUE_CLOSE);
-        trim(s, &kb, &ke);
-        trim(s, &vb, &ve);
+        nx_out_trim(s, &kb, &ke);
+        nx_out_trim(s, &vb, &ve);
         ok = add_pair(args, s + kb, ke - kb, s + vb, ve - vb, tools, name);
     }
     char *out = ok ? json_dumps(args, JSON_COMPACT) : NULL;
@@ -127,7 +114,7 @@ static char *parse_args(const char *s, size_t n, const json_t *tools, const char
  * GLM-4.7 the key); at the end when there is none and the call is whole, else nowhere (false:
  * the name may still grow). */
 static bool name_end(const char *s, size_t n, bool whole, size_t *ne, size_t *ab) {
-    const size_t nl = find(s, n, 0, "\n"), esc = find(s, n, 0, "\\n"), key = find(s, n, 0, KEY_OPEN);
+    const size_t nl = nx_out_find(s, n, 0, "\n"), esc = nx_out_find(s, n, 0, "\\n"), key = nx_out_find(s, n, 0, KEY_OPEN);
     *ne = nl < esc ? nl : esc;
     *ab = *ne + (nl < esc ? 1 : 2);
     if (key <= *ne) *ne = *ab = key;
@@ -141,14 +128,8 @@ static bool name_end(const char *s, size_t n, bool whole, size_t *ne, size_t *ab
 static bool add_call(json_t *calls, const char *s, size_t n, bool whole, const json_t *tools) {
     size_t ne, ab, nb = 0;
     if (!name_end(s, n, whole, &ne, &ab)) return true;
-    trim(s, &nb, &ne);
-    if (ne == nb || ne - nb > 255 || memchr(s + nb, '\0', ne - nb)) return true;
     char name[256];
-    memcpy(name, s + nb, ne - nb);
-    name[ne - nb] = '\0';
-    json_t *valid = json_string(name); /* NULL: not UTF-8 */
-    if (!valid) return true;
-    json_decref(valid);
+    if (!nx_out_call_name(s, nb, ne, name)) return true;
     char *args = parse_args(s + ab, n - ab, tools, name);
     json_t *call = args ? json_pack("{s:s, s:{s:s, s:s}}", "type", "function", "function", "name", name,
                                     "arguments", args)
@@ -161,9 +142,9 @@ json_t *nx_glm_parse_tool_calls(const char *text, size_t len, const json_t *tool
     json_t *calls = json_array();
     size_t pos = 0;
     while (calls && pos < len) {
-        const size_t c0 = find(text, len, pos, CALL_OPEN);
+        const size_t c0 = nx_out_find(text, len, pos, CALL_OPEN);
         if (c0 == len) break;
-        const size_t b = c0 + strlen(CALL_OPEN), e = find(text, len, b, CALL_CLOSE);
+        const size_t b = c0 + strlen(CALL_OPEN), e = nx_out_find(text, len, b, CALL_CLOSE);
         pos = e == len ? len : e + strlen(CALL_CLOSE); /* e == len: the last call, cut short */
         if (!add_call(calls, text + b, e - b, e < len, tools)) {
             json_decref(calls);

@@ -327,10 +327,13 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
         }
         if (r->tool_required) { /* the answer must call a tool: its opening is put in its mouth */
             nx_strbuf full = {0}, forced = {0};
-            if (!nx_chat_tokens_tools(&s->chat)) {
+            if (!nx_chat_tokens_forced(&s->chat)) {
                 free(text);
-                nx_oai_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value",
-                                 "This model's tokenizer has no tool-call markers, so a tool call cannot be required.");
+                nx_oai_error_set(e, 400, "invalid_request_error", "tool_choice", "unsupported_value", "%s",
+                                 nx_chat_tokens_tools(&s->chat)
+                                     ? "This model's tool calls are text the call grammar does not cover, so a tool call "
+                                       "cannot be required; use tool_choice \"auto\"."
+                                     : "This model's tokenizer has no tool-call markers, so a tool call cannot be required.");
                 st = NX_E_ARG;
                 goto done;
             }

@@ -4,6 +4,7 @@
  * generation. Connection threads queue, cancel and wait on jobs through the functions here. */
 #include "serve/worker.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -463,6 +464,20 @@ int32_t nx_job_max_tokens(const nx_server *s, const job *j, size_t i) {
     return want < room ? want : room;
 }
 
+/* The last of the prompt's n ids that is not whitespace text, looking back over at most 4
+ * whitespace tokens (-1: none): Qwen's templates end a thinking generation prompt in
+ * "<think>\n", and that <think> opens the reasoning as a final one does. */
+static int32_t prompt_last(const nx_server *s, const int32_t *ids, size_t n) {
+    const nx_json_vocab *v = s->json_vocab;
+    for (size_t back = 0; back < 5 && back < n; back++) {
+        const int32_t id = ids[n - 1 - back];
+        bool ws = v && id >= 0 && id < v->n && v->bytes[id] && v->len[id] > 0;
+        for (uint32_t k = 0; ws && k < v->len[id]; k++) ws = isspace(v->bytes[id][k]) != 0;
+        if (!ws) return id;
+    }
+    return -1;
+}
+
 /* Runs prompt `i` of job j on the worker's context. */
 static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx_error *err) {
     gen_state g;
@@ -478,8 +493,8 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     /* chat: reasoning and (when the request offers tools) tool calls are split out of the
      * content, as the family's markers delimit them; other tokenizers have no markers to split on */
     const bool chat = j->req.kind == NX_OAI_CHAT;
-    nx_chat_split_init(&g.split, &s->chat, chat && j->req.tools, chat && s->o.split_reasoning,
-                     j->n_ids[i] ? j->ids[i][j->n_ids[i] - 1] : -1);
+    const int32_t last = prompt_last(s, j->ids[i], j->n_ids[i]);
+    nx_chat_split_init(&g.split, &s->chat, chat && j->req.tools, chat && s->o.split_reasoning, last);
     if (j->forced) { /* the prompt already opened the call: the answer continues it */
         g.split.part = NX_CHAT_TOOLS;
         nx_strbuf_puts(&g.out->tools, j->forced);
@@ -494,7 +509,6 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
         p.sampling.json = s->json_vocab;
         p.sampling.json_schema = j->req.json_schema;
         /* a prompt that opens the reasoning: the object follows its end */
-        const int32_t last = j->n_ids[i] ? j->ids[i][j->n_ids[i] - 1] : -1;
         if (last >= 0 && last == s->chat.think_open && s->chat.think_close >= 0)
             p.sampling.json_wait = true, p.sampling.json_after = s->chat.think_close;
     }
