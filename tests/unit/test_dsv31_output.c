@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "chat_split.h"
 #include "serve/chat_format.h"
 #include "serve/dsv31_output.h"
 
@@ -43,15 +44,6 @@ static json_t *parse(const char *text, size_t len, const json_t *t) {
     return calls;
 }
 
-/* Call i must be name(args), args compared as the exact string OpenAI receives. */
-static void assert_call(const json_t *calls, size_t i, const char *name, const char *args) {
-    const json_t *c = json_array_get(calls, i);
-    assert_non_null(c);
-    assert_string_equal(json_string_value(json_object_get(c, "type")), "function");
-    const json_t *f = json_object_get(c, "function");
-    assert_string_equal(json_string_value(json_object_get(f, "name")), name);
-    assert_string_equal(json_string_value(json_object_get(f, "arguments")), args);
-}
 
 /* A string written for a non-string parameter becomes the value it spells when it fits. */
 static void test_typing(void **state) {
@@ -61,19 +53,19 @@ static void test_typing(void **state) {
                               " \"opts\": \"{\\\"a\\\": [1]}\", \"any\": \"7\", \"free\": \"8\", \"nested\": {\"k\": \"9\"}} " END;
     json_t *c = parse(text, sizeof text - 1, t);
     assert_int_equal(json_array_size(c), 1);
-    assert_call(c, 0, "get_weather",
+    chat_assert_call(c, 0, "get_weather",
                 "{\"city\":42,\"days\":3,\"ratio\":2.5,\"wind\":true,\"opts\":{\"a\":[1]},\"any\":\"7\",\"free\":\"8\","
                 "\"nested\":{\"k\":\"9\"}}");
     json_decref(c);
     /* a string that does not spell its type stays a string; an integer fits "number" */
     const char text2[] = BEGIN "get_weather" SEP "{\"days\": \"three\", \"ratio\": \"4\", \"wind\": \"1\"}" END;
     c = parse(text2, sizeof text2 - 1, t);
-    assert_call(c, 0, "get_weather", "{\"days\":\"three\",\"ratio\":4,\"wind\":\"1\"}");
+    chat_assert_call(c, 0, "get_weather", "{\"days\":\"three\",\"ratio\":4,\"wind\":\"1\"}");
     json_decref(c);
     /* without tools the model's JSON is kept as written (compact, in its order) */
     const char text3[] = BEGIN "get_weather" SEP "{\"days\": \"3\", \"city\": \"Zürich\"}" END;
     c = parse(text3, sizeof text3 - 1, NULL);
-    assert_call(c, 0, "get_weather", "{\"days\":\"3\",\"city\":\"Zürich\"}");
+    chat_assert_call(c, 0, "get_weather", "{\"days\":\"3\",\"city\":\"Zürich\"}");
     json_decref(c);
     json_decref(t);
 }
@@ -91,10 +83,10 @@ static void test_structure(void **state) {
                         BEGIN "get_weather" SEP "{\"city\":\"Oslo\"} and text after it" END CALLS_END "trailing text";
     json_t *c = parse(text, sizeof text - 1, t);
     assert_int_equal(json_array_size(c), 4);
-    assert_call(c, 0, "now", "{}");
-    assert_call(c, 1, "get_weather", "{\"city\":\"Rome\"}");
-    assert_call(c, 2, "now", "{\"b\":1}");
-    assert_call(c, 3, "get_weather", "{\"city\":\"Oslo\"}");
+    chat_assert_call(c, 0, "now", "{}");
+    chat_assert_call(c, 1, "get_weather", "{\"city\":\"Rome\"}");
+    chat_assert_call(c, 2, "now", "{\"b\":1}");
+    chat_assert_call(c, 3, "get_weather", "{\"city\":\"Oslo\"}");
     json_decref(c);
     /* cut short (max_tokens): the last call counts once its arguments are one whole object */
     static const struct {
@@ -109,7 +101,7 @@ static void test_structure(void **state) {
     for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
         c = parse(cut[i].text, strlen(cut[i].text), t);
         assert_int_equal(json_array_size(c), cut[i].want ? 1 : 0);
-        if (cut[i].want) assert_call(c, 0, "get_weather", cut[i].want);
+        if (cut[i].want) chat_assert_call(c, 0, "get_weather", cut[i].want);
         json_decref(c);
     }
     c = parse("no calls <｜tool▁call▁beg", strlen("no calls <｜tool▁call▁beg"), t);
@@ -126,7 +118,7 @@ static void test_bad_bytes(void **state) {
                         BEGIN "now" SEP "{\"ok\":1}" END;
     json_t *c = parse(text, sizeof text - 1, NULL);
     assert_int_equal(json_array_size(c), 1);
-    assert_call(c, 0, "now", "{\"ok\":1}");
+    chat_assert_call(c, 0, "now", "{\"ok\":1}");
     json_decref(c);
     char name[300], buf[400];
     memset(name, 'x', 256);
@@ -182,67 +174,11 @@ static void test_hostile(void **state) {
 
 /* ---------------------------------------------------------------- the split */
 
-typedef struct split {
-    nx_strbuf content, reasoning;
-    char *calls; /* the tool calls, compact JSON */
-} split;
-
-/* Splits text fed in the pieces ending at cuts[0..ncuts) (ascending, the last is its length). */
-static void run(split *out, bool in_reasoning, const char *text, const size_t *cuts, size_t ncuts) {
-    nx_chat_stream s;
-    memset(out, 0, sizeof *out);
-    nx_chat_stream_init(&s, nx_chat_format_by_name("deepseek_v31"), NULL, true, true, in_reasoning);
-    size_t at = 0;
-    for (size_t i = 0; i < ncuts; i++) {
-        assert_int_equal(nx_chat_stream_feed(&s, text + at, cuts[i] - at, &out->content, &out->reasoning), NX_OK);
-        at = cuts[i];
-    }
-    assert_int_equal(nx_chat_stream_finish(&s, &out->content, &out->reasoning), NX_OK);
-    json_t *t = tools();
-    json_t *calls = nx_chat_stream_tool_calls(&s, t);
-    assert_non_null(calls);
-    out->calls = json_dumps(calls, JSON_COMPACT);
-    json_decref(calls);
-    json_decref(t);
-    nx_chat_stream_free(&s);
-}
-
-static const char *str(const nx_strbuf *b) { return b->data ? b->data : ""; }
-
-static void split_free(split *s) {
-    nx_strbuf_free(&s->content);
-    nx_strbuf_free(&s->reasoning);
-    free(s->calls);
-}
-
-static void assert_same(const split *a, const char *content, const char *reasoning, const char *calls) {
-    assert_string_equal(str(&a->content), content);
-    assert_string_equal(str(&a->reasoning), reasoning);
-    assert_string_equal(a->calls, calls);
-}
-
-/* The output split whole must be want_*; cut at every byte boundary and fed byte by byte, the
- * same. */
+/* The split of a DeepSeek-V3.1 output (thinking when the prompt opened it). */
 static void check_split(bool in_reasoning, const char *text, const char *content, const char *reasoning,
                         const char *calls) {
-    const size_t len = strlen(text);
-    split s;
-    run(&s, in_reasoning, text, &len, 1);
-    assert_same(&s, content, reasoning, calls);
-    split_free(&s);
-    for (size_t cut = 0; cut <= len; cut++) {
-        const size_t cuts[2] = {cut, len};
-        run(&s, in_reasoning, text, cuts, 2);
-        assert_same(&s, content, reasoning, calls);
-        split_free(&s);
-    }
-    size_t *bytes = malloc(len * sizeof *bytes + 1);
-    assert_non_null(bytes);
-    for (size_t i = 0; i < len; i++) bytes[i] = i + 1;
-    run(&s, in_reasoning, text, bytes, len);
-    assert_same(&s, content, reasoning, calls);
-    split_free(&s);
-    free(bytes);
+    const chat_case c = {nx_chat_format_by_name("deepseek_v31"), NULL, true, true, in_reasoning, tools};
+    chat_check_split(&c, text, content, reasoning, calls);
 }
 
 #define DS_OUT                                                                                             \

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "chat_split.h"
 #include "serve/chat_format.h"
 #include "serve/glm_output.h"
 
@@ -171,74 +172,12 @@ static void test_bad_bytes(void **state) {
     json_decref(t);
 }
 
-/* One split of an output, by feeding it in the pieces cut at the offsets in cuts (ascending,
- * ending with len), then finishing. */
-typedef struct split {
-    nx_strbuf content, reasoning;
-    char *calls; /* the tool calls, compact JSON */
-} split;
-
-static void run(split *out, const nx_chat_format *f, const char *suffix, bool tools_on, bool reasoning_on,
-                bool in_reasoning, const char *text, const size_t *cuts, size_t ncuts) {
-    nx_chat_stream s;
-    memset(out, 0, sizeof *out);
-    nx_chat_stream_init(&s, f, suffix, tools_on, reasoning_on, in_reasoning);
-    size_t at = 0;
-    for (size_t i = 0; i < ncuts; i++) {
-        assert_int_equal(nx_chat_stream_feed(&s, text + at, cuts[i] - at, &out->content, &out->reasoning), NX_OK);
-        at = cuts[i];
-    }
-    assert_int_equal(nx_chat_stream_finish(&s, &out->content, &out->reasoning), NX_OK);
-    json_t *t = tools();
-    json_t *calls = nx_chat_stream_tool_calls(&s, t);
-    assert_non_null(calls);
-    out->calls = json_dumps(calls, JSON_COMPACT);
-    json_decref(calls);
-    json_decref(t);
-    nx_chat_stream_free(&s);
-}
-
-static void split_free(split *s) {
-    nx_strbuf_free(&s->content);
-    nx_strbuf_free(&s->reasoning);
-    free(s->calls);
-}
-
-static const char *str(const nx_strbuf *b) {
-    return b->data ? b->data : "";
-}
-
-/* The output split whole must be want_*; cut at every byte boundary and fed byte by byte, it
- * must split the same. */
+/* The split of an output with the given options (the request's tools: tools()). */
 static void check_split(const nx_chat_format *f, const char *suffix, bool tools_on, bool reasoning_on,
                         bool in_reasoning, const char *text, const char *want_content, const char *want_reasoning,
                         const char *want_calls) {
-    const size_t len = strlen(text);
-    split whole;
-    run(&whole, f, suffix, tools_on, reasoning_on, in_reasoning, text, &len, 1);
-    assert_string_equal(str(&whole.content), want_content);
-    assert_string_equal(str(&whole.reasoning), want_reasoning);
-    assert_string_equal(whole.calls, want_calls);
-    for (size_t cut = 0; cut <= len; cut++) {
-        const size_t cuts[2] = {cut, len};
-        split two;
-        run(&two, f, suffix, tools_on, reasoning_on, in_reasoning, text, cuts, 2);
-        assert_string_equal(str(&two.content), want_content);
-        assert_string_equal(str(&two.reasoning), want_reasoning);
-        assert_string_equal(two.calls, want_calls);
-        split_free(&two);
-    }
-    size_t *bytes = malloc((len + 1) * sizeof *bytes);
-    assert_non_null(bytes);
-    for (size_t i = 0; i < len; i++) bytes[i] = i + 1;
-    split each;
-    run(&each, f, suffix, tools_on, reasoning_on, in_reasoning, text, bytes, len);
-    assert_string_equal(str(&each.content), want_content);
-    assert_string_equal(str(&each.reasoning), want_reasoning);
-    assert_string_equal(each.calls, want_calls);
-    split_free(&each);
-    free(bytes);
-    split_free(&whole);
+    const chat_case c = {f, suffix, tools_on, reasoning_on, in_reasoning, tools};
+    chat_check_split(&c, text, want_content, want_reasoning, want_calls);
 }
 
 #define GLM_OUT                                                                                                \

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "chat_split.h"
 #include "serve/chat_format.h"
 #include "serve/qwen_output.h"
 
@@ -46,15 +47,6 @@ static json_t *hermes(const char *text, size_t len, const json_t *t) {
     return calls;
 }
 
-/* Call i must be name(args), args compared as the exact string OpenAI receives. */
-static void assert_call(const json_t *calls, size_t i, const char *name, const char *args) {
-    const json_t *c = json_array_get(calls, i);
-    assert_non_null(c);
-    assert_string_equal(json_string_value(json_object_get(c, "type")), "function");
-    const json_t *f = json_object_get(c, "function");
-    assert_string_equal(json_string_value(json_object_get(f, "name")), name);
-    assert_string_equal(json_string_value(json_object_get(f, "arguments")), args);
-}
 
 #define P(k, v) "<parameter=" k ">\n" v "\n</parameter>\n"
 #define CALL(name, params) "<tool_call>\n<function=" name ">\n" params "</function>\n</tool_call>"
@@ -68,7 +60,7 @@ static void test_xml_typing(void **state) {
                                                 P("note", "null") P("any", "7") P("free", "8"));
     json_t *c = xml(text, sizeof text - 1, t);
     assert_int_equal(json_array_size(c), 1);
-    assert_call(c, 0, "get_weather",
+    chat_assert_call(c, 0, "get_weather",
                 "{\"city\":\"Zürich\",\"days\":3,\"ratio\":2.5,\"wind\":true,\"opts\":{\"a\":[1]},\"tags\":[\"x\",2],"
                 "\"maybe\":null,\"note\":null,\"any\":7,\"free\":\"8\"}");
     json_decref(c);
@@ -79,7 +71,7 @@ static void test_xml_typing(void **state) {
                                                  P("city", "\nnull\nline 2\n") P("maybe", "x") P("opts", "none")
                                                  P("tags", "True") P("any", "'quoted'"));
     c = xml(text2, sizeof text2 - 1, t);
-    assert_call(c, 0, "get_weather",
+    chat_assert_call(c, 0, "get_weather",
                 "{\"days\":\"three\",\"ratio\":4,\"wind\":false,\"city\":\"\\nnull\\nline 2\\n\",\"maybe\":\"x\","
                 "\"opts\":null,\"tags\":true,\"any\":\"'quoted'\"}");
     json_decref(c);
@@ -88,15 +80,15 @@ static void test_xml_typing(void **state) {
     const char text3[] = CALL("get_weather", P("days", " -12 ") P("ratio", "1e3") P("any", "inf")
                                                  P("maybe", "99999999999999999999"));
     c = xml(text3, sizeof text3 - 1, t);
-    assert_call(c, 0, "get_weather", "{\"days\":-12,\"ratio\":1000,\"any\":\"inf\",\"maybe\":\"99999999999999999999\"}");
+    chat_assert_call(c, 0, "get_weather", "{\"days\":-12,\"ratio\":1000,\"any\":\"inf\",\"maybe\":\"99999999999999999999\"}");
     json_decref(c);
     const char text4[] = CALL("get_weather", P("ratio", "0x10") P("days", "1.5"));
     c = xml(text4, sizeof text4 - 1, t);
-    assert_call(c, 0, "get_weather", "{\"ratio\":\"0x10\",\"days\":\"1.5\"}");
+    chat_assert_call(c, 0, "get_weather", "{\"ratio\":\"0x10\",\"days\":\"1.5\"}");
     json_decref(c);
     /* without tools, or for a function the tools do not name, every value is text */
     c = xml(text, sizeof text - 1, NULL);
-    assert_call(c, 0, "get_weather",
+    chat_assert_call(c, 0, "get_weather",
                 "{\"city\":\"Zürich\",\"days\":\"3\",\"ratio\":\"2.50\",\"wind\":\"True\",\"opts\":\"{\\\"a\\\": [1]}\","
                 "\"tags\":\"[\\\"x\\\", 2]\",\"maybe\":\"None\",\"note\":\"null\",\"any\":\"7\",\"free\":\"8\"}");
     json_decref(c);
@@ -116,11 +108,11 @@ static void test_xml_structure(void **state) {
         CALL("get_weather", P("city", "x") P("city", "y") P("days", "1"));
     json_t *c = xml(text, sizeof text - 1, t);
     assert_int_equal(json_array_size(c), 5);
-    assert_call(c, 0, "now", "{}");
-    assert_call(c, 1, "get_weather", "{\"city\":\"Rome\"}");
-    assert_call(c, 2, "get_weather", "{\"city\":\"A\",\"days\":4}");
-    assert_call(c, 3, "get_weather", "{\"days\":5}");
-    assert_call(c, 4, "get_weather", "{\"city\":\"y\",\"days\":1}"); /* a repeated key: first place, last value */
+    chat_assert_call(c, 0, "now", "{}");
+    chat_assert_call(c, 1, "get_weather", "{\"city\":\"Rome\"}");
+    chat_assert_call(c, 2, "get_weather", "{\"city\":\"A\",\"days\":4}");
+    chat_assert_call(c, 3, "get_weather", "{\"days\":5}");
+    chat_assert_call(c, 4, "get_weather", "{\"city\":\"y\",\"days\":1}"); /* a repeated key: first place, last value */
     json_decref(c);
     /* cut short (max_tokens): the last call counts once its name is whole, with its whole values */
     static const struct {
@@ -139,7 +131,7 @@ static void test_xml_structure(void **state) {
     for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
         c = xml(cut[i].text, strlen(cut[i].text), t);
         assert_int_equal(json_array_size(c), cut[i].want ? 1 : 0);
-        if (cut[i].want) assert_call(c, 0, "get_weather", cut[i].want);
+        if (cut[i].want) chat_assert_call(c, 0, "get_weather", cut[i].want);
         json_decref(c);
     }
     json_decref(t);
@@ -161,10 +153,10 @@ static void test_hermes(void **state) {
         "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"wind\":\"true\",\"opts\":{\"k\":\"1\"}}}</tool_call>";
     json_t *c = hermes(text, sizeof text - 1, t);
     assert_int_equal(json_array_size(c), 4);
-    assert_call(c, 0, "get_weather", "{\"city\":\"Zürich\",\"days\":2,\"ratio\":1.5}");
-    assert_call(c, 1, "now", "{}");
-    assert_call(c, 2, "now", "{\"t\":1}");
-    assert_call(c, 3, "get_weather", "{\"wind\":true,\"opts\":{\"k\":\"1\"}}");
+    chat_assert_call(c, 0, "get_weather", "{\"city\":\"Zürich\",\"days\":2,\"ratio\":1.5}");
+    chat_assert_call(c, 1, "now", "{}");
+    chat_assert_call(c, 2, "now", "{\"t\":1}");
+    chat_assert_call(c, 3, "get_weather", "{\"wind\":true,\"opts\":{\"k\":\"1\"}}");
     json_decref(c);
     static const struct {
         const char *text;
@@ -178,7 +170,7 @@ static void test_hermes(void **state) {
     for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
         c = hermes(cut[i].text, strlen(cut[i].text), t);
         assert_int_equal(json_array_size(c), cut[i].counts ? 1 : 0);
-        if (cut[i].counts) assert_call(c, 0, "now", "{}");
+        if (cut[i].counts) chat_assert_call(c, 0, "now", "{}");
         json_decref(c);
     }
     json_decref(t);
@@ -191,14 +183,14 @@ static void test_bad_bytes(void **state) {
     const char text[] = CALL("bad\xff", "") CALL("now", P("k\xc3", "1") P("v", "\xc3") P("ok", "1")) CALL("n\0w", "");
     json_t *c = xml(text, sizeof text - 1, NULL);
     assert_int_equal(json_array_size(c), 1);
-    assert_call(c, 0, "now", "{\"ok\":\"1\"}");
+    chat_assert_call(c, 0, "now", "{\"ok\":\"1\"}");
     json_decref(c);
     const char htext[] = "<tool_call>{\"name\":\"n\\u0000w\",\"arguments\":{}}</tool_call>"
                          "<tool_call>{\"name\":\"now\",\"arguments\":{\"k\":\"\xc3\"}}</tool_call>"
                          "<tool_call>{\"name\":\"now\",\"arguments\":{\"ok\":1}}</tool_call>";
     c = hermes(htext, sizeof htext - 1, NULL);
     assert_int_equal(json_array_size(c), 1);
-    assert_call(c, 0, "now", "{\"ok\":1}");
+    chat_assert_call(c, 0, "now", "{\"ok\":1}");
     json_decref(c);
     char name[300], buf[400];
     memset(name, 'x', 256);
@@ -242,7 +234,7 @@ static void test_hostile(void **state) {
     text = repeat("<tool_call>\n<function=now>\n", "<parameter=a>\nv\n", 50000, "</function>\n</tool_call>", &n);
     c = xml(text, n, NULL);
     assert_int_equal(json_array_size(c), 1);
-    assert_call(c, 0, "now", "{\"a\":\"v\"}");
+    chat_assert_call(c, 0, "now", "{\"a\":\"v\"}");
     json_decref(c);
     free(text);
     text = repeat("<tool_call>\n<function=now>\n", "<parameter=", 50000, "", &n);
@@ -271,68 +263,11 @@ static void test_hostile(void **state) {
 
 /* ---------------------------------------------------------------- the split */
 
-typedef struct split {
-    nx_strbuf content, reasoning;
-    char *calls; /* the tool calls, compact JSON */
-} split;
-
-/* Splits text in format f fed in the pieces ending at cuts[0..ncuts) (ascending, the last is
- * its length). */
-static void run(split *out, const char *f, bool in_reasoning, const char *text, const size_t *cuts, size_t ncuts) {
-    nx_chat_stream s;
-    memset(out, 0, sizeof *out);
-    nx_chat_stream_init(&s, nx_chat_format_by_name(f), NULL, true, true, in_reasoning);
-    size_t at = 0;
-    for (size_t i = 0; i < ncuts; i++) {
-        assert_int_equal(nx_chat_stream_feed(&s, text + at, cuts[i] - at, &out->content, &out->reasoning), NX_OK);
-        at = cuts[i];
-    }
-    assert_int_equal(nx_chat_stream_finish(&s, &out->content, &out->reasoning), NX_OK);
-    json_t *t = tools();
-    json_t *calls = nx_chat_stream_tool_calls(&s, t);
-    assert_non_null(calls);
-    out->calls = json_dumps(calls, JSON_COMPACT);
-    json_decref(calls);
-    json_decref(t);
-    nx_chat_stream_free(&s);
-}
-
-static const char *str(const nx_strbuf *b) { return b->data ? b->data : ""; }
-
-static void split_free(split *s) {
-    nx_strbuf_free(&s->content);
-    nx_strbuf_free(&s->reasoning);
-    free(s->calls);
-}
-
-static void assert_same(const split *a, const char *content, const char *reasoning, const char *calls) {
-    assert_string_equal(str(&a->content), content);
-    assert_string_equal(str(&a->reasoning), reasoning);
-    assert_string_equal(a->calls, calls);
-}
-
-/* The output split whole must be content / reasoning / calls; cut at every byte boundary and fed
- * byte by byte, the same. */
+/* The split of an output in format f (thinking when the prompt opened it). */
 static void check_split(const char *f, bool in_reasoning, const char *text, const char *content, const char *reasoning,
                         const char *calls) {
-    const size_t len = strlen(text);
-    split s;
-    run(&s, f, in_reasoning, text, &len, 1);
-    assert_same(&s, content, reasoning, calls);
-    split_free(&s);
-    for (size_t cut = 0; cut <= len; cut++) {
-        const size_t cuts[2] = {cut, len};
-        run(&s, f, in_reasoning, text, cuts, 2);
-        assert_same(&s, content, reasoning, calls);
-        split_free(&s);
-    }
-    size_t *bytes = malloc(len * sizeof *bytes + 1);
-    assert_non_null(bytes);
-    for (size_t i = 0; i < len; i++) bytes[i] = i + 1;
-    run(&s, f, in_reasoning, text, bytes, len);
-    assert_same(&s, content, reasoning, calls);
-    split_free(&s);
-    free(bytes);
+    const chat_case c = {nx_chat_format_by_name(f), NULL, true, true, in_reasoning, tools};
+    chat_check_split(&c, text, content, reasoning, calls);
 }
 
 #define XML_OUT                                                                                        \
