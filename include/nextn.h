@@ -352,7 +352,9 @@ nx_status nx_ctx_eval(nx_ctx *c, const int32_t *tokens, int32_t n, int32_t n_pas
  * token p+1 (so n-1 rows for the last eval of n tokens). Writes [n-1, vocab]. */
 nx_status nx_ctx_eval_mtp(nx_ctx *c, const int32_t *tokens, int32_t n, float *logits,
                           nx_error *err);
-/* Drops every cached row at or after position n (rollback). */
+/* Drops every cached row at or after position n (rollback). A hybrid model's recurrent states go
+ * back only to the rows of the last forward call (a verify pass's); further back, the context
+ * starts over (n_past 0). */
 void nx_ctx_truncate(nx_ctx *c, int32_t n);
 /* Forgets what --draft auto has measured on this context (step costs, acceptance per draft
  * position), which otherwise carries over from one generation to the next. */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const nx_family *const families[] = {&nx_family_hy_v3, &nx_family_glm4_moe, &nx_family_glm4_moe_lite,
-                                              &nx_family_deepseek_v3};
+                                              &nx_family_deepseek_v3, &nx_family_qwen3_5_moe, &nx_family_qwen3_next};
 #define N_FAMILIES (sizeof families / sizeof *families)
 
 size_t nx_family_count(void) { return N_FAMILIES; }

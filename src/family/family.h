@@ -26,6 +26,7 @@ typedef enum nx_attn_kind {
 typedef enum nx_router_kind {
     NX_ROUTER_SIGMOID_BIAS = 0, /* sigmoid scores; a correction bias added for choosing only;
                                    DeepSeek group limit; weights from the unbiased scores */
+    NX_ROUTER_SOFTMAX,          /* softmax over all experts, top-k of it (Qwen) */
 } nx_router_kind;
 
 /* NULL-terminated alias lists of config.json keys: the first present one is read, and two
@@ -35,6 +36,9 @@ typedef const char *const *nx_keys;
 typedef struct nx_family_keys {
     nx_keys n_experts, expert_dim, n_shared, first_k_dense, qk_norm, attn_bias, rotary_factor,
         scaling, route_norm, n_group, topk_group, rope_interleave;
+    nx_keys shared_dim;   /* the shared expert's width, when not n_shared x expert_dim */
+    nx_keys attn_gate;    /* q_proj carries a per-head output gate */
+    nx_keys n_nextn;      /* MTP layers the config declares */
 } nx_family_keys;
 
 typedef struct nx_family_defaults {
@@ -45,6 +49,7 @@ typedef struct nx_family_defaults {
     bool attn_bias;       /* q/k/v projections carry biases (the output projection never) */
     double rotary_factor; /* rotated share of head_dim */
     int q_lora_rank;      /* MLA: when config.json has no q_lora_rank (null there: a plain q_proj) */
+    bool attn_gate;       /* output gate σ(q_proj's gate half) on every attention head */
 } nx_family_defaults;
 
 /* The MTP head's wiring: cat[enorm(embed(t+1)), hnorm(h)] → eh_proj → decoder layer → final
@@ -63,6 +68,9 @@ typedef struct nx_family_names {
     nx_keys expert_bias;  /* the selection bias vector */
     nx_keys shared;       /* shared expert prefix, e.g. "mlp.shared_experts." */
     nx_keys mtp_norm;     /* the MTP head's final norm, relative to the head prefix */
+    const char *mtp_fc, *mtp_enorm, *mtp_hnorm; /* its input projection and norms (NULL: eh_proj,
+                                                   enorm, hnorm) */
+    const char *shared_gate; /* the shared expert's scalar gate σ(w·x) (NULL: none) */
     /* convert: source → output renames inside a layer for the MLX layout this family's mlx-lm
      * file writes (pairs, NULL-terminated; prefix match) */
     const char *const *mlx_renames;
@@ -72,6 +80,15 @@ typedef struct nx_family_names {
     const char *mtp_out_head, *mtp_out_block;
     int router_bits;         /* convert quantizes the router to this width (0: stays float) */
 } nx_family_names;
+
+/* Hybrid stacks (Qwen3.5 / Qwen3-Next): Gated DeltaNet layers between full-attention ones. */
+typedef struct nx_family_hybrid {
+    bool on;
+    int full_interval;    /* layer L is full attention when (L + 1) % this == 0, unless the
+                             config's layer_types or full_attention_interval say otherwise */
+    bool norm_plus1;      /* the RMSNorms but the DeltaNet's own scale x by (1 + w) in the HF
+                             layout (mlx-lm stores 1 + w) */
+} nx_family_hybrid;
 
 typedef struct nx_family {
     const char *model_type;
@@ -85,6 +102,8 @@ typedef struct nx_family {
     nx_router_kind router;
     nx_family_mtp mtp;
     nx_family_names names;
+    nx_family_hybrid hybrid;
+    const char *text_config; /* a wrapper config (vision-language) nests the LM's keys here */
 } nx_family;
 
 /* The family of model_type (exact match) or NULL. */
@@ -102,5 +121,7 @@ extern const nx_family nx_family_hy_v3;
 extern const nx_family nx_family_glm4_moe;
 extern const nx_family nx_family_glm4_moe_lite;
 extern const nx_family nx_family_deepseek_v3;
+extern const nx_family nx_family_qwen3_5_moe;
+extern const nx_family nx_family_qwen3_next;
 
 #endif

@@ -18,6 +18,7 @@ typedef struct parser {
     json_t *root;
     const char *name; /* file name for messages */
     nx_error *err;
+    json_t *merged;   /* a wrapper's text_config with the wrapper's keys, owned (root then) */
 } parser;
 
 /* The first alias present and not null, or NULL; *which gets its name. */
@@ -410,6 +411,12 @@ static nx_status parse_rotary(parser *p, const nx_family *fam, int64_t head_dim,
     double f;
     nx_status st = get_real(p, fam->keys.rotary_factor, fam->def.rotary_factor, &f);
     if (st) return st;
+    const char *which;
+    json_t *rp = json_object_get(p->root, "rope_parameters");
+    if (json_is_object(rp) && !find_alias(p->root, fam->keys.rotary_factor, &which)) {
+        json_t *v = json_object_get(rp, "partial_rotary_factor"); /* transformers 5 keeps it here */
+        if (v && !json_is_null(v) && (st = check_real(p, "rope_parameters.partial_rotary_factor", v, &f))) return st;
+    }
     if (!(f > 0 && f <= 1))
         return nx_fail(p->err, NX_E_CONFIG, "%s: field \"partial_rotary_factor\" = %g must be in (0, 1]", p->name, f);
     int64_t rot = (int64_t)((double)head_dim * f); /* int(): what transformers and mlx-lm take */
@@ -478,6 +485,78 @@ static nx_status parse_mla(parser *p, const nx_family *fam, int64_t heads, nx_co
     return NX_OK;
 }
 
+/* A hybrid stack's layer kinds: layer_types ("linear_attention" / "full_attention"), else a
+ * full-attention layer every full_attention_interval (the family's default) from the first. */
+static nx_status parse_layer_kinds(parser *p, const nx_family *fam, int64_t layers, nx_config *cfg) {
+    int64_t every;
+    nx_status st = get_int(p, NAMES("full_attention_interval"), false, fam->hybrid.full_interval, 1, layers, &every);
+    if (st) return st;
+    if (!(cfg->linear = calloc((size_t)layers, sizeof *cfg->linear))) return nx_fail(p->err, NX_E_NOMEM, "out of memory");
+    json_t *lt = json_object_get(p->root, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt) || (int64_t)json_array_size(lt) != layers)
+            return nx_fail(p->err, NX_E_CONFIG, "%s: field \"layer_types\" must list num_hidden_layers (%lld) entries",
+                           p->name, (long long)layers);
+        size_t i;
+        json_t *e;
+        json_array_foreach(lt, i, e) {
+            const char *k = json_string_value(e);
+            const bool lin = k && strcmp(k, "linear_attention") == 0, full = k && strcmp(k, "full_attention") == 0;
+            if (!lin && !full)
+                return nx_fail(p->err, NX_E_CONFIG,
+                               "%s: field \"layer_types\"[%zu] must be \"linear_attention\" or \"full_attention\"",
+                               p->name, i);
+            cfg->linear[i] = lin;
+        }
+    } else {
+        for (int64_t l = 0; l < layers; l++) cfg->linear[l] = (l + 1) % every != 0;
+    }
+    for (int64_t l = 0; l < layers; l++) cfg->n_linear += cfg->linear[l];
+    return NX_OK;
+}
+
+/* Gated DeltaNet's shapes and the hybrid family's fixed choices (Qwen3-Next's dense-layer knobs
+ * must keep every layer sparse). */
+static nx_status parse_hybrid(parser *p, const nx_family *fam, int64_t layers, nx_config *cfg) {
+    int64_t nk, nv, dk, dv, ck, step = 1;
+    nx_status st;
+    if ((st = parse_layer_kinds(p, fam, layers, cfg)) ||
+        (st = get_int(p, NAMES("linear_num_key_heads"), true, 0, 1, 1024, &nk)) ||
+        (st = get_int(p, NAMES("linear_num_value_heads"), true, 0, 1, 1024, &nv)) ||
+        (st = get_int(p, NAMES("linear_key_head_dim"), true, 0, 1, NX_ATTN_MAX_HD, &dk)) ||
+        (st = get_int(p, NAMES("linear_value_head_dim"), true, 0, 1, NX_ATTN_MAX_HD, &dv)) ||
+        (st = get_int(p, NAMES("linear_conv_kernel_dim"), false, 4, 2, 16, &ck)) ||
+        (st = get_int(p, NAMES("decoder_sparse_step"), false, 1, 1, INT32_MAX, &step)))
+        return st;
+    if (nv % nk != 0)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: linear_num_value_heads %lld is not a multiple of linear_num_key_heads %lld",
+                       p->name, (long long)nv, (long long)nk);
+    json_t *mo = json_object_get(p->root, "mlp_only_layers");
+    if (step != 1 || (json_is_array(mo) && json_array_size(mo) > 0))
+        return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: dense layers (decoder_sparse_step %lld, mlp_only_layers) are not "
+                       "supported in a hybrid stack", p->name, (long long)step);
+    cfg->dn = (nx_deltanet){(int32_t)nk, (int32_t)nv, (int32_t)dk, (int32_t)dv, (int32_t)ck};
+    return NX_OK;
+}
+
+/* A wrapper config (Qwen3.5's vision-language one) → its text_config with the wrapper's own keys
+ * (model_type, architectures, quantization, tie_word_embeddings, ...) added over it. */
+static nx_status unwrap_text_config(parser *p, const nx_family *fam) {
+    json_t *tc = fam->text_config ? json_object_get(p->root, fam->text_config) : NULL;
+    if (!tc || json_is_null(tc)) return NX_OK;
+    if (!json_is_object(tc))
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"%s\" must be an object", p->name, fam->text_config);
+    if (!(p->merged = json_deep_copy(tc))) return nx_fail(p->err, NX_E_NOMEM, "out of memory");
+    const char *k;
+    json_t *v;
+    json_object_foreach(p->root, k, v) {
+        if (strcmp(k, fam->text_config) == 0 || strcmp(k, "vision_config") == 0) continue;
+        if (json_object_set(p->merged, k, v) != 0) return nx_fail(p->err, NX_E_NOMEM, "out of memory");
+    }
+    p->root = p->merged;
+    return NX_OK;
+}
+
 /* The rope pairs: the family's, or the config's rope_interleave where the family reads one. */
 static nx_status parse_rope_pairs(parser *p, const nx_family *fam, nx_config *cfg) {
     bool il = fam->rope_pairs == NX_ROPE_INTERLEAVED;
@@ -497,6 +576,8 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
     cfg->family = fam;
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", fam->model_type);
     const nx_family_keys *K = &fam->keys;
+    if ((st = unwrap_text_config(p, fam))) return st;
+    root = p->root;
 
     json_t *act = json_object_get(root, "hidden_act");
     if (act && !json_is_null(act)) {
@@ -518,7 +599,7 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
         (st = get_int(p, NAMES("head_dim"), false, 0, 1, I32, &head_dim)) ||
         (st = get_int(p, K->first_k_dense, false, -1, 0, I32, &kdense)) ||
         (st = get_int(p, K->n_shared, false, fam->def.n_shared, 0, 64, &nshared)) ||
-        (st = get_int(p, NAMES("num_nextn_predict_layers"), false, 0, 0, 64, &nextn)) ||
+        (st = get_int(p, K->n_nextn ? K->n_nextn : NAMES("num_nextn_predict_layers"), false, 0, 0, 64, &nextn)) ||
         (st = get_int(p, NAMES("max_position_embeddings"), false, 131072, 1, INT64_MAX, &maxpos)))
         return st;
     const bool mla = fam->attention == NX_ATTN_MLA; /* head_dim: parse_mla's, whatever the config says */
@@ -579,6 +660,17 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
     cfg->cache_heads = (int32_t)kv;
     cfg->cache_k = cfg->cache_v = (int32_t)head_dim;
     if ((st = mla ? parse_mla(p, fam, heads, cfg) : parse_rotary(p, fam, head_dim, cfg))) return st;
+    if (fam->hybrid.on && (st = parse_hybrid(p, fam, layers, cfg))) return st;
+    int64_t sdim = edim * nshared;
+    cfg->attn_gate = fam->def.attn_gate;
+    if ((K->shared_dim && (st = get_int(p, K->shared_dim, false, sdim, 0, I32, &sdim))) ||
+        (K->attn_gate && (st = get_bool(p, K->attn_gate, fam->def.attn_gate, &cfg->attn_gate))))
+        return st;
+    if (nshared > 0 && sdim == 0)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: field \"shared_expert_intermediate_size\" must be positive", p->name);
+    cfg->shared_dim = (int32_t)sdim;
+    if (cfg->attn_gate && heads * head_dim * 2 > I32)
+        return nx_fail(p->err, NX_E_CONFIG, "%s: layer widths overflow (gated heads)", p->name);
     if (mla && (attn_bias || qk_norm))
         return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: %s with latent attention is not supported", p->name,
                        attn_bias ? "attention_bias" : "use_qk_norm");
@@ -628,12 +720,14 @@ void nx_config_free(nx_config *cfg) {
     if (!cfg) return;
     for (int32_t i = 0; i < cfg->n_quant_overrides; i++) free(cfg->quant_overrides[i].path);
     free(cfg->quant_overrides);
+    free(cfg->linear);
     memset(cfg, 0, sizeof *cfg);
 }
 
 static nx_status parse_json(json_t *root, const char *name, nx_config *cfg, nx_error *err) {
-    parser p = {root, name, err};
+    parser p = {root, name, err, NULL};
     nx_status st = parse_root(&p, cfg);
+    json_decref(p.merged);
     if (st != NX_OK) nx_config_free(cfg);
     return st;
 }

@@ -4,6 +4,7 @@
  * per-expert views into the stacked data. */
 #include "io/layout.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@ typedef struct loader {
     const char *alias_from, *alias_to;
     bool saw_stacked, saw_quant; /* layout evidence */
     bool act16;                  /* quantized weights keep int16 activations (x16) */
+    bool plus1;                  /* zero-centred norms stored as w: load 1 + w (load_norm) */
+    char trunk[32];              /* the trunk's prefix: "model.", "model.language_model.", ... */
 } loader;
 
 /* ================================================================ small helpers */
@@ -122,6 +125,15 @@ static nx_status load_vec(loader *L, const char *name, int64_t n, bool optional,
     vec_to_f32(t->dtype, t->data, v, n);
     *out = v;
     return NX_OK;
+}
+
+/* An RMSNorm weight [n]: load_vec, then 1 + w where the family's norms are zero-centred and the
+ * file stores w (the forward always scales by the loaded vector). */
+static nx_status load_norm(loader *L, const char *name, int64_t n, bool optional, float **out) {
+    nx_status st = load_vec(L, name, n, optional, out);
+    if (st == NX_OK && *out && L->plus1)
+        for (int64_t i = 0; i < n; i++) (*out)[i] += 1.0f;
+    return st;
 }
 
 static bool bits_ok(int64_t b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
@@ -263,6 +275,31 @@ static nx_status load_ffn(loader *L, const char *pre, int64_t width, nx_ffn *f) 
 
 /* ================================================================ layers */
 
+/* transformers' fused expert tensors (Qwen3.5's trunk): mlp.experts.gate_up_proj [E, 2F, H], each
+ * expert's gate rows then its up rows, and mlp.experts.down_proj [E, H, F], both float and
+ * without a .weight suffix; every expert's matrices are views into them. */
+static nx_status load_fused_experts(loader *L, const char *pre, nx_moe *m) {
+    const int64_t E = m->n_experts, H = L->cfg->hidden_size, F = L->cfg->expert_dim;
+    const nx_tensor *gu = findf(L, "%smlp.experts.gate_up_proj", pre), *dn = findf(L, "%smlp.experts.down_proj", pre);
+    const int64_t egu[3] = {E, 2 * F, H}, edn[3] = {E, H, F};
+    if (!dn) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %smlp.experts.down_proj (with gate_up_proj)", pre);
+    if (!shape_is(gu, 3, egu)) return fail_shape(L, gu, 3, egu, NULL);
+    if (!shape_is(dn, 3, edn)) return fail_shape(L, dn, 3, edn, NULL);
+    const nx_tensor *ts[2] = {gu, dn};
+    for (int i = 0; i < 2; i++)
+        if (!is_float(ts[i]->dtype))
+            return nx_fail(L->err, NX_E_UNSUPPORTED, "tensor %s (%s): dtype %s (expected F32, F16 or BF16)",
+                           ts[i]->name, nx_store_file_of(L->st, ts[i]), nx_dtype_name(ts[i]->dtype));
+    const size_t rb = (size_t)H * nx_dtype_size(gu->dtype), db = (size_t)F * nx_dtype_size(dn->dtype);
+    for (int64_t e = 0; e < E; e++) {
+        const uint8_t *g = gu->data + (size_t)(e * 2 * F) * rb;
+        m->experts[e].gate = (nx_linear){.dtype = gu->dtype, .out = F, .in = H, .w = g};
+        m->experts[e].up = (nx_linear){.dtype = gu->dtype, .out = F, .in = H, .w = g + (size_t)F * rb};
+        m->experts[e].down = (nx_linear){.dtype = dn->dtype, .out = H, .in = F, .w = dn->data + (size_t)(e * H) * db};
+    }
+    return NX_OK;
+}
+
 static nx_status load_experts(loader *L, const char *pre, nx_moe *m) {
     int64_t E = m->n_experts, hidden = L->cfg->hidden_size, edim = L->cfg->expert_dim;
     char p[NAME_MAX_LEN];
@@ -290,6 +327,7 @@ static nx_status load_experts(loader *L, const char *pre, nx_moe *m) {
         free(tmp);
         return st;
     }
+    if (findf(L, "%smlp.experts.gate_up_proj", pre)) return load_fused_experts(L, pre, m);
     /* per-expert (Tencent): mlp.experts.{e}.{gate,up,down}_proj */
     for (int64_t e = 0; e < E; e++) {
         snprintf(p, sizeof p, "%smlp.experts.%lld.", pre, (long long)e);
@@ -341,7 +379,7 @@ static nx_status load_moe(loader *L, const char *pre, bool is_mtp, nx_moe *m) {
 
     m->has_shared = cfg->n_shared_experts > 0;
     if (m->has_shared) {
-        int64_t width = (int64_t)cfg->expert_dim * cfg->n_shared_experts;
+        int64_t width = cfg->shared_dim;
         const char *sh = fn->shared[0];
         for (nx_keys k = fn->shared; *k; k++)
             if (findf(L, "%s%sgate_proj.weight", pre, *k)) {
@@ -350,6 +388,9 @@ static nx_status load_moe(loader *L, const char *pre, bool is_mtp, nx_moe *m) {
             }
         snprintf(p, sizeof p, "%s%s", pre, sh);
         if ((st = load_ffn(L, p, width, &m->shared))) return st;
+        snprintf(p, sizeof p, "%s%s", pre, fn->shared_gate ? fn->shared_gate : "");
+        if (fn->shared_gate && (st = load_linear(L, p, 0, 1, hidden, &m->shared_gate))) return st;
+        m->shared_gate.x16 = true; /* a scalar gate: exact inputs, as the router */
     }
     return NX_OK;
 }
@@ -449,7 +490,7 @@ static nx_status load_gqa(loader *L, const char *pre, nx_layer *ly) {
     char p[NAME_MAX_LEN];
     nx_status st;
 #define P(suffix) (snprintf(p, sizeof p, "%s%s", pre, suffix), p)
-    if ((st = load_linear(L, P("self_attn.q_proj"), 0, qd, hidden, &ly->wq)) ||
+    if ((st = load_linear(L, P("self_attn.q_proj"), 0, cfg->attn_gate ? 2 * qd : qd, hidden, &ly->wq)) ||
         (st = load_linear(L, P("self_attn.k_proj"), 0, kvd, hidden, &ly->wk)) ||
         (st = load_linear(L, P("self_attn.v_proj"), 0, kvd, hidden, &ly->wv)) ||
         (st = load_linear(L, P("self_attn.o_proj"), 0, hidden, qd, &ly->wo)))
@@ -460,11 +501,58 @@ static nx_status load_gqa(loader *L, const char *pre, nx_layer *ly) {
          (st = load_vec(L, P("self_attn.v_proj.bias"), kvd, false, &ly->bv))))
         return st;
     if (cfg->qk_norm &&
-        ((st = load_vec(L, P("self_attn.q_norm.weight"), cfg->head_dim, false, &ly->q_norm)) ||
-         (st = load_vec(L, P("self_attn.k_norm.weight"), cfg->head_dim, false, &ly->k_norm))))
+        ((st = load_norm(L, P("self_attn.q_norm.weight"), cfg->head_dim, false, &ly->q_norm)) ||
+         (st = load_norm(L, P("self_attn.k_norm.weight"), cfg->head_dim, false, &ly->k_norm))))
         return st;
     return NX_OK;
 #undef P
+}
+
+/* The DeltaNet's convolution weights, [C, 1, K] (HF) or [C, K, 1] (mlx-lm): C x K values either
+ * way, as an owned f32 copy [C][K]. */
+static nx_status load_conv(loader *L, const char *name, int64_t C, int64_t K, float **out) {
+    const nx_tensor *t = nx_store_find(L->st, name);
+    const int64_t hf[3] = {C, 1, K}, mlx[3] = {C, K, 1};
+    if (!t) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %s", name);
+    if (!shape_is(t, 3, hf) && !shape_is(t, 3, mlx)) return fail_shape(L, t, 3, hf, " (or [C, K, 1])");
+    if (!is_float(t->dtype))
+        return nx_fail(L->err, NX_E_UNSUPPORTED, "tensor %s (%s): dtype %s (expected F32, F16 or BF16)", name,
+                       nx_store_file_of(L->st, t), nx_dtype_name(t->dtype));
+    if (!(*out = malloc(sizeof(float) * (size_t)(C * K)))) return nx_fail(L->err, NX_E_NOMEM, "out of memory");
+    vec_to_f32(t->dtype, t->data, *out, C * K);
+    return NX_OK;
+}
+
+/* A Gated DeltaNet layer at `pre`: Qwen3.5's split input projections or Qwen3-Next's fused ones. */
+static nx_status load_dn(loader *L, const char *pre, nx_dn_layer *d) {
+    const nx_config *cfg = L->cfg;
+    const nx_deltanet *g = &cfg->dn;
+    const int64_t H = cfg->hidden_size, nv = g->n_v_heads, vd = nv * g->v_dim, C = nx_deltanet_channels(g);
+    char p[NAME_MAX_LEN];
+    nx_status st;
+    float *A_log = NULL;
+#define P(suffix) (snprintf(p, sizeof p, "%slinear_attn.%s", pre, suffix), p)
+    if (findf(L, "%slinear_attn.in_proj_qkvz.weight", pre) || findf(L, "%slinear_attn.in_proj_qkvz.scales", pre)) {
+        if ((st = load_linear(L, P("in_proj_qkvz"), 0, C + vd, H, &d->qkvz)) ||
+            (st = load_linear(L, P("in_proj_ba"), 0, 2 * nv, H, &d->ba)))
+            return st;
+    } else if ((st = load_linear(L, P("in_proj_qkv"), 0, C, H, &d->qkv)) ||
+               (st = load_linear(L, P("in_proj_z"), 0, vd, H, &d->z)) ||
+               (st = load_linear(L, P("in_proj_b"), 0, nv, H, &d->b)) ||
+               (st = load_linear(L, P("in_proj_a"), 0, nv, H, &d->a))) {
+        return st;
+    }
+    if ((st = load_conv(L, P("conv1d.weight"), C, g->conv_k, &d->conv)) ||
+        (st = load_vec(L, P("dt_bias"), nv, false, &d->dt_bias)) || (st = load_vec(L, P("A_log"), nv, false, &A_log)) ||
+        (st = load_vec(L, P("norm.weight"), g->v_dim, false, &d->norm)) ||
+        (st = load_linear(L, P("out_proj"), 0, H, vd, &d->out))) {
+        free(A_log);
+        return st;
+    }
+#undef P
+    for (int64_t h = 0; h < nv; h++) A_log[h] = -expf(A_log[h]);
+    d->neg_A = A_log;
+    return NX_OK;
 }
 
 /* One decoder layer at name prefix `pre` (ending in '.'). is_moe < 0: decide from the tensors
@@ -475,9 +563,11 @@ static nx_status load_layer(loader *L, const char *pre, int is_moe, bool is_mtp,
     char p[NAME_MAX_LEN];
     nx_status st;
 #define P(suffix) (snprintf(p, sizeof p, "%s%s", pre, suffix), p)
-    if ((st = load_vec(L, P("input_layernorm.weight"), hidden, false, &ly->attn_norm)) ||
-        (st = load_vec(L, P("post_attention_layernorm.weight"), hidden, false, &ly->ffn_norm)) ||
-        (st = cfg->attention == NX_ATTN_MLA ? load_mla(L, pre, ly) : load_gqa(L, pre, ly)))
+    if ((st = load_norm(L, P("input_layernorm.weight"), hidden, false, &ly->attn_norm)) ||
+        (st = load_norm(L, P("post_attention_layernorm.weight"), hidden, false, &ly->ffn_norm)) ||
+        (st = ly->linear                      ? load_dn(L, pre, &ly->dn)
+              : cfg->attention == NX_ATTN_MLA ? load_mla(L, pre, ly)
+                                              : load_gqa(L, pre, ly)))
         return st;
     if (is_moe < 0) {
         bool router = false;
@@ -494,7 +584,7 @@ static nx_status load_layer(loader *L, const char *pre, int is_moe, bool is_mtp,
 
 typedef struct mtp_names {
     const char *head;      /* prefix of enorm/hnorm/eh_proj/final_layernorm */
-    const char *blocks[2]; /* candidate prefixes of the decoder layer */
+    const char *blocks[3]; /* candidate prefixes of the decoder layer */
     const char *mlx_head, *mlx_block; /* canonical MLX names for config overrides */
 } mtp_names;
 
@@ -521,26 +611,30 @@ static nx_status load_mtp_norm(loader *L, const char *head, float **out) {
     char p[NAME_MAX_LEN];
     for (nx_keys n = names; *n; n++) {
         snprintf(p, sizeof p, "%s%s.weight", head, *n);
-        if (nx_store_find(L->st, p)) return load_vec(L, p, L->cfg->hidden_size, false, out);
+        if (nx_store_find(L->st, p)) return load_norm(L, p, L->cfg->hidden_size, false, out);
     }
     snprintf(p, sizeof p, "%s%s.weight", head, names[0]);
-    return load_vec(L, p, L->cfg->hidden_size, false, out);
+    return load_norm(L, p, L->cfg->hidden_size, false, out);
 }
 
 static nx_status load_mtp(loader *L, nx_weights *w) {
     const nx_config *cfg = L->cfg;
-    char lp[64];
-    snprintf(lp, sizeof lp, "model.layers.%d.", cfg->n_layers);
+    const nx_family_names *fn = &cfg->family->names;
+    const char *fc = fn->mtp_fc ? fn->mtp_fc : "eh_proj", *en = fn->mtp_enorm ? fn->mtp_enorm : "enorm",
+               *hn = fn->mtp_hnorm ? fn->mtp_hnorm : "hnorm";
+    char lp[96];
+    snprintf(lp, sizeof lp, "%slayers.%d.", L->trunk, cfg->n_layers);
     const mtp_names cands[] = {
         {lp, {lp, NULL}, "mtp.", "mtp.layer."},
-        {"mtp.", {"mtp.layer.", "mtp."}, NULL, NULL},
+        {"mtp.", {"mtp.layer.", "mtp.layers.0.", "mtp."}, NULL, NULL},
         {"mtp.0.", {"mtp.0.block.", "mtp.0."}, NULL, NULL},
     };
     const mtp_names *nm = NULL;
     const nx_tensor *eh = NULL;
     for (size_t k = 0; k < sizeof cands / sizeof *cands && !eh; k++) {
         nm = &cands[k];
-        eh = findf(L, "%seh_proj.weight", nm->head);
+        eh = findf(L, "%s%s.weight", nm->head, fc);
+        if (!eh) eh = findf(L, "%s%s.scales", nm->head, fc);
     }
     if (!eh) {
         /* No head: headless unless some MTP tensor exists (then the MTP is broken). Copies of
@@ -549,16 +643,16 @@ static nx_status load_mtp(loader *L, nx_weights *w) {
             const char *n = nx_store_tensor(L->st, i)->name;
             if (is_mtp_name(n, lp) && !strstr(n, "embed_tokens") && !strstr(n, "shared_head."))
                 return nx_fail(L->err, NX_E_FORMAT,
-                               "MTP tensor %s is present but %seh_proj.weight (or mtp.eh_proj.weight) is "
+                               "MTP tensor %s is present but %s%s.weight (or mtp.%s.weight) is "
                                "missing (or num_hidden_layers = %d undercounts the trunk)",
-                               n, lp, cfg->n_layers);
+                               n, lp, fc, fc, cfg->n_layers);
         }
         w->has_mtp = false;
         snprintf(w->mtp_where, sizeof w->mtp_where, "none");
         return NX_OK;
     }
     const char *block = NULL;
-    for (int k = 0; k < 2 && nm->blocks[k] && !block; k++)
+    for (int k = 0; k < 3 && nm->blocks[k] && !block; k++)
         if (findf(L, "%sinput_layernorm.weight", nm->blocks[k])) block = nm->blocks[k];
     if (!block) return nx_fail(L->err, NX_E_FORMAT, "missing tensor %sinput_layernorm.weight", nm->blocks[0]);
 
@@ -568,11 +662,18 @@ static nx_status load_mtp(loader *L, nx_weights *w) {
     nx_mtp_weights *m = &w->mtp;
     L->alias_from = nm->mlx_head ? nm->head : NULL;
     L->alias_to = nm->mlx_head;
+    /* a sidecar head may be in the other layout than the trunk: its own norms decide (stacked
+     * experts are mlx-lm's naming, which folds the +1 in) */
+    const bool trunk_plus1 = L->plus1;
+    if (cfg->family->hybrid.norm_plus1)
+        L->plus1 = !findf(L, "%smlp.switch_mlp.gate_proj.weight", block) &&
+                   !findf(L, "%smlp.experts.gate_proj.weight", block);
 #define H(suffix) (snprintf(p, sizeof p, "%s%s", nm->head, suffix), p)
-    if ((st = load_vec(L, H("enorm.weight"), hidden, false, &m->enorm)) ||
-        (st = load_vec(L, H("hnorm.weight"), hidden, true, &m->hnorm)) ||
+    char nb[64];
+    if ((st = load_norm(L, (snprintf(nb, sizeof nb, "%s.weight", en), H(nb)), hidden, false, &m->enorm)) ||
+        (st = load_norm(L, (snprintf(nb, sizeof nb, "%s.weight", hn), H(nb)), hidden, true, &m->hnorm)) ||
         (st = load_mtp_norm(L, nm->head, &m->final_norm)) ||
-        (st = load_linear(L, H("eh_proj"), 0, hidden, 2 * hidden, &m->eh_proj)))
+        (st = load_linear(L, H(fc), 0, hidden, 2 * hidden, &m->eh_proj)))
         return st;
     if (cfg->mtp.own_embed_head &&
         (((findf(L, "%sembed_tokens.weight", nm->head)) &&
@@ -584,6 +685,7 @@ static nx_status load_mtp(loader *L, nx_weights *w) {
     L->alias_to = nm->mlx_block;
     if ((st = load_layer(L, block, -1, true, &m->layer))) return st;
     L->alias_from = L->alias_to = NULL;
+    L->plus1 = trunk_plus1;
     w->has_mtp = true;
     snprintf(w->mtp_where, sizeof w->mtp_where, "%s", mtp_location(L, eh, lp));
     return NX_OK;
@@ -592,6 +694,10 @@ static nx_status load_mtp(loader *L, nx_weights *w) {
 /* ================================================================ entry points */
 
 static void free_layer(nx_layer *ly) {
+    free(ly->dn.conv);
+    free(ly->dn.neg_A);
+    free(ly->dn.dt_bias);
+    free(ly->dn.norm);
     free(ly->mla.q_a_norm);
     free(ly->mla.kv_a_norm);
     free(ly->mla.wk_b_owned);
@@ -604,6 +710,35 @@ static void free_layer(nx_layer *ly) {
     free(ly->bv);
     free(ly->moe.expert_bias);
     free(ly->moe.experts);
+}
+
+/* The trunk's prefix: the first of "model.", a vision-language wrapper's "model.language_model."
+ * (transformers) or "language_model.model." (mlx-lm) that holds embed_tokens ("model." when none
+ * does, for the error to name). */
+static void find_trunk(loader *L) {
+    static const char *const cands[] = {"model.", "model.language_model.", "language_model.model."};
+    snprintf(L->trunk, sizeof L->trunk, "%s", cands[0]);
+    for (size_t i = 0; i < sizeof cands / sizeof *cands; i++)
+        if (findf(L, "%sembed_tokens.weight", cands[i])) {
+            snprintf(L->trunk, sizeof L->trunk, "%s", cands[i]);
+            return;
+        }
+}
+
+static const char *lm_head_name(const loader *L) {
+    return strcmp(L->trunk, "language_model.model.") == 0 ? "language_model.lm_head" : "lm_head";
+}
+
+/* Whether a hybrid trunk stores its zero-centred norms with the +1 folded in: mlx-lm's sanitize()
+ * folds it and also turns conv1d weights [C, 1, K] into [C, K, 1], its own test for "already
+ * converted" — the same test here, on the first DeltaNet layer. */
+static bool trunk_norms_folded(const loader *L) {
+    for (int32_t l = 0; L->cfg->linear && l < L->cfg->n_layers; l++) {
+        if (!L->cfg->linear[l]) continue;
+        const nx_tensor *t = findf(L, "%slayers.%d.linear_attn.conv1d.weight", L->trunk, l);
+        return t && t->n_dims == 3 && t->shape[2] == 1 && t->shape[1] > 1;
+    }
+    return false;
 }
 
 void nx_weights_free(nx_weights *w) {
@@ -628,22 +763,29 @@ nx_status nx_weights_load(const nx_store *st, const nx_config *cfg, bool want_mt
     if (cfg->n_layers <= 0 || hidden <= 0 || vocab <= 0)
         return nx_fail(err, NX_E_ARG, "configuration has no layers");
 
-    if ((s = load_linear(&L, "model.embed_tokens", 0, vocab, hidden, &w->embed))) goto fail;
+    find_trunk(&L);
+    char name[96];
+    snprintf(name, sizeof name, "%sembed_tokens", L.trunk);
+    if ((s = load_linear(&L, name, 0, vocab, hidden, &w->embed))) goto fail;
     if (cfg->tie_embeddings) {
         w->lm_head = w->embed;
-    } else if ((s = load_linear(&L, "lm_head", 0, vocab, hidden, &w->lm_head))) {
+    } else if ((s = load_linear(&L, lm_head_name(&L), 0, vocab, hidden, &w->lm_head))) {
         goto fail;
     }
-    if ((s = load_vec(&L, "model.norm.weight", hidden, false, &w->final_norm))) goto fail;
+    L.plus1 = cfg->family->hybrid.norm_plus1 && !trunk_norms_folded(&L);
+    snprintf(name, sizeof name, "%snorm.weight", L.trunk);
+    if ((s = load_norm(&L, name, hidden, false, &w->final_norm))) goto fail;
     w->layers = calloc((size_t)cfg->n_layers, sizeof *w->layers);
     if (!w->layers) {
         s = nx_fail(err, NX_E_NOMEM, "out of memory for %d layers", cfg->n_layers);
         goto fail;
     }
     w->n_layers = cfg->n_layers;
-    for (int32_t l = 0; l < cfg->n_layers; l++) {
+    for (int32_t l = 0, slot = 0; l < cfg->n_layers; l++) {
         char pre[64];
-        snprintf(pre, sizeof pre, "model.layers.%d.", l);
+        snprintf(pre, sizeof pre, "%slayers.%d.", L.trunk, l);
+        w->layers[l].linear = cfg->linear && cfg->linear[l];
+        w->layers[l].dn.slot = w->layers[l].linear ? slot++ : -1;
         if ((s = load_layer(&L, pre, l >= cfg->first_k_dense, false, &w->layers[l]))) goto fail;
     }
     snprintf(w->layout, sizeof w->layout, "%s", L.saw_stacked || L.saw_quant ? "mlx" : cfg->family->hf_layout);

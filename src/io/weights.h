@@ -29,6 +29,27 @@ typedef struct nx_mla {
     float scale;         /* softmax scale: (qk_nope + qk_rope)^-1/2, x mscale^2 under YaRN */
 } nx_mla;
 
+/* Gated DeltaNet's shapes (Qwen3.5 / Qwen3-Next names: linear_num_key_heads, ...). */
+typedef struct nx_deltanet {
+    int32_t n_k_heads, n_v_heads; /* value head h reads key head h / (n_v_heads / n_k_heads) */
+    int32_t k_dim, v_dim;         /* per head */
+    int32_t conv_k;               /* causal depthwise conv kernel over the q | k | v channels */
+} nx_deltanet;
+
+/* Channels of the DeltaNet's convolution: q, k (n_k_heads x k_dim each) and v. */
+static inline int32_t nx_deltanet_channels(const nx_deltanet *d) {
+    return 2 * d->n_k_heads * d->k_dim + d->n_v_heads * d->v_dim;
+}
+
+/* f32 values of one DeltaNet layer's recurrent state (its state per value head is k_dim x v_dim)
+ * and of its convolution window (the conv_k - 1 inputs before the next token). */
+static inline int64_t nx_deltanet_state_floats(const nx_deltanet *d) {
+    return (int64_t)d->n_v_heads * d->k_dim * d->v_dim;
+}
+static inline int64_t nx_deltanet_conv_floats(const nx_deltanet *d) {
+    return (int64_t)(d->conv_k - 1) * nx_deltanet_channels(d);
+}
+
 /* One per-module quantization override from config.json "quantization". */
 typedef struct nx_quant_override {
     char *path;  /* module path, e.g. "model.layers.1.mlp.router.gate" */
@@ -46,6 +67,7 @@ typedef struct nx_config {
     int32_t intermediate_size;   /* dense FFN width */
     int32_t expert_dim;          /* expert_hidden_dim / moe_intermediate_size */
     int32_t n_experts, top_k, n_shared_experts;
+    int32_t shared_dim;          /* the shared expert's width (expert_dim x n_shared by default) */
     int32_t first_k_dense;       /* layers < this are dense */
     bool route_norm;
     float router_scaling;
@@ -60,6 +82,11 @@ typedef struct nx_config {
     bool attn_bias;              /* q/k/v projections carry biases */
     nx_attn_kind attention;
     nx_mla mla;                  /* when attention is NX_ATTN_MLA */
+    bool attn_gate;              /* q_proj gives per head [query | gate]; output x σ(gate) */
+    /* Hybrid stacks: layer l is a Gated DeltaNet when linear[l] (NULL: none is) */
+    bool *linear;
+    int32_t n_linear;
+    nx_deltanet dn;
     /* One layer's cache per position: cache_heads blocks of cache_k key elements, then, when
      * cache_v > 0, as many blocks of cache_v value elements (GQA: n_kv_heads x head_dim each;
      * MLA: one block of kv_lora_rank + qk_rope_head_dim, its values being the latent part). */
@@ -94,7 +121,8 @@ typedef struct nx_moe {
     float *expert_bias;  /* [n_experts] owned; selection only; NULL if absent (zeros) */
     nx_ffn *experts;     /* [n_experts] owned array of views (per-expert or stacked slices) */
     bool has_shared;
-    nx_ffn shared;       /* width expert_dim * n_shared_experts */
+    nx_ffn shared;       /* width shared_dim */
+    nx_linear shared_gate; /* [1, hidden]: the shared expert's output x σ(this · x) (.w NULL: x 1) */
 } nx_moe;
 
 /* A layer's multi-head latent attention: q = wq_b(q_a_norm(wq_a x)) (or wq x without q LoRA, in
@@ -111,7 +139,20 @@ typedef struct nx_mla_layer {
     void *wk_b_owned; /* wk_b's data when made at load from HF's kv_b_proj (transposed), else NULL */
 } nx_mla_layer;
 
+/* A Gated DeltaNet layer (Qwen3.5: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; Qwen3-Next:
+ * in_proj_qkvz and in_proj_ba, fused per key head, in qkvz / ba with the split ones unused). */
+typedef struct nx_dn_layer {
+    nx_linear qkv, z, b, a, qkvz, ba, out;
+    float *conv;     /* [channels][conv_k] owned */
+    float *neg_A;    /* [n_v_heads] -exp(A_log), owned */
+    float *dt_bias;  /* [n_v_heads] owned */
+    float *norm;     /* [v_dim] owned: the gated RMSNorm's plain weight */
+    int32_t slot;    /* this layer's index among the DeltaNet layers (its state in a context) */
+} nx_dn_layer;
+
 typedef struct nx_layer {
+    bool linear;         /* a Gated DeltaNet layer (dn) instead of attention */
+    nx_dn_layer dn;
     float *attn_norm;    /* [hidden] input_layernorm, owned */
     float *ffn_norm;     /* [hidden] post_attention_layernorm, owned */
     nx_linear wq, wk, wv, wo; /* MLA: wq only without q LoRA; wk, wv unused */
@@ -127,9 +168,16 @@ typedef struct nx_layer {
  * its first wv_b_rows rows (as many bytes as a pass reads of it, not always those rows). */
 #define NX_ATTN_LINEARS 9
 static inline int nx_attn_linears(const nx_layer *L, nx_linear out[NX_ATTN_LINEARS]) {
+    int n = 0;
+    if (L->linear) {
+        const nx_dn_layer *d = &L->dn;
+        const nx_linear dn[7] = {d->qkv, d->z, d->b, d->a, d->qkvz, d->ba, d->out};
+        for (int i = 0; i < 7; i++)
+            if (dn[i].w) out[n++] = dn[i];
+        return n;
+    }
     const nx_linear all[NX_ATTN_LINEARS - 1] = {L->wq,         L->wk,          L->wv,          L->mla.wq_a,
                                                 L->mla.wq_b,   L->mla.wkv_a,   L->mla.wk_b,    L->wo};
-    int n = 0;
     for (int i = 0; i < NX_ATTN_LINEARS - 1; i++)
         if (all[i].w) out[n++] = all[i];
     if (L->mla.wv_b.w) out[n++] = nx_linear_rows(&L->mla.wv_b, 0, L->mla.wv_b_rows);

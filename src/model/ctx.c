@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "model/deltanet.h"
 #include "model/model_internal.h"
 
 #define NX_DEFAULT_BATCH 128
@@ -61,6 +62,35 @@ static void *zalloc(size_t n, size_t size, bool *ok) {
     return p;
 }
 
+/* Bytes of one DeltaNet layer's state block in the arena (nx_dn_state's arrays, in order). */
+static size_t dn_block_floats(const nx_deltanet *g, size_t f[8]) {
+    const size_t C = (size_t)nx_deltanet_channels(g), K1 = (size_t)g->conv_k - 1, R = NX_DN_REWIND;
+    f[0] = f[1] = (size_t)nx_deltanet_state_floats(g);
+    f[2] = K1 * C;
+    f[3] = (K1 + R) * C;
+    f[4] = R * (size_t)g->n_k_heads * (size_t)g->k_dim;
+    f[5] = R * (size_t)g->n_v_heads * (size_t)g->v_dim;
+    f[6] = f[7] = R * (size_t)g->n_v_heads;
+    size_t n = 0;
+    for (int i = 0; i < 8; i++) n += (f[i] + 15) / 16 * 16; /* 64-byte aligned arrays */
+    return n;
+}
+
+/* The DeltaNet layers' states at base (n_linear blocks of dn_block_floats). */
+static void dn_states_at(nx_ctx *c, float *base) {
+    size_t f[8];
+    const size_t per = dn_block_floats(&c->m->cfg.dn, f);
+    for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
+        float *p = base + (size_t)l * per;
+        float **arr[8] = {&c->dn[l].S[0], &c->dn[l].S[1], &c->dn[l].conv, &c->dn[l].hist,
+                          &c->dn[l].rk,   &c->dn[l].rv,   &c->dn[l].rd,   &c->dn[l].rb};
+        for (int i = 0; i < 8; i++) {
+            *arr[i] = p;
+            p += (f[i] + 15) / 16 * 16;
+        }
+    }
+}
+
 /* One layer's cache at base: kper bytes of keys, then its values (none for latent attention). */
 static nx_kv layer_cache(char *base, size_t kper, const nx_config *cfg) {
     return (nx_kv){base, cfg->cache_v ? base + kper : NULL};
@@ -97,27 +127,47 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
 
     bool ok = true;
     c->kv = zalloc((size_t)cfg->n_layers, sizeof *c->kv, &ok);
-    /* bytes of one layer's keys (and, after them, of its values) */
+    if (cfg->n_linear) c->dn = zalloc((size_t)cfg->n_linear, sizeof *c->dn, &ok);
+    /* bytes of one layer's keys (and, after them, of its values); DeltaNet layers have none */
     const size_t kper = N * (size_t)cfg->cache_heads * (size_t)cfg->cache_k * nx_dtype_size(m->kv_dtype);
-    const size_t per = N * nx_kv_pos_bytes(m), n_caches = (size_t)cfg->n_layers + (m->w.has_mtp ? 1 : 0);
-    const size_t hidden_at = (n_caches * per + 63) / 64 * 64, arena_bytes = hidden_at + N * H * sizeof(float);
+    const size_t per = N * nx_kv_pos_bytes(m);
+    const size_t n_caches = (size_t)(cfg->n_layers - cfg->n_linear) + (m->w.has_mtp ? 1 : 0);
+    size_t dnf[8];
+    const size_t dn_bytes = cfg->n_linear ? (size_t)cfg->n_linear * dn_block_floats(&cfg->dn, dnf) * sizeof(float) : 0;
+    const size_t hidden_at = (n_caches * per + 63) / 64 * 64, dn_at = hidden_at + (N * H * sizeof(float) + 63) / 64 * 64;
+    const size_t arena_bytes = dn_at + dn_bytes;
     char *arena = ok ? kv_arena_new(arena_bytes, &c->kv_arena, &c->kv_arena_bytes) : NULL;
     if (!arena) {
         const bool mem = ok;
         nx_ctx_free(c);
         if (!mem) return nx_fail(err, NX_E_NOMEM, "out of memory allocating a context of %d positions", n_ctx);
         return nx_fail(err, NX_E_NOMEM,
-                       "a context of %d positions needs %.1f MB for its KV caches and hidden states: %s "
+                       "a context of %d positions needs %.1f MB for its KV caches, hidden and recurrent states: %s "
                        "(a smaller --ctx or --kv-type f16 needs less)",
                        n_ctx, (double)arena_bytes / (1 << 20), strerror(errno));
     }
     c->hidden = (float *)(void *)(arena + hidden_at);
-    for (int32_t l = 0; ok && l < cfg->n_layers; l++) c->kv[l] = layer_cache(arena + (size_t)l * per, kper, cfg);
+    if (c->dn) dn_states_at(c, (float *)(void *)(arena + dn_at));
+    for (int32_t l = 0, i = 0; ok && l < cfg->n_layers; l++)
+        if (!m->w.layers[l].linear) c->kv[l] = layer_cache(arena + (size_t)i++ * per, kper, cfg);
     if (m->w.has_mtp) {
         if (ok) c->mtp_kv = layer_cache(arena + (n_caches - 1) * per, kper, cfg);
         c->mtp_in = zalloc(B * 2 * H, sizeof(float), &ok);
         c->mtp_out = zalloc(B * H, sizeof(float), &ok);
     }
+    if (cfg->n_linear) {
+        const nx_deltanet *g = &cfg->dn;
+        const size_t C = (size_t)nx_deltanet_channels(g), vd = (size_t)g->n_v_heads * g->v_dim, nv = (size_t)g->n_v_heads;
+        c->dn_x = zalloc(((size_t)g->conv_k - 1 + B) * C, sizeof(float), &ok);
+        c->dn_qkv = zalloc(B * C, sizeof(float), &ok);
+        c->dn_z = zalloc(B * vd, sizeof(float), &ok);
+        c->dn_b = zalloc(B * nv, sizeof(float), &ok);
+        c->dn_a = zalloc(B * nv, sizeof(float), &ok);
+        c->dn_f = zalloc(B * (C + vd + 2 * nv), sizeof(float), &ok);
+        c->dn_o = zalloc(B * vd, sizeof(float), &ok);
+    }
+    if (cfg->attn_gate) c->qg = zalloc(B * 2 * qw, sizeof(float), &ok);
+    c->sgate = zalloc(B, sizeof(float), &ok);
     c->tokens = zalloc(N, sizeof(int32_t), &ok);
     c->x = zalloc(B * H, sizeof(float), &ok);
     c->xn = zalloc(B * H, sizeof(float), &ok);
@@ -158,9 +208,11 @@ void nx_ctx_free(nx_ctx *c) {
     if (!c) return;
     if (c->kv_arena) munmap(c->kv_arena, c->kv_arena_bytes);
     free(c->kv);
-    float *bufs[] = {c->mtp_in, c->mtp_out, c->x,      c->xn, c->q,     c->k,
-                     c->v,      c->att,     c->y,      c->g,  c->u,     c->hpre,   c->hpost,
-                     c->scores, c->router,  c->selw,   c->rows_w, c->xe, c->ye, c->rope, c->lat_q, c->lat_o};
+    free(c->dn);
+    float *bufs[] = {c->mtp_in, c->mtp_out, c->x,      c->xn,     c->q,     c->k,     c->v,    c->att,
+                     c->y,      c->g,       c->u,      c->hpre,   c->hpost, c->scores, c->router, c->selw,
+                     c->rows_w, c->xe,      c->ye,     c->rope,   c->lat_q, c->lat_o, c->dn_x,  c->dn_qkv,
+                     c->dn_z,   c->dn_b,    c->dn_a,   c->dn_f,   c->dn_o,  c->qg,    c->sgate};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tokens);
     free(c->slot);
@@ -211,7 +263,7 @@ bool nx_model_has_mtp(const nx_model *m) { return m->w.has_mtp; }
 int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n) {
     int32_t k = 0;
     while (k < c->n_past && k < n && c->tokens[k] == tokens[k]) k++;
-    return k;
+    return nx_dn_can_rewind(c, k) ? k : 0; /* recurrent states go back only so far */
 }
 
 /* ---------------------------------------------------------------- the MTP head's cache */
@@ -238,13 +290,17 @@ void nx_mtp_skip_to(nx_ctx *c, int32_t first) {
 void nx_mtp_reset(nx_ctx *c) { c->mtp_past = c->mtp_lo = 0; }
 
 void nx_ctx_truncate(nx_ctx *c, int32_t n) {
-    if (n < 0) n = 0;
-    if (c->n_past > n) c->n_past = n;
+    if (n < 0 || !nx_dn_can_rewind(c, n)) n = 0; /* a state that cannot go back starts over */
+    if (c->n_past > n) {
+        if (n > 0) nx_dn_rewind(c, n);
+        c->n_past = n;
+    }
     nx_mtp_commit(c, n);
     if (n == 0) {
         /* forget routing memory so overlap statistics restart with the sequence */
         size_t k = c->m->cfg.top_k > 0 ? (size_t)c->m->cfg.top_k : 1;
         for (size_t i = 0; i < ((size_t)c->m->cfg.n_layers + 1) * k; i++) c->prev_sel[i] = -1;
+        nx_dn_reset(c);
     }
 }
 

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "io/quantize.h"
 #include "model/validate.h"
+#include "model/deltanet.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
 
@@ -123,6 +124,7 @@ static void qk_post(const attn_job *j, int32_t t, int64_t h) {
     const float *cs_sn = j->rope + (size_t)t * hd;
     for (int64_t qh = h * group; qh < (h + 1) * group; qh++) {
         float *q = c->q + (size_t)t * qw + (size_t)qh * hd;
+        if (c->m->cfg.attn_gate) memcpy(q, c->qg + (size_t)t * 2 * qw + (size_t)qh * 2 * hd, sizeof(float) * (size_t)hd);
         if (L->bq) add_bias(q, L->bq + (size_t)qh * hd, hd);
         if (L->q_norm) nx_rmsnorm_f32(q, L->q_norm, eps, hd, q);
         rope_apply(q, rot, cs_sn, c->m->cfg.rope_pairs);
@@ -159,6 +161,11 @@ static void attend(const attn_job *j, float *sc, int32_t t, int32_t kvh) {
     float *o = c->att + (size_t)t * qw + (size_t)kvh * group * j->hd;
     memset(o, 0, sizeof(float) * (size_t)group * (size_t)j->hd);
     nx_attn_accum(sc, c->n_ctx, group, nx_kv_row(c, j->kv->v, kvh, lo), kt, j->hd, n, j->hd, o);
+    if (c->m->cfg.attn_gate) /* o x σ(gate), the gate being each head's second half of q_proj */
+        for (int32_t h = 0; h < group; h++) {
+            const float *gt = c->qg + (size_t)t * 2 * qw + ((size_t)kvh * group + h) * 2 * j->hd + j->hd;
+            for (int32_t i = 0; i < j->hd; i++) o[h * j->hd + i] *= 1.0f / (1.0f + expf(-gt[i]));
+        }
 }
 
 static float *thread_scores(const attn_job *j, int ith) {
@@ -228,7 +235,7 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     const int32_t qw = nh * hd, kvw = nkv * hd;
     nx_pool *pool = c->m->pool;
     const attn_job j = {c, L, kv, rope_table(c, T, pos0, hd, cfg->rotary_dim, theta), T, pos0, nh, nkv, hd, window, lo_min,
-                        .qkv = {{&L->wq, c->xn, H, T, c->q, qw},
+                        .qkv = {{&L->wq, c->xn, H, T, cfg->attn_gate ? c->qg : c->q, cfg->attn_gate ? 2 * qw : qw},
                                 {&L->wk, c->xn, H, T, c->k, kvw},
                                 {&L->wv, c->xn, H, T, c->v, kvw}},
                         .wo = {&L->wo, c->att, qw, T, c->y, H}};
@@ -370,6 +377,7 @@ typedef struct ffn_combine {
     int32_t n_routed;
     const float *shared;
     int32_t T;
+    const float *shared_w; /* per row t, the shared expert's weight (NULL: 1) */
 } ffn_combine;
 
 typedef struct ffn_job {
@@ -496,7 +504,10 @@ static void ffn_down_worker(void *arg, int ith, int nth) {
     if (a >= z) return;
     for (int32_t r = 0; r < cb_->n_routed; r++)
         nx_axpy_f32(cb_->w[r], j->out[0] + (size_t)r * H + a, cb_->y + (size_t)cb_->row[r] * H + a, z - a);
-    if (cb_->shared)
+    if (cb_->shared && cb_->shared_w)
+        for (int32_t t = 0; t < cb_->T; t++)
+            nx_axpy_f32(cb_->shared_w[t], cb_->shared + (size_t)t * H + a, cb_->y + (size_t)t * H + a, z - a);
+    else if (cb_->shared)
         for (int32_t t = 0; t < cb_->T; t++)
             for (int64_t k = a; k < z; k++) cb_->y[(size_t)t * H + k] += cb_->shared[(size_t)t * H + k];
 }
@@ -592,6 +603,25 @@ static void route_groups(const float *logits, const float *bias, int32_t E, int3
  * group is never chosen, whatever its score: transformers and mlx-lm fill them with 0, which
  * only differs when a kept score is negative); weights from the unbiased scores, renormalised,
  * scaled. Ties go to the lower expert id. */
+void nx_moe_route_softmax(const float *logits, int32_t E, int32_t k, bool renorm, int32_t *idx, float *w) {
+    float mx = logits[0], sum = 0.0f, tsum = 0.0f;
+    for (int32_t e = 1; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
+    for (int32_t e = 0; e < E; e++) sum += expf(logits[e] - mx);
+    for (int32_t i = 0; i < k; i++) { /* k passes: the largest logit not taken yet, ties to the lower id */
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++) {
+            bool taken = false;
+            for (int32_t j = 0; j < i && !taken; j++) taken = idx[j] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+        }
+        idx[i] = best;
+        w[i] = expf(logits[best] - mx) / sum;
+        tsum += w[i];
+    }
+    if (renorm)
+        for (int32_t i = 0; i < k; i++) w[i] /= tsum;
+}
+
 void nx_moe_route_grouped(const float *logits, const float *bias, int32_t E, int32_t k, int32_t n_group,
                           int32_t topk_group, bool renorm, float scaling, int32_t *idx, float *w) {
     bool keep[NX_MAX_GROUPS];
@@ -638,8 +668,17 @@ static void moe_select(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot
     if (alone) nx_matmul_rows(&M->router, c->xn, H, T, c->router, E, 0, E, alone);
     else nx_matmul(&M->router, c->xn, H, T, c->router, E, c->m->pool);
     for (int32_t t = 0; t < T; t++)
-        nx_moe_route_grouped(c->router + (size_t)t * E, M->expert_bias, E, k, cfg->n_group, cfg->topk_group,
-                             cfg->route_norm, cfg->router_scaling, c->sel + (size_t)t * k, c->selw + (size_t)t * k);
+        if (cfg->router == NX_ROUTER_SOFTMAX)
+            nx_moe_route_softmax(c->router + (size_t)t * E, E, k, cfg->route_norm, c->sel + (size_t)t * k,
+                                 c->selw + (size_t)t * k);
+        else
+            nx_moe_route_grouped(c->router + (size_t)t * E, M->expert_bias, E, k, cfg->n_group, cfg->topk_group,
+                                 cfg->route_norm, cfg->router_scaling, c->sel + (size_t)t * k, c->selw + (size_t)t * k);
+    if (M->shared_gate.w) { /* σ(shared_expert_gate · x) per row */
+        if (alone) nx_matmul_rows(&M->shared_gate, c->xn, H, T, c->sgate, 1, 0, 1, alone);
+        else nx_matmul(&M->shared_gate, c->xn, H, T, c->sgate, 1, c->m->pool);
+        for (int32_t t = 0; t < T; t++) c->sgate[t] = 1.0f / (1.0f + expf(-c->sgate[t]));
+    }
 
     /* overlap of consecutive rows' choices (across calls for single-row steps) */
     int32_t *prev = c->prev_sel + (size_t)layer_slot * k;
@@ -655,6 +694,11 @@ static void moe_select(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot
         }
     }
     memcpy(prev, c->sel + (size_t)(T - 1) * k, sizeof(int32_t) * (size_t)k);
+}
+
+/* The shared expert's per-row weights moe_select left in c->sgate, or NULL (weight 1). */
+static const float *shared_weights(const nx_ctx *c, const nx_moe *M) {
+    return M->has_shared && M->shared_gate.w ? c->sgate : NULL;
 }
 
 /* The items of ffn_many for a MoE layer: the routed experts in ascending id, then the shared
@@ -704,7 +748,7 @@ static void moe_gather(nx_ctx *c, const nx_moe *M, int32_t T, moe_items *it, int
         moe_items_push(it, &M->experts[e], x, c->ye + (size_t)it->total * H, n);
         it->total += n;
         if (flush && it->items == NX_MAX_EXPERTS_TOUCHED) { /* more experts than one job holds */
-            const ffn_combine cb = {c->y, c->rows, c->rows_w, it->total, NULL, T};
+            const ffn_combine cb = {c->y, c->rows, c->rows_w, it->total, NULL, T, NULL};
             ffn_many(c, it->f, it->xs, it->ns, it->outs, it->items, &cb);
             it->items = it->total = 0;
         }
@@ -753,7 +797,7 @@ static void moe_worker(void *arg, int ith, int nth) {
         moe_select(c, mj->M, mj->T, mj->layer_slot, nx_kscratch_of(pool, 0));
         moe_items *it = &mj->it;
         moe_gather(c, mj->M, mj->T, it, 0);
-        mj->cb = (ffn_combine){c->y, c->rows, c->rows_w, it->total, mj->so, mj->T};
+        mj->cb = (ffn_combine){c->y, c->rows, c->rows_w, it->total, mj->so, mj->T, shared_weights(c, mj->M)};
         moe_items_push(it, mj->sf, mj->sx, mj->so, mj->sn);
         mj->all.items = it->items;
         moe_job_routed(mj);
@@ -805,7 +849,7 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
         moe_items_push(&it, &M->shared, c->xn, c->ye + (size_t)it.total * H, T);
     }
     const ffn_combine cb = {c->y, c->rows, c->rows_w, routed,
-                            M->has_shared ? c->ye + (size_t)routed * H : NULL, T};
+                            M->has_shared ? c->ye + (size_t)routed * H : NULL, T, shared_weights(c, M)};
     if (it.items) ffn_many(c, it.f, it.xs, it.ns, it.outs, it.items, &cb);
 }
 
@@ -820,7 +864,8 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
         nx_rmsnorm_f32(c->x + (size_t)t * H, L->attn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
     const double t0 = nx_now_s();
     const int32_t lo_min = kv == &c->mtp_kv ? c->mtp_lo : 0;
-    if (cfg->attention == NX_ATTN_MLA) mla_attention(c, L, kv, T, pos0, window, lo_min, theta);
+    if (L->linear) nx_dn_forward(c, L, T);
+    else if (cfg->attention == NX_ATTN_MLA) mla_attention(c, L, kv, T, pos0, window, lo_min, theta);
     else attention(c, L, kv, T, pos0, window, lo_min, theta);
     const double t1 = nx_now_s();
     tr->phase_s[NX_PHASE_ATTN] += t1 - t0;
@@ -859,8 +904,10 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
     memset(&c->traffic, 0, sizeof c->traffic);
     const int32_t pos0 = c->n_past;
     memcpy(c->tokens + pos0, tokens, sizeof(int32_t) * (size_t)T);
+    nx_dn_begin(c, T);
     for (int32_t l = 0; l < cfg->n_layers; l++)
         nx_layer_forward(c, &m->w.layers[l], &c->kv[l], T, pos0, 0, cfg->rope_theta, l);
+    nx_dn_end(c, pos0, T);
     c->n_past += T;
 
     const double t0 = nx_now_s();

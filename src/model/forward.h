@@ -21,6 +21,11 @@ void nx_moe_route_grouped(const float *logits, const float *bias, int32_t E, int
 void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, bool renorm,
                   float scaling, int32_t *idx, float *w);
 
+/* Softmax routing of one row (Qwen): softmax over the E logits in f32, the top-k (ties → lower
+ * id) with their probabilities, renormalised to sum 1 when renorm. idx/w are [k], by descending
+ * logit. */
+void nx_moe_route_softmax(const float *logits, int32_t E, int32_t k, bool renorm, int32_t *idx, float *w);
+
 /* One pre-norm decoder layer over c->x (T, H) in place, at positions pos0..pos0+T-1, appending
  * to kv. window > 0 limits attention to the last `window` positions. layer_slot indexes the
  * per-layer routing memory (trunk layers 0..n-1, the MTP layer n). */

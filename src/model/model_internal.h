@@ -38,6 +38,25 @@ typedef struct nx_kv {
     void *k, *v;
 } nx_kv;
 
+/* Rows of a forward call whose DeltaNet states stay recoverable: a verify pass's k + 1 rows
+ * (nx_ctx_truncate can go back to any of them). */
+#define NX_DN_REWIND (NX_MAX_DRAFT + 1)
+
+/* One Gated DeltaNet layer's recurrent state in a context (docs/design.md §12.4). The state after
+ * the context's last row is S[c->dn_cur]; the state at row c->dn_ck is S[c->dn_ckb] (the same
+ * buffer when nothing was computed since), and per row since then the inputs the delta rule
+ * needs to compute the state again (rk, rv, rd, rb) — so a truncation to any row in between
+ * replays those rows instead of keeping a snapshot per row. */
+typedef struct nx_dn_state {
+    float *S[2]; /* [n_v_heads][k_dim][v_dim] each */
+    float *conv; /* [conv_k - 1][channels]: the convolution's inputs before the next row */
+    float *hist; /* [conv_k - 1 + NX_DN_REWIND][channels]: its inputs from row dn_ck - (conv_k - 1) */
+    float *rk;   /* [NX_DN_REWIND][n_k_heads * k_dim] normalised keys of the rows since dn_ck */
+    float *rv;   /* [NX_DN_REWIND][n_v_heads * v_dim] values */
+    float *rd;   /* [NX_DN_REWIND][n_v_heads] decays exp(g) */
+    float *rb;   /* [NX_DN_REWIND][n_v_heads] betas */
+} nx_dn_state;
+
 struct nx_ctx {
     nx_model *m;
     int32_t n_ctx;   /* positions the caches hold */
@@ -92,6 +111,20 @@ struct nx_ctx {
     float *mtp_in;  /* (n_batch, 2H) concat input */
     float *mtp_out; /* (n_batch, H) output hidden fed back when chaining */
     int32_t mtp_rows; /* rows in mtp_out from the last MTP forward */
+
+    /* Gated DeltaNet layers (hybrid models; dn NULL otherwise) */
+    nx_dn_state *dn;    /* [n_linear] */
+    int dn_cur, dn_ckb; /* which S holds the current state, which the one at dn_ck */
+    int32_t dn_ck;      /* the oldest row a truncation can go back to */
+    int32_t dn_split;   /* the running forward's first recoverable row (relative) */
+    float *dn_x;        /* (conv_k - 1 + n_batch, channels) the convolution's inputs */
+    float *dn_qkv;      /* (n_batch, channels) its outputs after SiLU */
+    float *dn_z;        /* (n_batch, n_v_heads * v_dim) the output gate */
+    float *dn_b, *dn_a; /* (n_batch, n_v_heads) */
+    float *dn_f;        /* (n_batch, channels + v width + 2 n_v_heads) fused projections (Qwen3-Next) */
+    float *dn_o;        /* (n_batch, n_v_heads * v_dim) the heads' outputs */
+    float *qg;          /* (n_batch, 2 n_heads head_dim) gated attention's q_proj rows */
+    float *sgate;       /* (n_batch) the shared expert's gate */
 
     nx_traffic traffic; /* of the last forward */
 };

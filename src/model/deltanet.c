@@ -1,0 +1,246 @@
+/* Gated DeltaNet (docs/design.md §12.4; transformers' Qwen3NextGatedDeltaNet with
+ * torch_recurrent_gated_delta_rule, vLLM's qwen3_next.py): per row, the input projections, a causal
+ * depthwise convolution over the q | k | v channels and SiLU, L2-normalised q and k (q times
+ * k_dim^-1/2), decay exp(g) with g = -exp(A_log)·softplus(a + dt_bias) and β = σ(b), the delta
+ * rule on each value head's state S [k_dim][v_dim]
+ *     S ← exp(g)·S;  δ = β(v − Sᵀk);  S ← S + k δᵀ;  o = Sᵀq
+ * then RMSNorm(o)·w·silu(z) and out_proj. The rule runs row by row for every row count (prefill,
+ * decode, verify): a row's result never depends on how the rows were batched, so greedy MTP equals
+ * greedy AR bit for bit; a head's state stays in the core's cache while its rows go through.
+ *
+ * Rollback: a trunk forward writes its last NX_DN_REWIND rows' states to the other buffer of the
+ * pair, so the state before them survives as a checkpoint, and keeps what the rule needs to redo
+ * them (normalised k, v, decay, β; the convolution's inputs). A truncation to one of those rows
+ * replays the rule from the checkpoint over the rows kept — the same arithmetic in the same order,
+ * so the state is the one a forward over exactly those rows leaves. */
+#include "model/deltanet.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/* ---------------------------------------------------------------- the delta rule */
+
+/* One row of the rule on one value head: S (k_dim x v_dim, row i for key dim i) read from src and
+ * written to dst (the same buffer, or the checkpoint's pair), and, when o is set, o = Sᵀq. */
+static void dn_rule(const float *src, float *dst, int32_t dk, int32_t dv, const float *k, const float *v,
+                    float decay, float beta, const float *q, float *o) {
+    float kv[NX_ATTN_MAX_HD] = {0}, d[NX_ATTN_MAX_HD];
+    for (int32_t i = 0; i < dk; i++) {
+        const float *s = src + (size_t)i * dv;
+        float *t = dst + (size_t)i * dv;
+        for (int32_t j = 0; j < dv; j++) {
+            t[j] = s[j] * decay;
+            kv[j] += t[j] * k[i];
+        }
+    }
+    for (int32_t j = 0; j < dv; j++) d[j] = beta * (v[j] - kv[j]);
+    if (!o) {
+        for (int32_t i = 0; i < dk; i++) {
+            float *t = dst + (size_t)i * dv;
+            for (int32_t j = 0; j < dv; j++) t[j] += k[i] * d[j];
+        }
+        return;
+    }
+    memset(o, 0, sizeof(float) * (size_t)dv);
+    for (int32_t i = 0; i < dk; i++) {
+        float *t = dst + (size_t)i * dv;
+        for (int32_t j = 0; j < dv; j++) {
+            t[j] += k[i] * d[j];
+            o[j] += t[j] * q[i];
+        }
+    }
+}
+
+/* x ← x / sqrt(Σx² + 1e-6) · scale (transformers' l2norm, eps 1e-6). */
+static void l2norm(const float *x, float *out, int32_t n, float scale) {
+    float ss = 0.0f;
+    for (int32_t i = 0; i < n; i++) ss += x[i] * x[i];
+    const float r = scale / sqrtf(ss + 1e-6f);
+    for (int32_t i = 0; i < n; i++) out[i] = x[i] * r;
+}
+
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* ---------------------------------------------------------------- one layer */
+
+typedef struct dn_job {
+    nx_ctx *c;
+    const nx_dn_layer *d;
+    nx_dn_state *s;
+    int32_t T, split;
+    nx_matmul_task in[4], out;
+    int n_in;
+} dn_job;
+
+/* Qwen3-Next's fused projections of row t into the split layout: per key head, in_proj_qkvz rows
+ * hold q | k | v | z of its value heads, in_proj_ba rows b | a. */
+static void dn_unfuse(const dn_job *j, int32_t t) {
+    nx_ctx *c = j->c;
+    const nx_deltanet *g = &c->m->cfg.dn;
+    const int32_t nk = g->n_k_heads, dk = g->k_dim, r = g->n_v_heads / nk, rv = r * g->v_dim, kd = nk * dk;
+    const int32_t C = nx_deltanet_channels(g), vd = g->n_v_heads * g->v_dim, K1 = g->conv_k - 1;
+    const float *f = c->dn_f + (size_t)t * (size_t)(C + vd + 2 * g->n_v_heads);
+    const float *ba = f + C + vd;
+    float *x = c->dn_x + (size_t)(K1 + t) * C, *z = c->dn_z + (size_t)t * vd;
+    for (int32_t h = 0; h < nk; h++, f += 2 * dk + 2 * rv, ba += 2 * r) {
+        memcpy(x + h * dk, f, sizeof(float) * (size_t)dk);
+        memcpy(x + kd + h * dk, f + dk, sizeof(float) * (size_t)dk);
+        memcpy(x + 2 * kd + h * rv, f + 2 * dk, sizeof(float) * (size_t)rv);
+        memcpy(z + h * rv, f + 2 * dk + rv, sizeof(float) * (size_t)rv);
+        memcpy(c->dn_b + (size_t)t * g->n_v_heads + h * r, ba, sizeof(float) * (size_t)r);
+        memcpy(c->dn_a + (size_t)t * g->n_v_heads + h * r, ba + r, sizeof(float) * (size_t)r);
+    }
+}
+
+/* The causal convolution and SiLU over channels [c0, c1) of every row. */
+static void dn_conv(const dn_job *j, int64_t c0, int64_t c1) {
+    const nx_ctx *c = j->c;
+    const nx_deltanet *g = &c->m->cfg.dn;
+    const int32_t C = nx_deltanet_channels(g), K = g->conv_k;
+    for (int32_t t = 0; t < j->T; t++) {
+        const float *x = c->dn_x + (size_t)t * C;
+        float *y = c->dn_qkv + (size_t)t * C;
+        for (int64_t ch = c0; ch < c1; ch++) {
+            const float *w = j->d->conv + ch * K;
+            float acc = 0.0f;
+            for (int32_t i = 0; i < K; i++) acc += w[i] * x[(size_t)i * C + ch];
+            y[ch] = acc * sigmoid(acc);
+        }
+    }
+}
+
+/* Value head h over every row: the rule (states per the split, see nx_dn_begin), the rows the
+ * rollback keeps, and the gated norm into c->dn_o. */
+static void dn_head(const dn_job *j, int32_t h) {
+    nx_ctx *c = j->c;
+    const nx_deltanet *g = &c->m->cfg.dn;
+    const nx_dn_layer *d = j->d;
+    nx_dn_state *s = j->s;
+    const int32_t dk = g->k_dim, dv = g->v_dim, nv = g->n_v_heads, r = nv / g->n_k_heads, kh = h / r;
+    const int32_t C = nx_deltanet_channels(g), kd = g->n_k_heads * dk, vd = nv * dv;
+    const size_t hs = (size_t)dk * dv;
+    float *cur = s->S[c->dn_cur] + (size_t)h * hs, *nxt = s->S[1 - c->dn_cur] + (size_t)h * hs;
+    float q[NX_ATTN_MAX_HD], k[NX_ATTN_MAX_HD];
+    for (int32_t t = 0; t < j->T; t++) {
+        const float *x = c->dn_qkv + (size_t)t * C;
+        l2norm(x + kh * dk, q, dk, 1.0f / sqrtf((float)dk));
+        l2norm(x + kd + kh * dk, k, dk, 1.0f);
+        const float *v = x + 2 * kd + h * dv;
+        const float decay = expf(d->neg_A[h] * softplus(c->dn_a[(size_t)t * nv + h] + d->dt_bias[h]));
+        const float beta = sigmoid(c->dn_b[(size_t)t * nv + h]);
+        float *o = c->dn_o + (size_t)t * vd + h * dv;
+        dn_rule(t <= j->split ? cur : nxt, t < j->split ? cur : nxt, dk, dv, k, v, decay, beta, q, o);
+        if (t >= j->split) { /* what a replay of this row needs */
+            const int32_t rr = t - j->split;
+            if (h % r == 0) memcpy(s->rk + (size_t)rr * kd + kh * dk, k, sizeof(float) * (size_t)dk);
+            memcpy(s->rv + (size_t)rr * vd + h * dv, v, sizeof(float) * (size_t)dv);
+            s->rd[(size_t)rr * nv + h] = decay;
+            s->rb[(size_t)rr * nv + h] = beta;
+        }
+        nx_rmsnorm_f32(o, d->norm, c->m->cfg.rms_eps, dv, o);
+        const float *z = c->dn_z + (size_t)t * vd + h * dv;
+        for (int32_t i = 0; i < dv; i++) o[i] *= z[i] * sigmoid(z[i]);
+    }
+}
+
+/* The layer as one pool job: the input projections as shares; (Qwen3-Next) the fused rows split
+ * by row; the convolution split by channel; the value heads split evenly; out_proj as shares. */
+static void dn_worker(void *arg, int ith, int nth) {
+    const dn_job *j = arg;
+    nx_pool *pool = j->c->m->pool;
+    const nx_deltanet *g = &j->c->m->cfg.dn;
+    long long b, e;
+    nx_matmul_shares_work(j->in, j->n_in, pool, ith, nth, NULL, 0);
+    nx_pool_barrier(pool, nth);
+    if (j->d->qkvz.w) {
+        nx_pool_split(j->T, ith, nth, &b, &e);
+        for (long long t = b; t < e; t++) dn_unfuse(j, (int32_t)t);
+        nx_pool_barrier(pool, nth);
+    }
+    nx_pool_split(nx_deltanet_channels(g), ith, nth, &b, &e);
+    dn_conv(j, b, e);
+    nx_pool_barrier(pool, nth);
+    nx_pool_split(g->n_v_heads, ith, nth, &b, &e);
+    for (long long h = b; h < e; h++) dn_head(j, (int32_t)h);
+    if (ith == 0) nx_matmul_shares_reset(&j->out, 1, pool, nth);
+    nx_pool_barrier(pool, nth);
+    nx_matmul_shares_work(&j->out, 1, pool, ith, nth, NULL, 0);
+}
+
+void nx_dn_forward(nx_ctx *c, const nx_layer *L, int32_t T) {
+    const nx_config *cfg = &c->m->cfg;
+    const nx_deltanet *g = &cfg->dn;
+    const nx_dn_layer *d = &L->dn;
+    nx_dn_state *s = &c->dn[d->slot];
+    const int64_t H = cfg->hidden_size, C = nx_deltanet_channels(g), vd = (int64_t)g->n_v_heads * g->v_dim;
+    const int64_t nv = g->n_v_heads, K1 = g->conv_k - 1;
+    nx_pool *pool = c->m->pool;
+    memcpy(c->dn_x, s->conv, sizeof(float) * (size_t)(K1 * C));
+    float *xr = c->dn_x + K1 * C;
+    dn_job j = {.c = c, .d = d, .s = s, .T = T, .split = c->dn_split,
+                .out = {&d->out, c->dn_o, vd, T, c->y, H}};
+    if (d->qkvz.w) {
+        const int64_t fw = C + vd + 2 * nv;
+        j.in[0] = (nx_matmul_task){&d->qkvz, c->xn, H, T, c->dn_f, fw};
+        j.in[1] = (nx_matmul_task){&d->ba, c->xn, H, T, c->dn_f + C + vd, fw};
+        j.n_in = 2;
+    } else {
+        j.in[0] = (nx_matmul_task){&d->qkv, c->xn, H, T, xr, C};
+        j.in[1] = (nx_matmul_task){&d->z, c->xn, H, T, c->dn_z, vd};
+        j.in[2] = (nx_matmul_task){&d->b, c->xn, H, T, c->dn_b, nv};
+        j.in[3] = (nx_matmul_task){&d->a, c->xn, H, T, c->dn_a, nv};
+        j.n_in = 4;
+    }
+    nx_matmul_shares_reset(j.in, j.n_in, pool, nx_pool_size(pool));
+    nx_pool_run(pool, dn_worker, &j);
+    /* the window for the next row, and the inputs from the first recoverable row's window on */
+    memcpy(s->conv, c->dn_x + (size_t)T * C, sizeof(float) * (size_t)(K1 * C));
+    memcpy(s->hist, c->dn_x + (size_t)j.split * C, sizeof(float) * (size_t)((T - j.split + K1) * C));
+}
+
+/* ---------------------------------------------------------------- state bookkeeping */
+
+void nx_dn_begin(nx_ctx *c, int32_t T) { c->dn_split = T > NX_DN_REWIND ? T - NX_DN_REWIND : 0; }
+
+void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T) {
+    (void)T;
+    if (!c->dn) return;
+    c->dn_ckb = c->dn_cur;
+    c->dn_cur = 1 - c->dn_cur;
+    c->dn_ck = pos0 + c->dn_split;
+}
+
+bool nx_dn_can_rewind(const nx_ctx *c, int32_t n) { return !c->dn || n >= c->n_past || n >= c->dn_ck; }
+
+void nx_dn_rewind(nx_ctx *c, int32_t n) {
+    if (!c->dn || n >= c->n_past) return;
+    const nx_deltanet *g = &c->m->cfg.dn;
+    const int32_t keep = n - c->dn_ck, dk = g->k_dim, dv = g->v_dim, nv = g->n_v_heads, r = nv / g->n_k_heads;
+    const int32_t C = nx_deltanet_channels(g), kd = g->n_k_heads * dk, vd = nv * dv, K1 = g->conv_k - 1;
+    const size_t hs = (size_t)dk * dv;
+    const int to = keep ? 1 - c->dn_ckb : c->dn_ckb;
+    for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
+        nx_dn_state *s = &c->dn[l];
+        for (int32_t h = 0; h < nv; h++)
+            for (int32_t t = 0; t < keep; t++)
+                dn_rule((t ? s->S[to] : s->S[c->dn_ckb]) + (size_t)h * hs, s->S[to] + (size_t)h * hs, dk, dv,
+                        s->rk + (size_t)t * kd + (h / r) * dk, s->rv + (size_t)t * vd + h * dv, s->rd[(size_t)t * nv + h],
+                        s->rb[(size_t)t * nv + h], NULL, NULL);
+        memcpy(s->conv, s->hist + (size_t)keep * C, sizeof(float) * (size_t)K1 * C);
+    }
+    c->dn_cur = to;
+}
+
+void nx_dn_reset(nx_ctx *c) {
+    if (!c->dn) return;
+    const nx_deltanet *g = &c->m->cfg.dn;
+    for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
+        memset(c->dn[l].S[0], 0, sizeof(float) * (size_t)nx_deltanet_state_floats(g));
+        memset(c->dn[l].conv, 0, sizeof(float) * (size_t)nx_deltanet_conv_floats(g));
+    }
+    c->dn_cur = c->dn_ckb = 0;
+    c->dn_ck = 0;
+}

@@ -1,0 +1,30 @@
+/* Gated DeltaNet layers (Qwen3.5 / Qwen3-Next; docs/design.md §12.4): the forward over T rows and
+ * the recurrent state's bookkeeping in a context — begin / end of a trunk forward, truncation
+ * back to a row of the last forward, reset. */
+#ifndef NX_MODEL_DELTANET_H
+#define NX_MODEL_DELTANET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model_internal.h"
+
+/* Before a trunk forward of T rows: which of them stay recoverable (the last NX_DN_REWIND). */
+void nx_dn_begin(nx_ctx *c, int32_t T);
+
+/* The layer over c->xn (T, H) → c->y (T, H), advancing its state by T rows. */
+void nx_dn_forward(nx_ctx *c, const nx_layer *L, int32_t T);
+
+/* After a trunk forward of T rows at pos0: the new state becomes current. */
+void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T);
+
+/* Whether the states can be taken back to row n (n_past ≥ n ≥ the oldest recoverable row). */
+bool nx_dn_can_rewind(const nx_ctx *c, int32_t n);
+
+/* Takes the states back from row n_past to row n (nx_dn_can_rewind must hold). */
+void nx_dn_rewind(nx_ctx *c, int32_t n);
+
+/* Zero states (an empty sequence). */
+void nx_dn_reset(nx_ctx *c);
+
+#endif
