@@ -301,13 +301,15 @@ typedef struct nx_model_info {
     int32_t rotary_dim;          /* leading dims of each head RoPE rotates */
     const char *rope;            /* "neox" | "interleaved" */
     const char *rope_scaling;    /* "none" | "yarn" */
-    const char *attention;       /* "gqa" | "mla" */
+    const char *attention;       /* "gqa" | "mla" | "hybrid" (Gated DeltaNet + gated GQA layers) */
+    int32_t n_linear_layers;     /* Gated DeltaNet layers (the rest are attention layers) */
+    uint64_t linear_state_bytes; /* their recurrent and convolution states, per sequence (f32) */
     /* latent attention's shapes (0 for gqa; q_lora_rank 0: a plain q_proj) and what its cache
      * would take had it held full keys and values, at the same kv_type */
     int32_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
     uint64_t kv_bytes_per_token_expanded;
     bool attn_bias, qk_norm;     /* q/k/v biases; q/k RMSNorm */
-    const char *router;          /* "sigmoid+bias" */
+    const char *router;          /* "sigmoid+bias" | "softmax" */
     int32_t n_group, topk_group; /* group-limited choice (1, 1: none) */
     bool norm_topk_prob;
     float routed_scaling;

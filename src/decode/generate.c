@@ -411,6 +411,7 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     int32_t keep = nx_ctx_shared_prefix(c, prompt, (int32_t)n_prompt - 1);
     nx_ctx_truncate(c, keep);
     nx_mtp_reset(c); /* the head's rows are rebuilt below, as after a fresh prefill */
+    nx_ctx_keep_state_at(c, (int32_t)n_prompt - 1); /* what the same prompt keeps next time */
     const nx_fwd_sink sink = {on_forward, &g};
     nx_ctx_set_sink(c, &sink);
     st->n_prompt = (int64_t)n_prompt;

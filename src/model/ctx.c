@@ -63,7 +63,7 @@ static void *zalloc(size_t n, size_t size, bool *ok) {
 }
 
 /* Bytes of one DeltaNet layer's state block in the arena (nx_dn_state's arrays, in order). */
-static size_t dn_block_floats(const nx_deltanet *g, size_t f[8]) {
+static size_t dn_block_floats(const nx_deltanet *g, size_t f[10]) {
     const size_t C = (size_t)nx_deltanet_channels(g), K1 = (size_t)g->conv_k - 1, R = NX_DN_REWIND;
     f[0] = f[1] = (size_t)nx_deltanet_state_floats(g);
     f[2] = K1 * C;
@@ -71,20 +71,22 @@ static size_t dn_block_floats(const nx_deltanet *g, size_t f[8]) {
     f[4] = R * (size_t)g->n_k_heads * (size_t)g->k_dim;
     f[5] = R * (size_t)g->n_v_heads * (size_t)g->v_dim;
     f[6] = f[7] = R * (size_t)g->n_v_heads;
+    f[8] = f[0];
+    f[9] = f[2];
     size_t n = 0;
-    for (int i = 0; i < 8; i++) n += (f[i] + 15) / 16 * 16; /* 64-byte aligned arrays */
+    for (int i = 0; i < 10; i++) n += (f[i] + 15) / 16 * 16; /* 64-byte aligned arrays */
     return n;
 }
 
 /* The DeltaNet layers' states at base (n_linear blocks of dn_block_floats). */
 static void dn_states_at(nx_ctx *c, float *base) {
-    size_t f[8];
+    size_t f[10];
     const size_t per = dn_block_floats(&c->m->cfg.dn, f);
     for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
         float *p = base + (size_t)l * per;
-        float **arr[8] = {&c->dn[l].S[0], &c->dn[l].S[1], &c->dn[l].conv, &c->dn[l].hist,
-                          &c->dn[l].rk,   &c->dn[l].rv,   &c->dn[l].rd,   &c->dn[l].rb};
-        for (int i = 0; i < 8; i++) {
+        float **arr[10] = {&c->dn[l].S[0], &c->dn[l].S[1], &c->dn[l].conv, &c->dn[l].hist, &c->dn[l].rk,
+                           &c->dn[l].rv,   &c->dn[l].rd,   &c->dn[l].rb,   &c->dn[l].Sm,   &c->dn[l].convm};
+        for (int i = 0; i < 10; i++) {
             *arr[i] = p;
             p += (f[i] + 15) / 16 * 16;
         }
@@ -132,7 +134,7 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     const size_t kper = N * (size_t)cfg->cache_heads * (size_t)cfg->cache_k * nx_dtype_size(m->kv_dtype);
     const size_t per = N * nx_kv_pos_bytes(m);
     const size_t n_caches = (size_t)(cfg->n_layers - cfg->n_linear) + (m->w.has_mtp ? 1 : 0);
-    size_t dnf[8];
+    size_t dnf[10];
     const size_t dn_bytes = cfg->n_linear ? (size_t)cfg->n_linear * dn_block_floats(&cfg->dn, dnf) * sizeof(float) : 0;
     const size_t hidden_at = (n_caches * per + 63) / 64 * 64, dn_at = hidden_at + (N * H * sizeof(float) + 63) / 64 * 64;
     const size_t arena_bytes = dn_at + dn_bytes;
@@ -259,6 +261,8 @@ void nx_ctx_set_sink(nx_ctx *c, const nx_fwd_sink *sink) {
 nx_model *nx_ctx_model(const nx_ctx *c) { return c->m; }
 int32_t nx_ctx_n_batch(const nx_ctx *c) { return c->n_batch; }
 bool nx_model_has_mtp(const nx_model *m) { return m->w.has_mtp; }
+
+void nx_ctx_keep_state_at(nx_ctx *c, int32_t n) { c->dn_mark = c->dn ? n : -1; }
 
 int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n) {
     int32_t k = 0;

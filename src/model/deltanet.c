@@ -205,33 +205,65 @@ void nx_dn_forward(nx_ctx *c, const nx_layer *L, int32_t T) {
 
 void nx_dn_begin(nx_ctx *c, int32_t T) { c->dn_split = T > NX_DN_REWIND ? T - NX_DN_REWIND : 0; }
 
-void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T) {
-    (void)T;
-    if (!c->dn) return;
-    c->dn_ckb = c->dn_cur;
-    c->dn_cur = 1 - c->dn_cur;
-    c->dn_ck = pos0 + c->dn_split;
-}
-
-bool nx_dn_can_rewind(const nx_ctx *c, int32_t n) { return !c->dn || n >= c->n_past || n >= c->dn_ck; }
-
-void nx_dn_rewind(nx_ctx *c, int32_t n) {
-    if (!c->dn || n >= c->n_past) return;
+/* The states after row n (dn_ck <= n <= the last row) of every layer into S (to[l], or when to is
+ * NULL each layer's S[1 - dn_ckb]) and its window into win (NULL: each layer's conv): the rule
+ * replayed from the checkpoint over the rows kept, or the checkpoint copied when there are none. */
+static void dn_replay(nx_ctx *c, int32_t n, bool to_mark) {
     const nx_deltanet *g = &c->m->cfg.dn;
     const int32_t keep = n - c->dn_ck, dk = g->k_dim, dv = g->v_dim, nv = g->n_v_heads, r = nv / g->n_k_heads;
     const int32_t C = nx_deltanet_channels(g), kd = g->n_k_heads * dk, vd = nv * dv, K1 = g->conv_k - 1;
     const size_t hs = (size_t)dk * dv;
-    const int to = keep ? 1 - c->dn_ckb : c->dn_ckb;
     for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
         nx_dn_state *s = &c->dn[l];
+        float *ck = s->S[c->dn_ckb], *to = to_mark ? s->Sm : s->S[1 - c->dn_ckb];
+        if (keep == 0 && to_mark) memcpy(to, ck, sizeof(float) * hs * (size_t)nv);
         for (int32_t h = 0; h < nv; h++)
             for (int32_t t = 0; t < keep; t++)
-                dn_rule((t ? s->S[to] : s->S[c->dn_ckb]) + (size_t)h * hs, s->S[to] + (size_t)h * hs, dk, dv,
-                        s->rk + (size_t)t * kd + (h / r) * dk, s->rv + (size_t)t * vd + h * dv, s->rd[(size_t)t * nv + h],
-                        s->rb[(size_t)t * nv + h], NULL, NULL);
-        memcpy(s->conv, s->hist + (size_t)keep * C, sizeof(float) * (size_t)K1 * C);
+                dn_rule((t ? to : ck) + (size_t)h * hs, to + (size_t)h * hs, dk, dv, s->rk + (size_t)t * kd + (h / r) * dk,
+                        s->rv + (size_t)t * vd + h * dv, s->rd[(size_t)t * nv + h], s->rb[(size_t)t * nv + h], NULL, NULL);
+        memcpy(to_mark ? s->convm : s->conv, s->hist + (size_t)keep * C, sizeof(float) * (size_t)K1 * C);
     }
-    c->dn_cur = to;
+}
+
+void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T) {
+    if (!c->dn) return;
+    c->dn_ckb = c->dn_cur;
+    c->dn_cur = 1 - c->dn_cur;
+    c->dn_ck = pos0 + c->dn_split;
+    if (c->dn_mark >= c->dn_ck && c->dn_mark <= pos0 + T) { /* the row to keep states of was passed */
+        dn_replay(c, c->dn_mark, true);
+        c->dn_marked = c->dn_mark;
+        c->dn_mark = -1;
+    } else if (c->dn_mark >= 0 && c->dn_mark < c->dn_ck) {
+        c->dn_mark = -1; /* passed, but not among the rows kept */
+    }
+}
+
+bool nx_dn_can_rewind(const nx_ctx *c, int32_t n) {
+    return !c->dn || n >= c->n_past || n >= c->dn_ck || (n > 0 && n == c->dn_marked);
+}
+
+void nx_dn_rewind(nx_ctx *c, int32_t n) {
+    if (!c->dn || n >= c->n_past) return;
+    if (c->dn_marked > n) c->dn_marked = -1;
+    if (n < c->dn_ck) { /* the kept copy (nx_dn_can_rewind) */
+        const nx_deltanet *g = &c->m->cfg.dn;
+        for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
+            memcpy(c->dn[l].S[c->dn_cur], c->dn[l].Sm, sizeof(float) * (size_t)nx_deltanet_state_floats(g));
+            memcpy(c->dn[l].conv, c->dn[l].convm, sizeof(float) * (size_t)nx_deltanet_conv_floats(g));
+        }
+        c->dn_ck = n;
+        c->dn_ckb = c->dn_cur;
+        return;
+    }
+    if (n == c->dn_ck) {
+        for (int32_t l = 0; l < c->m->cfg.n_linear; l++)
+            memcpy(c->dn[l].conv, c->dn[l].hist, sizeof(float) * (size_t)nx_deltanet_conv_floats(&c->m->cfg.dn));
+        c->dn_cur = c->dn_ckb;
+        return;
+    }
+    dn_replay(c, n, false);
+    c->dn_cur = 1 - c->dn_ckb;
 }
 
 void nx_dn_reset(nx_ctx *c) {
@@ -243,4 +275,37 @@ void nx_dn_reset(nx_ctx *c) {
     }
     c->dn_cur = c->dn_ckb = 0;
     c->dn_ck = 0;
+    c->dn_marked = c->dn_mark = -1;
+}
+
+int64_t nx_dn_saved_floats(const nx_model *m) {
+    const nx_deltanet *g = &m->cfg.dn;
+    return m->cfg.n_linear ? (int64_t)m->cfg.n_linear * (nx_deltanet_state_floats(g) + nx_deltanet_conv_floats(g)) : 0;
+}
+
+int32_t nx_dn_savable(const nx_ctx *c, int32_t n) {
+    if (!c->dn || n >= c->n_past) return n < c->n_past ? n : c->n_past;
+    return c->dn_marked >= 0 && c->dn_marked <= n ? c->dn_marked : c->n_past;
+}
+
+void nx_dn_save(const nx_ctx *c, int32_t n, float *dst) {
+    const nx_deltanet *g = &c->m->cfg.dn;
+    const size_t sf = (size_t)nx_deltanet_state_floats(g), cf = (size_t)nx_deltanet_conv_floats(g);
+    const bool mark = n < c->n_past;
+    for (int32_t l = 0; l < c->m->cfg.n_linear; l++, dst += sf + cf) {
+        memcpy(dst, mark ? c->dn[l].Sm : c->dn[l].S[c->dn_cur], sizeof(float) * sf);
+        memcpy(dst + sf, mark ? c->dn[l].convm : c->dn[l].conv, sizeof(float) * cf);
+    }
+}
+
+void nx_dn_load(nx_ctx *c, const float *src, int32_t n) {
+    const nx_deltanet *g = &c->m->cfg.dn;
+    const size_t sf = (size_t)nx_deltanet_state_floats(g), cf = (size_t)nx_deltanet_conv_floats(g);
+    for (int32_t l = 0; l < c->m->cfg.n_linear; l++, src += sf + cf) {
+        memcpy(c->dn[l].S[0], src, sizeof(float) * sf);
+        memcpy(c->dn[l].conv, src + sf, sizeof(float) * cf);
+    }
+    c->dn_cur = c->dn_ckb = 0;
+    c->dn_ck = n;
+    c->dn_marked = -1;
 }

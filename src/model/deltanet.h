@@ -24,6 +24,21 @@ bool nx_dn_can_rewind(const nx_ctx *c, int32_t n);
 /* Takes the states back from row n_past to row n (nx_dn_can_rewind must hold). */
 void nx_dn_rewind(nx_ctx *c, int32_t n);
 
+/* Floats of every DeltaNet layer's state and convolution window (what a saved context carries). */
+int64_t nx_dn_saved_floats(const nx_model *m);
+
+/* The rows a saved context of (at most) n rows can hold: n when the states after row n are at
+ * hand (n = n_past, or the row nx_ctx_keep_state_at kept), else the kept row when it is below n,
+ * else n_past (all rows: the states exist only there). */
+int32_t nx_dn_savable(const nx_ctx *c, int32_t n);
+
+/* The states after row n (nx_dn_savable's) into dst (nx_dn_saved_floats), layer by layer: state,
+ * then window. */
+void nx_dn_save(const nx_ctx *c, int32_t n, float *dst);
+
+/* States saved by nx_dn_save become the current ones, at row n (the context's n_past). */
+void nx_dn_load(nx_ctx *c, const float *src, int32_t n);
+
 /* Zero states (an empty sequence). */
 void nx_dn_reset(nx_ctx *c);
 

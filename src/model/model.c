@@ -46,10 +46,9 @@ static uint64_t ffn_params(const nx_ffn *f) {
 
 /* Parameters of one layer: all of them, and those a token touches (top-k experts). */
 static void layer_params(const nx_layer *L, int32_t top_k, uint64_t *total, uint64_t *active) {
-    const nx_mla_layer *a = &L->mla;
-    uint64_t attn = lin_params(&L->wq) + lin_params(&L->wk) + lin_params(&L->wv) + lin_params(&L->wo) +
-                    lin_params(&a->wq_a) + lin_params(&a->wq_b) + lin_params(&a->wkv_a) + lin_params(&a->wk_b) +
-                    (uint64_t)a->wv_b_rows * (uint64_t)a->wv_b.in;
+    nx_linear w[NX_ATTN_LINEARS];
+    uint64_t attn = 0;
+    for (int i = 0, n = nx_attn_linears(L, w); i < n; i++) attn += lin_params(&w[i]);
     *total += attn;
     *active += attn;
     if (!L->is_moe) {
@@ -58,7 +57,8 @@ static void layer_params(const nx_layer *L, int32_t top_k, uint64_t *total, uint
         return;
     }
     const nx_moe *M = &L->moe;
-    uint64_t router = lin_params(&M->router), shared = M->has_shared ? ffn_params(&M->shared) : 0;
+    uint64_t router = lin_params(&M->router) + lin_params(&M->shared_gate);
+    uint64_t shared = M->has_shared ? ffn_params(&M->shared) : 0;
     uint64_t one = M->n_experts > 0 ? ffn_params(&M->experts[0]) : 0;
     *total += router + shared + one * (uint64_t)M->n_experts;
     *active += router + shared + one * (uint64_t)top_k;
@@ -89,7 +89,10 @@ static void fill_variants(nx_model *m) {
     in->rotary_dim = cfg->rotary_dim;
     in->rope = cfg->rope_pairs == NX_ROPE_INTERLEAVED ? "interleaved" : "neox";
     in->rope_scaling = cfg->yarn.factor > 0 ? "yarn" : "none";
-    in->attention = cfg->attention == NX_ATTN_MLA ? "mla" : "gqa";
+    in->attention = cfg->n_linear ? "hybrid" : cfg->attention == NX_ATTN_MLA ? "mla" : "gqa";
+    in->n_linear_layers = cfg->n_linear;
+    in->linear_state_bytes = (uint64_t)cfg->n_linear * sizeof(float) *
+                             (uint64_t)(nx_deltanet_state_floats(&cfg->dn) + nx_deltanet_conv_floats(&cfg->dn));
     in->q_lora_rank = cfg->mla.q_lora_rank;
     in->kv_lora_rank = cfg->mla.kv_lora_rank;
     in->qk_nope_head_dim = cfg->mla.qk_nope;
@@ -97,7 +100,7 @@ static void fill_variants(nx_model *m) {
     in->v_head_dim = cfg->mla.v_head_dim;
     in->attn_bias = cfg->attn_bias;
     in->qk_norm = cfg->qk_norm;
-    in->router = "sigmoid+bias"; /* the one nx_router_kind value */
+    in->router = cfg->router == NX_ROUTER_SOFTMAX ? "softmax" : "sigmoid+bias";
     in->n_group = cfg->n_group;
     in->topk_group = cfg->topk_group;
     in->norm_topk_prob = cfg->route_norm;
@@ -153,7 +156,7 @@ static void fill_info(nx_model *m) {
         const nx_layer *L = &w->layers[l];
         step += nx_attn_bytes(L);
         if (L->is_moe)
-            step += nx_linear_bytes(&L->moe.router);
+            step += nx_linear_bytes(&L->moe.router) + nx_linear_bytes(&L->moe.shared_gate);
         else
             step += nx_ffn_bytes(&L->dense);
     }
@@ -166,7 +169,7 @@ static void fill_info(nx_model *m) {
         mb += (uint64_t)((double)nx_linear_bytes(&w->lm_head) * m->draft_vocab / (double)cfg->vocab_size);
         in->mtp_bytes_dense = mb;
     }
-    int32_t kv_layers = cfg->n_layers + (w->has_mtp ? 1 : 0);
+    int32_t kv_layers = cfg->n_layers - cfg->n_linear + (w->has_mtp ? 1 : 0); /* DeltaNet layers cache none */
     in->kv_bytes_per_token = (uint64_t)kv_layers * nx_kv_pos_bytes(m);
     in->kv_bytes_per_token_expanded =
         cfg->attention == NX_ATTN_MLA

@@ -55,6 +55,7 @@ typedef struct nx_dn_state {
     float *rv;   /* [NX_DN_REWIND][n_v_heads * v_dim] values */
     float *rd;   /* [NX_DN_REWIND][n_v_heads] decays exp(g) */
     float *rb;   /* [NX_DN_REWIND][n_v_heads] betas */
+    float *Sm, *convm; /* the state and window after row c->dn_marked (nx_ctx_keep_state_at) */
 } nx_dn_state;
 
 struct nx_ctx {
@@ -117,6 +118,8 @@ struct nx_ctx {
     int dn_cur, dn_ckb; /* which S holds the current state, which the one at dn_ck */
     int32_t dn_ck;      /* the oldest row a truncation can go back to */
     int32_t dn_split;   /* the running forward's first recoverable row (relative) */
+    int32_t dn_mark;    /* a row whose states to keep when a forward passes it (-1: none) */
+    int32_t dn_marked;  /* the row whose states Sm / convm hold (-1: none) */
     float *dn_x;        /* (conv_k - 1 + n_batch, channels) the convolution's inputs */
     float *dn_qkv;      /* (n_batch, channels) its outputs after SiLU */
     float *dn_z;        /* (n_batch, n_v_heads * v_dim) the output gate */
@@ -135,6 +138,9 @@ static inline void *nx_kv_row(const nx_ctx *c, void *cache, int64_t h, int64_t p
     const size_t hb = (size_t)c->m->cfg.cache_k * nx_dtype_size(c->m->kv_dtype);
     return (char *)cache + ((size_t)h * (size_t)c->n_ctx + (size_t)pos) * hb;
 }
+
+/* Layers with a key/value cache (Gated DeltaNet layers have none). */
+static inline int32_t nx_kv_layers(const nx_model *m) { return m->cfg.n_layers - m->cfg.n_linear; }
 
 /* Bytes of one position of one layer's cache (keys and values of every cached head). */
 static inline size_t nx_kv_pos_bytes(const nx_model *m) {

@@ -7,11 +7,14 @@
  *
  * Rows are copied bit for bit, so by the numerics contract a restored prefix is what a fresh
  * prefill computes; the head's cache is rebuilt from the hidden states by nx_generate, as after
- * any prefix reuse. Entries are evicted least recently used first to keep within the budget. */
+ * any prefix reuse. A hybrid model's entry also holds its recurrent states, which are those of its
+ * last row only: it serves prompts that extend all of its rows. Entries are evicted least
+ * recently used first to keep within the budget. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "model/deltanet.h"
 #include "model/model_internal.h"
 
 /* Shorter prefixes are cheaper to prefill again than to keep. */
@@ -23,8 +26,9 @@ typedef struct entry {
     int32_t n;                 /* rows */
     size_t bytes;
     int32_t *tokens;  /* [n] */
-    uint8_t *kv;      /* per layer: k rows then v rows, n · kv row bytes each */
+    uint8_t *kv;      /* per cached layer: k rows then v rows, n · kv row bytes each */
     float *hidden;    /* [n, H] */
+    float *dn;        /* the DeltaNet states after row n (nx_dn_save), NULL without such layers */
 } entry;
 
 struct nx_prompt_cache {
@@ -36,8 +40,8 @@ struct nx_prompt_cache {
 static size_t kv_row_bytes(const nx_model *m) { return nx_kv_pos_bytes(m); }
 
 static size_t entry_bytes(const nx_model *m, int32_t n) {
-    return sizeof(entry) + (size_t)n * (sizeof(int32_t) + (size_t)m->cfg.n_layers * kv_row_bytes(m) +
-                                        (size_t)m->cfg.hidden_size * sizeof(float));
+    return sizeof(entry) + (size_t)nx_dn_saved_floats(m) * sizeof(float) +
+           (size_t)n * (sizeof(int32_t) + (size_t)nx_kv_layers(m) * kv_row_bytes(m) + (size_t)m->cfg.hidden_size * sizeof(float));
 }
 
 nx_status nx_prompt_cache_new(size_t budget_bytes, nx_prompt_cache **out, nx_error *err) {
@@ -69,6 +73,7 @@ static void drop(nx_prompt_cache *pc, entry *e) {
     free(e->tokens);
     free(e->kv);
     free(e->hidden);
+    free(e->dn);
     free(e);
 }
 
@@ -106,18 +111,20 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     const size_t bytes = entry_bytes(m, n);
     if (bytes > pc->budget) return NULL;
     for (entry *e = pc->head; e; e = e->next)
-        if (e->m == m && e->n >= n && common(e->tokens, c->tokens, n) == n) {
+        if (e->m == m && (e->dn ? e->n == n : e->n >= n) && common(e->tokens, c->tokens, n) == n) {
             unlink_entry(pc, e);
             push_front(pc, e);
             return NULL;
         }
     entry *e = calloc(1, sizeof *e);
-    const size_t row = kv_row_bytes(m), H = (size_t)m->cfg.hidden_size, L = (size_t)m->cfg.n_layers;
-    if (!e || !(e->tokens = malloc(sizeof(int32_t) * (size_t)n)) || !(e->kv = malloc(L * row * (size_t)n)) ||
-        !(e->hidden = malloc(sizeof(float) * H * (size_t)n))) {
+    const size_t row = kv_row_bytes(m), H = (size_t)m->cfg.hidden_size, L = (size_t)nx_kv_layers(m);
+    const size_t dnf = (size_t)nx_dn_saved_floats(m);
+    if (!e || !(e->tokens = malloc(sizeof(int32_t) * (size_t)n)) || !(e->kv = malloc(L * row * (size_t)n + 1)) ||
+        !(e->hidden = malloc(sizeof(float) * H * (size_t)n)) || (dnf && !(e->dn = malloc(sizeof(float) * dnf)))) {
         if (e) {
             free(e->tokens);
             free(e->kv);
+            free(e->hidden);
         }
         free(e);
         return NULL;
@@ -126,8 +133,10 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     e->n = n;
     e->bytes = bytes;
     memcpy(e->tokens, c->tokens, sizeof(int32_t) * (size_t)n);
-    for (size_t l = 0; l < L; l++) nx_kv_copy_rows(c, c->kv[l], e->kv + l * row * (size_t)n, n, n, true);
+    for (int32_t l = 0, i = 0; l < m->cfg.n_layers; l++)
+        if (c->kv[l].k) nx_kv_copy_rows(c, c->kv[l], e->kv + (size_t)i++ * row * (size_t)n, n, n, true);
     memcpy(e->hidden, c->hidden, sizeof(float) * H * (size_t)n);
+    if (e->dn) nx_dn_save(c, n, e->dn);
     return e;
 }
 
@@ -136,7 +145,8 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
 static void insert(nx_prompt_cache *pc, entry *e) {
     for (entry *o = pc->head, *nx; o; o = nx) {
         nx = o->next;
-        if (o->m == e->m && o->n <= e->n && common(o->tokens, e->tokens, o->n) == o->n) drop(pc, o);
+        if (o->m == e->m && (o->dn ? o->n == e->n : o->n <= e->n) && common(o->tokens, e->tokens, o->n) == o->n)
+            drop(pc, o); /* (a hybrid's entry serves its own length only) */
     }
     while (pc->tail && pc->bytes + e->bytes > pc->budget) {
         drop(pc, pc->tail);
@@ -152,9 +162,10 @@ static void restore(nx_ctx *c, const entry *e, int32_t n) {
     const size_t row = kv_row_bytes(c->m), H = (size_t)c->m->cfg.hidden_size;
     nx_ctx_truncate(c, 0);
     memcpy(c->tokens, e->tokens, sizeof(int32_t) * (size_t)n);
-    for (size_t l = 0; l < (size_t)c->m->cfg.n_layers; l++)
-        nx_kv_copy_rows(c, c->kv[l], e->kv + l * row * (size_t)e->n, e->n, n, false);
+    for (int32_t l = 0, i = 0; l < c->m->cfg.n_layers; l++)
+        if (c->kv[l].k) nx_kv_copy_rows(c, c->kv[l], e->kv + (size_t)i++ * row * (size_t)e->n, e->n, n, false);
     memcpy(c->hidden, e->hidden, sizeof(float) * H * (size_t)n);
+    if (e->dn) nx_dn_load(c, e->dn, n);
     c->n_past = n;
 }
 
@@ -166,13 +177,14 @@ void nx_prompt_cache_keep(nx_prompt_cache *pc, const nx_ctx *c) {
 int32_t nx_prompt_cache_prepare(nx_prompt_cache *pc, nx_ctx *c, const int32_t *prompt, size_t n_prompt) {
     /* what nx_generate keeps: the shared prefix, less the prompt's last token */
     const int32_t usable = n_prompt > 0 && n_prompt <= (size_t)c->n_ctx ? (int32_t)n_prompt - 1 : 0;
-    const int32_t live = common(c->tokens, prompt, c->n_past < usable ? c->n_past : usable);
+    int32_t live = common(c->tokens, prompt, c->n_past < usable ? c->n_past : usable);
+    if (!nx_dn_can_rewind(c, live)) live = 0; /* recurrent states go back only so far */
     entry *best = NULL;
     int32_t best_n = live;
     for (entry *e = pc->head; e; e = e->next) {
         if (e->m != c->m || e->n > c->n_ctx) continue;
         const int32_t k = common(e->tokens, prompt, e->n < usable ? e->n : usable);
-        if (k > best_n) best = e, best_n = k;
+        if (k > best_n && (!e->dn || k == e->n)) best = e, best_n = k; /* states: of row e->n only */
     }
     /* the rows the context is about to lose are copied first (unless they are few), and go into
      * the cache once the best entry is loaded, so that making room for them cannot evict it */

@@ -13,8 +13,9 @@
  *   48 u64 payload bytes           56 u32 payload CRC-32
  *   60 u32 header CRC-32 (bytes 0..59)
  *   64 char[32] the kernels' ISA that computed the rows (informational)
- *   96 payload: tokens i32[n]; per layer, keys then values (none for latent attention), per
- *      cached head n rows of the row width in KV elements; hidden f32[n][hidden]
+ *   96 payload: tokens i32[n]; per layer with a cache, keys then values (none for latent
+ *      attention), per cached head n rows of the row width in KV elements; hidden f32[n][hidden];
+ *      per Gated DeltaNet layer, its recurrent state and convolution window after row n (f32)
  *
  * A load checks everything (header, sizes, checksum, token range) on a read-only mapping before
  * it touches the context, so a bad file leaves the context as it was. */
@@ -30,6 +31,7 @@
 
 #include "base/error.h"
 #include "base/file.h"
+#include "model/deltanet.h"
 #include "model/model_internal.h"
 
 #define STATE_MAGIC "NXSTATE\n"
@@ -97,21 +99,23 @@ static size_t kv_head_bytes(const nx_model *m) {
 
 /* Payload bytes of n rows. */
 static uint64_t payload_bytes(const nx_model *m, int32_t n) {
-    const uint64_t per_row = sizeof(int32_t) + (uint64_t)m->cfg.n_layers * nx_kv_pos_bytes(m) +
+    const uint64_t per_row = sizeof(int32_t) + (uint64_t)nx_kv_layers(m) * nx_kv_pos_bytes(m) +
                              sizeof(float) * (uint64_t)m->cfg.hidden_size;
-    return per_row * (uint64_t)n;
+    return per_row * (uint64_t)n + sizeof(float) * (uint64_t)nx_dn_saved_floats(m);
 }
 
 /* Calls piece(user, p, len) on the payload of rows [0, n) of c, in file order. */
-static int each_piece(const nx_ctx *c, int32_t n, int (*piece)(void *, const void *, size_t), void *user) {
+static int each_piece(const nx_ctx *c, int32_t n, const float *dn, int (*piece)(void *, const void *, size_t),
+                      void *user) {
     const nx_model *m = c->m;
     const size_t hb = kv_head_bytes(m);
     if (piece(user, c->tokens, sizeof(int32_t) * (size_t)n)) return -1;
     for (int32_t l = 0; l < m->cfg.n_layers; l++)
-        for (int kind = 0; kind < (m->cfg.cache_v ? 2 : 1); kind++)
+        for (int kind = 0; kind < (m->cfg.cache_v ? 2 : 1) && c->kv[l].k; kind++)
             for (int32_t h = 0; h < m->cfg.cache_heads; h++)
                 if (piece(user, nx_kv_row(c, kind ? c->kv[l].v : c->kv[l].k, h, 0), hb * (size_t)n)) return -1;
-    return piece(user, c->hidden, sizeof(float) * (size_t)m->cfg.hidden_size * (size_t)n);
+    if (piece(user, c->hidden, sizeof(float) * (size_t)m->cfg.hidden_size * (size_t)n)) return -1;
+    return dn ? piece(user, dn, sizeof(float) * (size_t)nx_dn_saved_floats(m)) : 0;
 }
 
 static int crc_piece(void *user, const void *p, size_t len) {
@@ -132,11 +136,28 @@ static uint32_t kv_code(const nx_model *m) {
     return m->kv_dtype == NX_DTYPE_F16 ? 2u : 1u;
 }
 
+static nx_status save_rows(const nx_ctx *c, const char *path, int32_t n, const float *dn, int32_t *n_saved,
+                           int64_t *bytes, nx_error *err);
+
 nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n_saved, int64_t *bytes,
                         nx_error *err) {
     if (!path || !*path) return nx_fail(err, NX_E_ARG, "state file: empty path");
     const nx_model *m = c->m;
     if (n < 0 || n > c->n_past) n = c->n_past;
+    n = nx_dn_savable(c, n); /* recurrent states exist after some rows only */
+    float *dn = NULL;
+    if (nx_dn_saved_floats(m) && !(dn = malloc(sizeof(float) * (size_t)nx_dn_saved_floats(m))))
+        return nx_fail(err, NX_E_NOMEM, "state file %s: out of memory", path);
+    if (dn) nx_dn_save(c, n, dn);
+    const nx_status s = save_rows(c, path, n, dn, n_saved, bytes, err);
+    free(dn);
+    return s;
+}
+
+/* nx_state_save of n rows with the DeltaNet states dn (NULL: none). */
+static nx_status save_rows(const nx_ctx *c, const char *path, int32_t n, const float *dn, int32_t *n_saved,
+                           int64_t *bytes, nx_error *err) {
+    const nx_model *m = c->m;
     uint8_t h[STATE_HEADER] = {0};
     memcpy(h, STATE_MAGIC, 8);
     put_u32(h + 8, STATE_VERSION);
@@ -149,7 +170,7 @@ nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n
     const uint64_t pb = payload_bytes(m, n);
     put_u64(h + 48, pb);
     uint32_t crc = (uint32_t)crc32(0, Z_NULL, 0);
-    each_piece(c, n, crc_piece, &crc);
+    each_piece(c, n, dn, crc_piece, &crc);
     put_u32(h + 56, crc);
     put_u32(h + 60, crc_of((uint32_t)crc32(0, Z_NULL, 0), h, 60));
     snprintf((char *)h + 64, 32, "%s", nx_kernels_isa());
@@ -164,7 +185,7 @@ nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n
         free(tmp);
         return s;
     }
-    int bad = fwrite(h, 1, sizeof h, f) != sizeof h || each_piece(c, n, write_piece, f) || fflush(f) != 0 ||
+    int bad = fwrite(h, 1, sizeof h, f) != sizeof h || each_piece(c, n, dn, write_piece, f) || fflush(f) != 0 ||
               fsync(fileno(f)) != 0;
     const int saved_errno = errno;
     bad |= fclose(f) != 0;
@@ -183,6 +204,7 @@ nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n
 
 int64_t nx_state_file_bytes(const nx_ctx *c, int32_t n) {
     if (n < 0 || n > c->n_past) n = c->n_past;
+    n = nx_dn_savable(c, n);
     return (int64_t)(STATE_HEADER + payload_bytes(c->m, n));
 }
 
@@ -217,6 +239,9 @@ static nx_status check(const nx_ctx *c, const char *path, const uint8_t *p, size
                        kv_name(get_u32(p + 16)), kv_name(kv_code(m)));
     const int32_t n = (int32_t)get_u32(p + 44);
     if (n < 0) return nx_fail(err, NX_E_FORMAT, "state file %s: corrupt header (%d rows)", path, n);
+    if (nx_dn_saved_floats(m) && n > c->n_ctx)
+        return nx_fail(err, NX_E_ARG, "state file %s: %d rows do not fit the context of %d (a hybrid model's "
+                       "recurrent states are those after its last row)", path, n, c->n_ctx);
     const uint64_t pb = get_u64(p + 48);
     if (pb != payload_bytes(m, n))
         return nx_fail(err, NX_E_FORMAT, "state file %s: corrupt header (%llu payload bytes for %d rows)", path,
@@ -244,8 +269,14 @@ static void apply(nx_ctx *c, const uint8_t *p, int32_t n, int32_t k) {
     const uint8_t *at = p + STATE_HEADER;
     for (int32_t t = 0; t < k; t++) c->tokens[t] = (int32_t)get_u32(at + 4 * (size_t)t);
     at += sizeof(int32_t) * (size_t)n;
-    for (int32_t l = 0; l < m->cfg.n_layers; l++, at += layer) nx_kv_copy_rows(c, c->kv[l], (void *)at, n, k, false);
+    for (int32_t l = 0; l < m->cfg.n_layers; l++)
+        if (c->kv[l].k) {
+            nx_kv_copy_rows(c, c->kv[l], (void *)at, n, k, false);
+            at += layer;
+        }
     memcpy(c->hidden, at, sizeof(float) * (size_t)m->cfg.hidden_size * (size_t)k);
+    at += sizeof(float) * (size_t)m->cfg.hidden_size * (size_t)n;
+    if (nx_dn_saved_floats(m)) nx_dn_load(c, (const float *)(const void *)at, k); /* k = n (check) */
     c->n_past = k;
 }
 

@@ -34,7 +34,14 @@ void nx_ctx_set_sink(nx_ctx *c, const nx_fwd_sink *sink);
 nx_model *nx_ctx_model(const nx_ctx *c);
 /* Rows one forward call takes at most. */
 int32_t nx_ctx_n_batch(const nx_ctx *c);
-/* How many of the first n tokens the trunk cache holds already (equal tokens from row 0). */
+/* A hybrid model's recurrent states can go back only to the rows of the last forward call; this
+ * asks the context to keep a copy of them as they are after row n when a forward passes it (the
+ * prompt's last row but one: what a later request with the same prompt keeps), so a truncation
+ * to n, a shared prefix of n and a state file of n rows stay possible. No-op for other models. */
+void nx_ctx_keep_state_at(nx_ctx *c, int32_t n);
+
+/* How many of the first n tokens the trunk cache holds already (equal tokens from row 0; for a
+ * hybrid model, at most as many as its recurrent states can go back to). */
 int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n);
 bool nx_model_has_mtp(const nx_model *m);
 

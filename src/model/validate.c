@@ -114,6 +114,13 @@ static nx_status check_layer(const nx_layer *L, int32_t l, const nx_config *cfg,
     VEC(L->k_norm, head_dim, "self_attn.k_norm.weight");
     VEC(L->mla.q_a_norm, cfg->mla.q_lora_rank, "self_attn.q_a_layernorm.weight");
     VEC(L->mla.kv_a_norm, cfg->mla.kv_lora_rank, "self_attn.kv_a_layernorm.weight");
+    if (L->linear) {
+        const nx_deltanet *g = &cfg->dn;
+        VEC(L->dn.conv, (int64_t)nx_deltanet_channels(g) * g->conv_k, "linear_attn.conv1d.weight");
+        VEC(L->dn.neg_A, g->n_v_heads, "linear_attn.A_log");
+        VEC(L->dn.dt_bias, g->n_v_heads, "linear_attn.dt_bias");
+        VEC(L->dn.norm, g->v_dim, "linear_attn.norm.weight");
+    }
     if (!L->is_moe) return NX_OK;
     VEC(L->moe.expert_bias, L->moe.n_experts, "mlp.expert_bias");
 #undef VEC

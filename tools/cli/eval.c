@@ -185,7 +185,7 @@ int cli_inspect(int argc, char **argv) {
     if (!m) return 1;
     const nx_model_info *in = nx_model_get_info(m);
     int64_t ctx = in->max_positions > 0 && in->max_positions < 4096 ? in->max_positions : 4096;
-    double mem = (double)in->weight_bytes + (double)in->kv_bytes_per_token * (double)ctx;
+    double mem = (double)in->weight_bytes + (double)in->kv_bytes_per_token * (double)ctx + (double)in->linear_state_bytes;
     if (o.json) {
         printf("{\"family\":\"%s\",\"layout\":\"%s\",\"dtype\":\"%s\",\"mtp\":\"%s\",\"vocab_size\":%d,"
                "\"hidden_size\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"experts\":%d,"
@@ -204,6 +204,8 @@ int cli_inspect(int argc, char **argv) {
                in->topk_group, B(in->norm_topk_prob), (double)in->routed_scaling, in->n_shared_experts,
                in->n_dense_layers, in->mtp_concat, in->mtp_recycle, B(in->mtp_zero_pos0), in->mtp_embed,
                in->mtp_head);
+        printf("\"layer_types\":{\"linear_attention\":%d,\"full_attention\":%d},\"linear_state_bytes\":%llu,",
+               in->n_linear_layers, in->n_layers - in->n_linear_layers, (unsigned long long)in->linear_state_bytes);
         printf("\"attention\":\"%s\",\"rope_scaling\":\"%s\",\"q_lora_rank\":%d,\"kv_lora_rank\":%d,"
                "\"qk_nope_head_dim\":%d,\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"kv_bytes_per_token_expanded\":%llu}\n",
                in->attention, in->rope_scaling, in->q_lora_rank, in->kv_lora_rank, in->qk_nope_head_dim,
@@ -222,7 +224,13 @@ int cli_inspect(int argc, char **argv) {
             printf("attention     latent (MLA): q LoRA %d, kv latent %d, heads of %d nope + %d rope dims, values "
                    "%d; rope %s%s\n", in->q_lora_rank, in->kv_lora_rank, in->qk_nope_head_dim, in->qk_rope_head_dim,
                    in->v_head_dim, in->rope, strcmp(in->rope_scaling, "none") ? " + yarn" : "");
-        else
+        else if (in->n_linear_layers) {
+            char sb[32];
+            human((double)in->linear_state_bytes, sb, sizeof sb);
+            printf("attention     hybrid: %d Gated DeltaNet layers (recurrent state %s per sequence), %d gated "
+                   "attention layers, rope %s on %d of %d dims\n", in->n_linear_layers, sb,
+                   in->n_layers - in->n_linear_layers, in->rope, in->rotary_dim, in->head_dim);
+        } else
             printf("attention     rope %s%s on %d of %d dims, q/k/v bias %s, qk-norm %s\n", in->rope,
                    strcmp(in->rope_scaling, "none") ? " + yarn" : "", in->rotary_dim, in->head_dim,
                    in->attn_bias ? "yes" : "no", in->qk_norm ? "yes" : "no");

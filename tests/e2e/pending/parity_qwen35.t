@@ -160,7 +160,7 @@ for fi, fam in enumerate(FAMILIES):
         "family": fam, "layout": "hf", "mtp": "inline", "attention": "hybrid",
         "layer_types": {"linear_attention": lin, "full_attention": 4 - lin}, "linear_state_bytes": lin * STATE,
         "kv_bytes_per_token": (4 - lin + 1) * KV, "rotary_dim": 8, "router": "softmax", "norm_topk_prob": True,
-        "dense_layers": 0, "mtp_concat": "embed,hidden", "mtp_recycle": "normed", "mtp_zero_pos0": False,
+        "dense_layers": 0, "mtp_concat": "embed,hidden", "mtp_recycle": "post-norm", "mtp_zero_pos0": False,
         "mtp_embed": "trunk", "mtp_head": "trunk"})
     want_fields(f"{fam}-mlx-q4-g64-wide", inspect(os.path.join(tmp, f"{fam}-mlx-q4-g64-wide")),
                 {"family": fam, "layout": "mlx", "mtp": "sidecar", "attention": "hybrid",
