@@ -417,6 +417,10 @@ typedef struct nx_gen_stats {
     /* where plain one-row steps' time went, summed over them (n_ar_steps): wall seconds and
      * weight bytes per NX_PHASE_*; cost_rows[1] holds the whole forwards */
     double ar_phase_s[NX_PHASES], ar_phase_bytes[NX_PHASES];
+    /* hybrid models: rejected drafts taking the recurrent states back (replaying the accepted rows
+     * from the checkpoint a verify keeps): count, wall seconds, state bytes read and written */
+    int64_t n_rewinds;
+    double t_rewind, rewind_bytes;
     bool stopped_by_eos;
 } nx_gen_stats;
 

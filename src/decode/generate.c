@@ -366,6 +366,9 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     if ((s = nx_model_check_files(m, err)) != NX_OK) return s;
 
     gen g = {0};
+    int64_t rw_n0 = 0; /* rewind costs before this generation */
+    double rw_s0 = 0.0, rw_b0 = 0.0;
+    bool rw_read = false;
     double t1 = 0.0;
     g.c = c;
     g.p = p;
@@ -416,6 +419,8 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     nx_ctx_set_sink(c, &sink);
     st->n_prompt = (int64_t)n_prompt;
     st->n_cached = keep;
+    nx_ctx_rewind_cost(c, &rw_n0, &rw_s0, &rw_b0);
+    rw_read = true;
 
     double t0 = nx_now_s();
     const bool can_draft = nx_model_has_mtp(m) && p->draft != 0;
@@ -443,6 +448,12 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
         if (s != NX_OK) goto done;
     }
 done:
+    if (rw_read) {
+        int64_t rw_n;
+        double rw_s, rw_b;
+        nx_ctx_rewind_cost(c, &rw_n, &rw_s, &rw_b);
+        st->n_rewinds = rw_n - rw_n0, st->t_rewind = rw_s - rw_s0, st->rewind_bytes = rw_b - rw_b0;
+    }
     nx_ctx_set_sink(c, NULL);
     if (s == NX_OK && t1 > 0.0) st->t_decode = nx_now_s() - t1;
     nx_sampler_free(g.s);

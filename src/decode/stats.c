@@ -25,6 +25,11 @@ void nx_gen_stats_print(const nx_gen_stats *s, void *file) {
     fprintf(f, "\n");
     fprintf(f, "time split: draft %.3f s, trunk (AR steps + verify) %.3f s, sample/accept %.3f s\n",
             s->t_draft, s->t_verify, s->t_sample);
+    if (s->n_rewinds > 0)
+        fprintf(f, "recurrent state rollback: %lld rewinds over %lld verify cycles, %.3f ms and %.2f MB of state each "
+                "(%.1f%% of decode time)\n", (long long)s->n_rewinds, (long long)s->n_drafts,
+                1e3 * s->t_rewind / (double)s->n_rewinds, s->rewind_bytes / (double)s->n_rewinds / 1e6,
+                100.0 * safe_div(s->t_rewind, s->t_decode));
     double c1 = safe_div(s->cost_rows[1], (double)s->cost_rows_n[1]);
     fprintf(f, "trunk forward cost: C(1) %s", c1 > 0 ? "" : "not measured (no plain steps)");
     if (c1 > 0) fprintf(f, "%.3f ms", c1 * 1e3);

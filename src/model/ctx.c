@@ -262,6 +262,12 @@ nx_model *nx_ctx_model(const nx_ctx *c) { return c->m; }
 int32_t nx_ctx_n_batch(const nx_ctx *c) { return c->n_batch; }
 bool nx_model_has_mtp(const nx_model *m) { return m->w.has_mtp; }
 
+void nx_ctx_rewind_cost(const nx_ctx *c, int64_t *count, double *seconds, double *bytes) {
+    *count = c->dn_rewinds;
+    *seconds = c->dn_rewind_s;
+    *bytes = c->dn_rewind_bytes;
+}
+
 void nx_ctx_keep_state_at(nx_ctx *c, int32_t n) { c->dn_mark = c->dn ? n : -1; }
 
 int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n) {

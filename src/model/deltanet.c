@@ -18,6 +18,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "kernels/kernels.h"
 
 /* ---------------------------------------------------------------- the delta rule */
@@ -203,6 +204,8 @@ void nx_dn_forward(nx_ctx *c, const nx_layer *L, int32_t T) {
 
 /* ---------------------------------------------------------------- state bookkeeping */
 
+static void dn_rewind_to(nx_ctx *c, int32_t n);
+
 void nx_dn_begin(nx_ctx *c, int32_t T) { c->dn_split = T > NX_DN_REWIND ? T - NX_DN_REWIND : 0; }
 
 /* The states after row n (dn_ck <= n <= the last row) of every layer into S (to[l], or when to is
@@ -245,6 +248,18 @@ bool nx_dn_can_rewind(const nx_ctx *c, int32_t n) {
 
 void nx_dn_rewind(nx_ctx *c, int32_t n) {
     if (!c->dn || n >= c->n_past) return;
+    const double t0 = nx_now_s();
+    const nx_deltanet *gd = &c->m->cfg.dn;
+    const int32_t rows = n >= c->dn_ck ? n - c->dn_ck : 0;
+    c->dn_rewinds++;
+    c->dn_rewind_bytes += (double)c->m->cfg.n_linear * sizeof(float) *
+                          (double)((rows ? 2 * rows : 1) * nx_deltanet_state_floats(gd) + nx_deltanet_conv_floats(gd));
+    dn_rewind_to(c, n);
+    c->dn_rewind_s += nx_now_s() - t0;
+}
+
+/* nx_dn_rewind's work. */
+static void dn_rewind_to(nx_ctx *c, int32_t n) {
     if (c->dn_marked > n) c->dn_marked = -1;
     if (n < c->dn_ck) { /* the kept copy (nx_dn_can_rewind) */
         const nx_deltanet *g = &c->m->cfg.dn;

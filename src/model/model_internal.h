@@ -120,6 +120,8 @@ struct nx_ctx {
     int32_t dn_split;   /* the running forward's first recoverable row (relative) */
     int32_t dn_mark;    /* a row whose states to keep when a forward passes it (-1: none) */
     int32_t dn_marked;  /* the row whose states Sm / convm hold (-1: none) */
+    int64_t dn_rewinds; /* truncations that took the states back, their seconds and state bytes */
+    double dn_rewind_s, dn_rewind_bytes;
     float *dn_x;        /* (conv_k - 1 + n_batch, channels) the convolution's inputs */
     float *dn_qkv;      /* (n_batch, channels) its outputs after SiLU */
     float *dn_z;        /* (n_batch, n_v_heads * v_dim) the output gate */

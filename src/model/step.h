@@ -40,6 +40,10 @@ int32_t nx_ctx_n_batch(const nx_ctx *c);
  * to n, a shared prefix of n and a state file of n rows stay possible. No-op for other models. */
 void nx_ctx_keep_state_at(nx_ctx *c, int32_t n);
 
+/* What taking recurrent states back (truncations replaying rows) has cost this context so far:
+ * count, wall seconds, state bytes read and written (all 0 for other models). */
+void nx_ctx_rewind_cost(const nx_ctx *c, int64_t *count, double *seconds, double *bytes);
+
 /* How many of the first n tokens the trunk cache holds already (equal tokens from row 0; for a
  * hybrid model, at most as many as its recurrent states can go back to). */
 int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n);
