@@ -736,6 +736,29 @@ void nx_avx512_swiglu_f32(float *g, const float *u, int64_t n) {
     }
 }
 
+/* nx_delta_rule_f32 on 16 columns of the state at a time (lanes past dv masked): each lane runs
+ * the reference's loop for its column, products and sums rounded separately as it does. */
+void nx_avx512_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
+                              float decay, float beta, const float *q, float *o) {
+    const __m512 dc = _mm512_set1_ps(decay), bt = _mm512_set1_ps(beta);
+    for (int64_t j = 0; j < dv; j += 16) {
+        const __mmask16 m = dv - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (dv - j)) - 1u);
+        __m512 kv = _mm512_setzero_ps(), acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < dk; i++) {
+            const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + i * dv + j), dc);
+            _mm512_mask_storeu_ps(dst + i * dv + j, m, t);
+            kv = _mm512_add_ps(kv, _mm512_mul_ps(t, _mm512_set1_ps(k[i])));
+        }
+        const __m512 d = _mm512_mul_ps(bt, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, v + j), kv));
+        for (int64_t i = 0; i < dk; i++) {
+            const __m512 t = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + i * dv + j), _mm512_mul_ps(_mm512_set1_ps(k[i]), d));
+            _mm512_mask_storeu_ps(dst + i * dv + j, m, t);
+            if (o) acc = _mm512_add_ps(acc, _mm512_mul_ps(t, _mm512_set1_ps(q[i])));
+        }
+        if (o) _mm512_mask_storeu_ps(o + j, m, acc);
+    }
+}
+
 const nx_kernel_table nx_kernels_avx512 = {
     .name = "avx512",
     .matmul_rows = avx512_matmul_rows,

@@ -178,6 +178,8 @@ void nx_avx512_swiglu_f32(float *g, const float *u, int64_t n);
 void nx_avx512_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out);
 int64_t nx_avx512_argmax_f32(float *x, int64_t n, float *max);
 double nx_avx512_exp_weights(const float *x, int64_t n, float m, double inv_t, double *w);
+void nx_avx512_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
+                              float decay, float beta, const float *q, float *o);
 
 /* The vector-helper fields of every AVX-512 kernel table. */
 #define NX_AVX512_VECTOR_HELPERS                                                               \
@@ -185,7 +187,7 @@ double nx_avx512_exp_weights(const float *x, int64_t n, float m, double inv_t, d
     .attn_scores = nx_avx512_attn_scores, .attn_accum = nx_avx512_attn_accum,                  \
     .softmax_f32 = nx_avx512_softmax_f32, .swiglu_f32 = nx_avx512_swiglu_f32,                 \
     .rmsnorm_f32 = nx_avx512_rmsnorm_f32, .argmax_f32 = nx_avx512_argmax_f32,                 \
-    .exp_weights = nx_avx512_exp_weights
+    .exp_weights = nx_avx512_exp_weights, .delta_rule_f32 = nx_avx512_delta_rule_f32
 
 /* Horizontal sum of 16 lanes in a fixed tree (the same order on every call). */
 AI float hsum16(__m512 v) {

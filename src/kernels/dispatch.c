@@ -360,6 +360,11 @@ void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float 
     if (n > 0) KT(rmsnorm_f32)->rmsnorm_f32(x, w, eps, n, out);
 }
 
+void nx_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
+                       float decay, float beta, const float *q, float *o) {
+    KT(delta_rule_f32)->delta_rule_f32(src, dst, dk, dv, k, v, decay, beta, q, o);
+}
+
 void nx_swiglu_f32(float *g, const float *u, int64_t n) {
     if (n > 0) KT(swiglu_f32)->swiglu_f32(g, u, n);
 }

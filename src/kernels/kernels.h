@@ -177,6 +177,13 @@ void nx_swiglu_f32(float *g, const float *u, int64_t n);
  * added in a fixed tree: the same bits on every ISA. out may be x. */
 void nx_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out);
 
+/* One row of the gated delta rule on one head's state S [dk][dv] (row i for key dim i), read from
+ * src and written to dst (src == dst allowed): S = decay·S; kv = Sᵀk; δ = β·(v − kv); S += k δᵀ;
+ * and when o is set, o = Sᵀq. Each element's sums run over i in order with a product rounded
+ * before each add (no fused step), so every ISA gives the reference's bits. dv <= NX_ATTN_MAX_HD. */
+void nx_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
+                       float decay, float beta, const float *q, float *o);
+
 /* w[i] ← exp((x[i] - m)·inv_t) in double for x[i] <= m (-inf: 0), the sampler's unnormalised
  * weights; returns their sum. Within 2 ulp of libm's exp on every ISA (the SIMD one is a fixed
  * degree-12 polynomial after range reduction), the sum's order fixed per ISA. */

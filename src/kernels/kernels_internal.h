@@ -53,6 +53,8 @@ typedef struct nx_kernel_table {
     void (*rmsnorm_f32)(const float *x, const float *w, float eps, int64_t n, float *out);
     int64_t (*argmax_f32)(float *x, int64_t n, float *max);
     double (*exp_weights)(const float *x, int64_t n, float m, double inv_t, double *w);
+    void (*delta_rule_f32)(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
+                           float decay, float beta, const float *q, float *o);
 } nx_kernel_table;
 
 

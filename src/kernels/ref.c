@@ -123,6 +123,26 @@ static double ref_exp_weights(const float *x, int64_t n, float m, double inv_t, 
     return z;
 }
 
+static void ref_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
+                               float decay, float beta, const float *q, float *o) {
+    float kv[NX_ATTN_MAX_HD] = {0}, d[NX_ATTN_MAX_HD];
+    for (int64_t i = 0; i < dk; i++)
+        for (int64_t j = 0; j < dv; j++) {
+            const float t = src[i * dv + j] * decay;
+            dst[i * dv + j] = t;
+            kv[j] += t * k[i];
+        }
+    for (int64_t j = 0; j < dv; j++) d[j] = beta * (v[j] - kv[j]);
+    if (o)
+        for (int64_t j = 0; j < dv; j++) o[j] = 0.0f;
+    for (int64_t i = 0; i < dk; i++)
+        for (int64_t j = 0; j < dv; j++) {
+            const float t = dst[i * dv + j] + k[i] * d[j];
+            dst[i * dv + j] = t;
+            if (o) o[j] += t * q[i];
+        }
+}
+
 const nx_kernel_table nx_kernels_ref = {
     .name = "ref",
     .matmul_rows = ref_matmul_rows,
@@ -136,4 +156,5 @@ const nx_kernel_table nx_kernels_ref = {
     .rmsnorm_f32 = ref_rmsnorm_f32,
     .argmax_f32 = ref_argmax_f32,
     .exp_weights = ref_exp_weights,
+    .delta_rule_f32 = ref_delta_rule_f32,
 };

@@ -23,37 +23,6 @@
 
 /* ---------------------------------------------------------------- the delta rule */
 
-/* One row of the rule on one value head: S (k_dim x v_dim, row i for key dim i) read from src and
- * written to dst (the same buffer, or the checkpoint's pair), and, when o is set, o = Sᵀq. */
-static void dn_rule(const float *src, float *dst, int32_t dk, int32_t dv, const float *k, const float *v,
-                    float decay, float beta, const float *q, float *o) {
-    float kv[NX_ATTN_MAX_HD] = {0}, d[NX_ATTN_MAX_HD];
-    for (int32_t i = 0; i < dk; i++) {
-        const float *s = src + (size_t)i * dv;
-        float *t = dst + (size_t)i * dv;
-        for (int32_t j = 0; j < dv; j++) {
-            t[j] = s[j] * decay;
-            kv[j] += t[j] * k[i];
-        }
-    }
-    for (int32_t j = 0; j < dv; j++) d[j] = beta * (v[j] - kv[j]);
-    if (!o) {
-        for (int32_t i = 0; i < dk; i++) {
-            float *t = dst + (size_t)i * dv;
-            for (int32_t j = 0; j < dv; j++) t[j] += k[i] * d[j];
-        }
-        return;
-    }
-    memset(o, 0, sizeof(float) * (size_t)dv);
-    for (int32_t i = 0; i < dk; i++) {
-        float *t = dst + (size_t)i * dv;
-        for (int32_t j = 0; j < dv; j++) {
-            t[j] += k[i] * d[j];
-            o[j] += t[j] * q[i];
-        }
-    }
-}
-
 /* x ← x / sqrt(Σx² + 1e-6) · scale (transformers' l2norm, eps 1e-6). */
 static void l2norm(const float *x, float *out, int32_t n, float scale) {
     float ss = 0.0f;
@@ -133,7 +102,7 @@ static void dn_head(const dn_job *j, int32_t h) {
         const float decay = expf(d->neg_A[h] * softplus(c->dn_a[(size_t)t * nv + h] + d->dt_bias[h]));
         const float beta = sigmoid(c->dn_b[(size_t)t * nv + h]);
         float *o = c->dn_o + (size_t)t * vd + h * dv;
-        dn_rule(t <= j->split ? cur : nxt, t < j->split ? cur : nxt, dk, dv, k, v, decay, beta, q, o);
+        nx_delta_rule_f32(t <= j->split ? cur : nxt, t < j->split ? cur : nxt, dk, dv, k, v, decay, beta, q, o);
         if (t >= j->split) { /* what a replay of this row needs */
             const int32_t rr = t - j->split;
             if (h % r == 0) memcpy(s->rk + (size_t)rr * kd + kh * dk, k, sizeof(float) * (size_t)dk);
@@ -222,7 +191,7 @@ static void dn_replay(nx_ctx *c, int32_t n, bool to_mark) {
         if (keep == 0 && to_mark) memcpy(to, ck, sizeof(float) * hs * (size_t)nv);
         for (int32_t h = 0; h < nv; h++)
             for (int32_t t = 0; t < keep; t++)
-                dn_rule((t ? to : ck) + (size_t)h * hs, to + (size_t)h * hs, dk, dv, s->rk + (size_t)t * kd + (h / r) * dk,
+                nx_delta_rule_f32((t ? to : ck) + (size_t)h * hs, to + (size_t)h * hs, dk, dv, s->rk + (size_t)t * kd + (h / r) * dk,
                         s->rv + (size_t)t * vd + h * dv, s->rd[(size_t)t * nv + h], s->rb[(size_t)t * nv + h], NULL, NULL);
         memcpy(to_mark ? s->convm : s->conv, s->hist + (size_t)keep * C, sizeof(float) * (size_t)K1 * C);
     }

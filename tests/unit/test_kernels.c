@@ -452,6 +452,55 @@ static void test_rmsnorm(void **state) {
     use_isa(default_isa);
 }
 
+/* The gated delta rule: every ISA gives the bits of its definition (computed here, element by
+ * element: products rounded before each add, sums over the key dim in order), in place and into a
+ * second buffer alike, with and without the output; and the state and output are within 1e-5 of
+ * the rule in long double. Shapes around the vector width. */
+static void test_delta_rule(void **state) {
+    (void)state;
+    static const int64_t dks[] = {1, 3, 16, 24}, dvs[] = {1, 7, 16, 17, 32, 45};
+    for (int k = 0; k < n_isas; k++) {
+        assert_int_equal(use_isa(isas[k]), 0);
+        for (size_t a = 0; a < sizeof dks / sizeof *dks; a++)
+            for (size_t b = 0; b < sizeof dvs / sizeof *dvs; b++) {
+                const int64_t dk = dks[a], dv = dvs[b], n = dk * dv;
+                float *S = rnd_vec(n), *kk = rnd_vec(dk), *v = rnd_vec(dv), *q = rnd_vec(dk);
+                float *want = malloc(sizeof(float) * (size_t)n), *wo = calloc((size_t)dv, sizeof(float));
+                float *out = malloc(sizeof(float) * (size_t)(n + 1)), *o = malloc(sizeof(float) * (size_t)(dv + 1));
+                const float decay = 0.8125f, beta = 0.625f;
+                float kv[64] = {0}, d[64];
+                long double Se[24 * 45], ke[64] = {0}, oe[64] = {0};
+                for (int64_t i = 0; i < dk; i++)
+                    for (int64_t j = 0; j < dv; j++) {
+                        want[i * dv + j] = S[i * dv + j] * decay;
+                        kv[j] += want[i * dv + j] * kk[i];
+                        Se[i * dv + j] = (long double)S[i * dv + j] * decay;
+                        ke[j] += Se[i * dv + j] * kk[i];
+                    }
+                for (int64_t j = 0; j < dv; j++) d[j] = beta * (v[j] - kv[j]);
+                for (int64_t i = 0; i < dk; i++)
+                    for (int64_t j = 0; j < dv; j++) {
+                        want[i * dv + j] = want[i * dv + j] + kk[i] * d[j];
+                        wo[j] += want[i * dv + j] * q[i];
+                        Se[i * dv + j] += kk[i] * (long double)beta * ((long double)v[j] - ke[j]);
+                        oe[j] += Se[i * dv + j] * q[i];
+                    }
+                out[n] = o[dv] = 777.0f;
+                nx_delta_rule_f32(S, out, dk, dv, kk, v, decay, beta, q, o);
+                if (memcmp(out, want, sizeof(float) * (size_t)n) != 0 || memcmp(o, wo, sizeof(float) * (size_t)dv) != 0)
+                    fail_msg("%s: delta rule dk %lld dv %lld differs from its definition", isas[k], (long long)dk,
+                             (long long)dv);
+                assert_true(out[n] == 777.0f && o[dv] == 777.0f);
+                for (int64_t i = 0; i < n; i++) assert_true(fabsl(out[i] - Se[i]) <= 1e-5L);
+                for (int64_t j = 0; j < dv; j++) assert_true(fabsl(o[j] - oe[j]) <= 1e-5L * (1 + fabsl(oe[j])));
+                nx_delta_rule_f32(S, S, dk, dv, kk, v, decay, beta, NULL, NULL); /* in place, state only */
+                assert_memory_equal(S, want, sizeof(float) * (size_t)n);
+                free(S), free(kk), free(v), free(q), free(want), free(wo), free(out), free(o);
+            }
+    }
+    use_isa(default_isa);
+}
+
 /* Argmax: every ISA returns the reference's index and maximum and leaves the same array (NaN
  * turned to -inf), over lengths around the vector width, ties (the first wins), NaNs, -inf,
  * an all -inf row (index 0) and a long row. */
@@ -1189,6 +1238,7 @@ int main(void) {
         cmocka_unit_test(test_pack_reference_words),
         cmocka_unit_test(test_to_f32),
         cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_delta_rule),
         cmocka_unit_test(test_attn_helpers),
         cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_swiglu),
