@@ -489,7 +489,7 @@ static nx_status parse_mla(parser *p, const nx_family *fam, int64_t heads, nx_co
  * full-attention layer every full_attention_interval (the family's default) from the first. */
 static nx_status parse_layer_kinds(parser *p, const nx_family *fam, int64_t layers, nx_config *cfg) {
     int64_t every;
-    nx_status st = get_int(p, NAMES("full_attention_interval"), false, fam->hybrid.full_interval, 1, layers, &every);
+    nx_status st = get_int(p, NAMES("full_attention_interval"), false, fam->hybrid.full_interval, 1, INT32_MAX, &every);
     if (st) return st;
     if (!(cfg->linear = calloc((size_t)layers, sizeof *cfg->linear))) return nx_fail(p->err, NX_E_NOMEM, "out of memory");
     json_t *lt = json_object_get(p->root, "layer_types");
@@ -531,6 +531,11 @@ static nx_status parse_hybrid(parser *p, const nx_family *fam, int64_t layers, n
     if (nv % nk != 0)
         return nx_fail(p->err, NX_E_CONFIG, "%s: linear_num_value_heads %lld is not a multiple of linear_num_key_heads %lld",
                        p->name, (long long)nv, (long long)nk);
+    bool own_embed;
+    if ((st = get_bool(p, NAMES("mtp_use_dedicated_embeddings"), false, &own_embed))) return st;
+    if (own_embed)
+        return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: mtp_use_dedicated_embeddings true (an MTP head with its own "
+                       "embedding) is not supported", p->name);
     json_t *mo = json_object_get(p->root, "mlp_only_layers");
     if (step != 1 || (json_is_array(mo) && json_array_size(mo) > 0))
         return nx_fail(p->err, NX_E_UNSUPPORTED, "%s: dense layers (decoder_sparse_step %lld, mlp_only_layers) are not "
@@ -666,7 +671,7 @@ static nx_status parse_root(parser *p, nx_config *cfg) {
     if ((K->shared_dim && (st = get_int(p, K->shared_dim, false, sdim, 0, I32, &sdim))) ||
         (K->attn_gate && (st = get_bool(p, K->attn_gate, fam->def.attn_gate, &cfg->attn_gate))))
         return st;
-    if (nshared > 0 && sdim == 0)
+    if (nshared > 0 && any_moe && sdim == 0)
         return nx_fail(p->err, NX_E_CONFIG, "%s: field \"shared_expert_intermediate_size\" must be positive", p->name);
     cfg->shared_dim = (int32_t)sdim;
     if (cfg->attn_gate && heads * head_dim * 2 > I32)

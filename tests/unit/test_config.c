@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -424,6 +425,102 @@ static nx_status parse_dsv3(const char *k, const char *v, nx_config *c, nx_error
     return st;
 }
 
+
+/* Qwen3.6-35B-A3B's config.json (a vision-language wrapper; docs/design.md §12.4), its text_config
+ * cut to the keys the engine reads. */
+static const char *q36_config =
+    "{\"architectures\":[\"Qwen3_5MoeForConditionalGeneration\"],\"model_type\":\"qwen3_5_moe\","
+    "\"tie_word_embeddings\":false,\"vision_config\":{\"depth\":27,\"hidden_size\":1152},"
+    "\"text_config\":{\"model_type\":\"qwen3_5_moe_text\",\"attn_output_gate\":true,\"eos_token_id\":248046,"
+    "\"full_attention_interval\":4,\"head_dim\":256,\"hidden_act\":\"silu\",\"hidden_size\":2048,"
+    "\"linear_conv_kernel_dim\":4,\"linear_key_head_dim\":128,\"linear_num_key_heads\":16,"
+    "\"linear_num_value_heads\":32,\"linear_value_head_dim\":128,\"max_position_embeddings\":262144,"
+    "\"moe_intermediate_size\":512,\"mtp_num_hidden_layers\":1,\"mtp_use_dedicated_embeddings\":false,"
+    "\"num_attention_heads\":16,\"num_experts\":256,\"num_experts_per_tok\":8,\"num_hidden_layers\":40,"
+    "\"num_key_value_heads\":2,\"rms_norm_eps\":1e-06,\"shared_expert_intermediate_size\":512,"
+    "\"vocab_size\":248320,\"rope_parameters\":{\"mrope_interleaved\":true,\"mrope_section\":[11,11,10],"
+    "\"rope_type\":\"default\",\"rope_theta\":10000000,\"partial_rotary_factor\":0.25}}}";
+
+/* The Qwen3.6 config with the pairs of the JSON object `text` set in text_config and those of
+ * `top` in the wrapper (null values remove the key). */
+static nx_status parse_q36(const char *text, const char *top, nx_config *c, nx_error *e) {
+    json_t *root = json_loads(q36_config, 0, NULL);
+    const char *srcs[2] = {text, top};
+    json_t *dsts[2] = {json_object_get(root, "text_config"), root};
+    for (int i = 0; i < 2; i++) {
+        json_t *o = srcs[i] ? json_loads(srcs[i], 0, NULL) : NULL;
+        const char *k;
+        json_t *v;
+        json_object_foreach(o, k, v) {
+            if (json_is_null(v)) json_object_del(dsts[i], k);
+            else json_object_set(dsts[i], k, v);
+        }
+        json_decref(o);
+    }
+    char *j = json_dumps(root, 0);
+    const nx_status st = parse(j, c, e);
+    free(j);
+    json_decref(root);
+    return st;
+}
+
+/* Gated-DeltaNet hybrids: the wrapper's text_config read with the wrapper's keys on top, the layer
+ * kinds, DeltaNet shapes, rotary dims from rope_parameters, gated attention, the shared expert and
+ * softmax router; Qwen3-Next's flat keys; what the engine does not implement is named. */
+static void test_hybrid(void **state) {
+    (void)state;
+    nx_config c;
+    nx_error e;
+    assert_int_equal(parse_q36(NULL, "{\"quantization\":{\"group_size\":64,\"bits\":4}}", &c, &e), NX_OK);
+    assert_ptr_equal(c.family, &nx_family_qwen3_5_moe);
+    assert_int_equal(c.n_layers, 40);
+    assert_int_equal(c.n_linear, 30);
+    for (int l = 0; l < 40; l++) assert_int_equal(c.linear[l], (l + 1) % 4 != 0);
+    assert_true(c.dn.n_k_heads == 16 && c.dn.n_v_heads == 32 && c.dn.k_dim == 128 && c.dn.v_dim == 128);
+    assert_int_equal(c.dn.conv_k, 4);
+    assert_int_equal(c.rotary_dim, 64);
+    assert_true(c.attn_gate && c.qk_norm && c.route_norm);
+    assert_int_equal(c.router, NX_ROUTER_SOFTMAX);
+    assert_int_equal(c.shared_dim, 512);
+    assert_int_equal(c.first_k_dense, 0);
+    assert_int_equal(c.n_nextn_layers, 1);
+    assert_int_equal(c.quant_bits, 4); /* the wrapper's block */
+    assert_true(c.rope_theta == 1e7 && c.n_eos == 1 && c.eos_ids[0] == 248046);
+    nx_config_free(&c);
+    /* layer_types decides over the interval; the wrapper's keys win */
+    assert_int_equal(parse_q36("{\"num_hidden_layers\":3,\"layer_types\":[\"full_attention\",\"linear_attention\","
+                               "\"full_attention\"],\"partial_rotary_factor\":0.5}", "{\"eos_token_id\":7}", &c, &e),
+                     NX_OK);
+    assert_true(c.n_linear == 1 && !c.linear[0] && c.linear[1] && !c.linear[2]);
+    assert_true(c.rotary_dim == 128 && c.eos_ids[0] == 7);
+    nx_config_free(&c);
+    static const struct {
+        const char *text, *msg;
+        nx_status st;
+    } bad[] = {
+        {"{\"layer_types\":[\"linear_attention\"]}", "layer_types", NX_E_CONFIG},
+        {"{\"layer_types\":[\"sliding_attention\",\"x\",\"x\",\"x\"],\"num_hidden_layers\":4}", "layer_types", NX_E_CONFIG},
+        {"{\"linear_num_value_heads\":24,\"linear_num_key_heads\":7}", "linear_num_value_heads", NX_E_CONFIG},
+        {"{\"linear_key_head_dim\":null}", "linear_key_head_dim", NX_E_CONFIG},
+        {"{\"linear_value_head_dim\":4096}", "linear_value_head_dim", NX_E_CONFIG},
+        {"{\"linear_conv_kernel_dim\":1}", "linear_conv_kernel_dim", NX_E_CONFIG},
+        {"{\"mtp_use_dedicated_embeddings\":true}", "mtp_use_dedicated_embeddings", NX_E_UNSUPPORTED},
+        {"{\"mlp_only_layers\":[0]}", "mlp_only_layers", NX_E_UNSUPPORTED},
+        {"{\"shared_expert_intermediate_size\":0}", "shared_expert_intermediate_size", NX_E_CONFIG},
+        {"{\"rope_parameters\":{\"rope_type\":\"default\",\"partial_rotary_factor\":0.005}}", "rotated dims",
+         NX_E_CONFIG},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const nx_status st = parse_q36(bad[i].text, NULL, &c, &e);
+        if (st != bad[i].st || !strstr(e.msg, bad[i].msg))
+            fail_msg("hybrid config %s: status %d, message \"%s\" (want %d, \"%s\")", bad[i].text, st, e.msg,
+                     bad[i].st, bad[i].msg);
+        assert_null(c.linear); /* zeroed on failure */
+    }
+    assert_int_equal(parse_q36(NULL, "{\"text_config\":7}", &c, &e), NX_E_CONFIG);
+    assert_non_null(strstr(e.msg, "text_config"));
+}
+
 /* Latent attention: its shapes, the one-row cache, YaRN's parameters and the softmax scale with
  * mscale²; q_lora_rank null means a plain q_proj; what the engine does not implement is named. */
 static void test_mla(void **state) {
@@ -563,6 +660,7 @@ int main(void) {
         cmocka_unit_test(test_layer_types),   cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_missing_fields), cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_quantization),  cmocka_unit_test(test_load_file), cmocka_unit_test(test_mla),
+        cmocka_unit_test(test_hybrid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
