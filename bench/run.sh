@@ -11,6 +11,7 @@ BIGQ4=${NEXTN_BIG_Q4_MODEL:-/tmp/nextn-bench-big36-q4}
 HY3Q4=${NEXTN_HY3_Q4_MODEL:-/tmp/nextn-bench-hy3shape-q4}
 GLMQ4=${NEXTN_GLM_Q4_MODEL:-/tmp/nextn-bench-glmshape-q4}
 FLASHQ4=${NEXTN_FLASH_Q4_MODEL:-/tmp/nextn-bench-flashshape-q4}
+QWEN36Q4=${NEXTN_QWEN36_Q4_MODEL:-/tmp/nextn-bench-qwen36shape-q4}
 N=${NEXTN_BENCH_TOKENS:-96}
 
 echo "== memory read bandwidth"
@@ -210,4 +211,47 @@ for ctx in (64, 4096):
     print(f"context {ctx}: {float(v['tok_s']):.1f} tok/s, step {float(v['ar_step_us']):.0f} us of which attention "
           f"{float(v['attn_us']):.0f} us; latent cache attended per step {lat:.1f} MiB ({info['kv_type']}), "
           f"full keys and values would be {full:.1f} MiB")
+PY
+
+# A 4-bit qwen3_5_moe model with Qwen3.6-35B-A3B's layer shapes (hidden 2048; Gated DeltaNet
+# layers of 16 key / 32 value heads of 128, one full-attention layer in 4 with 16 query / 2 kv
+# heads of 256 and an output gate; 256 experts of 512 top-8 + a gated shared expert of 512), cut
+# to 4 layers (3 DeltaNet + 1 full, as the real model's 40 repeat them) and a 32000-token
+# vocabulary, MTP head in an MLX sidecar: 2.4 GB, written 4-bit g64 directly (~2 min of CPU, 4.6 GB
+# of memory, once).
+# A step reads 8 of 256 experts, so the attention and DeltaNet projections weigh more of it than
+# in the GLM-shaped model; a verify pass also keeps the DeltaNet states it may roll back to.
+if [ ! -f "$QWEN36Q4/config.json" ]; then
+    echo "== generating the 4-bit Qwen3.6-shaped model in $QWEN36Q4"
+    /usr/bin/python3 tests/ref/make_random_qwen35.py --family qwen3_5_moe --preset bench --layout mlx \
+        --mtp sidecar --quant 4:64 --seed 51 --out "$QWEN36Q4"
+fi
+drop_from_cache "$QWEN36Q4"
+$NEXTN inspect -m "$QWEN36Q4" | grep -E "weights|shape|attention|router|parameters|kv cache"
+echo "== 4-bit Qwen3.6-shaped model: AR decode against the bandwidth"
+decode_vs_bw "4-bit Qwen3.6-shaped" "$QWEN36Q4"
+echo "== 4-bit Qwen3.6-shaped model: AR vs MTP with synthetic acceptance 0.8"
+$NEXTN bench -m "$QWEN36Q4" -n 48 --modes ar,1,2 --synthetic-accept 0.8 --repeat 3
+
+# Decode at 4k tokens of context: only the full-attention layers read a cache that grows with
+# the context; the DeltaNet layers read their fixed recurrent state at any length (sizes as
+# `nextn inspect` reports them). The same prompt at 64 tokens for comparison.
+echo "== 4-bit Qwen3.6-shaped model: decode after 64 and 4096 tokens of context"
+/usr/bin/python3 - "$QWEN36Q4" <<'PY'
+import json, subprocess, sys
+m = sys.argv[1]
+info = json.loads(subprocess.run(["build/nextn", "inspect", "-m", m, "--json"], capture_output=True, text=True,
+                                 check=True).stdout)
+full, linear = info["layer_types"]["full_attention"], info["layer_types"]["linear_attention"]
+kv_trunk = info["kv_bytes_per_token"] * full / (full + 1)  # the MTP layer's share aside
+for ctx in (64, 4096):
+    ids = ",".join(str(1 + i % 31000) for i in range(ctx))
+    out = subprocess.run(["build/nextn", "bench", "-m", m, "--prompt-tokens", ids, "-n", "32", "--modes", "ar"],
+                         capture_output=True, text=True, check=True).stdout
+    v = dict(kv.split("=", 1) for line in out.splitlines() if line.startswith("mode=ar") for kv in line.split()
+             if "=" in kv)
+    print(f"context {ctx}: {float(v['tok_s']):.1f} tok/s, step {float(v['ar_step_us']):.0f} us of which attention "
+          f"and DeltaNet {float(v['attn_us']):.0f} us; attention cache read per step {kv_trunk * ctx / 2**20:.1f} MiB "
+          f"({info['kv_type']}) in {full} layer(s), recurrent state {info['linear_state_bytes'] / 2**20:.1f} MiB in "
+          f"{linear} DeltaNet layer(s) at any context")
 PY
