@@ -25,8 +25,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "server"))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "server"))
 from serverlib import MODEL, ROOT, Server, curl, skip_all_unless_ready  # noqa: E402
 from tap import NEXTN, Tap  # noqa: E402
 
