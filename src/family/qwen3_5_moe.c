@@ -50,8 +50,8 @@ const nx_family nx_family_qwen3_5_moe = {
         .shared_gate = "mlp.shared_expert_gate",
         .mlx_renames = K(NULL),
         .mlx_router = "mlp.gate",
-        .mtp_out_head = NULL,
-        .mtp_out_block = NULL,
+        .mtp_out_head = "mtp.", /* transformers' names (mlx-lm drops the head) */
+        .mtp_out_block = "mtp.layers.0.",
         .router_bits = 8, /* mlx-lm's quant_predicate: the routers at 8 bits, group 64 */
     },
     .hybrid = {.on = true, .full_interval = 4, .norm_plus1 = true},

@@ -46,8 +46,8 @@ const nx_family nx_family_qwen3_next = {
         .shared_gate = "mlp.shared_expert_gate",
         .mlx_renames = K(NULL),
         .mlx_router = "mlp.gate",
-        .mtp_out_head = NULL,
-        .mtp_out_block = NULL,
+        .mtp_out_head = "mtp.", /* transformers' names (mlx-lm drops the head) */
+        .mtp_out_block = "mtp.layers.0.",
         .router_bits = 8,
     },
     .hybrid = {.on = true, .full_interval = 4, .norm_plus1 = true},

@@ -46,7 +46,7 @@ static bool is_float(nx_dtype t) { return t == NX_DTYPE_F32 || t == NX_DTYPE_F16
 
 /* ================================================================ names (docs/design.md §4) */
 
-enum { MAP_KEEP, MAP_DROP_SHARED, MAP_DROP_EXTRA, MAP_TOO_LONG };
+enum { MAP_KEEP, MAP_DROP_SHARED, MAP_DROP_EXTRA, MAP_DROP_VISION, MAP_TOO_LONG };
 
 /* Renames inside one decoder layer (relative name) to the family's MLX form (its mlx-lm
  * file's post-sanitize names); a per-expert tensor becomes its stacked switch_mlp name with
@@ -73,16 +73,28 @@ static void rename_in_layer(const nx_family *fam, const char *rest, char *out, s
     }
 }
 
+/* Whether r (relative to the head prefix) starts with module name m ("m." follows). */
+static bool has_module(const char *r, const char *m) { return m && starts(r, m) && r[strlen(m)] == '.'; }
+
 /* Whether head-relative name r is a part of the head proper (not of its decoder layer): the
  * input norms and projection, the family's final norm, and its own embedding and output head
  * where the family uses them. */
 static bool is_head_part(const nx_family *fam, const char *r) {
-    static const char *const head[] = {"enorm.", "hnorm.", "eh_proj."};
+    const nx_family_names *fn = &fam->names;
+    static const char *const head[] = {"enorm", "hnorm", "eh_proj"};
     for (size_t i = 0; i < sizeof head / sizeof *head; i++)
-        if (starts(r, head[i])) return true;
-    for (nx_keys n = fam->names.mtp_norm; *n; n++)
-        if (starts(r, *n) && r[strlen(*n)] == '.') return true;
+        if (has_module(r, head[i])) return true;
+    if (has_module(r, fn->mtp_fc) || has_module(r, fn->mtp_enorm) || has_module(r, fn->mtp_hnorm)) return true;
+    for (nx_keys n = fn->mtp_norm; *n; n++)
+        if (has_module(r, *n)) return true;
     return fam->mtp.own_embed_head && (starts(r, "embed_tokens.") || starts(r, "shared_head.head."));
+}
+
+/* Whether module path is the head's input projection (eh_proj, or the family's name for it). */
+static bool is_mtp_fc(const nx_family *fam, const char *path) {
+    const char *fc = fam->names.mtp_fc ? fam->names.mtp_fc : "eh_proj";
+    size_t pl = strlen(path), fl = strlen(fc);
+    return pl > fl && path[pl - fl - 1] == '.' && ends(path, fc);
 }
 
 /* A family's output prefix for the MTP head: the literal, or model.layers.N. when NULL. */
@@ -93,9 +105,9 @@ static void mtp_prefix(const char *lit, int32_t n_layers, char *out, size_t cap)
         snprintf(out, cap, "model.layers.%d.", (int)n_layers);
 }
 
-/* The output name of source tensor `name` (any known layout) for a model of n_layers trunk
- * layers; *mtp tells whether it belongs to the head. */
-static int map_name(const nx_family *fam, const char *name, int32_t n_layers, char *out, size_t cap, int64_t *expert, bool *mtp) {
+/* map_name on the flat names (model.*, lm_head.*, mtp.*). */
+static int map_flat(const nx_family *fam, const char *name, int32_t n_layers, char *out, size_t cap, int64_t *expert,
+                    bool *mtp) {
     char lay[NAME_CAP];
     const char *rest = NULL;  /* head-relative name */
     const char *block = NULL; /* decoder-layer-relative name inside the head */
@@ -120,6 +132,14 @@ static int map_name(const nx_family *fam, const char *name, int32_t n_layers, ch
         if (starts(rest, "0.")) rest += 2;
         if (starts(rest, "block.")) block = rest + 6;
         else if (starts(rest, "layer.")) block = rest + 6;
+        else if (starts(rest, "layers.")) { /* transformers' mtp.layers.K. (Qwen3.5, Qwen3-Next) */
+            char *end;
+            long long K = strtoll(rest + 7, &end, 10);
+            if (end != rest + 7 && *end == '.') {
+                if (K > 0) return MAP_DROP_EXTRA;
+                block = end + 1;
+            }
+        }
     }
     if (!*mtp) {
         int n = snprintf(out, cap, "%s", name);
@@ -142,6 +162,41 @@ static int map_name(const nx_family *fam, const char *name, int32_t n_layers, ch
     return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
 }
 
+/* A vision-language wrapper (a family with text_config: Qwen3.5's) keeps its language model under
+ * model.language_model. (transformers) or language_model.model. (mlx-lm), lm_head at the top or
+ * under language_model., and a vision tower the engine does not run. Names are mapped in the
+ * flat form and the trunk's are wrapped again as mlx-lm's sanitize() writes them
+ * (language_model.model.*, language_model.lm_head); the head keeps mtp.*, where the loader and
+ * the reference look for a sidecar. */
+static const char *const WRAPPED[][2] = {{"model.language_model.", "model."},
+                                         {"language_model.model.", "model."},
+                                         {"language_model.mtp.", "mtp."},
+                                         {"language_model.", ""}};
+
+/* The output name of source tensor `name` (any known layout) for a model of n_layers trunk
+ * layers; *mtp tells whether it belongs to the head. */
+static int map_name(const nx_family *fam, const char *name, int32_t n_layers, char *out, size_t cap, int64_t *expert,
+                    bool *mtp) {
+    if (!fam->text_config) return map_flat(fam, name, n_layers, out, cap, expert, mtp);
+    *mtp = false;
+    *expert = -1;
+    if (starts(name, "model.visual.") || starts(name, "vision_tower.")) return MAP_DROP_VISION;
+    char flat[NAME_CAP], o[NAME_CAP];
+    const char *f = name;
+    for (size_t i = 0; i < sizeof WRAPPED / sizeof *WRAPPED && f == name; i++)
+        if (starts(name, WRAPPED[i][0])) {
+            int n = snprintf(flat, sizeof flat, "%s%s", WRAPPED[i][1], name + strlen(WRAPPED[i][0]));
+            if (n < 0 || (size_t)n >= sizeof flat) return MAP_TOO_LONG;
+            f = flat;
+        }
+    int r = map_flat(fam, f, n_layers, o, sizeof o, expert, mtp);
+    if (r != MAP_KEEP) return r;
+    int n = *mtp                   ? snprintf(out, cap, "%s", o)
+            : starts(o, "model.") ? snprintf(out, cap, "language_model.model.%s", o + 6)
+                                   : snprintf(out, cap, "language_model.%s", o);
+    return n < 0 || (size_t)n >= cap ? MAP_TOO_LONG : MAP_KEEP;
+}
+
 /* ================================================================ the plan */
 
 typedef struct part {
@@ -158,7 +213,9 @@ typedef struct item {
     part *parts;
     int64_t n_parts;
     const char *src_name; /* a source tensor name, for messages */
-    int derive;        /* DERIVE_*: a matrix made of rows of the source's head blocks */
+    int derive;        /* DERIVE_*: a matrix made of rows of the source's head or expert blocks */
+    bool conv;         /* a DeltaNet conv1d weight: [C, 1, K] is written as [C, K, 1] */
+    bool plus1;        /* a zero-centred norm stored as w, written as 1 + w */
     /* geometry */
     int64_t per_part, mats, out, in;
     /* matrix m of a part reads the source rows m·blk_stride + blk_off onwards: `out` of them
@@ -248,16 +305,30 @@ static nx_status plan_get(plan *p, const char *path, item **out, nx_error *err) 
 
 enum { WANT_ALL, WANT_TRUNK, WANT_MTP };
 
-/* Multi-head latent attention's kv_b_proj ([n_heads·(qk_nope + v_head_dim), kv_lora_rank]) is
- * written as mlx-lm's sanitize() splits it: per head the key rows transposed (embed_q,
- * [n_heads, kv_lora_rank, qk_nope]) and the value rows (unembed_out, [n_heads, v_head_dim,
- * kv_lora_rank]); both are items reading the one source tensor. */
-enum { DERIVE_NONE, DERIVE_ROWS, DERIVE_KT };
-#define MLA_KVB ".self_attn.kv_b_proj"
+/* Source tensors written as mlx-lm's sanitize() splits them, as two items reading the one tensor:
+ * - multi-head latent attention's kv_b_proj ([n_heads·(qk_nope + v_head_dim), kv_lora_rank]): per
+ *   head the key rows transposed (embed_q, [n_heads, kv_lora_rank, qk_nope]) and the value rows
+ *   (unembed_out, [n_heads, v_head_dim, kv_lora_rank]);
+ * - transformers' fused experts (Qwen3.5's trunk), mlp.experts.gate_up_proj [E, 2F, H] with each
+ *   expert's gate rows before its up rows: switch_mlp's gate_proj and up_proj [E, F, H]. */
+enum { DERIVE_NONE, DERIVE_ROWS, DERIVE_KT, DERIVE_GATE, DERIVE_UP };
+/* transformers' fused expert tensors (Qwen3_5MoeExperts' parameters, no ".weight" suffix) after
+ * rename_in_layer */
+#define FUSED_GATE_UP ".mlp.switch_mlp.gate_up_proj"
+#define FUSED_DOWN ".mlp.switch_mlp.down_proj"
 static const struct {
-    const char *name;
-    int derive;
-} MLA_SPLIT[] = {{".self_attn.embed_q", DERIVE_KT}, {".self_attn.unembed_out", DERIVE_ROWS}};
+    const char *src;
+    bool mla; /* only in a latent-attention family */
+    const char *out[2];
+    int derive[2];
+} SPLITS[] = {
+    {".self_attn.kv_b_proj", true, {".self_attn.embed_q", ".self_attn.unembed_out"}, {DERIVE_KT, DERIVE_ROWS}},
+    {FUSED_GATE_UP, false, {".mlp.switch_mlp.gate_proj", ".mlp.switch_mlp.up_proj"}, {DERIVE_GATE, DERIVE_UP}},
+};
+#define N_SPLITS (sizeof SPLITS / sizeof *SPLITS)
+
+/* Whether an item reads a source tensor another item of its split has counted already. */
+static bool derive_rereads(int d) { return d == DERIVE_KT || d == DERIVE_UP; }
 
 /* Adds source tensor t as role (0 weight, 1 scales, 2 biases, 3 FP8 block scales) of expert e
  * (-1: none) of the item at `name`. */
@@ -294,7 +365,7 @@ static nx_status plan_add(plan *p, const char *name, const nx_tensor *t, int rol
 static nx_status plan_collect(plan *p, const nx_family *fam, const nx_store *st, int32_t n_layers, int want, const nx_convert_hooks *h,
                               nx_error *err) {
     char name[NAME_CAP];
-    int dropped_shared = 0;
+    int dropped_shared = 0, dropped_vision = 0;
     for (size_t i = 0; i < nx_store_count(st); i++) {
         const nx_tensor *t = nx_store_tensor(st, i);
         int64_t e;
@@ -302,7 +373,13 @@ static nx_status plan_collect(plan *p, const nx_family *fam, const nx_store *st,
         int r = map_name(fam, t->name, n_layers, name, sizeof name, &e, &mtp);
         if (r == MAP_TOO_LONG) return nx_fail(err, NX_E_FORMAT, "tensor %.200s...: name too long", t->name);
         if (r == MAP_DROP_EXTRA) {
-            note(h, "skipping %s: only the first MTP layer (model.layers.%d) is kept", t->name, n_layers);
+            note(h, "skipping %s: only the first MTP layer is kept", t->name);
+            continue;
+        }
+        if (r == MAP_DROP_VISION) {
+            if (!dropped_vision++)
+                note(h, "skipping %s (and the rest of the vision tower): the language model is converted, as "
+                        "mlx-lm does", t->name);
             continue;
         }
         if ((want == WANT_TRUNK && mtp) || (want == WANT_MTP && !mtp)) continue;
@@ -320,15 +397,18 @@ static nx_status plan_collect(plan *p, const nx_family *fam, const nx_store *st,
         else if (ends(name, ".scales")) name[len - 7] = 0, role = 1;
         else if (ends(name, ".biases")) name[len - 7] = 0, role = 2;
         else suffix = false;
+        if (!suffix && (ends(name, FUSED_GATE_UP) || ends(name, FUSED_DOWN))) suffix = true;
         nx_status s;
-        size_t nl = strlen(name);
-        if (fam->attention == NX_ATTN_MLA && ends(name, MLA_KVB)) {
-            for (size_t k = 0; k < sizeof MLA_SPLIT / sizeof *MLA_SPLIT; k++) {
-                if (nl - strlen(MLA_KVB) + strlen(MLA_SPLIT[k].name) >= sizeof name)
-                    return nx_fail(err, NX_E_FORMAT, "tensor %.200s...: name too long", t->name);
+        size_t nl = strlen(name), k = 0;
+        while (k < N_SPLITS && !(ends(name, SPLITS[k].src) && (!SPLITS[k].mla || fam->attention == NX_ATTN_MLA))) k++;
+        if (k < N_SPLITS) {
+            const size_t sl = strlen(SPLITS[k].src);
+            for (int j = 0; j < 2; j++) {
                 char dn[NAME_CAP];
-                snprintf(dn, sizeof dn, "%.*s%s", (int)(nl - strlen(MLA_KVB)), name, MLA_SPLIT[k].name);
-                if ((s = plan_add(p, dn, t, role, e, suffix, mtp, MLA_SPLIT[k].derive, err))) return s;
+                int n = snprintf(dn, sizeof dn, "%.*s%s", (int)(nl - sl), name, SPLITS[k].out[j]);
+                if (n < 0 || (size_t)n >= sizeof dn)
+                    return nx_fail(err, NX_E_FORMAT, "tensor %.200s...: name too long", t->name);
+                if ((s = plan_add(p, dn, t, role, e, suffix, mtp, SPLITS[k].derive[j], err))) return s;
             }
             continue;
         }
@@ -367,8 +447,22 @@ static nx_status source_quant(const item *it, const nx_config *cfg, int64_t pack
                    n ? "; several widths fit and config.json does not say" : "; no supported width fits");
 }
 
-/* The geometry of one half of an MLA kv_b_proj (see MLA_SPLIT) from the source's. */
+/* The geometry of gate_proj or up_proj from fused gate_up_proj experts (see SPLITS). */
+static nx_status fused_derive(item *it, const nx_config *cfg, nx_error *err) {
+    const int64_t F = cfg->expert_dim;
+    if (!it->stacked || it->experts || it->out != 2 * F || it->in != cfg->hidden_size)
+        return nx_fail(err, NX_E_FORMAT, "tensor %s: expected [experts, 2 x moe_intermediate_size %lld, hidden_size "
+                                         "%lld] (each expert's gate rows, then its up rows)", it->parts[0].w->name,
+                       (long long)(2 * F), (long long)cfg->hidden_size);
+    it->blk_stride = 2 * F;
+    it->blk_off = it->derive == DERIVE_UP ? F : 0;
+    it->out = F;
+    return NX_OK;
+}
+
+/* The geometry of one half of an MLA kv_b_proj or of fused experts (see SPLITS) from the source's. */
 static nx_status item_derive(item *it, const nx_config *cfg, nx_error *err) {
+    if (it->derive == DERIVE_GATE || it->derive == DERIVE_UP) return fused_derive(it, cfg, err);
     const int64_t nh = cfg->n_heads, nope = cfg->mla.qk_nope, v = cfg->mla.v_head_dim, r = cfg->mla.kv_lora_rank;
     const char *w = it->parts[0].w->name;
     if (it->stacked)
@@ -452,13 +546,18 @@ static nx_status item_resolve(item *it, const nx_config *cfg, const int fp8_bloc
     const part *p0 = &it->parts[0];
     const nx_tensor *w = p0->w;
     bool quant = p0->s != NULL, fp8 = w->dtype == NX_DTYPE_F8_E4M3;
-    it->linear = quant || ((is_float(w->dtype) || fp8) && w->n_dims >= 2 && it->suffix);
+    /* a DeltaNet's depthwise conv1d is no Linear: mlx-lm leaves it float */
+    it->conv = !quant && it->suffix && ends(it->path, ".linear_attn.conv1d");
+    if (it->conv && (w->n_dims != 3 || (w->shape[1] != 1 && w->shape[2] != 1) || !is_float(w->dtype)))
+        return nx_fail(err, NX_E_FORMAT, "tensor %s: expected a float [channels, 1, kernel] or [channels, kernel, 1] "
+                                         "convolution weight", w->name);
+    it->linear = quant || ((is_float(w->dtype) || fp8) && w->n_dims >= 2 && it->suffix && !it->conv);
     if (fp8 && (!it->linear || quant))
         return nx_fail(err, NX_E_FORMAT, "tensor %s: F8_E4M3 tensor that is not a linear weight", w->name);
     if (!it->linear) {
         if (it->experts || it->derive)
             return nx_fail(err, NX_E_FORMAT, "tensor %s: %s is not a matrix", w->name,
-                           it->experts ? "per-expert tensor" : "kv_b_proj");
+                           it->experts ? "per-expert tensor" : it->derive >= DERIVE_GATE ? "gate_up_proj" : "kv_b_proj");
         if (w->dtype == NX_DTYPE_U32 && w->n_dims >= 2)
             return nx_fail(err, NX_E_FORMAT, "tensor %s: U32 (quantized) weight without %s.scales", w->name, it->path);
         it->bytes = w->nbytes;
@@ -517,6 +616,42 @@ static nx_status item_resolve(item *it, const nx_config *cfg, const int fp8_bloc
     return it->derive ? item_derive(it, cfg, err) : NX_OK;
 }
 
+/* Whether an item is a zero-centred RMSNorm weight of a hybrid family: every norm (input_layernorm,
+ * post_attention_layernorm, q_norm, k_norm, the final norm, the head's) but the DeltaNet's own
+ * gated norm, which scales by a plain w. */
+static bool is_zc_norm(const item *it) {
+    const nx_tensor *w = it->parts[0].w;
+    if (it->linear || !it->suffix || w->n_dims != 1 || !is_float(w->dtype)) return false;
+    const char *last = strrchr(it->path, '.');
+    return strstr(last ? last + 1 : it->path, "norm") && !ends(it->path, ".linear_attn.norm");
+}
+
+/* A hybrid family's zero-centred norms are stored as w in the HF layout and as 1 + w in mlx-lm's,
+ * which the loader and the reference tell apart by the trunk's conv1d shape ([C, K, 1]: folded,
+ * mlx-lm's own test) and by a head's expert naming (stacked: folded). What is written has both
+ * marks of mlx-lm's form (conv1d [C, K, 1], switch_mlp experts), so the norms of a part whose
+ * source stores w get the +1. */
+static void mark_plus1(plan *p, const nx_family *fam) {
+    if (!fam->hybrid.norm_plus1) return;
+    bool conv_out = false, conv_folded = false, head_out = false, head_folded = false;
+    for (size_t i = 0; i < p->n; i++) {
+        const item *it = &p->it[i];
+        if (it->conv && !it->mtp) {
+            const nx_tensor *w = it->parts[0].w;
+            conv_out = true;
+            conv_folded |= w->shape[2] == 1 && w->shape[1] > 1;
+        }
+        if (it->mtp && ends(it->path, ".mlp.switch_mlp.gate_proj")) {
+            head_out = true;
+            head_folded |= !it->experts && !it->derive;
+        }
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        item *it = &p->it[i];
+        if (is_zc_norm(it)) it->plus1 = it->mtp ? head_out && !head_folded : conv_out && !conv_folded;
+    }
+}
+
 /* Output precision of a linear item: bits == 0 keeps it float in fd (NX_DTYPE_COUNT: the
  * source's float dtype). Sets copy when the stored bytes can be reused unchanged. */
 static void item_decide(item *it, int bits, int group, nx_dtype fd) {
@@ -535,11 +670,19 @@ static void item_decide(item *it, int bits, int group, nx_dtype fd) {
     }
 }
 
+/* Whether module path is module m of a layer (".m" ends it). */
+static bool is_layer_module(const char *path, const char *m) {
+    size_t pl = strlen(path), ml = m ? strlen(m) : 0;
+    return m && pl > ml && path[pl - ml - 1] == '.' && ends(path, m);
+}
+
 /* Whether module path is a router gate (as the family's MLX layout names it). */
-static bool is_router(const nx_family *fam, const char *path) {
-    const char *rt = fam->names.mlx_router;
-    size_t pl = strlen(path), rl = strlen(rt);
-    return pl > rl && path[pl - rl - 1] == '.' && ends(path, rt);
+static bool is_router(const nx_family *fam, const char *path) { return is_layer_module(path, fam->names.mlx_router); }
+
+/* Whether the family's mlx-lm recipe gives module path the router's precision: the router, and
+ * the shared expert's scalar gate where there is one (Qwen's quant_predicate: both at 8 bits). */
+static bool router_recipe(const nx_family *fam, const char *path) {
+    return is_router(fam, path) || is_layer_module(path, fam->names.shared_gate);
 }
 
 /* Applies the defaults (given), the router recipe and the user's rules, then the group check. */
@@ -547,7 +690,7 @@ static void item_choose(item *it, int bits, int group, const nx_family *recipe, 
                         const nx_convert_hooks *h) {
     nx_dtype fd = NX_DTYPE_COUNT;
     /* the family's mlx-lm recipe for the router: small, and it decides which experts run */
-    if (recipe && bits && is_router(recipe, it->path)) {
+    if (recipe && bits && router_recipe(recipe, it->path)) {
         bits = recipe->names.router_bits;
         group = 64;
     }
@@ -701,11 +844,32 @@ static void conv_worker(void *arg, int ith, int nth) {
     free(blk);
 }
 
+/* Writes 1 + w for a norm weight w (a float vector) in its dtype, as mlx-lm's sanitize() folds it. */
+static nx_status write_plus1(const nx_tensor *w, int fd, uint64_t off, const char *path, nx_error *err) {
+    const int64_t n = w->shape[0];
+    float *f = malloc((size_t)n * sizeof *f);
+    uint8_t *b = malloc(w->nbytes);
+    nx_status st = NX_OK;
+    if (!f || !b) {
+        st = nx_fail(err, NX_E_NOMEM, "out of memory converting %s", w->name);
+    } else {
+        nx_to_f32(w->dtype, w->data, f, n);
+        for (int64_t i = 0; i < n; i++) f[i] += 1.0f;
+        nx_store_floats(w->dtype, f, b, n);
+        st = pwrite_all(fd, b, w->nbytes, off, path, err);
+    }
+    free(f);
+    free(b);
+    return st;
+}
+
 /* Writes the data of one item at data offset `base` of the open file. */
 static nx_status item_write(const item *it, int fd, uint64_t base, const char *path, progress *pg, nx_error *err) {
     nx_status st = NX_OK;
     if (!it->linear) {
-        st = pwrite_all(fd, it->parts[0].w->data, it->parts[0].w->nbytes, base + it->off[0], path, err);
+        const nx_tensor *w = it->parts[0].w;
+        st = it->plus1 ? write_plus1(w, fd, base + it->off[0], path, err)
+                       : pwrite_all(fd, w->data, w->nbytes, base + it->off[0], path, err);
         if (!st) progress_add(pg, it->bytes);
         return st;
     }
@@ -802,6 +966,11 @@ static json_t *part_shape(const item *it, int k) {
         const nx_tensor *t = it->parts[0].w;
         json_t *sh = json_array();
         for (int d = 0; d < t->n_dims; d++) json_array_append_new(sh, json_integer(t->shape[d]));
+        /* conv1d [C, 1, K] → [C, K, 1] (mlx-lm's moveaxis): the same bytes, one axis is 1 */
+        if (it->conv && t->shape[1] == 1) {
+            json_array_set_new(sh, 1, json_integer(t->shape[2]));
+            json_array_set_new(sh, 2, json_integer(1));
+        }
         return sh;
     }
     if (!it->bits) return shape_json(it, it->in);
@@ -1002,6 +1171,21 @@ static void quant_set(json_t *cfg, json_t *q) {
     json_object_set_new(cfg, "quantization_config", json_deep_copy(q));
 }
 
+/* The object of config.json holding the language model's keys: a wrapper's text_config, else the root. */
+static json_t *lm_config(json_t *root, const nx_family *fam) {
+    json_t *tc = fam->text_config ? json_object_get(root, fam->text_config) : NULL;
+    return json_is_object(tc) ? tc : root;
+}
+
+/* The config key declaring the MTP layers (num_nextn_predict_layers, Qwen3.5's mtp_num_hidden_layers). */
+static const char *nextn_key(const nx_family *fam) {
+    return fam->keys.n_nextn && fam->keys.n_nextn[0] ? fam->keys.n_nextn[0] : "num_nextn_predict_layers";
+}
+
+static void set_nextn(json_t *root, const nx_family *fam, int n) {
+    json_object_set_new(lm_config(root, fam), nextn_key(fam), json_integer(n));
+}
+
 static void stats_fill(nx_convert_stats *s, const plan *p, const nx_family *fam) {
     for (size_t i = 0; i < p->n; i++) {
         const item *it = &p->it[i];
@@ -1012,8 +1196,8 @@ static void stats_fill(nx_convert_stats *s, const plan *p, const nx_family *fam)
             if (it->bits) s->n_quantized++;
             else s->n_float++;
         }
-        /* the two halves of an MLA kv_b_proj read one source tensor: counted once */
-        for (int64_t k = 0; k < it->n_parts && it->derive != DERIVE_KT; k++) {
+        /* the two halves of a split read one source tensor: counted once */
+        for (int64_t k = 0; k < it->n_parts && !derive_rereads(it->derive); k++) {
             const part *pt = &it->parts[k];
             s->src_bytes += pt->w->nbytes + (pt->s ? pt->s->nbytes + pt->b->nbytes : 0);
             s->src_bytes += pt->si ? pt->si->nbytes : 0;
@@ -1128,7 +1312,7 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
         item *it = &p.it[i];
         if ((s = item_resolve(it, &cfg, fp8_block, err))) goto fail;
         if (it->mtp) {
-            int b = o->mtp_bits ? o->mtp_bits : ends(it->path, ".eh_proj") ? 0 : 8;
+            int b = o->mtp_bits ? o->mtp_bits : is_mtp_fc(cfg.family, it->path) ? 0 : 8;
             item_choose(it, b, mgroup, cfg.family, o->rules, o->n_rules, &o->hooks);
             it->file = 1 << 30;
             any_mtp = true;
@@ -1143,6 +1327,7 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
         }
         total += it->bytes;
     }
+    mark_plus1(&p, cfg.family);
     if ((s = prepare_dir(dst, o->force, err))) goto fail;
     pool = nx_pool_new(0);
     progress pg = {.h = &o->hooks, .total = total, .pool = pool};
@@ -1166,7 +1351,7 @@ nx_status nx_convert(const char *src, const char *dst, const nx_convert_opts *o,
         quant_overrides(q, &p, gbits, ggroup, false);
         quant_set(cj, q);
     }
-    if (!any_mtp) json_object_set_new(cj, "num_nextn_predict_layers", json_integer(0));
+    if (!any_mtp) set_nextn(cj, cfg.family, 0);
     idx = json_pack("{s{sIss}sO}", "metadata", "total_size", (json_int_t)total, "format", "mlx", "weight_map", wm);
     if ((s = json_write(idx, dst, INDEX, err)) || (s = json_write(cj, dst, "config.json", err))) goto fail;
     for (int f = 0; f < n_trunk; f++) {
@@ -1220,6 +1405,7 @@ static nx_status graft_compatible(const nx_config *b, const nx_config *h, const 
         {"head_dim", offsetof(nx_config, head_dim)},
         {"expert_hidden_dim", offsetof(nx_config, expert_dim)},
         {"num_shared_experts", offsetof(nx_config, n_shared_experts)},
+        {"shared_expert_intermediate_size", offsetof(nx_config, shared_dim)},
         {"rotary dims (partial_rotary_factor)", offsetof(nx_config, rotary_dim)},
         {"n_group", offsetof(nx_config, n_group)},
         {"topk_group", offsetof(nx_config, topk_group)},
@@ -1240,6 +1426,9 @@ static nx_status graft_compatible(const nx_config *b, const nx_config *h, const 
     if (b->qk_norm != h->qk_norm)
         return nx_fail(err, NX_E_ARG, "cannot graft: qk_norm differs (base %s: %s, head source %s: %s)", base,
                        b->qk_norm ? "true" : "false", head, h->qk_norm ? "true" : "false");
+    if (b->attn_gate != h->attn_gate)
+        return nx_fail(err, NX_E_ARG, "cannot graft: attn_output_gate differs (base %s: %s, head source %s: %s)", base,
+                       b->attn_gate ? "true" : "false", head, h->attn_gate ? "true" : "false");
     if (b->attn_bias != h->attn_bias)
         return nx_fail(err, NX_E_ARG, "cannot graft: attention_bias differs (base %s: %s, head source %s: %s)", base,
                        b->attn_bias ? "true" : "false", head, h->attn_bias ? "true" : "false");
@@ -1295,7 +1484,7 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
     for (size_t i = 0; i < hp.n; i++) {
         item *it = &hp.it[i];
         if ((s = item_resolve(it, &hc, fp8_block, err))) goto fail;
-        have_eh |= ends(it->path, ".eh_proj");
+        have_eh |= is_mtp_fc(hc.family, it->path);
         if (is_router(bc.family, it->path)) head_experts = (int32_t)it->out;
         nx_graft_mode mode = o->mode;
         if (mode == NX_GRAFT_AUTO) mode = bc.quant_bits ? NX_GRAFT_QUANT : NX_GRAFT_KEEP_DTYPE;
@@ -1305,14 +1494,16 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
             item_choose(it, o->bits, o->group, bc.family, o->rules, o->n_rules, &o->hooks);
         } else { /* automatic on a quantized base: the convert default for heads */
             int g = nx_quant_supported(8, bc.quant_group) ? bc.quant_group : 64;
-            item_choose(it, ends(it->path, ".eh_proj") ? 0 : 8, g, bc.family, o->rules, o->n_rules, &o->hooks);
+            item_choose(it, is_mtp_fc(bc.family, it->path) ? 0 : 8, g, bc.family, o->rules, o->n_rules, &o->hooks);
         }
         it->file = 0;
         head_bytes += it->bytes;
     }
+    mark_plus1(&hp, hc.family);
     if (!have_eh) {
-        s = nx_fail(err, NX_E_FORMAT, "%s has no MTP head (no model.layers.%d.eh_proj.weight or mtp.eh_proj.weight)",
-                    head_src, hc.n_layers);
+        const char *fc = hc.family->names.mtp_fc ? hc.family->names.mtp_fc : "eh_proj";
+        s = nx_fail(err, NX_E_FORMAT, "%s has no MTP head (no model.layers.%d.%s.weight or mtp.%s.weight)", head_src,
+                    hc.n_layers, fc, fc);
         goto fail;
     }
     if (head_experts && head_experts < bc.top_k) {
@@ -1426,9 +1617,8 @@ nx_status nx_graft(const char *base, const char *head_src, const nx_graft_opts *
     }
 
     /* config.json: a head, and the precision of its modules */
-    json_t *nn = json_object_get(bj, "num_nextn_predict_layers");
-    if (!json_is_integer(nn) || json_integer_value(nn) < 1)
-        json_object_set_new(bj, "num_nextn_predict_layers", json_integer(1));
+    json_t *nn = json_object_get(lm_config(bj, bc.family), nextn_key(bc.family));
+    if (!json_is_integer(nn) || json_integer_value(nn) < 1) set_nextn(bj, bc.family, 1);
     json_t *oq = json_object_get(bj, "quantization");
     if (!json_is_object(oq)) oq = json_object_get(bj, "quantization_config");
     int gbits = 0, ggroup = 0;
