@@ -376,13 +376,13 @@ static nx_status plan_collect(plan *p, const nx_family *fam, const nx_store *st,
             note(h, "skipping %s: only the first MTP layer is kept", t->name);
             continue;
         }
+        if ((want == WANT_TRUNK && mtp) || (want == WANT_MTP && !mtp)) continue;
         if (r == MAP_DROP_VISION) {
             if (!dropped_vision++)
                 note(h, "skipping %s (and the rest of the vision tower): the language model is converted, as "
                         "mlx-lm does", t->name);
             continue;
         }
-        if ((want == WANT_TRUNK && mtp) || (want == WANT_MTP && !mtp)) continue;
         if (r == MAP_DROP_SHARED) {
             if (!dropped_shared++)
                 note(h, "skipping %s (and any other copy of embed_tokens/shared_head in the head): the head uses "
