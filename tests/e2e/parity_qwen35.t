@@ -33,7 +33,7 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..")]  # tests/e2e/tap.py from here or from tests/e2e/pending
+sys.path.insert(0, HERE)
 from tap import PY, Tap, nextn, run  # noqa: E402
 
 t = Tap()
