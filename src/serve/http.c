@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -751,7 +752,8 @@ static enum MHD_Result handle_slots(nx_server *s, struct MHD_Connection *c, conn
 /* How the body is framed. libmicrohttpd takes the first of several Content-Length headers and
  * lets one stand beside Transfer-Encoding; a proxy in front may read the other, so such a
  * request is refused before its body is read: more than one Content-Length, Content-Length with
- * Transfer-Encoding, or a length that is not plain digits. NULL when the framing is sound. */
+ * Transfer-Encoding, or a length that is not plain digits (a length too large for the body
+ * limit is a 413, later). NULL when the framing is sound. */
 typedef struct framing {
     int n_len, n_te, n_type;
     bool bad_len;
@@ -763,7 +765,7 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
         f->n_len++;
         const size_t n = value ? strlen(value) : 0;
-        if (n == 0 || n > 15 || strspn(value, "0123456789") != n) f->bad_len = true;
+        if (n == 0 || strspn(value, "0123456789") != n) f->bad_len = true;
     } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
         f->n_te++;
     } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0) {
@@ -1000,6 +1002,109 @@ static enum MHD_Result on_head(nx_server *s, struct MHD_Connection *c, conn *cs,
     return MHD_YES;
 }
 
+/* ---------------------------------------------------------------- lengths libmicrohttpd refuses */
+
+/* libmicrohttpd 0.9.75 refuses a Content-Length that is not plain digits or passes 64 bits while
+ * it reads the head, before on_request sees the request, and its reply is malformed: it builds
+ * the reply's head, then goes on as if the request were sound and builds the head again (two
+ * status lines before one body; fixed in libmicrohttpd 1.0). The one callback on that path is its
+ * error log, called before the reply is built, on the connection's own thread (one thread per
+ * connection). So each thread remembers the connection whose head is being read, from its request
+ * line to on_request; when the log speaks while that head has such a length, the server answers
+ * the request itself and shuts the socket's sending side: libmicrohttpd's reply then fails to
+ * send, and it closes the connection. */
+static _Thread_local struct MHD_Connection *head_conn;
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)cls;
+    (void)uri;
+    head_conn = c;
+    return NULL; /* the request's con_cls, which on_request allocates */
+}
+
+/* True when libmicrohttpd refuses the head's Content-Length: it reads the first one, none beside
+ * Transfer-Encoding, and refuses anything but digits and values past 64 bits. */
+static bool length_refused_by_mhd(struct MHD_Connection *c) {
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!v || MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING)) return false;
+    const size_t n = strlen(v);
+    if (n == 0 || strspn(v, "0123456789") != n) return true;
+    uint64_t x = 0;
+    for (const char *p = v; *p; p++) {
+        const uint64_t d = (uint64_t)(*p - '0');
+        if (x > (UINT64_MAX - d) / 10) return true;
+        x = x * 10 + d;
+    }
+    return false;
+}
+
+/* Writes all of buf to the (non-blocking) socket within NX_RAW_SEND seconds; false if it cannot. */
+#define NX_RAW_SEND 2.0
+static bool send_all(int fd, const char *buf, size_t n) {
+    const double until = nx_now_s() + NX_RAW_SEND;
+    while (n > 0) {
+        const ssize_t k = send(fd, buf, n, MSG_NOSIGNAL);
+        if (k > 0) {
+            buf += k;
+            n -= (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        const double left = until - nx_now_s();
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || left <= 0) return false;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        poll(&p, 1, (int)(left * 1000) + 1);
+    }
+    return true;
+}
+
+/* The error response to the request on c, written to its socket by the server itself, after
+ * which the socket sends nothing more. */
+static void answer_and_shut(nx_server *s, struct MHD_Connection *c, const nx_oai_error *e) {
+    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    const int fd = conn_fd(c);
+    if (fd < 0) return;
+    char *body = nx_oai_error_json(e);
+    const time_t now = time(NULL);
+    struct tm tm = {0};
+    gmtime_r(&now, &tm);
+    const char *reason = MHD_get_reason_phrase_for((unsigned)e->http_status);
+    const size_t len = body ? strlen(body) : 0;
+    char head[256];
+    const int n = snprintf(head, sizeof head,
+                           "HTTP/1.1 %d %s\r\nDate: %s, %02d %s %04d %02d:%02d:%02d GMT\r\nConnection: close\r\n"
+                           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                           e->http_status, reason, days[tm.tm_wday % 7], tm.tm_mday, months[tm.tm_mon % 12],
+                           tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec, len);
+    if (body && n > 0 && (size_t)n < sizeof head && send_all(fd, head, (size_t)n)) send_all(fd, body, len);
+    free(body);
+    shutdown(fd, SHUT_WR);
+    nx_metrics_count_request(&s->metrics, "other", e->http_status);
+}
+
+/* libmicrohttpd's error log: nothing is printed; it is the moment to answer a head whose length
+ * libmicrohttpd refuses (above). */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)fmt;
+    (void)ap;
+    nx_server *s = cls;
+    struct MHD_Connection *c = head_conn;
+    if (!c || !length_refused_by_mhd(c)) return;
+    head_conn = NULL;
+    nx_oai_error e;
+    const char *bad = framing_problem(c);
+    if (bad) {
+        nx_oai_error_set(&e, 400, "invalid_request_error", NULL, "ambiguous_framing", "%s", bad);
+    } else {
+        nx_oai_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                         "The request's Content-Length passes 64 bits; the server's limit is %zu bytes.",
+                         s->o.max_body);
+    }
+    answer_and_shut(s, c, &e);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -1007,6 +1112,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     nx_server *s = cls;
     conn *cs = *con_cls;
     if (!cs) {
+        head_conn = NULL; /* libmicrohttpd took the head */
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
@@ -1250,7 +1356,9 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     s->max_conn = o->max_connections > 0 ? o->max_connections : o->queue + 64;
     const int per_ip = o->max_conns_per_ip > 0 ? o->max_conns_per_ip
                      : o->max_conns_per_ip == 0 ? (s->max_conn + 3) / 4 : 0; /* 0: MHD's "no limit" */
-    s->mhd = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+    s->mhd = MHD_start_daemon(flags | MHD_USE_ERROR_LOG, (uint16_t)o->port, NULL, NULL, on_request, s,
+                              MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+                              MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                               MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->max_conn + NX_RESERVE),
                               MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_ip,
