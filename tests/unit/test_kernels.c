@@ -585,7 +585,9 @@ static double x_half_step(const char *isa, const nx_linear *W) {
  * in [2^14, 2^15) on int16 (saturating), then Σ_g s_g·d_g·Σ q·x̂ + b_g·Σ x. A kernel that reads
  * the wrong weights or activations for a group misses this by far more than rounding; the
  * bound against the float reference (half a step per element) is too loose to see that. Also
- * returns Σ_g |s_g·d_g·Σ q·x̂| + |b_g·Σ x| per output in mag. */
+ * returns Σ_g |s_g·d_g|·Σ |q·x̂| + |b_g·Σ x| per output in mag: the size of the terms the
+ * kernel's float epilogue adds (per lane, then across lanes), which a dot product that happens
+ * to cancel does not show. */
 static void emulate_int(const tw *tw0, const float *x, int64_t ldx, int64_t T, int act, double *ye, double *mag) {
     const nx_linear *W = &tw0->L;
     const int64_t ng = W->in / W->group;
@@ -616,15 +618,15 @@ static void emulate_int(const tw *tw0, const float *x, int64_t ldx, int64_t T, i
                     inv = ldexpf(1.0f, k);
                     d = ldexpf(1.0f, -k);
                 }
-                double dot = 0;
+                double dot = 0, adot = 0;
                 for (int64_t i = 0; i < W->group; i++) {
                     float v = rintf(xg[i] * inv);
                     v = v > 32767.0f ? 32767.0f : v < -32768.0f ? -32768.0f : v;
                     dot += (double)tw0->q[o * W->in + g * W->group + i] * v;
+                    adot += fabs((double)tw0->q[o * W->in + g * W->group + i] * v);
                 }
-                const double term = (double)s[g] * d * dot;
-                y += term + (double)b[g] * X;
-                m += fabs(term) + fabs((double)b[g] * X);
+                y += (double)s[g] * d * dot + (double)b[g] * X;
+                m += fabs((double)s[g] * d) * adot + fabs((double)b[g] * X);
             }
             ye[t * W->out + o] = y;
             mag[t * W->out + o] = m;
