@@ -59,6 +59,7 @@ def patch(src):
     start = """    memset(&c->traffic, 0, sizeof c->traffic);
     const int32_t pos0 = c->n_past;"""
     end = """    c->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
+    if (c->sink.forward) c->sink.forward(c->sink.user, false, T, &c->traffic);
     return NX_OK;"""
     for piece in (anchor, start, end):
         if piece not in src:
@@ -71,6 +72,7 @@ def patch(src):
     const double xab_t0 = nx_now_s();
     const int32_t pos0 = c->n_past;""", 1)
     return src.replace(end, """    c->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
+    if (c->sink.forward) c->sink.forward(c->sink.user, false, T, &c->traffic);
     if (T == 1 && xab_n[nx_exp_flag] < XAB_MAX) {
         const int f = nx_exp_flag;
         const long k = xab_n[f]++;

@@ -196,9 +196,15 @@ static int q2_by256(int64_t in, int64_t group) {
     return in % 256 == 0 && (group == 64 || group == 128 || group % 256 == 0);
 }
 
+/* 4-bit weights of 64-element groups on rows of an odd number of groups (in % 128 == 64: the
+ * latent attention's 192-wide query absorption) go by 128-element blocks with one 64-element
+ * block at the row's end (q4_tail64), rather than on int16 at a third of the speed. */
+static int q4_tail64(int64_t in, int64_t group) { return group == 64 && in % 128 == 64; }
+
 /* With 8-bit activations (int8 bytes, vpdpbusd: 64 multiply-adds per instruction):
- * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128, where q4_by256 does not take
- *   them), elements 0,2,…,126 then 1,3,…,127 (low and high nibbles of 64 packed bytes);
+ * - XL8_EVENODD: 4-bit weights by 128-element blocks (q4_by128 or q4_tail64, where q4_by256
+ *   does not take them), elements 0,2,…,126 then 1,3,…,127 (low and high nibbles of 64 packed
+ *   bytes); a last block of 64 (q4_tail64) as elements 0,2,…,62 then 1,3,…,63;
  * - XL8_PARTS: 3-bit weights by blocks of 4 groups of 64 (q3_by256): vector j of the block
  *   holds elements 16j..16j+15 of each group, group q in bytes 16q.., in natural order;
  * - XL8_PARTS4: 4-bit weights by 256-element blocks of groups of 64 or 128 (q4_by256): group q
@@ -213,7 +219,7 @@ static int q2_by256(int64_t in, int64_t group) {
  * int8 would lose precision for no speed. */
 static int act8_takes(int bits, int64_t in, int64_t group) {
     if (bits == 3 || bits == 5 || bits == 6) return NX_VNNI_VBMI && group % 64 == 0;
-    return (bits == 4 && q4_by128(in, group)) || (bits == 2 && q2_by256(in, group));
+    return (bits == 4 && (q4_by128(in, group) || q4_tail64(in, group))) || (bits == 2 && q2_by256(in, group));
 }
 
 static int x_layout(int act, int bits, int64_t in, int64_t group) {
@@ -313,11 +319,19 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
     const int64_t blk = lay == XL8_STRIDE4 || lay == XL8_PARTS || lay == XL8_PARTS4 ? 256 : lay == XL_STRIDE4 || lay == XL8_EVENODD ? 128 : 64;
     for (int64_t b0 = 0; b0 < in; b0 += blk) {
         __m512i n[8];
-        for (int c = 0; c < (int)(blk / 32); c++)
+        /* every block has at least 64 elements; q4_tail64's last one has only those */
+        const int nc = (int)((in - b0 < blk ? in - b0 : blk) / 32);
+        n[0] = q32(x + b0, _mm512_set1_ps(inv[b0 / group]));
+        n[1] = q32(x + b0 + 32, _mm512_set1_ps(inv[(b0 + 32) / group]));
+        for (int c = 2; c < nc; c++)
             n[c] = q32(x + b0 + 32 * c, _mm512_set1_ps(inv[(b0 + 32 * c) / group]));
         int16_t *q = (int16_t *)xqv + b0;
         int8_t *q8 = (int8_t *)xqv + b0;
-        if (lay == XL8_PARTS4) { /* 64 elements p: evens and odds, in the halves of their group */
+        if (lay == XL8_EVENODD && nc == 2) { /* the evens, then the odds, of the last 64 */
+            const __m512i e = _mm512_loadu_si512(ev), o = _mm512_loadu_si512(od);
+            _mm256_storeu_si256((__m256i *)q8, _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[0], e, n[1])));
+            _mm256_storeu_si256((__m256i *)(q8 + 32), _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[0], o, n[1])));
+        } else if (lay == XL8_PARTS4) { /* 64 elements p: evens and odds, in the halves of their group */
             const __m512i e = _mm512_loadu_si512(ev), o = _mm512_loadu_si512(od);
             for (int p = 0; p < 4; p++) {
                 const __m256i E = _mm512_cvtepi16_epi8(_mm512_permutex2var_epi16(n[2 * p], e, n[2 * p + 1]));
@@ -583,6 +597,28 @@ AI void block_products(const int KIND, const int BITS, const int GPU, const int 
     }
 }
 
+/* The last block of a q4_tail64 row (K_A8, 4-bit, groups of 64): one group, its 32 packed
+ * bytes as one weight vector (the low nibbles, then the high ones) against the image's 64 bytes
+ * (the group's evens, then its odds), so every lane holds that group. */
+AI void tail_products(const int R, const int TT, const vargs *a, const qpf_stream *ps, const void *xq, int64_t ldq,
+                      int64_t e0, __m512i is[4][4]) {
+    size_t prs;
+    const uintptr_t pf = block_hint(a, ps, (size_t)e0 / 2, &prs);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m512i xv[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) xv[t] = _mm512_loadu_si512((const int8_t *)xq + t * ldq + e0);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        _mm_prefetch((const char *)(pf + (size_t)r * prs), QPF_HINT);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(a->w + (size_t)e0 / 2 + r * a->wstride));
+        const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
+                                             _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++) is[r][t] = _mm512_dpbusd_epi32(is[r][t], w, xv[t]);
+    }
+}
+
 /* Units taken row by row (mk_block): 4- and 2-bit weights on int8 by 256-element blocks, at 2
  * input rows. One row's sums are live at a time instead of the register block's, so the block's
  * input vectors stay in registers; at more rows, or for other kinds, the registers run out and
@@ -670,6 +706,13 @@ AI void mk_block(const int KIND, const int BITS, const int GPU, const int NB, co
             for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
                 for (int t = 0; t < TT; t++) is[r][t] = _mm512_setzero_si512();
+            /* a group left over at the row's end (q4_tail64: gn is odd only there, chunks of
+             * groups being multiples of SG) */
+            if (KIND == K_A8 && BITS == 4 && GPU == 2 && gi + 1 == gn) {
+                tail_products(R, TT, a, &ps, xq, ldq, (g0 + gi) * a->group, is);
+                scale_in(1, R, TT, is, sd, gi, lanes, acc);
+                continue;
+            }
             for (int64_t k = 0; k < nblk; k++)
                 block_products(KIND, BITS, GPU, R, TT, a, &ps, xq, ldq, (g0 + gi) * a->group + k * blk, is);
             scale_in(GPU, R, TT, is, sd, gi, lanes, acc);
@@ -893,13 +936,13 @@ typedef struct vnni_scratch {
 } vnni_scratch;
 _Static_assert(sizeof(vnni_scratch) <= NX_VNNI_SCRATCH_BYTES, "VNNI staging exceeds NX_VNNI_SCRATCH_BYTES");
 
-static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
-                            int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s) {
-    if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, next, s);
-    vnni_scratch *vs = (vnni_scratch *)(void *)s->vnni;
+/* The activation width W's calls take (kernels.h, Activation precision). */
+static int act_of(const nx_linear *W) { return !W->x16 && act8_takes(W->bits, W->in, W->group) ? 8 : 16; }
+
+/* A call's kernel arguments for W on act-bit activations, its rows ending at o1 (the prefetch
+ * window), then the rows next; the register blocks' rows and images are set per block. */
+static vargs vargs_of(const nx_linear *W, int act, int64_t o1, const nx_rows *next, nx_kscratch *s) {
     const int64_t in = W->in, ngroups = in / W->group;
-    const int act = !W->x16 && act8_takes(W->bits, in, W->group) ? 8 : 16;
-    kern_fn *const kern = (act == 8 ? kerns_a8 : kerns_a16)[W->bits];
     vargs a = {.wstride = (size_t)in * (size_t)W->bits / 8,
                .sstride = (size_t)ngroups * nx_dtype_size(W->sdtype),
                .sdt = W->sdtype,
@@ -944,6 +987,17 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
             }
         }
     }
+    return a;
+}
+
+static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
+                            int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s) {
+    if (!vnni_takes(W)) return nx_kernels_avx512.matmul_rows(W, x, ldx, T, y, ldy, o0, o1, next, s);
+    vnni_scratch *vs = (vnni_scratch *)(void *)s->vnni;
+    const int64_t in = W->in, ngroups = in / W->group;
+    const int act = act_of(W);
+    kern_fn *const kern = (act == 8 ? kerns_a8 : kerns_a16)[W->bits];
+    vargs a = vargs_of(W, act, o1, next, s);
     int16_t *xq = vs->xstage.xq;
     float *dg = vs->xstage.dg, *Xg = vs->xstage.Xg;
     /* input rows per chunk: as many images as the staging holds (an int8 image takes half the
@@ -1013,6 +1067,43 @@ static int vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int
     return 1;
 }
 
+/* nx_matmul_blocks on blocks that follow each other in W (short rows: a latent attention's
+ * per-head absorption and output, 55-74 KB a head): every block's input rows quantized first,
+ * then each block's rows as consecutive register blocks of R rows, which for such rows are one
+ * run of memory, so the linear prefetch sweep runs on from block to block as over one weight.
+ * Called head by head, each call began its four split streams cold (1.2-1.3x the time of one
+ * call over the same rows, one thread streaming). A row's result is the same bits whichever
+ * rows share its register block, so each output is what a call on its block alone gives.
+ * Declines more than 4 input rows (prefill), rows wider than 4096 and blocks with rows
+ * between them. */
+static int vnni_matmul_blocks(const nx_blocks *B, int64_t k0, int64_t k1, const nx_rows *next, nx_kscratch *s) {
+    const nx_linear *W = B->W;
+    const int64_t T = B->T, nb = k1 - k0, in = W->in;
+    if (!vnni_takes(W) || B->rstride != B->rows || T > 4 || in > 4096) return 0;
+    const int64_t ngroups = in / W->group;
+    const int act = act_of(W);
+    if (nb * T * in * act > (int64_t)XS_WORDS * 16 || nb * T * ngroups > XS_GROUPS) return 0;
+    vnni_scratch *vs = (vnni_scratch *)(void *)s->vnni;
+    kern_fn *const kern = (act == 8 ? kerns_a8 : kerns_a16)[W->bits];
+    vargs a = vargs_of(W, act, k1 * B->rows, next, s);
+    qpf_next_scales(next);
+    char *xq = (char *)vs->xstage.xq;
+    float *dg = vs->xstage.dg, *Xg = vs->xstage.Xg;
+    for (int64_t k = 0; k < nb; k++)
+        for (int64_t t = 0; t < T; t++)
+            quantize_row(B->x + (k0 + k) * B->xstep + t * B->ldx, in, W->group, act, W->bits,
+                         xq + (k * T + t) * in * act / 8, dg + (k * T + t) * ngroups, Xg + (k * T + t) * ngroups);
+    for (int64_t k = 0; k < nb; k++) {
+        const int64_t o = (k0 + k) * B->rows;
+        a.w = (const uint8_t *)W->w + (size_t)o * a.wstride;
+        a.sc = (const uint8_t *)W->scales + (size_t)o * a.sstride;
+        a.bi = W->biases ? (const uint8_t *)W->biases + (size_t)o * a.sstride : NULL;
+        kern((int)T, &a, B->rows, xq + k * T * in * act / 8, in, dg + k * T * ngroups, Xg + k * T * ngroups, ngroups,
+             B->y + (k0 + k) * B->ystep, B->ldy);
+    }
+    return 1;
+}
+
 #if NX_VNNI_VBMI
 const nx_kernel_table nx_kernels_avx512vbmi = {
     .name = "avx512vbmi",
@@ -1021,5 +1112,6 @@ const nx_kernel_table nx_kernels_avx512vnni = {
     .name = "avx512vnni",
 #endif
     .matmul_rows = vnni_matmul_rows,
+    .matmul_blocks = vnni_matmul_blocks,
     NX_AVX512_VECTOR_HELPERS,
 };

@@ -140,6 +140,34 @@ void nx_side_set(nx_side_pf *s, const nx_span *spans, int n) {
     if (s->n) s->at = s->p[0];
 }
 
+/* Blocks [k0, k1) as calls of their own, each naming the next block's rows (the last, next). */
+static void blocks_by_rows(const nx_blocks *B, int64_t k0, int64_t k1, const nx_rows *next, nx_kscratch *s) {
+    for (int64_t k = k0; k < k1; k++) {
+        const nx_linear Wk = nx_linear_rows(B->W, k * B->rstride, B->rows),
+                        Wn = nx_linear_rows(B->W, (k + 1 < k1 ? k + 1 : k) * B->rstride, B->rows);
+        const nx_rows nr = {&Wn, 0, B->rows};
+        nx_matmul_rows_then(&Wk, B->x + k * B->xstep, B->ldx, B->T, B->y + k * B->ystep, B->ldy, 0, B->rows,
+                            k + 1 < k1 ? &nr : next, s);
+    }
+}
+
+void nx_matmul_blocks(const nx_blocks *B, int64_t k0, int64_t k1, const nx_rows *next, nx_kscratch *s) {
+    const nx_linear *W = B->W;
+    if (k0 < 0) k0 = 0;
+    if (B->rows <= 0 || B->T <= 0 || k1 <= k0 || (k1 - 1) * B->rstride + B->rows > W->out) return;
+    if (W->dtype == NX_DTYPE_U32 && !nx_quant_shape_ok(W)) return; /* the loader rejects these */
+    const nx_kernel_table *k = table_get();
+    nx_kscratch *own = s ? NULL : nx_kscratch_new();
+    const int valid_next = !next || (next->W && !(next->W->dtype == NX_DTYPE_U32 && !nx_quant_shape_ok(next->W)) &&
+                                     next->r0 >= 0 && next->r1 <= next->W->out && next->r1 > next->r0);
+    if ((s || own) && k->matmul_blocks && k->matmul_blocks(B, k0, k1, valid_next ? next : NULL, s ? s : own)) {
+        nx_kscratch_free(own);
+        return;
+    }
+    nx_kscratch_free(own);
+    blocks_by_rows(B, k0, k1, next, s);
+}
+
 void nx_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                     int64_t ldy, int64_t o0, int64_t o1, nx_kscratch *s) {
     nx_matmul_rows_then(W, x, ldx, T, y, ldy, o0, o1, NULL, s);

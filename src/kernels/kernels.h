@@ -131,6 +131,25 @@ int nx_rows_of_units(const nx_linear *W, int64_t unit, long long base, long long
 void nx_matmul_rows_then(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                          int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s);
 
+/* Block-diagonal products (latent attention: each head's rows of a weight multiply that head's
+ * own input). Block k is rows [k·rstride, k·rstride + rows) of W; its input rows are
+ * x + k·xstep + t·ldx and its outputs y + k·ystep + t·ldy (element j: row k·rstride + j), for
+ * t < T. */
+typedef struct nx_blocks {
+    const nx_linear *W;
+    int64_t rstride, rows;
+    const float *x;
+    int64_t xstep, ldx, T;
+    float *y;
+    int64_t ystep, ldy;
+} nx_blocks;
+
+/* Blocks [k0, k1) of B on the calling thread with scratch s (NULL: one for the call), then the
+ * rows `next` (a prefetch hint, as nx_matmul_rows_then). Each output is the same bits as a call
+ * of nx_matmul_rows on its block's rows alone: where the kernels can, the blocks' inputs are
+ * quantized together and their rows read as one stream, else it is such calls. */
+void nx_matmul_blocks(const nx_blocks *B, int64_t k0, int64_t k1, const nx_rows *next, nx_kscratch *s);
+
 /* Side spans: memory a thread reads soon besides weights (the KV cache rows its attention reads
  * after the projections), hinted by its matmul calls (AVX-512 kernels) a cache line per weight
  * row they start, paced by the weight stream: issued as one burst, such hints were evicted
@@ -194,7 +213,7 @@ double nx_exp_weights(const float *x, int64_t n, float m, double inv_t, double *
 int64_t nx_argmax_f32(float *x, int64_t n, float *max);
 
 /* Activation precision of the integer kernels (avx512vnni/avx512vbmi): unless W->x16, 4-bit
- * weights (rows of whole 128-element blocks), 2-bit weights (whole 256-element blocks) and, with
+ * weights (rows of whole 128-element blocks, or any rows of 64-element groups), 2-bit weights (whole 256-element blocks) and, with
  * VBMI, 3/5/6-bit weights take int8 activations, each element within 1/254 of its group's
  * largest (llama.cpp's q8): twice the multiply-adds per instruction of int16, so prefill and
  * verify stay near memory speed. Every other case rounds to int16, each element within 2^-15 of

@@ -41,6 +41,9 @@ typedef struct nx_kernel_table {
     const char *name;
     int (*matmul_rows)(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y,
                        int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s);
+    /* nx_matmul_blocks, each output the bits matmul_rows gives its block alone; 0 when it
+     * declines (the caller then makes those calls; NULL: always) */
+    int (*matmul_blocks)(const nx_blocks *B, int64_t k0, int64_t k1, const nx_rows *next, nx_kscratch *s);
     void (*to_f32)(nx_dtype t, const void *src, float *dst, int64_t n);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float a, const float *x, float *y, int64_t n);

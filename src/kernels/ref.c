@@ -38,6 +38,16 @@ static int ref_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int6
     return 1;
 }
 
+/* Block by block: the reference's nx_matmul_blocks. */
+static int ref_matmul_blocks(const nx_blocks *B, int64_t k0, int64_t k1, const nx_rows *next, nx_kscratch *s) {
+    (void)next;
+    for (int64_t k = k0; k < k1; k++) {
+        const nx_linear Wk = nx_linear_rows(B->W, k * B->rstride, B->rows);
+        ref_matmul_rows(&Wk, B->x + k * B->xstep, B->ldx, B->T, B->y + k * B->ystep, B->ldy, 0, B->rows, NULL, s);
+    }
+    return 1;
+}
+
 static void ref_to_f32(nx_dtype t, const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = nx_load_scalar(t, src, i);
 }
@@ -146,6 +156,7 @@ static void ref_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t
 const nx_kernel_table nx_kernels_ref = {
     .name = "ref",
     .matmul_rows = ref_matmul_rows,
+    .matmul_blocks = ref_matmul_blocks,
     .to_f32 = ref_to_f32,
     .dot_f32 = ref_dot_f32,
     .axpy_f32 = ref_axpy_f32,

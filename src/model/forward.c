@@ -277,15 +277,10 @@ static void mla_rows(const mla_job *j, int32_t t) {
     cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, 0, j->pos0 + t), kv, cfg->cache_k);
 }
 
-/* Head h's rows of wk_b (into the latent space), or with value set its rows of wv_b (out of it). */
-static nx_linear mla_head_rows(const nx_config *cfg, const nx_mla_layer *a, int64_t h, bool value) {
-    return value ? nx_linear_rows(&a->wv_b, h * a->wv_b_stride + a->wv_b_off, cfg->mla.v_head_dim)
-                 : nx_linear_rows(&a->wk_b, h * cfg->mla.kv_lora_rank, cfg->mla.kv_lora_rank);
-}
-
 /* Heads [h0, h1) of every row: the queries into the latent space, attention over the cache,
- * and the results out of it, with the thread's scratch s and score rows sc. Each per-head
- * matmul names the next one, so the kernels' prefetch runs on from head to head. */
+ * and the results out of it, with the thread's scratch s and score rows sc. Each head's rows of
+ * wk_b (wv_b) multiply that head's own input: block-diagonal products, one call over the
+ * thread's heads each (nx_matmul_blocks: the same bits as a call per head). */
 static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, float *sc) {
     nx_ctx *c = j->c;
     const nx_config *cfg = &c->m->cfg;
@@ -293,11 +288,9 @@ static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, 
     const nx_mla_layer *a = &j->L->mla;
     const int64_t nh = cfg->n_heads, qk = cfg->head_dim, ck = cfg->cache_k, r = m->kv_lora_rank;
     const int64_t vd = m->v_head_dim, g = h1 - h0;
+    const nx_blocks kb = {&a->wk_b, r, r, c->q, qk, nh * qk, j->T, c->lat_q, ck, nh * ck};
+    nx_matmul_blocks(&kb, h0, h1, NULL, s);
     for (int64_t h = h0; h < h1; h++) {
-        const nx_linear kb = mla_head_rows(cfg, a, h, false), nb = mla_head_rows(cfg, a, h + 1 < h1 ? h + 1 : h, false);
-        const nx_rows next = {&nb, 0, r};
-        nx_matmul_rows_then(&kb, c->q + h * qk, nh * qk, j->T, c->lat_q + h * ck, nh * ck, 0, r,
-                            h + 1 < h1 ? &next : NULL, s);
         for (int32_t t = 0; t < j->T; t++) {
             float *pe = c->lat_q + (size_t)t * nh * ck + h * ck + r;
             memcpy(pe, c->q + (size_t)t * nh * qk + h * qk + m->qk_nope, sizeof(float) * (size_t)m->qk_rope);
@@ -314,12 +307,9 @@ static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, 
         memset(o, 0, sizeof(float) * (size_t)(g * r));
         nx_attn_accum(sc, c->n_ctx, g, rows, kt, ck, n, r, o);
     }
-    for (int64_t h = h0; h < h1; h++) {
-        const nx_linear vb = mla_head_rows(cfg, a, h, true), nb = mla_head_rows(cfg, a, h + 1 < h1 ? h + 1 : h, true);
-        const nx_rows next = {&nb, 0, vd};
-        nx_matmul_rows_then(&vb, c->lat_o + h * r, nh * r, j->T, c->att + h * vd, nh * vd, 0, vd,
-                            h + 1 < h1 ? &next : NULL, s);
-    }
+    const nx_linear wv = nx_linear_rows(&a->wv_b, a->wv_b_off, a->wv_b.out - a->wv_b_off);
+    const nx_blocks vb = {&wv, a->wv_b_stride, vd, c->lat_o, r, nh * r, j->T, c->att, vd, nh * vd};
+    nx_matmul_blocks(&vb, h0, h1, NULL, s);
 }
 
 /* The layer's latent attention as one pool job: the q (or q LoRA) and latent projections as

@@ -570,9 +570,10 @@ static double x_half_step(const char *isa, const nx_linear *W) {
     if (W->bits == 4 || W->bits == 8 || (vbmi && W->bits != 2)) q = W->group % 64 == 0;
     else q = W->bits == 2 && (W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0));
     if (!q) return 0;
-    /* int8 for 4-bit in whole 128-element blocks and 2-bit in whole 256-element blocks, without
-     * a group straddling a block except at a lane boundary, and (VBMI) 3/5/6-bit */
-    const int by8 = (W->bits == 4 && W->in % 128 == 0 && (W->group == 64 || W->group % 128 == 0)) ||
+    /* int8 for 4-bit in whole 128-element blocks (groups of 64: a last block of 64 too) and
+     * 2-bit in whole 256-element blocks, without a group straddling a block except at a lane
+     * boundary, and (VBMI) 3/5/6-bit */
+    const int by8 = (W->bits == 4 && (W->group == 64 || (W->in % 128 == 0 && W->group % 128 == 0))) ||
                     (W->bits == 2 && W->in % 256 == 0 && (W->group == 64 || W->group == 128 || W->group % 256 == 0)) ||
                     (vbmi && W->bits != 2 && W->bits != 4 && W->bits != 8);
     return act8 && by8 ? 1.0 / 254.0 : 1.0 / 32768.0;
@@ -584,7 +585,9 @@ static double x_half_step(const char *isa, const nx_linear *W) {
  * in [2^14, 2^15) on int16 (saturating), then Σ_g s_g·d_g·Σ q·x̂ + b_g·Σ x. A kernel that reads
  * the wrong weights or activations for a group misses this by far more than rounding; the
  * bound against the float reference (half a step per element) is too loose to see that. Also
- * returns Σ_g |s_g·d_g·Σ q·x̂| + |b_g·Σ x| per output in mag. */
+ * returns Σ_g |s_g·d_g|·Σ |q·x̂| + |b_g·Σ x| per output in mag: the size of the terms the
+ * kernel's float epilogue adds (per lane, then across lanes), which a dot product that happens
+ * to cancel does not show. */
 static void emulate_int(const tw *tw0, const float *x, int64_t ldx, int64_t T, int act, double *ye, double *mag) {
     const nx_linear *W = &tw0->L;
     const int64_t ng = W->in / W->group;
@@ -615,15 +618,15 @@ static void emulate_int(const tw *tw0, const float *x, int64_t ldx, int64_t T, i
                     inv = ldexpf(1.0f, k);
                     d = ldexpf(1.0f, -k);
                 }
-                double dot = 0;
+                double dot = 0, adot = 0;
                 for (int64_t i = 0; i < W->group; i++) {
                     float v = rintf(xg[i] * inv);
                     v = v > 32767.0f ? 32767.0f : v < -32768.0f ? -32768.0f : v;
                     dot += (double)tw0->q[o * W->in + g * W->group + i] * v;
+                    adot += fabs((double)tw0->q[o * W->in + g * W->group + i] * v);
                 }
-                const double term = (double)s[g] * d * dot;
-                y += term + (double)b[g] * X;
-                m += fabs(term) + fabs((double)b[g] * X);
+                y += (double)s[g] * d * dot + (double)b[g] * X;
+                m += fabs((double)s[g] * d) * adot + fabs((double)b[g] * X);
             }
             ye[t * W->out + o] = y;
             mag[t * W->out + o] = m;
@@ -831,6 +834,18 @@ static void test_matmul_quant_activations(void **state) {
             check_against_ref(&qb, T);
             tw_free(&qb);
         }
+    /* 4-bit groups of 64 on rows of an odd number of groups (a latent attention's 192-wide
+     * query absorption): a last 64-element block after the 128-element ones, on int8; every
+     * input-row count the kernels block for, and output counts off the register blocks */
+    const int64_t odd_in[4] = {64, 192, 320, 64 * 15};
+    for (int i = 0; i < 4; i++)
+        for (int64_t T = 1; T <= 5; T++) {
+            tw q4;
+            tw_make(&q4, NX_DTYPE_U32, 3 + 4 * T + i, odd_in[i], 4, 64, T % 2 ? NX_DTYPE_BF16 : NX_DTYPE_F16,
+                    (int)(T + i) % 4);
+            check_against_ref(&q4, T);
+            tw_free(&q4);
+        }
     const int64_t q2_in[2] = {64 * 8, 512 * 2}, q2_group[2] = {64, 512};
     for (int i = 0; i < 2; i++) {
         tw q2;
@@ -946,6 +961,11 @@ static void test_batch_invariance(void **state) {
         check_batch_invariance(&t.L);
         tw_free(&t);
     }
+    /* 4-bit rows of three groups of 64 (int8, a last 64-element block) */
+    tw odd;
+    tw_make(&odd, NX_DTYPE_U32, 70, 192, 4, 64, NX_DTYPE_BF16, 1);
+    check_batch_invariance(&odd.L);
+    tw_free(&odd);
     /* rows as wide as a dense down projection (13312): at T=9 each register block goes through
      * them in column chunks, its sums carried between them; every sub-batch (whole rows at up
      * to 4 input rows) the same bits */
@@ -981,6 +1001,56 @@ static void test_thread_invariance(void **state) {
         tw_free(&ws[w]);
     }
     for (int i = 0; i < 3; i++) nx_pool_free(pools[i]);
+    use_isa(default_isa);
+}
+
+/* Block-diagonal products (nx_matmul_blocks): every output the same bits as a call on its
+ * block's rows alone, on every ISA; blocks outside [k0, k1) and rows between blocks untouched.
+ * Shapes: a latent attention's absorption (rows of three groups of 64) and output, blocks not a
+ * whole number of register blocks, 2-, 3- and 8-bit, blocks with rows between them (declined
+ * by the integer kernels), more input rows than a single pass takes, and bf16 weights. */
+static void test_matmul_blocks(void **state) {
+    (void)state;
+    const struct {
+        nx_dtype dt;
+        int bits;
+        int64_t in, rows, rstride, nblk, T;
+    } cs[] = {{NX_DTYPE_U32, 4, 192, 12, 12, 5, 1}, {NX_DTYPE_U32, 4, 192, 16, 16, 4, 2},
+              {NX_DTYPE_U32, 4, 512, 8, 8, 4, 3},   {NX_DTYPE_U32, 4, 128, 7, 7, 5, 4},
+              {NX_DTYPE_U32, 2, 256, 9, 9, 3, 1},   {NX_DTYPE_U32, 3, 192, 6, 6, 4, 2},
+              {NX_DTYPE_U32, 8, 128, 5, 5, 3, 1},   {NX_DTYPE_U32, 4, 192, 12, 20, 4, 1},
+              {NX_DTYPE_U32, 4, 256, 8, 8, 3, 6},   {NX_DTYPE_BF16, 0, 96, 6, 6, 3, 2}};
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int64_t in = cs[c].in, rows = cs[c].rows, rs = cs[c].rstride, nb = cs[c].nblk, T = cs[c].T;
+        tw t;
+        tw_make(&t, cs[c].dt, (nb - 1) * rs + rows, in, cs[c].bits, 64, NX_DTYPE_BF16, (int)c % 4);
+        const int64_t xstep = in + 5, ldx = nb * xstep, ystep = rows + 3, ldy = nb * ystep;
+        float *x = rnd_vec(T * ldx), *y = malloc(sizeof(float) * (size_t)(T * ldy));
+        float *w = malloc(sizeof(float) * (size_t)(T * ldy));
+        assert_non_null(y);
+        assert_non_null(w);
+        for (int k = 0; k < n_isas; k++) {
+            assert_int_equal(use_isa(isas[k]), 0);
+            const nx_linear W = as_variant(isas[k], &t.L);
+            for (int64_t i = 0; i < T * ldy; i++) y[i] = w[i] = -777.0f;
+            for (int64_t b = 1; b < nb; b++) {
+                const nx_linear Wb = nx_linear_rows(&W, b * rs, rows);
+                nx_matmul_rows(&Wb, x + b * xstep, ldx, T, w + b * ystep, ldy, 0, rows, NULL);
+            }
+            const nx_blocks B = {&W, rs, rows, x, xstep, ldx, T, y, ystep, ldy};
+            const nx_rows next = {&W, 0, rows};
+            nx_matmul_blocks(&B, 1, nb, c % 2 ? &next : NULL, NULL);
+            if (memcmp(y, w, sizeof(float) * (size_t)(T * ldy)) != 0)
+                fail_msg("%s case %zu: blocks differ from their calls alone", isas[k], c);
+            for (int64_t i = 0; i < T * ldy; i++)
+                if ((i % ldy < ystep || i % ystep >= rows) && y[i] != -777.0f)
+                    fail_msg("%s case %zu: output %lld outside the blocks written", isas[k], c, (long long)i);
+        }
+        free(w);
+        free(y);
+        free(x);
+        tw_free(&t);
+    }
     use_isa(default_isa);
 }
 
@@ -1252,6 +1322,7 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_matmul_many),
+        cmocka_unit_test(test_matmul_blocks),
         cmocka_unit_test(test_matmul_shares),
         cmocka_unit_test(test_unaligned),
         cmocka_unit_test(test_get_row),
