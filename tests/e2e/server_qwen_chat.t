@@ -1,8 +1,7 @@
 #!/usr/bin/python3
 """`nextn serve` on the Gated-DeltaNet hybrids: Qwen3.5 / 3.6 MoE (qwen3_5_moe, chat format qwen35,
 Qwen3-Coder XML calls) and Qwen3-Next (qwen3_next, chat format qwen3_next, hermes JSON calls),
-each format taken from the family. Pending (tests/e2e/pending/README.md) until the engine loads
-these families.
+each format taken from the family.
 
 Each checkpoint is a small random one (tests/ref/make_random_qwen35.py --family F --layout hf
 --seed 1) with the default model's byte-level tokenizer plus Qwen's added tokens appended (the
