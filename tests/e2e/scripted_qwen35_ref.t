@@ -2,7 +2,7 @@
 """tests/ref/make_scripted_ckpt.py on the Gated-DeltaNet hybrids, checked with the reference
 forward (tools/ref/qwen35.py), not the engine: random qwen3_5_moe and qwen3_next checkpoints
 (tests/ref/make_random_qwen35.py, HF layout bf16: one file with the head inline, as
-tests/e2e/pending/server_qwen_chat.t makes them, and two shards with an HF-named sidecar) are
+tests/e2e/server_qwen_chat.t makes them, and two shards with an HF-named sidecar) are
 scripted; after a prompt ending in --after, greedy decoding says the script then the eos; the
 logits at every chain position are the scripted one (30 * sqrt(hidden), through a final norm that
 multiplies by 1: w = 0 for these zero-centred norms) and exact zeros; every output projection
