@@ -1,5 +1,5 @@
 """The exactness check of speculative sampling on one random checkpoint, shared by the family
-tests (mtp_distribution_glm.t, mtp_distribution_mla.t): greedy MTP equals greedy AR with drafts
+tests (mtp_distribution_glm.t, _mla.t, _qwen35.t): greedy MTP equals greedy AR with drafts
 accepted and rejected; then, at each temperature with top-k, top-p, min-p and a repetition
 penalty active, the joint distribution of the next three tokens under every listed MTP mode
 (residual and match rules, fixed k and auto) equals plain autoregressive sampling's
@@ -16,6 +16,16 @@ N = int(os.environ.get("NEXTN_DIST_SAMPLES", "2500"))
 ALPHA = 1e-3
 PROMPT = "5,17,33,101,7"
 FILTERS = ["--top-k", "6", "--top-p", "0.95", "--min-p", "0.02", "--repeat-penalty", "1.3"]
+# The modes per temperature a family after GLM's is checked in (mtp_distribution_glm.t keeps its
+# longer list): both rules, fixed k and auto.
+FAMILY_CASES = {
+    "0.9": [("residual, k=1", ["--draft", "1", "--verify", "residual"]),
+            ("residual, k=3", ["--draft", "3", "--verify", "residual"]),
+            ("match, k=2", ["--draft", "2", "--verify", "match"]),
+            ("residual, auto", ["--draft", "auto"])],
+    "1.4": [("residual, k=2", ["--draft", "2", "--verify", "residual"]),
+            ("match, k=1", ["--draft", "1", "--verify", "match"])],
+}
 
 
 def counts(stderr):

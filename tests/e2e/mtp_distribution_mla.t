@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dist_run import greedy, sampled  # noqa: E402
+from dist_run import FAMILY_CASES, greedy, sampled  # noqa: E402
 from tap import PY, Tap, run  # noqa: E402
 
 t = Tap()
@@ -22,20 +22,12 @@ MODELS = {
     "deepseek_v3": ["--family", "deepseek_v3", "--yarn", "8", "--n-group", "4", "--topk-group", "2", "--experts", "12"],
     "glm4_moe_lite": ["--family", "glm4_moe_lite", "--q-lora-rank", "0"],
 }
-CASES = {
-    "0.9": [("residual, k=1", ["--draft", "1", "--verify", "residual"]),
-            ("residual, k=3", ["--draft", "3", "--verify", "residual"]),
-            ("match, k=2", ["--draft", "2", "--verify", "match"]),
-            ("residual, auto", ["--draft", "auto"])],
-    "1.4": [("residual, k=2", ["--draft", "2", "--verify", "residual"]),
-            ("match, k=1", ["--draft", "1", "--verify", "match"])],
-}
 for i, (label, args) in enumerate(MODELS.items()):
     model = os.path.join(tmp, label)
     run([PY, "tests/ref/make_random_mla.py", "--layout", "hf", *args, "--agree", "0.05", "--seed", str(3 + i),
          "--out", model])
     greedy(t, model, label)
-    sampled(t, model, label, CASES, ("0.9", "1.4"))
+    sampled(t, model, label, FAMILY_CASES, ("0.9", "1.4"))
 
 shutil.rmtree(tmp, ignore_errors=True)
 t.done()

@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dist_run import greedy, sampled  # noqa: E402
+from dist_run import FAMILY_CASES, greedy, sampled  # noqa: E402
 from tap import PY, Tap, run  # noqa: E402
 
 t = Tap()
@@ -21,20 +21,12 @@ MODELS = {
     "qwen3_5_moe": ["--family", "qwen3_5_moe"],
     "qwen3_next": ["--family", "qwen3_next"],
 }
-CASES = {
-    "0.9": [("residual, k=1", ["--draft", "1", "--verify", "residual"]),
-            ("residual, k=3", ["--draft", "3", "--verify", "residual"]),
-            ("match, k=2", ["--draft", "2", "--verify", "match"]),
-            ("residual, auto", ["--draft", "auto"])],
-    "1.4": [("residual, k=2", ["--draft", "2", "--verify", "residual"]),
-            ("match, k=1", ["--draft", "1", "--verify", "match"])],
-}
 for i, (label, args) in enumerate(MODELS.items()):
     model = os.path.join(tmp, label)
     run([PY, "tests/ref/make_random_qwen35.py", "--layout", "hf", *args, "--agree", "0.05", "--seed", str(5 + i),
          "--out", model])
     greedy(t, model, label)
-    sampled(t, model, label, CASES, ("0.9", "1.4"))
+    sampled(t, model, label, FAMILY_CASES, ("0.9", "1.4"))
 
 shutil.rmtree(tmp, ignore_errors=True)
 t.done()
