@@ -177,9 +177,9 @@ static void dn_rewind_to(nx_ctx *c, int32_t n);
 
 void nx_dn_begin(nx_ctx *c, int32_t T) { c->dn_split = T > NX_DN_REWIND ? T - NX_DN_REWIND : 0; }
 
-/* The states after row n (dn_ck <= n <= the last row) of every layer into S (to[l], or when to is
- * NULL each layer's S[1 - dn_ckb]) and its window into win (NULL: each layer's conv): the rule
- * replayed from the checkpoint over the rows kept, or the checkpoint copied when there are none. */
+/* The states after row n (dn_ck <= n <= the last row) of every layer, into the kept copy (Sm,
+ * convm) when to_mark, else into S[1 - dn_ckb] and conv: the rule replayed from the checkpoint
+ * over the rows kept (with none, the kept copy is the checkpoint's). */
 static void dn_replay(nx_ctx *c, int32_t n, bool to_mark) {
     const nx_deltanet *g = &c->m->cfg.dn;
     const int32_t keep = n - c->dn_ck, dk = g->k_dim, dv = g->v_dim, nv = g->n_v_heads, r = nv / g->n_k_heads;
