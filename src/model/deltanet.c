@@ -177,23 +177,46 @@ static void dn_rewind_to(nx_ctx *c, int32_t n);
 
 void nx_dn_begin(nx_ctx *c, int32_t T) { c->dn_split = T > NX_DN_REWIND ? T - NX_DN_REWIND : 0; }
 
+typedef struct replay_job {
+    nx_ctx *c;
+    int32_t keep; /* rows after the checkpoint */
+    bool to_mark;
+} replay_job;
+
+/* Value head it % n_v_heads of DeltaNet layer it / n_v_heads, for every item of the thread's
+ * share: the rule replayed from the checkpoint over the rows kept (with none, the kept copy is
+ * the checkpoint's). Heads are independent, so the split does not change a bit. */
+static void replay_worker(void *arg, int ith, int nth) {
+    const replay_job *j = arg;
+    nx_ctx *c = j->c;
+    const nx_deltanet *g = &c->m->cfg.dn;
+    const int32_t dk = g->k_dim, dv = g->v_dim, nv = g->n_v_heads, r = nv / g->n_k_heads;
+    const int32_t kd = g->n_k_heads * dk, vd = nv * dv;
+    const size_t hs = (size_t)dk * dv;
+    long long b, e;
+    nx_pool_split((long long)c->m->cfg.n_linear * nv, ith, nth, &b, &e);
+    for (long long it = b; it < e; it++) {
+        const nx_dn_state *s = &c->dn[it / nv];
+        const int32_t h = (int32_t)(it % nv);
+        const float *ck = s->S[c->dn_ckb] + (size_t)h * hs;
+        float *to = (j->to_mark ? s->Sm : s->S[1 - c->dn_ckb]) + (size_t)h * hs;
+        if (j->keep == 0 && j->to_mark) memcpy(to, ck, sizeof(float) * hs);
+        for (int32_t t = 0; t < j->keep; t++)
+            nx_delta_rule_f32(t ? to : ck, to, dk, dv, s->rk + (size_t)t * kd + (h / r) * dk, s->rv + (size_t)t * vd + h * dv,
+                              s->rd[(size_t)t * nv + h], s->rb[(size_t)t * nv + h], NULL, NULL);
+    }
+}
+
 /* The states after row n (dn_ck <= n <= the last row) of every layer, into the kept copy (Sm,
- * convm) when to_mark, else into S[1 - dn_ckb] and conv: the rule replayed from the checkpoint
- * over the rows kept (with none, the kept copy is the checkpoint's). */
+ * convm) when to_mark, else into S[1 - dn_ckb] and conv (replay_worker on the pool). */
 static void dn_replay(nx_ctx *c, int32_t n, bool to_mark) {
     const nx_deltanet *g = &c->m->cfg.dn;
-    const int32_t keep = n - c->dn_ck, dk = g->k_dim, dv = g->v_dim, nv = g->n_v_heads, r = nv / g->n_k_heads;
-    const int32_t C = nx_deltanet_channels(g), kd = g->n_k_heads * dk, vd = nv * dv, K1 = g->conv_k - 1;
-    const size_t hs = (size_t)dk * dv;
+    const replay_job j = {c, n - c->dn_ck, to_mark};
+    nx_pool_run(c->m->pool, replay_worker, (void *)&j);
+    const size_t C = (size_t)nx_deltanet_channels(g), K1 = (size_t)g->conv_k - 1;
     for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
         nx_dn_state *s = &c->dn[l];
-        float *ck = s->S[c->dn_ckb], *to = to_mark ? s->Sm : s->S[1 - c->dn_ckb];
-        if (keep == 0 && to_mark) memcpy(to, ck, sizeof(float) * hs * (size_t)nv);
-        for (int32_t h = 0; h < nv; h++)
-            for (int32_t t = 0; t < keep; t++)
-                nx_delta_rule_f32((t ? to : ck) + (size_t)h * hs, to + (size_t)h * hs, dk, dv, s->rk + (size_t)t * kd + (h / r) * dk,
-                        s->rv + (size_t)t * vd + h * dv, s->rd[(size_t)t * nv + h], s->rb[(size_t)t * nv + h], NULL, NULL);
-        memcpy(to_mark ? s->convm : s->conv, s->hist + (size_t)keep * C, sizeof(float) * (size_t)K1 * C);
+        memcpy(to_mark ? s->convm : s->conv, s->hist + (size_t)j.keep * C, sizeof(float) * K1 * C);
     }
 }
 
