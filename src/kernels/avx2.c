@@ -260,8 +260,8 @@ static inline void qargs_at(qargs *b, const nx_linear *W, const qargs *a, int64_
 static int avx2_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T,
                             float *y, int64_t ldy, int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s) {
     (void)next; /* no software prefetch here */
-    (void)s;
     const int64_t in = W->in;
+    if (nx_avx2_int8_rows(W, x, ldx, T, y, ldy, o0, o1, s)) return 1;
     if (W->dtype == NX_DTYPE_U32) {
         void (*kern)(int, int, const qargs *, const float *, int64_t, float *, int64_t, int64_t);
         switch (W->bits) {

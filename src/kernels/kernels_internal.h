@@ -90,6 +90,13 @@ static inline void nx_side_hint(nx_side_pf *s, int lines) {
 }
 
 
+/* The AVX2 int8-activation kernels (int8_avx2.c; the avx2 table's 2- and 4-bit weights):
+ * whether they take W (2/4-bit, groups a multiple of 64, not x16), and nx_kernel_table's
+ * matmul_rows on them (0 when they decline). */
+int nx_avx2_int8_takes(const nx_linear *W);
+int nx_avx2_int8_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy, int64_t o0,
+                      int64_t o1, nx_kscratch *s);
+
 /* The reference dequantization of row r of a quantized W into out[in] (also used by
  * nx_linear_get_row on every ISA: embedding lookups are not hot). */
 void nx_ref_quant_row(const nx_linear *W, int64_t r, float *out);
