@@ -263,8 +263,9 @@ static void i8_at(i8args *a, const nx_linear *W, size_t wrow, size_t srow, int64
 }
 
 /* Rows [o0, o1) for input rows [0, T) whose images are staged (xq, d, X; ldq, ldg apart). */
+/* Each register block hints a line of the thread's side spans per weight row (nx_span). */
 static void i8_rows(i8_kern *kern, const nx_linear *W, int64_t T, const int8_t *xq, int64_t ldq, const float *d,
-                    const float *X, int64_t ldg, float *y, int64_t ldy, int64_t o0, int64_t o1) {
+                    const float *X, int64_t ldg, float *y, int64_t ldy, int64_t o0, int64_t o1, nx_side_pf *side) {
     const size_t wrow = (size_t)W->in * (size_t)W->bits / 8, srow = (size_t)(W->in / W->group) * nx_dtype_size(W->sdtype);
     i8args a = {.wstride = wrow, .sstride = srow, .sdt = W->sdtype, .in = W->in, .group = W->group};
     if (T <= 4) { /* split streams (avx2.c): row o of each of R equal parts, then the rest */
@@ -275,10 +276,12 @@ static void i8_rows(i8_kern *kern, const nx_linear *W, int64_t T, const int8_t *
         b.sstride = (size_t)q * srow;
         for (int64_t o = o0; R > 1 && o < o0 + q; o++) {
             i8_at(&b, W, wrow, srow, o);
+            nx_side_hint(side, R);
             kern(R, (int)T, &b, xq, ldq, d, X, ldg, y + o, ldy, q);
         }
         for (int64_t o = R > 1 ? o0 + R * q : o0; o < o1; o++) {
             i8_at(&a, W, wrow, srow, o);
+            nx_side_hint(side, 1);
             kern(1, (int)T, &a, xq, ldq, d, X, ldg, y + o, ldy, 1);
         }
         return;
@@ -292,6 +295,7 @@ static void i8_rows(i8_kern *kern, const nx_linear *W, int64_t T, const int8_t *
             for (int64_t o = b0; o < b1;) {
                 const int r = o + R <= b1 ? R : 1;
                 i8_at(&a, W, wrow, srow, o);
+                if (t == 0) nx_side_hint(side, r);
                 kern(r, tt, &a, xq + t * ldq, ldq, d + t * ldg, X + t * ldg, ldg, y + t * ldy + o, ldy, 1);
                 o += r;
             }
@@ -312,7 +316,7 @@ int nx_avx2_int8_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T
         for (int64_t t = c0; t < c1; t++)
             quantize_row(x + t * ldx, in, W->group, W->bits, st->xq + (t - c0) * in, st->dg + (t - c0) * ng,
                          st->Xg + (t - c0) * ng);
-        i8_rows(kern, W, c1 - c0, st->xq, in, st->dg, st->Xg, ng, y + c0 * ldy, ldy, o0, o1);
+        i8_rows(kern, W, c1 - c0, st->xq, in, st->dg, st->Xg, ng, y + c0 * ldy, ldy, o0, o1, &s->side);
     }
     return 1;
 }

@@ -159,6 +159,22 @@ for name in ("mlx-q4-g64-w256", "mlx-q2-g64", "mlx-q3-g64-head5"):
         t.ok(out == ar and len(ar) == 24, f"{name} on int8 activations: greedy MTP (draft {k}) equals greedy AR",
              f"mtp {out}\nar {ar}")
 
+# The AVX2 table's int8 kernels (int8_avx2.c: CPUs without AVX-512 VNNI), 4- and 2-bit: reached (the
+# logits move from the int16 ones), and greedy MTP still equals greedy AR on them.
+AVX2 = dict(os.environ, NX_ISA="avx2")
+for name in ("mlx-q4-g64-w256", "mlx-q2-g64"):
+    d = os.path.join(tmp, name)
+    for args, out in ((["--act-bits", "16"], a16), ([], a8)):
+        run([NEXTN, "eval", "-m", d, "--tokens", ids, "--logits", out] + args, env=AVX2)
+    t.ok(float(np.abs(np.load(a8) - np.load(a16)).max()) > 0, f"{name}, NX_ISA=avx2: int8 activations change the "
+         "quantized matmuls")
+    greedy = {}
+    for k in ("0", "1", "3"):
+        greedy[k] = run([NEXTN, "run", "-m", d, "--prompt-tokens", ids, "-n", "24", "--print-ids", "--ignore-eos",
+                         "--draft", k, "--quiet"], env=AVX2).stdout.split()
+    t.ok(len(greedy["0"]) == 24 and greedy["1"] == greedy["0"] and greedy["3"] == greedy["0"],
+         f"{name}, NX_ISA=avx2 on int8 activations: greedy MTP (draft 1, 3) equals greedy AR", str(greedy))
+
 # thread invariance on the threaded paths (experts large enough for the parallel MoE jobs, the
 # down projections' barrier, attention by whole kv heads or, at 3 threads, by items): 1, 3 and 4
 # threads give the 2-thread logits bit for bit, trunk and MTP
