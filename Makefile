@@ -35,6 +35,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/src/kernels/avx2.o $(BUILD)/src/kernels/%_avx2.o: BASE += $(AVX2_FLAGS)
 $(BUILD)/src/kernels/avx512.o $(BUILD)/src/kernels/%_avx512.o: BASE += $(AVX512_FLAGS)
+$(BUILD)/src/kernels/int8_avxvnni.o: BASE += $(AVX2_FLAGS) -mavxvnni
 $(BUILD)/src/kernels/avx512_vnni.o: BASE += $(AVX512_FLAGS) -mavx512vnni
 $(BUILD)/src/kernels/avx512_vbmi.o: BASE += $(AVX512_FLAGS) -mavx512vnni -mavx512vbmi -mgfni
 

@@ -603,6 +603,24 @@ static void avx2_swiglu_f32(float *g, const float *u, int64_t n) {
     }
 }
 
+/* The avx2 table with AVX-VNNI's integer kernels in front. */
+static int avx2vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy,
+                                int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s) {
+    return nx_avxvnni_int8_rows(W, x, ldx, T, y, ldy, o0, o1, s) ||
+           avx2_matmul_rows(W, x, ldx, T, y, ldy, o0, o1, next, s);
+}
+
+#define AVX2_VECTOR_HELPERS                                                                    \
+    .to_f32 = avx2_to_f32, .dot_f32 = avx2_dot_f32, .axpy_f32 = avx2_axpy_f32,                 \
+    .attn_scores = avx2_attn_scores, .attn_accum = avx2_attn_accum, .softmax_f32 = avx2_softmax_f32, \
+    .swiglu_f32 = avx2_swiglu_f32
+
+const nx_kernel_table nx_kernels_avx2vnni = {
+    .name = "avx2vnni",
+    .matmul_rows = avx2vnni_matmul_rows,
+    AVX2_VECTOR_HELPERS,
+};
+
 const nx_kernel_table nx_kernels_avx2 = {
     .name = "avx2",
     .matmul_rows = avx2_matmul_rows,

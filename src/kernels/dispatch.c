@@ -1,4 +1,4 @@
-/* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx512|avx512vnni|avx512vbmi) and
+/* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx2vnni|avx512|avx512vnni|avx512vbmi) and
  * fronts it with the public kernel API; no arithmetic of its own (a NULL table entry is the
  * reference's). nx_matmul splits output rows over the pool in 16-row chunks; since every
  * kernel computes each output element in a fixed order, the split never changes a result. */
@@ -30,6 +30,16 @@ static int cpu_has_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
+/* AVX-VNNI (the VEX-encoded vpdpbusd on ymm): CPUID leaf 7 subleaf 1, EAX bit 4. */
+static int cpu_has_avxvnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    return cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+#else
+    return 0;
+#endif
+}
+
 static int cpu_has_avx512(void) {
     __builtin_cpu_init();
     return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
@@ -51,6 +61,7 @@ static int cpu_has_avx512vbmi(void) {
 static const nx_kernel_table *table_by_name(const char *isa) {
     if (strcmp(isa, "ref") == 0) return &nx_kernels_ref;
     if (strcmp(isa, "avx2") == 0) return cpu_has_avx2() ? &nx_kernels_avx2 : NULL;
+    if (strcmp(isa, "avx2vnni") == 0) return cpu_has_avxvnni() ? &nx_kernels_avx2vnni : NULL;
     if (strcmp(isa, "avx512") == 0) return cpu_has_avx512() ? &nx_kernels_avx512 : NULL;
     if (strcmp(isa, "avx512vnni") == 0) return cpu_has_avx512vnni() ? &nx_kernels_avx512vnni : NULL;
     if (strcmp(isa, "avx512vbmi") == 0) return cpu_has_avx512vbmi() ? &nx_kernels_avx512vbmi : NULL;
@@ -61,6 +72,7 @@ static const nx_kernel_table *table_best(void) {
     return cpu_has_avx512vbmi()   ? &nx_kernels_avx512vbmi
            : cpu_has_avx512vnni() ? &nx_kernels_avx512vnni
            : cpu_has_avx512()     ? &nx_kernels_avx512
+           : cpu_has_avxvnni()    ? &nx_kernels_avx2vnni
            : cpu_has_avx2()       ? &nx_kernels_avx2
                                   : &nx_kernels_ref;
 }

@@ -1,16 +1,21 @@
-/* AVX2 kernels for 2- and 4-bit affine weights on int8 activations (the avx2 table's quantized
- * weights unless W->x16): the AVX2 counterpart of avx512_vnni.c's int8 path, for CPUs without
- * AVX-512 (Zen 2/3, Intel client cores). Dequantizing in float costs an FMA per 8 weights and
- * input row; here vpmaddubsw multiplies 32 unsigned weight fields by 32 int8 activations per
- * instruction, so decode and verify stay near memory speed on fewer cores.
+/* AVX2 kernels for 2-, 3- and 4-bit affine weights on int8 activations (the avx2 table's
+ * quantized weights unless W->x16): the AVX2 counterpart of avx512_vnni.c's int8 path, for CPUs
+ * without AVX-512 (Zen 2/3, Intel client cores). Dequantizing in float costs an FMA per 8 weights
+ * and input row; here vpmaddubsw multiplies 32 unsigned weight fields by 32 int8 activations per
+ * instruction, so decode and verify stay near memory speed on fewer cores. Built again as
+ * int8_avxvnni.c (NX_I8_VNNI) for CPUs with AVX-VNNI (Alder Lake and later, Zen 5), where one
+ * vpdpbusd replaces vpmaddubsw + vpmaddwd + the add.
  *
  * Each input row is rounded per weight group to int8 exactly as the VNNI kernels do (d =
  * max|x|/127, each element within 1/254 of its group's largest), packed in the order the weight
  * fields come out of their bytes, so no shuffle is needed per weight block:
  * - 4-bit, per 64 elements (32 packed bytes): the evens (low nibbles), then the odds;
- * - 2-bit, per 64 elements (16 packed bytes): elements 4k + j for field j = 0..3 in turn.
+ * - 2-bit, per 64 elements (16 packed bytes): elements 4k + j for field j = 0..3 in turn;
+ * - 3-bit, per 32 elements (12 packed bytes; each field pulled into a 16-bit lane by vpshufb and
+ *   brought to bit 0 by a multiply and a shift, the lanes then packed to bytes): elements 0-7,
+ *   16-23, 8-15, 24-31.
  * Per 64-element block, two vpmaddubsw give 16-bit sums of at most 4·15·127 (no saturation),
- * vpmaddwd makes them 8 exact int32 sums; per group they become float(Σ)·(s·d) in 8 lanes, after
+ * vpmaddwd makes them 8 exact int32 sums (AVX-VNNI: two vpdpbusd); per group they become float(Σ)·(s·d) in 8 lanes, after
  * the bias terms b·Σx of 8 groups at a time went into the same lanes; a fixed tree at the end.
  *
  * Numerics contract: a row's integer image depends on that row alone, integer sums are exact
@@ -19,6 +24,15 @@
 #include <math.h>
 
 #include "kernels/x86_common.h"
+
+#ifndef NX_I8_VNNI
+#define NX_I8_VNNI 0
+#endif
+#if NX_I8_VNNI
+#define I8_FN(name) nx_avxvnni_##name
+#else
+#define I8_FN(name) nx_avx2_##name
+#endif
 
 /* The staging of one call's input images in the thread's scratch (the integer kernels' bytes). */
 #define I8_XQ_BYTES (384u * 1024u)
@@ -29,8 +43,8 @@ typedef struct i8_scratch {
 } i8_scratch;
 _Static_assert(sizeof(i8_scratch) <= NX_VNNI_SCRATCH_BYTES, "int8 staging exceeds the kernel scratch");
 
-int nx_avx2_int8_takes(const nx_linear *W) {
-    if (W->dtype != NX_DTYPE_U32 || W->x16 || (W->bits != 2 && W->bits != 4)) return 0;
+int I8_FN(int8_takes)(const nx_linear *W) {
+    if (W->dtype != NX_DTYPE_U32 || W->x16 || (W->bits != 2 && W->bits != 3 && W->bits != 4)) return 0;
     return W->group % 64 == 0 && W->in % W->group == 0 && W->in <= (int64_t)I8_XQ_BYTES &&
            W->in / W->group <= I8_GROUPS;
 }
@@ -117,6 +131,11 @@ static void order64(int bits, __m256i n0, __m256i n1, int8_t *out) {
         _mm256_storeu_si256((__m256i *)(out + 32), _mm256_permute2x128_si256(a, b, 0x31));
         return;
     }
+    if (bits == 3) { /* per 32: elements 0-7, 16-23, 8-15, 24-31 (the order vpackuswb leaves them in) */
+        _mm256_storeu_si256((__m256i *)out, _mm256_permute4x64_epi64(n0, 0xd8));
+        _mm256_storeu_si256((__m256i *)(out + 32), _mm256_permute4x64_epi64(n1, 0xd8));
+        return;
+    }
     /* 2-bit: per lane, the elements by k mod 4 (4 bytes each), then a 4 x 4 dword transpose */
     const __m256i f = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13,
                                        2, 6, 10, 14, 3, 7, 11, 15);
@@ -161,11 +180,36 @@ typedef struct i8args {
     int64_t in, group;
 } i8args;
 
+/* The 32 3-bit fields of 12 packed bytes at p as bytes, elements 0-7, 16-23, 8-15, 24-31: each
+ * element's two bytes gathered into a 16-bit lane (the 12 bytes in both 128-bit lanes), shifted
+ * so the field sits at bits 7-9 (a multiply by 2^(7 - offset)), then to bit 0 and masked. Reads
+ * exactly the 12 bytes. */
+AI __m256i unpack3x32(const uint8_t *p) {
+    int32_t tail;
+    memcpy(&tail, p + 8, 4);
+    const __m128i v = _mm_insert_epi32(_mm_loadl_epi64((const __m128i *)p), tail, 2);
+    const __m256i b = _mm256_broadcastsi128_si256(v);
+    /* word lane j of lane L holds element e = 8L + j (vector a) or 16 + 8L + j (vector c): bytes
+     * 3e/8 and the next, multiplier 2^(7 - 3e mod 8) */
+    const __m256i pa = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 1, 2, 1, 2, 1, 2, 2, 3, 2, 3, 3, 4, 3, 4, 3, 4, 4, 5, 4, 5, 4,
+                                        5, 5, 6, 5, 6);
+    const __m256i pc = _mm256_setr_epi8(6, 7, 6, 7, 6, 7, 7, 8, 7, 8, 7, 8, 8, 9, 8, 9, 9, 10, 9, 10, 9, 10, 10, 11, 10,
+                                        11, 10, 11, 11, 12, 11, 12);
+    const __m256i mul = _mm256_setr_epi16(128, 16, 2, 64, 8, 1, 32, 4, 128, 16, 2, 64, 8, 1, 32, 4);
+    const __m256i m3 = _mm256_set1_epi16(7);
+    const __m256i a = _mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(b, pa), mul), 7), m3);
+    const __m256i c = _mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(_mm256_shuffle_epi8(b, pc), mul), 7), m3);
+    return _mm256_packus_epi16(a, c);
+}
+
 /* The exact int32 sums (8 lanes) of one 64-element block of one weight row against TT images. */
 AI void block_sums(const int BITS, const int TT, const uint8_t *p, const int8_t *xq, int64_t ldq, int64_t e0,
                    __m256i is[4]) {
     __m256i w0, w1;
-    if (BITS == 4) {
+    if (BITS == 3) {
+        w0 = unpack3x32(p);
+        w1 = unpack3x32(p + 12);
+    } else if (BITS == 4) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)p), m4 = _mm256_set1_epi8(0x0f);
         w0 = _mm256_and_si256(v, m4);
         w1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -175,13 +219,16 @@ AI void block_sums(const int BITS, const int TT, const uint8_t *p, const int8_t 
         w0 = _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 2, 2)), m2);
         w1 = _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(4, 4, 6, 6)), m2);
     }
-    const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 4
     for (int t = 0; t < TT; t++) {
         const int8_t *xr = xq + t * ldq + e0;
-        const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(w0, _mm256_loadu_si256((const __m256i *)xr)),
-                                           _mm256_maddubs_epi16(w1, _mm256_loadu_si256((const __m256i *)(xr + 32))));
-        is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(s, ones));
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)xr), x1 = _mm256_loadu_si256((const __m256i *)(xr + 32));
+#if NX_I8_VNNI
+        is[t] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(is[t], w0, x0), w1, x1);
+#else
+        const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
+        is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+#endif
     }
 }
 
@@ -250,6 +297,7 @@ AI void mk_i8(const int BITS, const int R, const int TT, const i8args *a, const 
         }                                                                                        \
     }
 I8_KERNEL(kern_i8q2, 2)
+I8_KERNEL(kern_i8q3, 3)
 I8_KERNEL(kern_i8q4, 4)
 
 typedef void i8_kern(int R, int TT, const i8args *a, const int8_t *xq, int64_t ldq, const float *d, const float *X,
@@ -303,11 +351,11 @@ static void i8_rows(i8_kern *kern, const nx_linear *W, int64_t T, const int8_t *
     }
 }
 
-int nx_avx2_int8_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy, int64_t o0,
+int I8_FN(int8_rows)(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy, int64_t o0,
                       int64_t o1, nx_kscratch *s) {
-    if (!nx_avx2_int8_takes(W)) return 0;
+    if (!I8_FN(int8_takes)(W)) return 0;
     i8_scratch *st = (i8_scratch *)(void *)s->vnni;
-    i8_kern *kern = W->bits == 4 ? kern_i8q4 : kern_i8q2;
+    i8_kern *kern = W->bits == 4 ? kern_i8q4 : W->bits == 3 ? kern_i8q3 : kern_i8q2;
     const int64_t in = W->in, ng = in / W->group;
     int64_t tc = (int64_t)I8_XQ_BYTES / in; /* input rows per staging */
     if (tc > I8_GROUPS / ng) tc = I8_GROUPS / ng;

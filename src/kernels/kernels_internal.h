@@ -63,6 +63,7 @@ typedef struct nx_kernel_table {
 
 extern const nx_kernel_table nx_kernels_ref;
 extern const nx_kernel_table nx_kernels_avx2;
+extern const nx_kernel_table nx_kernels_avx2vnni; /* avx2 + AVX-VNNI: int8 kernels on vpdpbusd (ymm) */
 extern const nx_kernel_table nx_kernels_avx512;
 extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + VNNI (int8/int16) for 2/4/8-bit weights */
 extern const nx_kernel_table nx_kernels_avx512vbmi; /* the same + 3/5/6-bit weights (VBMI, GFNI) */
@@ -90,12 +91,16 @@ static inline void nx_side_hint(nx_side_pf *s, int lines) {
 }
 
 
-/* The AVX2 int8-activation kernels (int8_avx2.c; the avx2 table's 2- and 4-bit weights):
- * whether they take W (2/4-bit, groups a multiple of 64, not x16), and nx_kernel_table's
- * matmul_rows on them (0 when they decline). */
+/* The AVX2 int8-activation kernels (int8_avx2.c; the avx2 and avx512 tables' 2-, 3- and 4-bit
+ * weights; int8_avxvnni.c, the same on AVX-VNNI for the avx2vnni table): whether they take W
+ * (2/3/4-bit, groups a multiple of 64, not x16), and nx_kernel_table's matmul_rows on them (0
+ * when they decline). */
 int nx_avx2_int8_takes(const nx_linear *W);
 int nx_avx2_int8_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy, int64_t o0,
                       int64_t o1, nx_kscratch *s);
+int nx_avxvnni_int8_takes(const nx_linear *W);
+int nx_avxvnni_int8_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy,
+                         int64_t o0, int64_t o1, nx_kscratch *s);
 
 /* The reference dequantization of row r of a quantized W into out[in] (also used by
  * nx_linear_get_row on every ISA: embedding lookups are not hot). */

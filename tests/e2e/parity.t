@@ -111,7 +111,7 @@ t.ok(float(np.abs(out["pre"] - out["post"]).max()) > 1e-3, "--mtp-hidden pre cha
 for name in ("tencent-odd", "mlx-q4-g64-head8"):
     d = os.path.join(tmp, name)
     ref_l = os.path.join(tmp, name + "-ref.npy")
-    for isa in ("ref", "avx2", "avx512", "avx512vnni", "avx512vbmi"):
+    for isa in ("ref", "avx2", "avx2vnni", "avx512", "avx512vnni", "avx512vbmi"):
         out = os.path.join(tmp, f"{name}-{isa}.npy")
         r = run([NEXTN, "eval", "-m", d, "--tokens", ",".join(map(str, range(3, 20))), "--logits", out, "--act-bits",
                  "16"],
@@ -159,21 +159,21 @@ for name in ("mlx-q4-g64-w256", "mlx-q2-g64", "mlx-q3-g64-head5"):
         t.ok(out == ar and len(ar) == 24, f"{name} on int8 activations: greedy MTP (draft {k}) equals greedy AR",
              f"mtp {out}\nar {ar}")
 
-# The AVX2 table's int8 kernels (int8_avx2.c: CPUs without AVX-512 VNNI), 4- and 2-bit: reached (the
-# logits move from the int16 ones), and greedy MTP still equals greedy AR on them.
-AVX2 = dict(os.environ, NX_ISA="avx2")
-for name in ("mlx-q4-g64-w256", "mlx-q2-g64"):
-    d = os.path.join(tmp, name)
+# The AVX2 tables' int8 kernels (int8_avx2.c: CPUs without AVX-512 VNNI; avx2vnni on vpdpbusd), 4-,
+# 2- and 3-bit: reached (the logits move from the int16 ones), and greedy MTP still equals greedy AR.
+for isa, name in (("avx2", "mlx-q4-g64-w256"), ("avx2", "mlx-q2-g64"), ("avx2", "mlx-q3-g64-head5"),
+                  ("avx2vnni", "mlx-q4-g64-w256"), ("avx2vnni", "mlx-q3-g64-head5")):
+    d, env = os.path.join(tmp, name), dict(os.environ, NX_ISA=isa)
     for args, out in ((["--act-bits", "16"], a16), ([], a8)):
-        run([NEXTN, "eval", "-m", d, "--tokens", ids, "--logits", out] + args, env=AVX2)
-    t.ok(float(np.abs(np.load(a8) - np.load(a16)).max()) > 0, f"{name}, NX_ISA=avx2: int8 activations change the "
+        run([NEXTN, "eval", "-m", d, "--tokens", ids, "--logits", out] + args, env=env)
+    t.ok(float(np.abs(np.load(a8) - np.load(a16)).max()) > 0, f"{name}, NX_ISA={isa}: int8 activations change the "
          "quantized matmuls")
     greedy = {}
     for k in ("0", "1", "3"):
         greedy[k] = run([NEXTN, "run", "-m", d, "--prompt-tokens", ids, "-n", "24", "--print-ids", "--ignore-eos",
-                         "--draft", k, "--quiet"], env=AVX2).stdout.split()
+                         "--draft", k, "--quiet"], env=env).stdout.split()
     t.ok(len(greedy["0"]) == 24 and greedy["1"] == greedy["0"] and greedy["3"] == greedy["0"],
-         f"{name}, NX_ISA=avx2 on int8 activations: greedy MTP (draft 1, 3) equals greedy AR", str(greedy))
+         f"{name}, NX_ISA={isa} on int8 activations: greedy MTP (draft 1, 3) equals greedy AR", str(greedy))
 
 # thread invariance on the threaded paths (experts large enough for the parallel MoE jobs, the
 # down projections' barrier, attention by whole kv heads or, at 3 threads, by items): 1, 3 and 4

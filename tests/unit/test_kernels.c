@@ -150,7 +150,7 @@ static float *rnd_vec(int64_t n) {
 /* Kernel variants this CPU can run, ref first: an ISA name (quantized weights marked x16, so
  * the integer kernels run on int16 activations), or "ISA+act8" for the same ISA on weights
  * without the mark (int8 activations where the shape allows). */
-static const char *isas[9];
+static const char *isas[11];
 static int n_isas;
 static const char *default_isa;
 
@@ -173,10 +173,10 @@ static nx_linear as_variant(const char *isa, const nx_linear *W) {
 static int setup(void **state) {
     (void)state;
     default_isa = nx_kernels_isa();
-    const char *all[9] = {"ref",        "avx2",       "avx2+act8",       "avx512",         "avx512+act8",
-                          "avx512vnni", "avx512vbmi", "avx512vnni+act8", "avx512vbmi+act8"};
+    const char *all[11] = {"ref",         "avx2",       "avx2+act8",  "avx2vnni",        "avx2vnni+act8",  "avx512",
+                           "avx512+act8", "avx512vnni", "avx512vbmi", "avx512vnni+act8", "avx512vbmi+act8"};
     n_isas = 0;
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 11; i++)
         if (use_isa(all[i]) == 0) isas[n_isas++] = all[i];
     use_isa(default_isa);
     return 0;
@@ -566,17 +566,17 @@ static float *run_matmul(const char *isa, const nx_linear *W0, const float *x, i
  * most) or 1/254 (half an int8 step, max/127). */
 static double x_half_step(const char *isa, const nx_linear *W) {
     const int vbmi = strncmp(isa, "avx512vbmi", 10) == 0, act8 = is_act8(isa) && !W->x16;
-    /* avx2 and avx512 (int8_avx2.c): 2- and 4-bit weights in groups a multiple of 64 on int8, the
-     * rest in float */
+    /* avx2, avx2vnni and avx512 (int8_avx2.c): 2-, 3- and 4-bit weights in groups a multiple of 64
+     * on int8, the rest in float */
+    const int i8 = act8 && W->dtype == NX_DTYPE_U32 && W->bits >= 2 && W->bits <= 4 && W->group % 64 == 0;
     if (strncmp(isa, "avx2", 4) == 0 || (strncmp(isa, "avx512", 6) == 0 && (isa[6] == 0 || isa[6] == '+')))
-        return act8 && W->dtype == NX_DTYPE_U32 && (W->bits == 2 || W->bits == 4) && W->group % 64 == 0 ? 1.0 / 254.0
-                                                                                                        : 0;
+        return i8 ? 1.0 / 254.0 : 0;
     if ((strncmp(isa, "avx512vnni", 10) != 0 && !vbmi) || W->dtype != NX_DTYPE_U32) return 0;
     int q = 0;
     if (W->bits == 4 || W->bits == 8 || (vbmi && W->bits != 2)) q = W->group % 64 == 0;
     else q = W->bits == 2 && (W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0));
     /* shapes the integer tables decline go to the avx512 table: int8_avx2.c's where it takes them */
-    if (!q) return act8 && W->dtype == NX_DTYPE_U32 && (W->bits == 2 || W->bits == 4) && W->group % 64 == 0 ? 1.0 / 254.0 : 0;
+    if (!q) return i8 ? 1.0 / 254.0 : 0;
     /* int8 for 4-bit in whole 128-element blocks (groups of 64: a last block of 64 too) and
      * 2-bit in whole 256-element blocks, without a group straddling a block except at a lane
      * boundary, and (VBMI) 3/5/6-bit */
