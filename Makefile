@@ -33,9 +33,9 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE) -MMD -MP -c $< -o $@
 
-$(BUILD)/src/kernels/avx2.o $(BUILD)/src/kernels/%_avx2.o: BASE += $(AVX2_FLAGS)
+$(BUILD)/src/kernels/avx2.o $(BUILD)/src/kernels/avx2_int8.o $(BUILD)/src/kernels/%_avx2.o: BASE += $(AVX2_FLAGS)
 $(BUILD)/src/kernels/avx512.o $(BUILD)/src/kernels/%_avx512.o: BASE += $(AVX512_FLAGS)
-$(BUILD)/src/kernels/int8_avxvnni.o: BASE += $(AVX2_FLAGS) -mavxvnni
+$(BUILD)/src/kernels/avx2_vnni.o: BASE += $(AVX2_FLAGS) -mavxvnni
 $(BUILD)/src/kernels/avx512_vnni.o: BASE += $(AVX512_FLAGS) -mavx512vnni
 $(BUILD)/src/kernels/avx512_vbmi.o: BASE += $(AVX512_FLAGS) -mavx512vnni -mavx512vbmi -mgfni
 

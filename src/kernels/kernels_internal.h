@@ -91,8 +91,8 @@ static inline void nx_side_hint(nx_side_pf *s, int lines) {
 }
 
 
-/* The AVX2 int8-activation kernels (int8_avx2.c; the avx2 and avx512 tables' 2-, 3- and 4-bit
- * weights; int8_avxvnni.c, the same on AVX-VNNI for the avx2vnni table): whether they take W
+/* The AVX2 int8-activation kernels (avx2_int8.c; the avx2 and avx512 tables' 2-, 3- and 4-bit
+ * weights; avx2_vnni.c, the same on AVX-VNNI for the avx2vnni table): whether they take W
  * (2/3/4-bit, groups a multiple of 64, not x16), and nx_kernel_table's matmul_rows on them (0
  * when they decline). */
 int nx_avx2_int8_takes(const nx_linear *W);

@@ -159,7 +159,7 @@ for name in ("mlx-q4-g64-w256", "mlx-q2-g64", "mlx-q3-g64-head5"):
         t.ok(out == ar and len(ar) == 24, f"{name} on int8 activations: greedy MTP (draft {k}) equals greedy AR",
              f"mtp {out}\nar {ar}")
 
-# The AVX2 tables' int8 kernels (int8_avx2.c: CPUs without AVX-512 VNNI; avx2vnni on vpdpbusd), 4-,
+# The AVX2 tables' int8 kernels (avx2_int8.c: CPUs without AVX-512 VNNI; avx2vnni on vpdpbusd), 4-,
 # 2- and 3-bit: reached (the logits move from the int16 ones), and greedy MTP still equals greedy AR.
 for isa, name in (("avx2", "mlx-q4-g64-w256"), ("avx2", "mlx-q2-g64"), ("avx2", "mlx-q3-g64-head5"),
                   ("avx2vnni", "mlx-q4-g64-w256"), ("avx2vnni", "mlx-q3-g64-head5")):

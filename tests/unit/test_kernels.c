@@ -566,7 +566,7 @@ static float *run_matmul(const char *isa, const nx_linear *W0, const float *x, i
  * most) or 1/254 (half an int8 step, max/127). */
 static double x_half_step(const char *isa, const nx_linear *W) {
     const int vbmi = strncmp(isa, "avx512vbmi", 10) == 0, act8 = is_act8(isa) && !W->x16;
-    /* avx2, avx2vnni and avx512 (int8_avx2.c): 2-, 3- and 4-bit weights in groups a multiple of 64
+    /* avx2, avx2vnni and avx512 (avx2_int8.c): 2-, 3- and 4-bit weights in groups a multiple of 64
      * on int8, the rest in float */
     const int i8 = act8 && W->dtype == NX_DTYPE_U32 && W->bits >= 2 && W->bits <= 4 && W->group % 64 == 0;
     if (strncmp(isa, "avx2", 4) == 0 || (strncmp(isa, "avx512", 6) == 0 && (isa[6] == 0 || isa[6] == '+')))
@@ -575,7 +575,7 @@ static double x_half_step(const char *isa, const nx_linear *W) {
     int q = 0;
     if (W->bits == 4 || W->bits == 8 || (vbmi && W->bits != 2)) q = W->group % 64 == 0;
     else q = W->bits == 2 && (W->group % 128 == 0 || (W->group == 64 && W->in % 128 == 0));
-    /* shapes the integer tables decline go to the avx512 table: int8_avx2.c's where it takes them */
+    /* shapes the integer tables decline go to the avx512 table: avx2_int8.c's where it takes them */
     if (!q) return i8 ? 1.0 / 254.0 : 0;
     /* int8 for 4-bit in whole 128-element blocks (groups of 64: a last block of 64 too) and
      * 2-bit in whole 256-element blocks, without a group straddling a block except at a lane

@@ -3,7 +3,7 @@
  * without AVX-512 (Zen 2/3, Intel client cores). Dequantizing in float costs an FMA per 8 weights
  * and input row; here vpmaddubsw multiplies 32 unsigned weight fields by 32 int8 activations per
  * instruction, so decode and verify stay near memory speed on fewer cores. Built again as
- * int8_avxvnni.c (NX_I8_VNNI) for CPUs with AVX-VNNI (Alder Lake and later, Zen 5), where one
+ * avx2_vnni.c (NX_I8_VNNI) for CPUs with AVX-VNNI (Alder Lake and later, Zen 5), where one
  * vpdpbusd replaces vpmaddubsw + vpmaddwd + the add.
  *
  * Each input row is rounded per weight group to int8 exactly as the VNNI kernels do (d =
