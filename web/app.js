@@ -82,6 +82,9 @@
     box.textContent = '';
     c.messages.forEach((m, i) => box.appendChild(renderMsg(m, i)));
     box.scrollTop = box.scrollHeight;
+    const last = c.messages.filter((m) => m.usage).pop();
+    if (last) finalSpec({ k: last.k }, last.usage, last.timings);
+    else showSpec({});
   }
 
   // ------------------------------------------------------------ rendering
@@ -269,6 +272,7 @@
 
   async function generate() {
     const c = conv();
+    const body = JSON.stringify(requestBody(c)); // the history, before the answer joins it
     const m = { role: 'assistant', content: '', reasoning: '', pieces: [], rpieces: [], streaming: true };
     c.messages.push(m);
     const index = c.messages.length - 1;
@@ -279,7 +283,7 @@
     showSpec({ src: 'waiting for the first token' });
     updateStreaming(m, index);
     try {
-      const r = await fetch('/v1/chat/completions', { method: 'POST', headers: headers(), body: JSON.stringify(requestBody(c)), signal: ctrl.signal });
+      const r = await fetch('/v1/chat/completions', { method: 'POST', headers: headers(), body, signal: ctrl.signal });
       if (!r.ok) {
         let msg = `HTTP ${r.status}`;
         try { const j = await r.json(); msg += ': ' + (j.error && j.error.message); } catch { /* not JSON */ }
@@ -292,6 +296,7 @@
       else m.error = String(e.message || e);
     }
     m.streaming = false;
+    m.k = sp.k;
     delete m._raf;
     busy = null;
     setBusy(false);
