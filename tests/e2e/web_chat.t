@@ -195,6 +195,34 @@ async function main() {
   const call = await page.$eval('#messages .msg.assistant:last-child .tool-call', (e) => e.textContent);
   ok(/^call get_weather\(\{\s*"city": "Paris"\s*\}\)$/.test(call), 'a tool call is shown as a call', call);
 
+  // markdown and code highlighting, drafted text marked through both (a stored answer, all drafted)
+  const md = 'Here:\n\n```c\nint main(void) { return 0; } // done\n```\n\n**bold** and `code`\n\n- one\n- two';
+  await page.evaluate((content) => {
+    const convs = JSON.parse(localStorage.getItem('nextn.convs'));
+    convs[0].messages.push({ role: 'assistant', content, pieces: [[content, true]] });
+    localStorage.setItem('nextn.convs', JSON.stringify(convs));
+  }, md);
+  await page.reload({ waitUntil: 'networkidle0' });
+  await page.waitForSelector('body[data-ready="true"]');
+  await page.click('#toggle-settings');
+  await page.click('#raw'); // back to markdown
+  await page.click('#close-settings');
+  const shown = await page.evaluate(() => {
+    const m = [...document.querySelectorAll('#messages .msg.assistant')].pop();
+    const cls = (c) => [...m.querySelectorAll('.hl-' + c)].map((e) => e.textContent);
+    return { kw: cls('kw'), fn: cls('fn'), num: cls('num'), com: cls('com'), lang: m.querySelector('pre code').dataset.lang,
+      strong: m.querySelector('strong').textContent, code: m.querySelector(':not(pre) > code').textContent,
+      items: [...m.querySelectorAll('li')].map((e) => e.textContent),
+      marks: [...m.querySelectorAll('.body .dr')].map((e) => ({ o: Number(e.dataset.o), t: e.textContent })) };
+  });
+  is(JSON.stringify([shown.kw, shown.fn, shown.num, shown.com, shown.lang]),
+     JSON.stringify([['int', 'void', 'return'], ['main'], ['0'], ['// done'], 'c']), 'a C code block is highlighted');
+  ok(shown.strong === 'bold' && shown.code === 'code' && shown.items.join('|') === 'one|two', 'markdown: bold, code, lists', shown);
+  const allMarked = marksMatch(shown.marks, md, new Array(md.length).fill(true), false);
+  const markedText = shown.marks.map((x) => x.t).join('');
+  ok(allMarked === null && markedText === 'Here:int main(void) { return 0; } // donebold and codeonetwo',
+     'markdown: drafted text is marked inside code, bold and lists', { allMarked, markedText });
+
   // narrow: readable at 360 px (no sideways scrolling), panels closed
   await page.setViewport({ width: 360, height: 740 });
   const wide = await page.evaluate(() => document.documentElement.scrollWidth);
@@ -207,6 +235,33 @@ async function main() {
   await page.keyboard.press('Tab');
   is(await page.evaluate(() => document.activeElement.id), 'send', 'Tab from the message box reaches Send');
   ok(problems.length === 0, 'no page or console errors (server without a key)', problems);
+
+  // Stop: a long answer (a model view with room for thousands of tokens) is cut short, the
+  // server goes on serving; the aborted request is the one failure expected
+  const long = await lib.startServer(['-m', lib.longContextModel(), '--ctx', '8192']);
+  const sp2 = await browser.newPage();
+  const sproblems = [];
+  sp2.on('pageerror', (e) => sproblems.push('page error: ' + e.message));
+  sp2.on('console', (m) => { if (m.type() === 'error') sproblems.push('console error: ' + m.text()); });
+  sp2.on('requestfailed', (r) => { if (!(r.failure() && /ERR_ABORTED/.test(r.failure().errorText))) sproblems.push('request failed: ' + r.url()); });
+  await sp2.goto(long.base + '/', { waitUntil: 'networkidle0' });
+  await sp2.waitForSelector('body[data-ready="true"]');
+  await sp2.evaluate(() => { localStorage.setItem('nextn.settings', JSON.stringify({ max_tokens: 7000, temperature: 0.8, draft: 'auto', verify: 'residual', showDrafts: true, raw: true })); });
+  await sp2.reload({ waitUntil: 'networkidle0' });
+  await sp2.waitForSelector('body[data-ready="true"]');
+  await sp2.focus('#prompt');
+  await sp2.keyboard.type('Tell a long story.');
+  await sp2.keyboard.press('Enter');
+  await sp2.waitForFunction(() => { const m = document.querySelector('#messages .msg.assistant .body'); return m && m.textContent.length > 20; }, { timeout: 30000 });
+  ok(await sp2.$eval('#stop', (e) => !e.hidden), 'Stop shows while the answer streams');
+  await sp2.keyboard.press('Escape');
+  await sp2.waitForSelector('#messages .msg.assistant[data-state="done"]', { timeout: 10000 });
+  const stopped = await sp2.$eval('#messages .msg.assistant', (e) => ({ role: e.querySelector('.role').textContent, error: e.classList.contains('error') }));
+  ok(/stopped/.test(stopped.role) && !stopped.error, 'Escape stops the answer', stopped);
+  ok((await (await fetch(long.base + '/health')).json()).active === 0, 'the server stops generating for nobody');
+  ok(sproblems.length === 0, 'no page or console errors (stop)', sproblems);
+  await sp2.close();
+  long.stop();
 
   // a server with a key: the page loads, asks for it, and chats with it
   const ks = await lib.startServer(['--ctx', '512', '--api-key', 'sesame']);

@@ -138,6 +138,15 @@ async function main() {
   is(s0.toks.length + s1.toks.length, u2.completion_tokens, 'n 2: the choices\' sources cover every token');
   is(s0.toks.filter((x) => x.d).length + s1.toks.filter((x) => x.d).length, u2.speculative.accepted, 'n 2: and every accepted draft');
 
+  // completions streams carry the same member
+  const cr = await fetch(B + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: 'static int compare(const void *a, const void *b)', max_tokens: 32, temperature: 0,
+      stream: true, stream_options: { include_usage: true }, speculative: { draft: 2 } }) });
+  const cchunks = (await cr.text()).split('\n\n').filter((e) => e.startsWith('data: ') && e !== 'data: [DONE]').map((e) => JSON.parse(e.slice(6)));
+  const cu = cchunks[cchunks.length - 1].usage, cs = sources(cchunks);
+  ok(cs.shapeOk && cs.toks.length === cu.completion_tokens && cs.toks.filter((x) => x.d).length === cu.speculative.accepted,
+     'completions: one source per token, the drafted ones the accepted drafts', { n: cs.toks.length, usage: cu });
+
   // a client that ignores the member sees the same OpenAI chunks
   const keys = new Set();
   for (const c of two.chunks) for (const ch of c.choices) for (const k of Object.keys(ch)) keys.add(k);
