@@ -368,7 +368,7 @@
   function setBusy(on) {
     $('send').hidden = on;
     $('stop').hidden = !on;
-    $('prompt').setAttribute('aria-busy', on ? 'true' : 'false');
+    $('messages').setAttribute('aria-busy', on ? 'true' : 'false'); // read once the answer is whole
   }
 
   function send(text) {
@@ -440,7 +440,9 @@
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); $('composer').requestSubmit(); }
     });
     document.addEventListener('keydown', (e) => {
-      if (e.key === 'Escape' && busy) busy.ctrl.abort();
+      if (e.key !== 'Escape' || $('key-dialog').open) return;
+      if (busy) busy.ctrl.abort();
+      else if (!$('settings').hidden) $('close-settings').click();
     });
     $('stop').onclick = () => { if (busy) busy.ctrl.abort(); };
     $('new-chat').onclick = () => { if (!busy) { newConv(); showConv(); $('prompt').focus(); } };

@@ -396,20 +396,21 @@ static void note_source(gen_state *g) {
     for (int i = 0; i < NX_MAX_DRAFT; i++) acc += st->accepted_at[i];
     if (st->n_drafted > g->seen_drafted) g->cycle_k = (int32_t)(st->n_drafted - g->seen_drafted);
     const bool drafted = acc > g->seen_accepted;
+    const int32_t k = g->cycle_k;
     g->seen_drafted = st->n_drafted;
     g->seen_accepted = acc;
+    if (!drafted) g->cycle_k = 0; /* the trunk's token ends the cycle */
     if (g->n_tok == g->cap_tok) {
         const size_t cap = g->cap_tok ? g->cap_tok * 2 : 16;
         bool *d = realloc(g->tok_drafted, cap * sizeof *d);
         if (d) g->tok_drafted = d;
-        int32_t *k = d ? realloc(g->tok_k, cap * sizeof *k) : NULL;
-        if (!k) return; /* out of memory: the token goes without its source */
-        g->tok_k = k;
+        int32_t *ks = d ? realloc(g->tok_k, cap * sizeof *ks) : NULL;
+        if (!ks) return; /* out of memory: the token goes without its source */
+        g->tok_k = ks;
         g->cap_tok = cap;
     }
     g->tok_drafted[g->n_tok] = drafted;
-    g->tok_k[g->n_tok++] = g->cycle_k;
-    if (!drafted) g->cycle_k = 0; /* the trunk's token ends the cycle */
+    g->tok_k[g->n_tok++] = k;
 }
 
 static int on_token(void *user, int32_t id, const float *probs) {
