@@ -1011,6 +1011,9 @@ static enum MHD_Result on_head(nx_server *s, struct MHD_Connection *c, conn *cs,
         cs->route = "/"; /* the page's files count as one route in the metrics */
         cs->allow = "GET, HEAD";
         if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+            if (!auth_ok(s, c)) /* as on every route: without the key, nothing about methods */
+                return respond_errorf(s, c, cs, 401, "invalid_request_error", "invalid_api_key",
+                                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
             nx_oai_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
                              "%s is not allowed on %.200s; use GET.", method, url);
             return respond_error(s, c, cs, &e);

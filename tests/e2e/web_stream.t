@@ -159,6 +159,7 @@ async function main() {
   ok(kp.status === 200 && kp.headers.get('content-type') === TYPES['.html'], 'with --api-key, GET / needs no key');
   is((await fetch(K + '/app.js')).status, 200, 'nor do the page\'s files');
   is((await fetch(K + '/v1/models')).status, 401, 'the API still does');
+  is((await fetch(K + '/', { method: 'DELETE' })).status, 401, 'another method on / is 401 without the key (before 405)');
   is((await (await fetch(K + '/health')).json()).api_key_required, true, '/health says a key is needed');
   const same = await stream(K, { messages, max_tokens: 4 }, { Authorization: 'Bearer sesame', Origin: K });
   is(same.status, 200, 'the page\'s own origin may call the API with the key');
