@@ -43,8 +43,23 @@ $(BUILD)/libnextn.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/nextn: $(CLI_OBJ) $(BUILD)/libnextn.a
-	$(CC) $(BASE) -o $@ $(CLI_OBJ) $(BUILD)/libnextn.a $(LIBS)
+# The chat page (web/) goes into the nextn program as a C table written by tools/web_embed.c,
+# which runs on the build machine (HOSTCC) whatever CC targets.
+HOSTCC    ?= cc
+WEB_FILES := $(sort $(wildcard web/*.html web/*.css web/*.js web/*.svg))
+$(BUILD)/web_embed: tools/web_embed.c
+	@mkdir -p $(dir $@)
+	$(HOSTCC) -std=c11 -O2 $(WARN) -o $@ $<
+
+$(BUILD)/gen/web_files.c: $(WEB_FILES) $(BUILD)/web_embed
+	@mkdir -p $(dir $@)
+	$(BUILD)/web_embed $@ $(WEB_FILES)
+
+$(BUILD)/gen/web_files.o: $(BUILD)/gen/web_files.c
+	$(CC) $(BASE) -c $< -o $@
+
+$(BUILD)/nextn: $(CLI_OBJ) $(BUILD)/gen/web_files.o $(BUILD)/libnextn.a
+	$(CC) $(BASE) -o $@ $(CLI_OBJ) $(BUILD)/gen/web_files.o $(BUILD)/libnextn.a $(LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libnextn.a
 	@mkdir -p $(dir $@)

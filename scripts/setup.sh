@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything nextn needs to build, test and benchmark on Debian: the C toolchain and
 # libraries, Python (PyTorch + NumPy, for the reference forward and test fixtures) and the npm
-# reference implementations pinned in package-lock.json. Safe to run repeatedly.
+# reference implementations pinned in package-lock.json, and Chromium, in which the chat page is
+# tested. Safe to run repeatedly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential pkg-config clang libclang-rt-14-dev
       libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcmocka-dev zlib1g-dev
       python3 python3-numpy python3-torch python3-regex libopenblas0-pthread
-      curl perl)
+      curl perl chromium)
 command -v node >/dev/null || pkgs+=(nodejs)
 command -v npm >/dev/null || pkgs+=(npm)
 missing=()

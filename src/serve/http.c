@@ -818,6 +818,13 @@ static bool host_ok(const nx_server *s, struct MHD_Connection *c) {
     return false;
 }
 
+/* The server's own page calling its API: browsers send Origin on a same-origin POST, and that
+ * origin is the server's, http:// and the Host the request was sent to (which host_ok checks). */
+static bool same_origin(struct MHD_Connection *c, const char *o) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    return h && *h && strncasecmp(o, "http://", 7) == 0 && strcasecmp(o + 7, h) == 0;
+}
+
 /* A browser names the page a request comes from in Origin. Requests without one (curl, SDKs)
  * pass; one with an Origin passes only when --cors lists it (or "*"), and then gets CORS
  * headers. Returns false for an origin not allowed; *origin is the allowed one or NULL. */
@@ -825,6 +832,7 @@ static bool origin_ok(const nx_server *s, struct MHD_Connection *c, const char *
     *origin = NULL;
     const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (!o) return true;
+    if (same_origin(c, o)) return true;
     for (char **a = s->origins; a && *a; a++)
         if (strcmp(*a, "*") == 0 || strcasecmp(*a, o) == 0) {
             *origin = o;
@@ -922,6 +930,39 @@ static size_t content_length(struct MHD_Connection *c) {
     return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
 }
 
+/* ---------------------------------------------------------------- the chat page */
+
+static const nx_web_file *web_file(const nx_server *s, const char *url) {
+    for (size_t i = 0; i < s->o.n_web; i++)
+        if (strcmp(s->o.web[i].path, url) == 0) return &s->o.web[i];
+    return NULL;
+}
+
+/* One of the page's files. Served without a key (the page asks for it), revalidated on each load
+ * (no-cache with an ETag: an upgraded server's page is never stale), and confined: its scripts
+ * and styles come from this server alone, and no other site may frame it. */
+static enum MHD_Result respond_web(nx_server *s, struct MHD_Connection *c, conn *cs, const nx_web_file *f) {
+    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    const bool fresh = inm && strcmp(inm, f->etag) == 0;
+    struct MHD_Response *r = fresh ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
+                                   : MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", f->type);
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "ETag", f->etag);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                            "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    const int status = fresh ? 304 : 200;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    cs->responded = true;
+    nx_metrics_count_request(&s->metrics, cs->route, status);
+    return ret;
+}
+
 /* An answer to a CORS preflight (OPTIONS) for a known route: which method and headers a page of
  * an allowed origin may send. Preflights carry no credentials, so no key is asked for. */
 static enum MHD_Result respond_preflight(nx_server *s, struct MHD_Connection *c, conn *cs) {
@@ -965,6 +1006,25 @@ static enum MHD_Result on_head(nx_server *s, struct MHD_Connection *c, conn *cs,
     if (!origin_ok(s, c, &cs->origin))
         return respond_errorf(s, c, cs, 403, "invalid_request_error", "origin_not_allowed",
                               "Cross-origin requests are refused; allow an origin with --cors ORIGIN.");
+    const nx_web_file *wf = web_file(s, url);
+    if (wf) { /* before the key: the page loads, then asks for it */
+        cs->route = "/"; /* the page's files count as one route in the metrics */
+        cs->allow = "GET, HEAD";
+        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+            if (!auth_ok(s, c)) /* as on every route: without the key, nothing about methods */
+                return respond_errorf(s, c, cs, 401, "invalid_request_error", "invalid_api_key",
+                                      "Incorrect or missing API key. Send it as 'Authorization: Bearer KEY'.");
+            nx_oai_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
+                             "%s is not allowed on %.200s; use GET.", method, url);
+            return respond_error(s, c, cs, &e);
+        }
+        if (peer_reserve(c)) {
+            cs->close = true;
+            return respond_errorf(s, c, cs, 503, "server_error", "too_many_connections",
+                                  "The server has no free connection; retry shortly.");
+        }
+        return respond_web(s, c, cs, wf);
+    }
     int route = -1;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0] && route < 0; i++)
         if (route_match(routes[i][0], url, NULL)) route = (int)i;
@@ -1147,8 +1207,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         int q = s->n_queued, a = s->n_active;
         pthread_mutex_unlock(&s->qmu);
         return respond_json(s, c, cs,
-                            json_pack("{s:s, s:s, s:s, s:i, s:i}", "status", "ok", "model", s->model_id, "mtp",
-                                      s->info->mtp ? s->info->mtp : "none", "queued", q, "active", a));
+                            json_pack("{s:s, s:s, s:s, s:i, s:i, s:b}", "status", "ok", "model", s->model_id, "mtp",
+                                      s->info->mtp ? s->info->mtp : "none", "queued", q, "active", a,
+                                      "api_key_required", s->api_key != NULL));
     }
     if (strcmp(cs->route, "/v1/models") == 0)
         return respond(s, c, cs, 200, "application/json",

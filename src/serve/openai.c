@@ -1055,8 +1055,43 @@ static json_t *usage_json(const nx_oai_usage *u) {
     json_object_set_new(s, "acceptance_rate",
                         u->drafted > 0 ? json_real((double)u->accepted / (double)u->drafted)
                                        : json_null());
+    /* docs/design.md §7: tokens per verify cycle, and the counts per chain position up to the
+     * last position drafted */
+    json_object_set_new(s, "mean_acceptance_length",
+                        u->drafts > 0 ? json_real(1.0 + (double)u->accepted / (double)u->drafts) : json_null());
+    int positions = 0;
+    for (int k = 0; k < NX_MAX_DRAFT; k++)
+        if (u->drafted_at[k] > 0) positions = k + 1;
+    json_t *dat = json_array(), *aat = json_array();
+    for (int k = 0; k < positions; k++) {
+        json_array_append_new(dat, json_integer(u->drafted_at[k]));
+        json_array_append_new(aat, json_integer(u->accepted_at[k]));
+    }
+    json_object_set_new(s, "drafted_at", dat);
+    json_object_set_new(s, "accepted_at", aat);
     json_object_set_new(o, "speculative", s);
     return o;
+}
+
+/* llama.cpp's server's "timings", which its clients read: prefill and decode tokens, times and
+ * speeds, and the drafts (decode excludes each choice's first token, which the prefill gives). */
+static json_t *timings_json(const nx_oai_usage *u) {
+    const double pms = u->t_prefill * 1e3, dms = u->t_decode * 1e3;
+    return json_pack("{s:I, s:f, s:f, s:I, s:f, s:f, s:I, s:I}", "prompt_n", (json_int_t)u->prefilled, "prompt_ms",
+                     pms, "prompt_per_second", pms > 0 ? (double)u->prefilled * 1e3 / pms : 0.0, "predicted_n",
+                     (json_int_t)u->decoded, "predicted_ms", dms, "predicted_per_second",
+                     dms > 0 ? (double)u->decoded * 1e3 / dms : 0.0, "draft_n", (json_int_t)u->drafted,
+                     "draft_n_accepted", (json_int_t)u->accepted);
+}
+
+/* The choice's "nextn" member in a stream chunk: where each token since the last chunk came from. */
+static json_t *token_sources_json(const nx_oai_choice *c) {
+    json_t *d = json_array(), *k = json_array();
+    for (size_t i = 0; i < c->n_tokens; i++) {
+        json_array_append_new(d, json_boolean(c->drafted[i]));
+        json_array_append_new(k, json_integer(c->draft_k[i]));
+    }
+    return json_pack("{s:o, s:o}", "drafted", d, "draft_k", k);
 }
 
 char *nx_oai_response_json(const nx_oai_meta *m, const nx_oai_choice *c, size_t n,
@@ -1089,7 +1124,10 @@ char *nx_oai_response_json(const nx_oai_meta *m, const nx_oai_choice *c, size_t 
         json_array_append_new(choices, ch);
     }
     json_object_set_new(o, "choices", choices);
-    if (u) json_object_set_new(o, "usage", usage_json(u));
+    if (u) {
+        json_object_set_new(o, "usage", usage_json(u));
+        json_object_set_new(o, "timings", timings_json(u));
+    }
     return dump(o);
 }
 
@@ -1145,6 +1183,7 @@ char *nx_oai_stream_chunk(const nx_oai_meta *m, const nx_oai_choice *c, bool rol
                             m->logprobs && c->n_lp ? completion_logprobs(m, c) : json_null());
     }
     json_object_set_new(ch, "finish_reason", jstr_or_null(c->finish_reason));
+    if (c->n_tokens > 0) json_object_set_new(ch, "nextn", token_sources_json(c));
     json_t *choices = json_array();
     json_array_append_new(choices, ch);
     json_object_set_new(o, "choices", choices);
@@ -1157,6 +1196,7 @@ char *nx_oai_stream_usage(const nx_oai_meta *m, const nx_oai_usage *u) {
     if (!o) return NULL;
     json_object_set_new(o, "choices", json_array());
     json_object_set_new(o, "usage", usage_json(u));
+    json_object_set_new(o, "timings", timings_json(u));
     return sse(dump(o));
 }
 

@@ -145,6 +145,11 @@ typedef struct nx_oai_choice {
     const json_t *tool_calls;  /* chat: [{id, type, function: {name, arguments}}], or NULL */
     const nx_oai_logprob *lp;  /* the tokens behind text, when meta->logprobs */
     size_t n_lp;
+    /* streaming: the tokens generated since the last chunk, each an accepted draft or not and
+     * the drafts of the verify it came from (0: a plain step); sent as the choice's "nextn" */
+    const bool *drafted;
+    const int32_t *draft_k;
+    size_t n_tokens;
 } nx_oai_choice;
 
 typedef struct nx_oai_usage {
@@ -153,6 +158,9 @@ typedef struct nx_oai_usage {
     int64_t drafts, drafted, accepted; /* this request's speculative counters */
     int32_t draft;                     /* draft setting (NX_DRAFT_AUTO, 0 = plain decoding) */
     const char *verify;                /* "residual" | "match" */
+    int64_t drafted_at[NX_MAX_DRAFT], accepted_at[NX_MAX_DRAFT]; /* per chain position */
+    double t_prefill, t_decode;        /* seconds, summed over the choices */
+    int64_t prefilled, decoded;        /* tokens those times computed (decode: all but each first) */
 } nx_oai_usage;
 
 /* Non-streaming response body (malloc'd JSON), or NULL when out of memory. */

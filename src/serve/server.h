@@ -10,6 +10,16 @@
 
 #include "nextn.h"
 
+/* One file of the chat page, served at its path without an API key (the page asks for the key
+ * and sends it with its API calls). The nextn program embeds web/ as a table of these. */
+typedef struct nx_web_file {
+    const char *path; /* "/", "/app.js", ... */
+    const char *type; /* its Content-Type */
+    const char *etag; /* a quoted hash of the bytes */
+    const unsigned char *data;
+    size_t len;
+} nx_web_file;
+
 typedef struct nx_server_opts {
     const char *host;    /* address to bind; "127.0.0.1" by default */
     int port;            /* 0 = an ephemeral port (see nx_server_port) */
@@ -44,6 +54,8 @@ typedef struct nx_server_opts {
                                  * (nx_state_save / nx_state_load files); NULL = slot actions
                                  * answer 501 */
     uint64_t slot_save_quota;   /* bytes the directory's regular files may take after a save */
+    const nx_web_file *web;     /* the chat page's files (GET /), n_web of them; NULL = none */
+    size_t n_web;
 } nx_server_opts;
 
 void nx_server_opts_default(nx_server_opts *o);

@@ -163,6 +163,14 @@ typedef struct gen_state {
     nx_strbuf call_args[NX_STREAM_CALLS];
     bool call_stuck[NX_STREAM_CALLS]; /* its arguments stopped growing by appending (not expected:
                                        * the parser only appends pairs); nothing more is sent */
+    /* streaming: where each generated token came from (nx_oai_choice.drafted), for the tokens
+     * not yet sent; read off the generation's counters as each token arrives */
+    const nx_gen_stats *st;
+    int64_t seen_drafted, seen_accepted;
+    int32_t cycle_k; /* drafts of the verify whose tokens are arriving; 0 between cycles */
+    bool *tok_drafted;
+    int32_t *tok_k;
+    size_t n_tok, cap_tok;
 } gen_state;
 
 static void meta_of(const job *j, nx_oai_meta *m) {
@@ -192,10 +200,14 @@ static void stream_emit(gen_state *g, const char *finish, const json_t *calls) {
                        .reasoning_len = g->released_reasoning.len,
                        .tool_calls = calls,
                        .lp = g->out->lp,
-                       .n_lp = g->out->n_lp};
+                       .n_lp = g->out->n_lp,
+                       .drafted = g->tok_drafted,
+                       .draft_k = g->tok_k,
+                       .n_tokens = g->n_tok};
     job_push_event(j, nx_oai_stream_chunk(&m, &c, false, j->req.include_usage));
     g->out->text_sent += g->released.len;
     g->out->n_lp = 0;
+    g->n_tok = 0;
     nx_strbuf_consume(&g->released, g->released.len);
     nx_strbuf_consume(&g->released_reasoning, g->released_reasoning.len);
 }
@@ -373,6 +385,34 @@ static bool stream_caught_up(job *j) {
     return ok;
 }
 
+/* Where the token being emitted came from, read off the generation's counters, which nx_generate
+ * updates before it emits: a verify adds its drafts to n_drafted before emitting the cycle's
+ * tokens, and an accepted draft to accepted_at before emitting it. A cycle's tokens are its
+ * accepted drafts, then one token of the trunk's (the correction, or the token after the last
+ * draft); tokens outside cycles are plain steps (k 0). */
+static void note_source(gen_state *g) {
+    const nx_gen_stats *st = g->st;
+    int64_t acc = 0;
+    for (int i = 0; i < NX_MAX_DRAFT; i++) acc += st->accepted_at[i];
+    if (st->n_drafted > g->seen_drafted) g->cycle_k = (int32_t)(st->n_drafted - g->seen_drafted);
+    const bool drafted = acc > g->seen_accepted;
+    const int32_t k = g->cycle_k;
+    g->seen_drafted = st->n_drafted;
+    g->seen_accepted = acc;
+    if (!drafted) g->cycle_k = 0; /* the trunk's token ends the cycle */
+    if (g->n_tok == g->cap_tok) {
+        const size_t cap = g->cap_tok ? g->cap_tok * 2 : 16;
+        bool *d = realloc(g->tok_drafted, cap * sizeof *d);
+        if (d) g->tok_drafted = d;
+        int32_t *ks = d ? realloc(g->tok_k, cap * sizeof *ks) : NULL;
+        if (!ks) return; /* out of memory: the token goes without its source */
+        g->tok_k = ks;
+        g->cap_tok = cap;
+    }
+    g->tok_drafted[g->n_tok] = drafted;
+    g->tok_k[g->n_tok++] = k;
+}
+
 static int on_token(void *user, int32_t id, const float *probs) {
     gen_state *g = user;
     job *j = g->j;
@@ -386,6 +426,7 @@ static int on_token(void *user, int32_t id, const float *probs) {
         g->first_token = false;
         if (g->index == 0) j->t_first = nx_now_s(); /* time to first token, for metrics */
     }
+    if (j->req.stream) note_source(g);
     bool eos = !j->req.ignore_eos && nx_model_is_eos(s->model, id);
     if (eos) return 0; /* the engine stops after it; an end token is neither text nor logprob */
     if (j->req.logprobs) record_logprob(g, id, probs);
@@ -487,6 +528,7 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     g.index = i;
     g.out = &j->out[i];
     g.first_token = true;
+    g.st = st;
     nx_stop_init(&g.stop, j->req.stop, j->req.n_stop);
     nx_status rc = nx_detok_new(s->tok, true, &g.detok, err);
     if (rc != NX_OK) goto done;
@@ -558,6 +600,8 @@ done:
     nx_strbuf_free(&g.released);
     nx_strbuf_free(&g.released_reasoning);
     for (size_t k = 0; k < g.n_calls; k++) nx_strbuf_free(&g.call_args[k]);
+    free(g.tok_drafted);
+    free(g.tok_k);
     return rc;
 }
 
@@ -587,6 +631,15 @@ static void run_job(nx_server *s, job *j) {
         u->drafts += st.n_drafts;
         u->drafted += st.n_drafted;
         u->accepted += st.n_accepted;
+        for (int k = 0; k < NX_MAX_DRAFT; k++) {
+            u->drafted_at[k] += st.drafted_at[k];
+            u->accepted_at[k] += st.accepted_at[k];
+        }
+        /* as `nextn run` reports speeds: the first token comes with the prefill */
+        u->t_prefill += st.t_prefill;
+        u->prefilled += st.n_prompt - st.n_cached;
+        u->t_decode += st.t_decode;
+        u->decoded += st.n_generated > 1 ? st.n_generated - 1 : 0;
         int cancel = atomic_load(&j->cancel);
         if (cancel == CANCEL_TIMEOUT) {
             nx_metrics_count_cancel(&s->metrics, true);

@@ -17,7 +17,7 @@
 static const char *usage =
     "usage: nextn serve [options]\n"
     "\n"
-    "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions\n"
+    "A chat page at GET / and an OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions\n"
     "(streaming and not), POST /tokenize and /detokenize, GET /v1/models, GET /health,\n"
     "GET /metrics (Prometheus), and llama.cpp's POST /slots/0?action=save|restore|erase\n"
     "(with --slot-save-path).\n"
@@ -73,11 +73,12 @@ static const char *usage =
     "      --act-bits 8|16     activations of 2-6-bit matmuls: int8 (default) or int16 (finer)\n"
     "      --kv-type f32|f16   KV cache elements: f32 (default, exact) or f16 (half the memory)\n"
     "      --no-mtp            load the trunk only (no speculation)\n"
+    "      --no-webui          no chat page at GET / (the API alone)\n"
     "  -q, --quiet             no start-up banner\n";
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
        O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS, O_PERIP, O_HEADT,
-       O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA };
+       O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA, O_NOWEB };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -95,6 +96,7 @@ static const struct option opts[] = {
     {"body-timeout", required_argument, 0, O_BODYT}, {"max-request-tokens", required_argument, 0, O_MAXTOK},
     {"max-unsent", required_argument, 0, O_UNSENT}, {"shutdown-grace", required_argument, 0, O_GRACE},
     {"host-allow", required_argument, 0, O_HOSTS}, {"cors", required_argument, 0, O_CORS},
+    {"no-webui", no_argument, 0, O_NOWEB},
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
 
@@ -151,6 +153,8 @@ static char *dir_name(const char *dir) {
 int nx_cli_serve(int argc, char **argv) {
     nx_server_opts so;
     nx_server_opts_default(&so);
+    so.web = nx_web_files;
+    so.n_web = nx_web_n_files;
     nx_load_params lp;
     nx_load_params_default(&lp);
     lp.act_bits = cli_env_act_bits();
@@ -248,6 +252,7 @@ int nx_cli_serve(int argc, char **argv) {
             lp.n_threads = (int)v;
             break;
         case O_NOMTP: lp.no_mtp = true; break;
+        case O_NOWEB: so.web = NULL, so.n_web = 0; break;
         case O_ACT:
             if (!cli_parse_int(optarg, 8, 16, &v) || (v != 8 && v != 16)) BAD("--act-bits %s: expected 8 or 16", optarg);
             lp.act_bits = (int)v;
@@ -325,6 +330,9 @@ int nx_cli_serve(int argc, char **argv) {
     bool v6 = strchr(h, ':') != NULL;
     fprintf(stderr, "nextn serve: listening on http://%s%s%s:%d/v1\n", v6 ? "[" : "", h, v6 ? "]" : "",
             nx_server_port(srv));
+    if (!quiet && so.web)
+        fprintf(stderr, "nextn serve: chat page at http://%s%s%s:%d/\n", v6 ? "[" : "", h, v6 ? "]" : "",
+                nx_server_port(srv));
     fflush(stderr);
 
     int sig = 0;
