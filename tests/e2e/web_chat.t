@@ -244,6 +244,15 @@ async function main() {
   sp2.on('pageerror', (e) => sproblems.push('page error: ' + e.message));
   sp2.on('console', (m) => { if (m.type() === 'error') sproblems.push('console error: ' + m.text()); });
   sp2.on('requestfailed', (r) => { if (!(r.failure() && /ERR_ABORTED/.test(r.failure().errorText))) sproblems.push('request failed: ' + r.url()); });
+  // the page's request gets ignore_eos, so the sampled answer cannot end before Escape does
+  await sp2.setRequestInterception(true);
+  sp2.on('request', (r) => {
+    if (r.method() === 'POST' && r.url().endsWith('/v1/chat/completions')) {
+      const b = JSON.parse(r.postData());
+      b.ignore_eos = true;
+      r.continue({ postData: JSON.stringify(b) });
+    } else r.continue();
+  });
   await sp2.goto(long.base + '/', { waitUntil: 'networkidle0' });
   await sp2.waitForSelector('body[data-ready="true"]');
   await sp2.evaluate(() => { localStorage.setItem('nextn.settings', JSON.stringify({ max_tokens: 7000, temperature: 0.8, draft: 'auto', verify: 'residual', showDrafts: true, raw: true })); });
@@ -258,7 +267,13 @@ async function main() {
   await sp2.waitForSelector('#messages .msg.assistant[data-state="done"]', { timeout: 10000 });
   const stopped = await sp2.$eval('#messages .msg.assistant', (e) => ({ role: e.querySelector('.role').textContent, error: e.classList.contains('error') }));
   ok(/stopped/.test(stopped.role) && !stopped.error, 'Escape stops the answer', stopped);
-  ok((await (await fetch(long.base + '/health')).json()).active === 0, 'the server stops generating for nobody');
+  // the server notices the closed stream at its next write: within a few seconds
+  let active = -1;
+  for (let i = 0; i < 100 && active !== 0; i++) {
+    active = (await (await fetch(long.base + '/health')).json()).active;
+    if (active !== 0) await new Promise((res) => setTimeout(res, 100));
+  }
+  ok(active === 0, 'the server stops generating for nobody', active);
   ok(sproblems.length === 0, 'no page or console errors (stop)', sproblems);
   await sp2.close();
   long.stop();
