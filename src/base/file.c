@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -112,4 +113,18 @@ nx_status nx_file_load_json(const char *path, size_t flags, json_t **out, nx_err
     free(text);
     if (!*out) return nx_fail(err, NX_E_FORMAT, "%s: not valid JSON (%s, line %d)", path, je.text, je.line);
     return NX_OK;
+}
+
+uint64_t nx_mem_available(void) {
+#ifdef __linux__
+    char *text;
+    if (nx_file_read_all("/proc/meminfo", (size_t)1 << 20, &text, NULL, NULL) != NX_OK) return 0;
+    const char *l = strstr(text, "MemAvailable:");
+    unsigned long long kb = 0;
+    if (!l || sscanf(l, "MemAvailable: %llu kB", &kb) != 1) kb = 0;
+    free(text);
+    return (uint64_t)kb * 1024;
+#else
+    return 0;
+#endif
 }

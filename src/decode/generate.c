@@ -108,6 +108,11 @@ static void record_trunk_cost(gen *g, int32_t rows, double dt) {
         st->expert_bytes_verify += tr->expert_bytes;
         st->experts_touched_verify += (double)tr->experts_touched;
     }
+    const int kind = rows == 1 ? 0 : 1;
+    st->cache_hits[kind] += tr->cache_hits;
+    st->cache_misses[kind] += tr->cache_misses;
+    st->disk_bytes[kind] += tr->disk_bytes;
+    st->io_wait_s[kind] += tr->io_wait_s;
     st->topk_overlap_sum += (double)tr->overlap;
     st->topk_overlap_n += tr->overlap_pairs;
 }
