@@ -406,11 +406,9 @@ static nx_status map_file(const char *path, st_file *f, nx_error *err) {
         close(fd);
         return nx_fail(err, NX_E_IO, "%s: mmap failed: %s", path, strerror(e));
     }
-    /* Huge pages where the kernel can: a file system that caches files in large folios then
-     * reads the file in 2 MB folios, and the kernel maps them with 2 MB page-table entries (the
-     * TLB then covers the whole model; 4-bit decode streams ~3% faster). Only a hint. Nothing is
-     * read here beyond the header: the loader decides what to prefault (nx_store_prefault). */
-    (void)madvise(m, (size_t)sb.st_size, MADV_HUGEPAGE);
+    /* No readahead until the loader says how the weights will be used (nx_store_use): the
+     * headers and the few small tensors read while loading must not pull in their neighbours. */
+    (void)madvise(m, (size_t)sb.st_size, MADV_RANDOM);
     f->map = m;
     f->size = (size_t)sb.st_size;
     f->fd = fd;
@@ -667,10 +665,23 @@ static void page_span(const void *p, size_t n, uint8_t **a, size_t *len) {
     *len = hi - lo;
 }
 
+void nx_store_use(const nx_store *st, const void *p, size_t n) {
+    if (!n || !file_of_ptr(st, p, n)) return;
+    uint8_t *a;
+    size_t len;
+    page_span(p, n, &a, &len);
+    (void)madvise(a, len, MADV_NORMAL);
+    /* Huge pages where the kernel can: a file system that caches files in large folios then
+     * reads the file in 2 MB folios, and the kernel maps them with 2 MB page-table entries (the
+     * TLB then covers the whole model; 4-bit decode streams ~3% faster). Only a hint. */
+    (void)madvise(a, len, MADV_HUGEPAGE);
+}
+
 void nx_store_prefault(const nx_store *st, const void *p, size_t n) {
     if (!n || !file_of_ptr(st, p, n)) return;
     uint8_t *a;
     size_t len;
+    nx_store_use(st, p, n);
     page_span(p, n, &a, &len);
     /* kernels without MADV_POPULATE_READ (before 5.14) get the same by one read per page */
 #ifndef MADV_POPULATE_READ
@@ -692,14 +703,6 @@ nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *e
         return nx_fail(err, NX_E_NOMEM, "cannot lock %zu bytes of weights in memory: %s (see ulimit -l)", len,
                        strerror(errno));
     return NX_OK;
-}
-
-void nx_store_release(const nx_store *st, const void *p, size_t n) {
-    if (!n || !file_of_ptr(st, p, n)) return;
-    uint8_t *a;
-    size_t len;
-    page_span(p, n, &a, &len);
-    (void)madvise(a, len, MADV_DONTNEED);
 }
 
 bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *fd, uint64_t *off) {

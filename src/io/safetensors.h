@@ -84,13 +84,14 @@ const char *nx_store_dir(const nx_store *st);
 nx_status nx_store_check(const nx_store *st, nx_error *err);
 
 /* Residency of mapped bytes [p, p + n) (inside one file's mapping; anything else is ignored).
- * Opening a store reads only the headers; the loader decides what else is read into memory:
- * prefault reads the pages and sets up their page tables now rather than one fault per page
- * during the first forwards; lock also keeps them in memory (mlock: NX_E_NOMEM past the
- * process's limit); release drops them from the mapping (they are read again if touched). */
+ * Opening a store reads only the headers, and the mappings read no more than the pages touched
+ * (no readahead) until the loader says what is used: `use` marks bytes the forwards read
+ * (readahead, huge pages); prefault also reads their pages and sets up their page tables now
+ * rather than one fault per page during the first forwards; lock also keeps them in memory
+ * (mlock: NX_E_NOMEM past the process's limit). */
+void nx_store_use(const nx_store *st, const void *p, size_t n);
 void nx_store_prefault(const nx_store *st, const void *p, size_t n);
 nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *err);
-void nx_store_release(const nx_store *st, const void *p, size_t n);
 /* The descriptor of the file that holds mapped bytes [p, p + n) and their offset in it, for
  * reading them with pread (it stays open as long as the store); false when no file does. */
 bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *fd, uint64_t *off);

@@ -199,16 +199,17 @@ static nx_status place_weights(nx_model *m, const nx_load_params *p, nx_error *e
     if (st != NX_OK) return st;
     if (m->plan.slots > 0 && !(m->xc = nx_xcache_new(m->store, &m->w, &m->plan)))
         return nx_fail(err, NX_E_NOMEM, "out of memory for the expert cache");
+    if (p->prefault == NX_PREFAULT_NEVER) return NX_OK; /* described, not run */
     const uint64_t resident = m->plan.slots > 0 ? m->plan.resident : total;
-    const bool lock = p->prefault == NX_PREFAULT_LOCK;
-    if (!lock && (p->prefault != NX_PREFAULT_AUTO || resident > nx_mem_available())) return NX_OK;
+    const bool lock = p->prefault == NX_PREFAULT_LOCK, fill = lock || resident <= nx_mem_available();
     for (size_t i = 0; i < nx_store_count(m->store); i++) {
         const nx_tensor *t = nx_store_tensor(m->store, i);
-        if (nx_xcache_covers(m->xc, t->data, t->nbytes)) continue; /* streams */
-        nx_store_prefault(m->store, t->data, t->nbytes);
+        if (nx_xcache_covers(m->xc, t->data, t->nbytes)) continue; /* streams: never touched */
+        if (!fill) nx_store_use(m->store, t->data, t->nbytes);
+        else nx_store_prefault(m->store, t->data, t->nbytes);
         if (lock && (st = nx_store_lock(m->store, t->data, t->nbytes, err)) != NX_OK) return st;
     }
-    m->info.prefaulted = true;
+    m->info.prefaulted = fill;
     return NX_OK;
 }
 
