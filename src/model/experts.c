@@ -57,43 +57,99 @@ static const nx_moe *layer_moe(const nx_weights *w, int32_t l) {
 
 /* ---------------------------------------------------------------- the plan */
 
+/* A layer's slot size: the largest of its experts. */
+static size_t layer_slot_bytes(const nx_moe *M) {
+    size_t sb = 0;
+    for (int32_t e = 0; e < M->n_experts; e++) {
+        const size_t b = ffn_slot_bytes(&M->experts[e]);
+        if (b > sb) sb = b;
+    }
+    return sb;
+}
+
+/* The pool a layer of slot size sb uses: the smallest whose slots hold it. */
+static int pool_of(const nx_xplan *plan, size_t sb) {
+    int best = -1;
+    for (int p = 0; p < plan->n_pools; p++)
+        if (plan->slot_bytes[p] >= sb && (best < 0 || plan->slot_bytes[p] < plan->slot_bytes[best])) best = p;
+    return best;
+}
+
+/* Adds a layer of E experts of slot size sb to the plan's pools: its own size's pool, a new one,
+ * or past NX_XCACHE_POOLS sizes the largest pool, grown to hold it. */
+static void pool_add(nx_xplan *plan, size_t sb, int32_t E) {
+    int p = -1;
+    for (int i = 0; i < plan->n_pools; i++)
+        if (plan->slot_bytes[i] == sb) p = i;
+    if (p < 0 && plan->n_pools < NX_XCACHE_POOLS) {
+        p = plan->n_pools++;
+        plan->slot_bytes[p] = sb;
+    }
+    if (p < 0) {
+        p = 0;
+        for (int i = 1; i < plan->n_pools; i++)
+            if (plan->slot_bytes[i] > plan->slot_bytes[p]) p = i;
+        if (sb > plan->slot_bytes[p]) plan->slot_bytes[p] = sb;
+    }
+    plan->pool_experts[p] += E;
+}
+
+/* The expected hit rate and bytes read per trunk token under the plan's slots. */
+static void plan_expect(const nx_weights *w, const nx_config *cfg, nx_xplan *plan) {
+    plan->hit_rate = (double)plan->slots / (double)plan->n_routed;
+    for (int32_t l = 0; l < w->n_layers; l++) {
+        const nx_moe *M = layer_moe(w, l);
+        if (!M || M->n_experts == 0) continue;
+        const int p = pool_of(plan, layer_slot_bytes(M));
+        const double hit = (double)plan->pool_slots[p] / (double)plan->pool_experts[p];
+        plan->disk_per_token += (double)cfg->top_k * (double)nx_ffn_bytes(&M->experts[0]) * (1.0 - hit);
+    }
+}
+
 nx_status nx_xplan_make(const nx_weights *w, const nx_config *cfg, uint64_t tensor_bytes, uint64_t max_memory,
                         nx_xplan *plan, nx_error *err) {
     memset(plan, 0, sizeof *plan);
-    double active = 0; /* a trunk token's routed expert bytes */
     for (int32_t l = 0; l <= w->n_layers; l++) {
         const nx_moe *M = layer_moe(w, l);
-        if (!M) continue;
-        for (int32_t e = 0; e < M->n_experts; e++) {
-            plan->routed += nx_ffn_bytes(&M->experts[e]);
-            const size_t sb = ffn_slot_bytes(&M->experts[e]);
-            if (sb > plan->slot_bytes) plan->slot_bytes = sb;
-        }
+        if (!M || M->n_experts == 0) continue;
+        for (int32_t e = 0; e < M->n_experts; e++) plan->routed += nx_ffn_bytes(&M->experts[e]);
         plan->n_routed += M->n_experts;
-        if (l < w->n_layers && M->n_experts > 0)
-            active += (double)cfg->top_k * (double)nx_ffn_bytes(&M->experts[0]);
+        pool_add(plan, layer_slot_bytes(M), M->n_experts);
     }
     plan->resident = tensor_bytes > plan->routed ? tensor_bytes - plan->routed : 0;
     plan->hit_rate = 1.0;
     if (max_memory == 0 || max_memory >= tensor_bytes || plan->n_routed == 0) return NX_OK;
-    const uint64_t need = plan->resident + (uint64_t)cfg->top_k * plan->slot_bytes;
+    uint64_t floor_bytes = 0, all_bytes = 0; /* every pool's top-k slots; every expert in a slot */
+    for (int p = 0; p < plan->n_pools; p++) {
+        floor_bytes += (uint64_t)cfg->top_k * plan->slot_bytes[p];
+        all_bytes += (uint64_t)plan->pool_experts[p] * plan->slot_bytes[p];
+    }
+    const uint64_t need = plan->resident + floor_bytes;
     if (max_memory < need)
         return nx_fail(err, NX_E_ARG,
                        "max_memory %llu bytes is too small: the weights that stay resident (all but the routed "
-                       "experts) take %llu bytes and one layer's top-%d experts %llu more, %llu in all",
+                       "experts) take %llu bytes and one layer's top-%d experts (per expert size) %llu more, %llu in all",
                        (unsigned long long)max_memory, (unsigned long long)plan->resident, cfg->top_k,
-                       (unsigned long long)((uint64_t)cfg->top_k * plan->slot_bytes), (unsigned long long)need);
+                       (unsigned long long)floor_bytes, (unsigned long long)need);
     for (int32_t l = 0; l <= w->n_layers; l++) {
         const nx_moe *M = layer_moe(w, l);
         if (M && M->n_experts > NX_XCACHE_MAX_EXPERTS)
             return nx_fail(err, NX_E_UNSUPPORTED, "layer %d has %d routed experts; streaming them handles at most %d",
                            l, M->n_experts, NX_XCACHE_MAX_EXPERTS);
     }
-    const uint64_t slots = (max_memory - plan->resident) / plan->slot_bytes;
-    if (slots >= (uint64_t)plan->n_routed) return NX_OK; /* every expert fits after all */
-    plan->slots = (int64_t)slots;
-    plan->hit_rate = (double)slots / (double)plan->n_routed;
-    plan->disk_per_token = active * (1.0 - plan->hit_rate);
+    const uint64_t budget = max_memory - plan->resident;
+    if (budget >= all_bytes) return NX_OK; /* every expert fits after all */
+    /* each pool its top-k slots, the rest in proportion to the pools' expert bytes (the same
+     * share of every pool's experts is then cached) */
+    const double rest = (double)(budget - floor_bytes) / (double)all_bytes;
+    for (int p = 0; p < plan->n_pools; p++) {
+        int64_t n = cfg->top_k + (int64_t)(rest * (double)plan->pool_experts[p]);
+        if (n > plan->pool_experts[p]) n = plan->pool_experts[p];
+        plan->pool_slots[p] = n;
+        plan->slots += n;
+        plan->cache_bytes += (uint64_t)n * plan->slot_bytes[p];
+    }
+    plan_expect(w, cfg, plan);
     return NX_OK;
 }
 
@@ -102,6 +158,7 @@ nx_status nx_xplan_make(const nx_weights *w, const nx_config *cfg, uint64_t tens
 enum { SLOT_FREE, SLOT_LOADING, SLOT_READY, SLOT_FAILED };
 
 typedef struct xslot {
+    uint8_t *mem;          /* its bytes (slot_bytes of its pool) */
     int32_t layer, expert; /* what it holds (-1: nothing) */
     int32_t pins;
     int state;
@@ -114,11 +171,13 @@ struct nx_xcache {
     const nx_weights *w;
     int32_t n_layers;   /* layer slots: trunk layers + the MTP layer */
     int32_t **slot_of;  /* [layer][expert] slot index, -1 when not cached; NULL for dense layers */
+    int *pool;          /* [layer] the pool its experts use */
+    nx_xplan plan;
+    int64_t first[NX_XCACHE_POOLS]; /* a pool's slots are [first, first + pool_slots) */
+    int64_t hand[NX_XCACHE_POOLS];  /* its clock's */
     int64_t n_slots;
-    size_t slot_bytes;
-    uint8_t *mem;       /* n_slots * slot_bytes, mapped at first use */
+    uint8_t *mem;       /* every slot's bytes (plan.cache_bytes), mapped at first use */
     xslot *slots;
-    int64_t hand;       /* the clock's */
     int64_t *queue;     /* slots to read, a ring of n_slots */
     int64_t q_head, q_len;
     pthread_t io[XC_IO_THREADS];
@@ -190,23 +249,27 @@ nx_xcache *nx_xcache_new(const nx_store *st, const nx_weights *w, const nx_xplan
     xc->st = st;
     xc->w = w;
     xc->n_layers = w->n_layers + 1;
+    xc->plan = *plan;
     xc->n_slots = plan->slots;
-    xc->slot_bytes = plan->slot_bytes;
     pthread_mutex_init(&xc->mu, NULL);
     pthread_cond_init(&xc->work, NULL);
     pthread_cond_init(&xc->done, NULL);
     pthread_cond_init(&xc->released, NULL);
     xc->slot_of = calloc((size_t)xc->n_layers, sizeof *xc->slot_of);
+    xc->pool = calloc((size_t)xc->n_layers, sizeof *xc->pool);
     xc->slots = calloc((size_t)xc->n_slots, sizeof *xc->slots);
     xc->queue = calloc((size_t)xc->n_slots, sizeof *xc->queue);
-    if (!xc->slot_of || !xc->slots || !xc->queue || !build_cover(xc)) goto fail;
+    if (!xc->slot_of || !xc->pool || !xc->slots || !xc->queue || !build_cover(xc)) goto fail;
     for (int32_t l = 0; l < xc->n_layers; l++) {
         const nx_moe *M = layer_moe(w, l);
         if (!M) continue;
+        xc->pool[l] = pool_of(plan, layer_slot_bytes(M));
         if (!(xc->slot_of[l] = malloc((size_t)M->n_experts * sizeof(int32_t)))) goto fail;
         for (int32_t e = 0; e < M->n_experts; e++) xc->slot_of[l][e] = -1;
     }
     for (int64_t i = 0; i < xc->n_slots; i++) xc->slots[i] = (xslot){.layer = -1, .expert = -1};
+    for (int p = 1; p < plan->n_pools; p++) xc->first[p] = xc->first[p - 1] + plan->pool_slots[p - 1];
+    for (int p = 0; p < plan->n_pools; p++) xc->hand[p] = xc->first[p];
     return xc;
 fail:
     nx_xcache_free(xc);
@@ -220,9 +283,10 @@ void nx_xcache_free(nx_xcache *xc) {
     pthread_cond_broadcast(&xc->work);
     pthread_mutex_unlock(&xc->mu);
     for (int i = 0; i < xc->n_io; i++) pthread_join(xc->io[i], NULL);
-    if (xc->mem) munmap(xc->mem, (size_t)xc->n_slots * xc->slot_bytes);
+    if (xc->mem) munmap(xc->mem, (size_t)xc->plan.cache_bytes);
     for (int32_t l = 0; xc->slot_of && l < xc->n_layers; l++) free(xc->slot_of[l]);
     free(xc->slot_of);
+    free(xc->pool);
     free(xc->slots);
     free(xc->queue);
     free(xc->cover);
@@ -266,7 +330,7 @@ static void *io_main(void *arg) {
         xc->q_len--;
         xslot *sl = &xc->slots[s];
         const nx_ffn *src = &layer_moe(xc->w, sl->layer)->experts[sl->expert];
-        uint8_t *dst = xc->mem + (size_t)s * xc->slot_bytes;
+        uint8_t *dst = sl->mem;
         pthread_mutex_unlock(&xc->mu);
         const bool ok = read_expert(xc->st, src, dst);
         pthread_mutex_lock(&xc->mu);
@@ -282,18 +346,21 @@ static void *io_main(void *arg) {
 static bool start(nx_xcache *xc) {
     if (xc->started) return xc->mem != NULL;
     xc->started = true;
-    void *m = mmap(NULL, (size_t)xc->n_slots * xc->slot_bytes, PROT_READ | PROT_WRITE,
+    void *m = mmap(NULL, (size_t)xc->plan.cache_bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return false;
     xc->mem = m;
+    size_t off = 0;
+    for (int p = 0; p < xc->plan.n_pools; p++)
+        for (int64_t i = 0; i < xc->plan.pool_slots[p]; i++, off += xc->plan.slot_bytes[p])
+            xc->slots[xc->first[p] + i].mem = xc->mem + off;
     for (int i = 0; i < XC_IO_THREADS; i++)
         if (pthread_create(&xc->io[xc->n_io], NULL, io_main, xc) == 0) xc->n_io++;
     return xc->n_io > 0;
 }
 
 /* The slot's views: src's linears with their regions moved into the slot. */
-static void slot_views(const nx_xcache *xc, int64_t s, const nx_ffn *src, nx_ffn *f) {
-    uint8_t *p = xc->mem + (size_t)s * xc->slot_bytes;
+static void slot_views(uint8_t *p, const nx_ffn *src, nx_ffn *f) {
     *f = *src;
     nx_linear *ls[3] = {&f->gate, &f->up, &f->down};
     for (int j = 0; j < 3; j++) {
@@ -316,11 +383,12 @@ static void slot_views(const nx_xcache *xc, int64_t s, const nx_ffn *src, nx_ffn
 /* A slot for a new expert: the clock's next slot that is neither pinned nor being read and
  * was not used since the hand last passed (used ones get a second chance); -1 if all are
  * pinned or being read. Under the lock. */
-static int64_t victim(nx_xcache *xc) {
-    for (int64_t tries = 0; tries < 2 * xc->n_slots + 1; tries++) {
-        xslot *sl = &xc->slots[xc->hand];
-        const int64_t s = xc->hand;
-        xc->hand = (xc->hand + 1) % xc->n_slots;
+static int64_t victim(nx_xcache *xc, int pool) {
+    const int64_t first = xc->first[pool], n = xc->plan.pool_slots[pool];
+    for (int64_t tries = 0; tries < 2 * n + 1; tries++) {
+        const int64_t s = xc->hand[pool];
+        xslot *sl = &xc->slots[s];
+        xc->hand[pool] = first + (s - first + 1) % n;
         if (sl->pins > 0 || sl->state == SLOT_LOADING) continue;
         if (sl->ref) {
             sl->ref = false;
@@ -333,13 +401,13 @@ static int64_t victim(nx_xcache *xc) {
 
 /* Puts expert e of layer l in a free slot and queues its read; -1 when no slot is free. */
 static int64_t load(nx_xcache *xc, int32_t l, int32_t e, nx_xstats *st) {
-    const int64_t s = victim(xc);
+    const int64_t s = victim(xc, xc->pool[l]);
     if (s < 0) return -1;
     xslot *sl = &xc->slots[s];
     if (sl->layer >= 0) xc->slot_of[sl->layer][sl->expert] = -1;
     const nx_ffn *src = &layer_moe(xc->w, l)->experts[e];
-    *sl = (xslot){.layer = l, .expert = e, .state = SLOT_LOADING, .ref = true};
-    slot_views(xc, s, src, &sl->f);
+    *sl = (xslot){.mem = sl->mem, .layer = l, .expert = e, .state = SLOT_LOADING, .ref = true};
+    slot_views(sl->mem, src, &sl->f);
     xc->slot_of[l][e] = (int32_t)s;
     xc->queue[(xc->q_head + xc->q_len++) % xc->n_slots] = s;
     pthread_cond_signal(&xc->work);
@@ -398,7 +466,7 @@ void nx_xcache_unpin(nx_xcache *xc, int32_t layer, const int32_t *ids, int32_t n
         if (sl->pins > 0) sl->pins--;
         if (sl->state == SLOT_FAILED && sl->pins == 0) { /* read again next time */
             xc->slot_of[layer][ids[i]] = -1;
-            *sl = (xslot){.layer = -1, .expert = -1};
+            *sl = (xslot){.mem = sl->mem, .layer = -1, .expert = -1};
         }
     }
     pthread_cond_broadcast(&xc->released);

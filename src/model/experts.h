@@ -19,12 +19,20 @@
 /* Routed experts per layer the cache handles at most (the largest released models have 512). */
 #define NX_XCACHE_MAX_EXPERTS 1024
 
+/* Experts of different stored sizes (a 4-bit trunk, an 8-bit MTP layer) get slots of their own
+ * size: one pool of slots per size. */
+#define NX_XCACHE_POOLS 4
+
 typedef struct nx_xplan {
     uint64_t resident;   /* bytes of every tensor but the routed experts */
     uint64_t routed;     /* bytes of the routed experts, trunk and MTP layers */
     int64_t n_routed;    /* routed experts, trunk and MTP layers */
-    size_t slot_bytes;   /* one cache slot: the largest routed expert, regions 64-byte aligned */
-    int64_t slots;       /* 0: no cap or everything fits, nothing streams */
+    int n_pools;
+    size_t slot_bytes[NX_XCACHE_POOLS]; /* a pool's slot: its experts' regions, 64-byte aligned */
+    int64_t pool_experts[NX_XCACHE_POOLS];
+    int64_t pool_slots[NX_XCACHE_POOLS];
+    int64_t slots;       /* all pools'; 0: no cap or everything fits, nothing streams */
+    uint64_t cache_bytes;
     double hit_rate;     /* expected, routing taken as uniform: slots / n_routed */
     double disk_per_token; /* expected bytes a trunk token reads from disk */
 } nx_xplan;
@@ -44,7 +52,7 @@ typedef struct nx_xstats {
     double bytes, wait_s;
 } nx_xstats;
 
-/* A cache of plan->slots slots for the routed experts of w (layers 0..n_layers-1, the MTP layer
+/* A cache of plan->pool_slots slots for the routed experts of w (layers 0..n_layers-1, the MTP layer
  * as n_layers), read from st's files. Memory and I/O threads are set up at first use. NULL when
  * out of memory. */
 nx_xcache *nx_xcache_new(const nx_store *st, const nx_weights *w, const nx_xplan *plan);

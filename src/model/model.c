@@ -181,7 +181,7 @@ static void fill_info(nx_model *m) {
     in->routed_expert_bytes = m->plan.routed;
     in->n_routed_experts = m->plan.n_routed;
     in->cache_slots = m->plan.slots;
-    in->cache_bytes = (uint64_t)m->plan.slots * m->plan.slot_bytes;
+    in->cache_bytes = m->plan.cache_bytes;
     in->expected_hit_rate = m->plan.hit_rate;
     in->expected_disk_bytes_per_token = m->plan.disk_per_token;
     in->bos_id = cfg->bos_id;

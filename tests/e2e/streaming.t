@@ -105,7 +105,7 @@ for bad in ("0", "-5", "12Q", "1.5G", "", "99999999999T"):
     t.ok(r.returncode == 2 and "--max-memory" in r.stderr and "size in bytes" in r.stderr,
          f"--max-memory '{bad}' is refused by name", r.stderr)
 r = nextn("inspect", "-m", big, "--memory", "1M", check=False)
-m = re.search(r"too small: .* take (\d+) bytes and one layer's top-(\d+) experts (\d+) more, (\d+) in all", r.stderr)
+m = re.search(r"too small: .* take (\d+) bytes and one layer's top-(\d+) experts \(per expert size\) (\d+) more, (\d+) in all", r.stderr)
 t.ok(r.returncode == 1 and m is not None, "a cap below the resident weights is a named error", r.stderr)
 
 
