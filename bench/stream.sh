@@ -88,7 +88,11 @@ for pct in 60 40; do
     lim=$((SIZE * pct / 100))
     measure "cgroup $pct%: mmap paging" "$lim"
     cap=$((lim - OVERHEAD))
-    $NEXTN inspect -m "$MODEL" --memory "$cap" | grep -E "^(residency|disk reads)" | sed 's/^/  /'
+    if ! plan=$($NEXTN inspect -m "$MODEL" --memory "$cap" 2>&1); then
+        echo "  --max-memory $cap: ${plan#nextn: }"
+        continue
+    fi
+    echo "$plan" | grep -E "^(residency|disk reads)" | sed 's/^/  /'
     measure "cgroup $pct%: --max-memory $((cap >> 20))M" "$lim" --max-memory "$cap"
     st=$(run_limited "$lim" $NEXTN run -m "$MODEL" --prompt-tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n "$N" \
         --ignore-eos --draft 2 --synthetic-accept 0.8 --stats --max-memory "$cap" 2>&1 >/dev/null | grep "^streamed" || true)
