@@ -447,6 +447,7 @@ typedef struct nx_gen_stats {
      * found the expert in the cache and that had to read it, bytes read from disk and seconds the
      * forward waited on those reads; [0] plain steps, [1] verifies */
     int64_t cache_hits[2], cache_misses[2];
+    int64_t ahead_reads[2], ahead_used[2]; /* experts read ahead by pre-gating, and those used */
     double disk_bytes[2], io_wait_s[2];
     bool stopped_by_eos;
 } nx_gen_stats;

@@ -127,6 +127,8 @@ static void record_trunk_cost(gen *g, int32_t rows, double dt) {
     const int kind = rows == 1 ? 0 : 1;
     st->cache_hits[kind] += tr->cache_hits;
     st->cache_misses[kind] += tr->cache_misses;
+    st->ahead_reads[kind] += tr->ahead_reads;
+    st->ahead_used[kind] += tr->ahead_used;
     st->disk_bytes[kind] += tr->disk_bytes;
     st->io_wait_s[kind] += tr->io_wait_s;
     st->topk_overlap_sum += (double)tr->overlap;

@@ -24,7 +24,12 @@ static void print_streaming(const nx_gen_stats *s, FILE *f) {
                 safe_div(s->disk_bytes[k], tokens[k]) / 1e6, 1e3 * s->io_wait_s[k] / steps[k]);
     }
     const double all = s->disk_bytes[0] + s->disk_bytes[1];
-    fprintf(f, " %.2f MB read per generated token\n", safe_div(all, (double)s->n_generated) / 1e6);
+    const double ahead = (double)(s->ahead_reads[0] + s->ahead_reads[1]);
+    fprintf(f, " %.2f MB read per generated token", safe_div(all, (double)s->n_generated) / 1e6);
+    if (ahead > 0)
+        fprintf(f, "; %.0f experts read ahead (pre-gated), %.1f%% of them used",
+                ahead, 100.0 * (double)(s->ahead_used[0] + s->ahead_used[1]) / ahead);
+    fprintf(f, "\n");
 }
 
 void nx_gen_stats_print(const nx_gen_stats *s, void *file) {

@@ -162,7 +162,8 @@ typedef struct xslot {
     int32_t layer, expert; /* what it holds (-1: nothing) */
     int32_t pins;
     int state;
-    bool ref; /* used since the clock hand last passed */
+    bool ref;   /* used since the clock hand last passed */
+    bool ahead; /* read ahead and not pinned since */
     nx_ffn f; /* views into the slot's memory */
 } xslot;
 
@@ -428,7 +429,11 @@ int32_t nx_xcache_pin(nx_xcache *xc, int32_t layer, const int32_t *ids, int32_t 
     while (got < n) {
         const int32_t e = ids[got];
         int64_t s = xc->slot_of[layer][e];
-        if (s >= 0) st->hits++;
+        if (s >= 0) {
+            st->hits++;
+            st->ahead_used += xc->slots[s].ahead;
+            xc->slots[s].ahead = false;
+        }
         else if ((s = load(xc, layer, e, st)) >= 0) st->misses++;
         else if (got > 0) break;
         else { /* every slot is pinned by other forwards: wait for one */
@@ -478,6 +483,11 @@ void nx_xcache_prefetch(nx_xcache *xc, int32_t layer, const int32_t *ids, int32_
     pthread_mutex_lock(&xc->mu);
     if (start(xc))
         for (int32_t i = 0; i < n; i++)
-            if (xc->slot_of[layer][ids[i]] < 0 && load(xc, layer, ids[i], st) < 0) break;
+            if (xc->slot_of[layer][ids[i]] < 0) {
+                const int64_t s = load(xc, layer, ids[i], st);
+                if (s < 0) break;
+                xc->slots[s].ahead = true;
+                st->ahead++;
+            }
     pthread_mutex_unlock(&xc->mu);
 }

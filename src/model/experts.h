@@ -46,9 +46,11 @@ nx_status nx_xplan_make(const nx_weights *w, const nx_config *cfg, uint64_t tens
 typedef struct nx_xcache nx_xcache;
 
 /* What the cache did for one forward: lookups found in memory (or already being read ahead),
- * lookups that read on demand, bytes read (on demand and ahead), seconds waiting for reads. */
+ * lookups that read on demand, reads ahead issued and used, bytes read (on demand and ahead),
+ * seconds waiting for reads. */
 typedef struct nx_xstats {
     int64_t hits, misses;
+    int64_t ahead, ahead_used; /* experts read ahead (pre-gating), and those a forward then used */
     double bytes, wait_s;
 } nx_xstats;
 

@@ -825,6 +825,8 @@ static int32_t moe_union(const int32_t *sel, int32_t T, int32_t k, int32_t E, in
 static void add_xstats(nx_ctx *c, const nx_xstats *s) {
     c->traffic.cache_hits += s->hits;
     c->traffic.cache_misses += s->misses;
+    c->traffic.ahead_reads += s->ahead;
+    c->traffic.ahead_used += s->ahead_used;
     c->traffic.disk_bytes += s->bytes;
     c->traffic.io_wait_s += s->wait_s;
 }
