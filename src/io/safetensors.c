@@ -390,7 +390,7 @@ static char *path_join(const char *dir, const char *name) {
     return p;
 }
 
-static nx_status map_file(const char *path, st_file *f, nx_error *err) {
+static nx_status map_file(const char *path, bool lazy, st_file *f, nx_error *err) {
     int fd;
     struct stat sb;
     nx_status s = nx_file_open_regular(path, 0, &fd, &sb, err);
@@ -406,9 +406,10 @@ static nx_status map_file(const char *path, st_file *f, nx_error *err) {
         close(fd);
         return nx_fail(err, NX_E_IO, "%s: mmap failed: %s", path, strerror(e));
     }
-    /* No readahead until the loader says how the weights will be used (nx_store_use): the
-     * headers and the few small tensors read while loading must not pull in their neighbours. */
-    (void)madvise(m, (size_t)sb.st_size, MADV_RANDOM);
+    /* lazy: no readahead until the loader says how the weights will be used (nx_store_use):
+     * the headers and the few small tensors read while loading must not pull in their
+     * neighbours. Otherwise the whole file is read as it is used (readahead, huge pages). */
+    (void)madvise(m, (size_t)sb.st_size, lazy ? MADV_RANDOM : MADV_HUGEPAGE);
     f->map = m;
     f->size = (size_t)sb.st_size;
     f->fd = fd;
@@ -506,7 +507,7 @@ static bool left_out(const char *path, bool partial) {
     return partial && lstat(path, &sb) != 0 && errno == ENOENT;
 }
 
-static nx_status store_open(const char *dir, bool partial, nx_store **out, nx_error *err) {
+static nx_status store_open(const char *dir, bool partial, bool lazy, nx_store **out, nx_error *err) {
     *out = NULL;
     nx_status st = NX_OK;
     name_list files = {0};
@@ -562,7 +563,7 @@ static nx_status store_open(const char *dir, bool partial, nx_store **out, nx_er
         st_file *f = &s->files[s->n_files++];
         f->name = files.v[i];
         files.v[i] = NULL;
-        st = map_file(p, f, err);
+        st = map_file(p, lazy, f, err);
         if (st == NX_OK) st = nx_safetensors_parse(f->map, f->size, p, &f->tensors, &f->n, err);
         free(p);
         if (st != NX_OK) goto fail;
@@ -588,11 +589,15 @@ fail:
 }
 
 nx_status nx_store_open(const char *dir, nx_store **out, nx_error *err) {
-    return store_open(dir, false, out, err);
+    return store_open(dir, false, false, out, err);
+}
+
+nx_status nx_store_open_lazy(const char *dir, nx_store **out, nx_error *err) {
+    return store_open(dir, false, true, out, err);
 }
 
 nx_status nx_store_open_partial(const char *dir, nx_store **out, nx_error *err) {
-    return store_open(dir, true, out, err);
+    return store_open(dir, true, false, out, err);
 }
 
 const nx_tensor *nx_store_find(const nx_store *st, const char *name) {

@@ -251,7 +251,7 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     snprintf(path, sizeof path, "%s/config.json", dir);
     if ((st = nx_config_load(path, &m->cfg, err)) != NX_OK) goto fail;
     if (p->progress) p->progress(p->progress_user, 0.05);
-    if ((st = nx_store_open(dir, &m->store, err)) != NX_OK) goto fail;
+    if ((st = nx_store_open_lazy(dir, &m->store, err)) != NX_OK) goto fail;
     if (p->progress) p->progress(p->progress_user, 0.5);
     if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, p->act_bits == 16, &m->w, err)) != NX_OK) goto fail;
     if ((st = nx_weights_validate(&m->w, &m->cfg, err)) != NX_OK) goto fail;
