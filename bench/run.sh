@@ -313,3 +313,10 @@ for ctx in (64, 4096):
           f"({info['kv_type']}) in {full} layer(s), recurrent state {info['linear_state_bytes'] / 2**20:.1f} MiB in "
           f"{linear} DeltaNet layer(s) at any context")
 PY
+
+# Bigger than memory (optional: root, a memory cgroup, and ~10 minutes): the Hy3-shaped model in
+# cgroups of 60% and 40% of its size, mmap paging vs streamed experts vs unconstrained.
+if [ "${NEXTN_BENCH_STREAM:-0}" = 1 ]; then
+    echo "== 4-bit Hy3-shaped model bigger than memory: streamed experts (bench/stream.sh)"
+    bash bench/stream.sh "$HY3Q4"
+fi

@@ -252,6 +252,11 @@ typedef enum nx_kv_type {
                       element rounded to f16 as it is written, as llama.cpp's default cache */
 } nx_kv_type;
 
+/* Reading the resident weights into memory at load, instead of one page fault at a time while the
+ * first forwards touch them: AUTO when they fit in the memory the system has available, NEVER
+ * (headers only: describing a checkpoint), LOCK always and locked in memory (mlock). */
+typedef enum nx_prefault { NX_PREFAULT_AUTO = 0, NX_PREFAULT_NEVER, NX_PREFAULT_LOCK } nx_prefault;
+
 typedef struct nx_load_params {
     int n_threads;        /* 0 = all cores */
     nx_mtp_wiring wiring; /* zero = family defaults */
@@ -265,6 +270,12 @@ typedef struct nx_load_params {
                              does not depend on batching or threads. */
     void (*progress)(void *user, double fraction); /* optional loading progress */
     void *progress_user;
+    /* Residency (docs/design.md, "Bigger than memory"). max_memory > 0 caps the bytes the weights
+     * keep in memory: everything but the routed experts stays resident, and the routed experts
+     * beyond what fits stream from disk into an expert cache of the remaining bytes (an NX_E_ARG
+     * error when the resident part alone does not fit). 0: no cap, everything mapped. */
+    uint64_t max_memory;
+    nx_prefault prefault; /* when the resident weights are read in at load (NX_PREFAULT_AUTO) */
 } nx_load_params;
 
 void nx_load_params_default(nx_load_params *p);
@@ -318,6 +329,17 @@ typedef struct nx_model_info {
     const char *mtp_recycle;     /* hidden fed back when chaining: "post-norm" | "pre-norm" */
     bool mtp_zero_pos0;          /* embedding zeroed at position 0 */
     const char *mtp_embed, *mtp_head; /* "own" | "trunk" */
+    /* the residency plan (nx_load_params.max_memory): bytes that stay resident (all weights but
+     * the routed experts), the routed experts' bytes and count (trunk and MTP layers), the expert
+     * cache's slots and bytes (0: nothing streams), and what a token is expected to read from
+     * disk (the trunk's top-k experts of every MoE layer that miss a cache of that many slots,
+     * taking routing as uniform: the hit rate is then the share of experts the cache holds) */
+    uint64_t resident_bytes, routed_expert_bytes;
+    int64_t n_routed_experts;
+    int64_t cache_slots;
+    uint64_t cache_bytes;
+    double expected_hit_rate, expected_disk_bytes_per_token;
+    bool prefaulted; /* the resident weights were read in at load */
 } nx_model_info;
 
 const nx_model_info *nx_model_get_info(const nx_model *m);
@@ -421,6 +443,12 @@ typedef struct nx_gen_stats {
      * from the checkpoint a verify keeps): count, wall seconds, state bytes read and written */
     int64_t n_rewinds;
     double t_rewind, rewind_bytes;
+    /* streamed experts (nx_load_params.max_memory): per kind of trunk step, expert lookups that
+     * found the expert in the cache and that had to read it, bytes read from disk and seconds the
+     * forward waited on those reads; [0] plain steps, [1] verifies */
+    int64_t cache_hits[2], cache_misses[2];
+    int64_t ahead_reads[2], ahead_used[2]; /* experts read ahead by pre-gating, and those used */
+    double disk_bytes[2], io_wait_s[2];
     bool stopped_by_eos;
 } nx_gen_stats;
 

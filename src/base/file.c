@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -112,4 +113,64 @@ nx_status nx_file_load_json(const char *path, size_t flags, json_t **out, nx_err
     free(text);
     if (!*out) return nx_fail(err, NX_E_FORMAT, "%s: not valid JSON (%s, line %d)", path, je.text, je.line);
     return NX_OK;
+}
+
+#ifdef __linux__
+/* A number read from a small file (cgroup controls), or false ("max", absent, unreadable). */
+static bool read_u64_file(const char *path, uint64_t *v) {
+    char *text;
+    if (nx_file_read_all(path, 4096, &text, NULL, NULL) != NX_OK) return false;
+    char *end;
+    errno = 0;
+    const unsigned long long x = strtoull(text, &end, 10);
+    const bool ok = errno == 0 && end != text && (*end == '\n' || *end == '\0');
+    free(text);
+    if (ok) *v = (uint64_t)x;
+    return ok;
+}
+
+/* What this process's memory cgroup leaves: its limit less its usage (v2: memory.max and
+ * memory.current; v1: memory.limit_in_bytes and memory.usage_in_bytes), or UINT64_MAX without
+ * a limit. Usage counts the group's page cache, reclaimable or not: an underestimate. */
+static uint64_t cgroup_room(void) {
+    char *text;
+    if (nx_file_read_all("/proc/self/cgroup", (size_t)1 << 16, &text, NULL, NULL) != NX_OK) return UINT64_MAX;
+    uint64_t room = UINT64_MAX;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = '\0';
+        const char *ctl = c1 + 1, *cg = c2 + 1;
+        const bool v2 = *ctl == '\0', v1 = strcmp(ctl, "memory") == 0;
+        if (!v1 && !v2) continue;
+        char lim[4096], use[4096];
+        snprintf(lim, sizeof lim, "/sys/fs/cgroup%s%s/%s", v1 ? "/memory" : "", cg,
+                 v1 ? "memory.limit_in_bytes" : "memory.max");
+        snprintf(use, sizeof use, "/sys/fs/cgroup%s%s/%s", v1 ? "/memory" : "", cg,
+                 v1 ? "memory.usage_in_bytes" : "memory.current");
+        uint64_t l, u;
+        if (read_u64_file(lim, &l) && read_u64_file(use, &u) && l < ((uint64_t)1 << 60)) {
+            const uint64_t r = l > u ? l - u : 0;
+            if (r < room) room = r;
+        }
+    }
+    free(text);
+    return room;
+}
+#endif
+
+uint64_t nx_mem_available(void) {
+#ifdef __linux__
+    char *text;
+    if (nx_file_read_all("/proc/meminfo", (size_t)1 << 20, &text, NULL, NULL) != NX_OK) return 0;
+    const char *l = strstr(text, "MemAvailable:");
+    unsigned long long kb = 0;
+    if (!l || sscanf(l, "MemAvailable: %llu kB", &kb) != 1) kb = 0;
+    free(text);
+    const uint64_t sys = (uint64_t)kb * 1024, room = cgroup_room();
+    return room < sys ? room : sys;
+#else
+    return 0;
+#endif
 }

@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 #include "nextn.h"
@@ -27,6 +28,12 @@ nx_status nx_file_read_all(const char *path, size_t max_bytes, char **out, size_
 /* Reads and parses such a JSON file with jansson's flags into *out (a new reference): NX_E_IO
  * for the file, NX_E_FORMAT "PATH: not valid JSON (..., line N)". */
 nx_status nx_file_load_json(const char *path, size_t flags, json_t **out, nx_error *err);
+
+/* Bytes of memory this process could be given without swapping (Linux: MemAvailable of
+ * /proc/meminfo, which counts reclaimable page cache as available, and no more than its memory
+ * cgroup's limit leaves); 0 when unknown (other systems, no /proc): callers then treat memory as
+ * not known to suffice. */
+uint64_t nx_mem_available(void);
 
 /* "a FIFO", "a directory", ... for an st_mode that is not a regular file. */
 const char *nx_file_kind(mode_t mode);

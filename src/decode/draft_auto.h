@@ -15,6 +15,11 @@ typedef struct nx_auto_state {
     double hist[NX_MAX_DRAFT + 2][NX_AUTO_COST_WINDOW];
     int32_t hist_n[NX_MAX_DRAFT + 2];
     double acc_n[NX_MAX_DRAFT], acc_d[NX_MAX_DRAFT]; /* acceptance per chain position (decayed counts) */
+    /* seconds those forwards waited on streamed experts' reads (a moving average per slot, the
+     * median above then covering the compute alone): reads are a steady part of the cost when
+     * experts stream, their spread (hits, misses) is no outlier to be filtered out */
+    double io[NX_MAX_DRAFT + 2];
+    int32_t io_n[NX_MAX_DRAFT + 2];
     int32_t probe_every; /* plain steps between probes while drafting does not pay (0: not set yet) */
 } nx_auto_state;
 

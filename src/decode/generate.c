@@ -86,10 +86,26 @@ static double hist_median(const gen *g, int32_t slot) {
     return v[n / 2];
 }
 
+/* One sample of slot's cost: its compute (dt less the I/O wait) to the medians, its I/O wait
+ * to the moving average. */
+static void cost_add(gen *g, int32_t slot, double dt, double io) {
+    hist_add(g, slot, dt - io);
+    g->a->io[slot] = g->a->io_n[slot]++ > 0 ? 0.9 * g->a->io[slot] + 0.1 * io : io;
+}
+
+/* Typical I/O wait of an r-row forward (streamed experts; 0 otherwise). An unmeasured size is
+ * extrapolated from the largest measured one below it at half its wait per extra row: the rows
+ * of a verify share most of their experts, and each distinct expert is read once. */
+static double io_rows(const gen *g, int32_t r) {
+    for (int32_t q = r; q >= 1; q--)
+        if (g->a->io_n[q] > 0) return g->a->io[q] * (1.0 + 0.5 * (double)(r - q) / (double)q);
+    return 0.0;
+}
+
 static void record_trunk_cost(gen *g, int32_t rows, double dt) {
     nx_gen_stats *st = g->st;
     /* the first forward of each size runs on cold caches: it would skew the medians */
-    if (rows <= NX_MAX_DRAFT + 1 && st->cost_rows_n[rows] > 0) hist_add(g, rows, dt);
+    if (rows <= NX_MAX_DRAFT + 1 && st->cost_rows_n[rows] > 0) cost_add(g, rows, dt, g->trunk_tr.io_wait_s);
     if (rows <= NX_MAX_DRAFT + 1) {
         st->cost_rows[rows] += dt;
         st->cost_rows_n[rows]++;
@@ -108,6 +124,13 @@ static void record_trunk_cost(gen *g, int32_t rows, double dt) {
         st->expert_bytes_verify += tr->expert_bytes;
         st->experts_touched_verify += (double)tr->experts_touched;
     }
+    const int kind = rows == 1 ? 0 : 1;
+    st->cache_hits[kind] += tr->cache_hits;
+    st->cache_misses[kind] += tr->cache_misses;
+    st->ahead_reads[kind] += tr->ahead_reads;
+    st->ahead_used[kind] += tr->ahead_used;
+    st->disk_bytes[kind] += tr->disk_bytes;
+    st->io_wait_s[kind] += tr->io_wait_s;
     st->topk_overlap_sum += (double)tr->overlap;
     st->topk_overlap_n += tr->overlap_pairs;
 }
@@ -128,10 +151,10 @@ static bool emit(gen *g, int32_t id, const float *probs) {
     return !g->stop;
 }
 
-/* Typical seconds of an r-row trunk forward. An unmeasured size is extrapolated linearly from
+/* Typical compute seconds of an r-row trunk forward. An unmeasured size is extrapolated linearly from
  * the largest measured one below it, at the measured cost per extra row (a quarter of a plain
  * step until a multi-row forward has been timed). */
-static double cost_rows(const gen *g, int32_t r) {
+static double compute_rows(const gen *g, int32_t r) {
     double c1 = hist_median(g, 1);
     for (int32_t q = r; q >= 1; q--) {
         double cq = hist_median(g, q);
@@ -144,6 +167,9 @@ static double cost_rows(const gen *g, int32_t r) {
     return 1.0 + 0.25 * (r - 1); /* nothing measured: relative units */
 }
 
+/* Typical seconds of an r-row trunk forward: its compute and its waits on streamed experts. */
+static double cost_rows(const gen *g, int32_t r) { return compute_rows(g, r) + io_rows(g, r); }
+
 /* --draft auto: the k maximising expected tokens per second, E(k) / cost(k). */
 static int32_t choose_k(gen *g) {
     /* The cost model compares against a plain step: measure it first, and now and then
@@ -152,6 +178,7 @@ static int32_t choose_k(gen *g) {
     if (g->since_ar >= (g->a->hist_n[1] < COST_WINDOW ? AUTO_REMEASURE / 8 : AUTO_REMEASURE)) return 0;
     double c_mtp = hist_median(g, 0);
     if (c_mtp < 0) c_mtp = 0.1 * cost_rows(g, 1);
+    else c_mtp += g->a->io[0];
     const double ar_speed = 1.0 / cost_rows(g, 1);
     double best = ar_speed, best_ceiling = 0.0;
     int32_t best_k = 0;
@@ -250,7 +277,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     st->cost_mtp_n++;
     /* the steady-state head cost: a catch-up of one or two rows (longer ones follow plain
      * stretches and would overstate what drafting costs per cycle) */
-    if (L - before <= 2) hist_add(g, 0, t_catch);
+    if (L - before <= 2) cost_add(g, 0, t_catch, g->mtp_tr.io_wait_s);
     const double mtp_dense = (double)nx_model_get_info(nx_ctx_model(c))->mtp_bytes_dense;
     st->mtp_bytes += mtp_dense + g->mtp_tr.expert_bytes; /* the last catch-up batch */
     int32_t n = 0;
@@ -272,7 +299,7 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
         const double t_row = nx_now_s() - tm;
         st->cost_mtp_row += t_row;
         st->cost_mtp_n++;
-        hist_add(g, 0, t_row);
+        cost_add(g, 0, t_row, g->mtp_tr.io_wait_s);
         st->mtp_bytes += mtp_dense + g->mtp_tr.expert_bytes;
     }
     double t1 = nx_now_s();

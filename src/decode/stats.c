@@ -7,6 +7,31 @@
 
 static double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+/* Streamed experts, per kind of trunk step: the expert cache's hit rate, bytes read from disk
+ * per step and per token, seconds waiting for reads per step. A verify reads once for the
+ * tokens it accepts, so its bytes per token are divided by them (accepted drafts + 1 each). */
+static void print_streaming(const nx_gen_stats *s, FILE *f) {
+    static const char *const kind[2] = {"AR", "verify"};
+    const double steps[2] = {(double)s->n_ar_steps, (double)s->n_verify_steps};
+    const double tokens[2] = {steps[0], (double)(s->n_verify_steps + s->n_accepted)};
+    if (s->cache_hits[0] + s->cache_misses[0] + s->cache_hits[1] + s->cache_misses[1] == 0) return;
+    fprintf(f, "streamed experts:");
+    for (int k = 0; k < 2; k++) {
+        const double looks = (double)(s->cache_hits[k] + s->cache_misses[k]);
+        if (steps[k] <= 0 || looks <= 0) continue;
+        fprintf(f, " %s hit rate %.3f, %.2f MB read per step (%.2f MB per token), I/O wait %.3f ms per step;",
+                kind[k], (double)s->cache_hits[k] / looks, s->disk_bytes[k] / steps[k] / 1e6,
+                safe_div(s->disk_bytes[k], tokens[k]) / 1e6, 1e3 * s->io_wait_s[k] / steps[k]);
+    }
+    const double all = s->disk_bytes[0] + s->disk_bytes[1];
+    const double ahead = (double)(s->ahead_reads[0] + s->ahead_reads[1]);
+    fprintf(f, " %.2f MB read per generated token", safe_div(all, (double)s->n_generated) / 1e6);
+    if (ahead > 0)
+        fprintf(f, "; %.0f experts read ahead (pre-gated), %.1f%% of them used",
+                ahead, 100.0 * (double)(s->ahead_used[0] + s->ahead_used[1]) / ahead);
+    fprintf(f, "\n");
+}
+
 void nx_gen_stats_print(const nx_gen_stats *s, void *file) {
     FILE *f = file;
     fprintf(f, "prompt %lld tokens, prefill %.3f s (%.1f tok/s)\n", (long long)s->n_prompt,
@@ -57,4 +82,5 @@ void nx_gen_stats_print(const nx_gen_stats *s, void *file) {
         fprintf(f, "top-k overlap of consecutive positions: %.3f experts per layer\n",
                 safe_div(s->topk_overlap_sum, (double)s->topk_overlap_n));
     }
+    print_streaming(s, f);
 }

@@ -390,7 +390,7 @@ static char *path_join(const char *dir, const char *name) {
     return p;
 }
 
-static nx_status map_file(const char *path, st_file *f, nx_error *err) {
+static nx_status map_file(const char *path, bool lazy, st_file *f, nx_error *err) {
     int fd;
     struct stat sb;
     nx_status s = nx_file_open_regular(path, 0, &fd, &sb, err);
@@ -406,21 +406,10 @@ static nx_status map_file(const char *path, st_file *f, nx_error *err) {
         close(fd);
         return nx_fail(err, NX_E_IO, "%s: mmap failed: %s", path, strerror(e));
     }
-    /* Huge pages where the kernel can: a file system that caches files in large folios then
-     * reads the file in 2 MB folios, and the kernel maps them with 2 MB page-table entries (the
-     * TLB then covers the whole model; 4-bit decode streams ~3% faster). Only a hint. */
-    (void)madvise(m, (size_t)sb.st_size, MADV_HUGEPAGE);
-    /* Page tables for the whole file are set up (and the file read, if it is not cached) now,
-     * not one fault per page while decoding touches experts for the first time; kernels
-     * without MADV_POPULATE_READ (before 5.14) get the same by one read per page. */
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
-    if (madvise(m, (size_t)sb.st_size, MADV_POPULATE_READ) != 0) {
-        const long pg = sysconf(_SC_PAGESIZE);
-        const volatile uint8_t *b = m;
-        for (size_t o = 0; o < (size_t)sb.st_size; o += (size_t)(pg > 0 ? pg : 4096)) (void)b[o];
-    }
+    /* lazy: no readahead until the loader says how the weights will be used (nx_store_use):
+     * the headers and the few small tensors read while loading must not pull in their
+     * neighbours. Otherwise the whole file is read as it is used (readahead, huge pages). */
+    (void)madvise(m, (size_t)sb.st_size, lazy ? MADV_RANDOM : MADV_HUGEPAGE);
     f->map = m;
     f->size = (size_t)sb.st_size;
     f->fd = fd;
@@ -518,7 +507,7 @@ static bool left_out(const char *path, bool partial) {
     return partial && lstat(path, &sb) != 0 && errno == ENOENT;
 }
 
-static nx_status store_open(const char *dir, bool partial, nx_store **out, nx_error *err) {
+static nx_status store_open(const char *dir, bool partial, bool lazy, nx_store **out, nx_error *err) {
     *out = NULL;
     nx_status st = NX_OK;
     name_list files = {0};
@@ -574,7 +563,7 @@ static nx_status store_open(const char *dir, bool partial, nx_store **out, nx_er
         st_file *f = &s->files[s->n_files++];
         f->name = files.v[i];
         files.v[i] = NULL;
-        st = map_file(p, f, err);
+        st = map_file(p, lazy, f, err);
         if (st == NX_OK) st = nx_safetensors_parse(f->map, f->size, p, &f->tensors, &f->n, err);
         free(p);
         if (st != NX_OK) goto fail;
@@ -600,11 +589,15 @@ fail:
 }
 
 nx_status nx_store_open(const char *dir, nx_store **out, nx_error *err) {
-    return store_open(dir, false, out, err);
+    return store_open(dir, false, false, out, err);
+}
+
+nx_status nx_store_open_lazy(const char *dir, nx_store **out, nx_error *err) {
+    return store_open(dir, false, true, out, err);
 }
 
 nx_status nx_store_open_partial(const char *dir, nx_store **out, nx_error *err) {
-    return store_open(dir, true, out, err);
+    return store_open(dir, true, false, out, err);
 }
 
 const nx_tensor *nx_store_find(const nx_store *st, const char *name) {
@@ -654,4 +647,73 @@ nx_status nx_store_check(const nx_store *st, nx_error *err) {
                            st->dir, f->name, (long long)f->loaded.st_size, (long long)now.st_size);
     }
     return NX_OK;
+}
+
+/* ================================================================ residency */
+
+/* The file whose mapping holds [p, p + n), or NULL. */
+static const st_file *file_of_ptr(const nx_store *st, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (int i = 0; st && i < st->n_files; i++) {
+        const st_file *f = &st->files[i];
+        if (f->map && b >= f->map && n <= f->size && (size_t)(b - f->map) <= f->size - n) return f;
+    }
+    return NULL;
+}
+
+/* [p, p + n) widened to whole pages. */
+static void page_span(const void *p, size_t n, uint8_t **a, size_t *len) {
+    const long pg = sysconf(_SC_PAGESIZE);
+    const uintptr_t ps = (uintptr_t)(pg > 0 ? pg : 4096), lo = (uintptr_t)p & ~(ps - 1);
+    const uintptr_t hi = ((uintptr_t)p + n + ps - 1) & ~(ps - 1);
+    *a = (uint8_t *)lo;
+    *len = hi - lo;
+}
+
+void nx_store_use(const nx_store *st, const void *p, size_t n) {
+    if (!n || !file_of_ptr(st, p, n)) return;
+    uint8_t *a;
+    size_t len;
+    page_span(p, n, &a, &len);
+    (void)madvise(a, len, MADV_NORMAL);
+    /* Huge pages where the kernel can: a file system that caches files in large folios then
+     * reads the file in 2 MB folios, and the kernel maps them with 2 MB page-table entries (the
+     * TLB then covers the whole model; 4-bit decode streams ~3% faster). Only a hint. */
+    (void)madvise(a, len, MADV_HUGEPAGE);
+}
+
+void nx_store_prefault(const nx_store *st, const void *p, size_t n) {
+    if (!n || !file_of_ptr(st, p, n)) return;
+    uint8_t *a;
+    size_t len;
+    nx_store_use(st, p, n);
+    page_span(p, n, &a, &len);
+    /* kernels without MADV_POPULATE_READ (before 5.14) get the same by one read per page */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+    if (madvise(a, len, MADV_POPULATE_READ) != 0) {
+        const long pg = sysconf(_SC_PAGESIZE);
+        const volatile uint8_t *b = a;
+        for (size_t o = 0; o < len; o += (size_t)(pg > 0 ? pg : 4096)) (void)b[o];
+    }
+}
+
+nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *err) {
+    if (!n || !file_of_ptr(st, p, n)) return NX_OK;
+    uint8_t *a;
+    size_t len;
+    page_span(p, n, &a, &len);
+    if (mlock(a, len) != 0)
+        return nx_fail(err, NX_E_NOMEM, "cannot lock %zu bytes of weights in memory: %s (see ulimit -l)", len,
+                       strerror(errno));
+    return NX_OK;
+}
+
+bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *fd, uint64_t *off) {
+    const st_file *f = file_of_ptr(st, p, n);
+    if (!f) return false;
+    *fd = f->fd;
+    *off = (uint64_t)((const uint8_t *)p - f->map);
+    return true;
 }

@@ -60,6 +60,10 @@ nx_status nx_store_open(const char *dir, nx_store **out, nx_error *err);
  * which only the shards holding them were downloaded. Files that are present are checked as
  * nx_store_open checks them. */
 nx_status nx_store_open_partial(const char *dir, nx_store **out, nx_error *err);
+/* As nx_store_open, but the mappings read no more than the pages touched (no readahead) until
+ * nx_store_use marks what is used: the model loader's, which reads only headers and small
+ * tensors before it decides what stays resident. */
+nx_status nx_store_open_lazy(const char *dir, nx_store **out, nx_error *err);
 void nx_store_free(nx_store *st);
 
 /* The tensor called `name`, or NULL. Owned by the store. */
@@ -82,6 +86,19 @@ const char *nx_store_dir(const nx_store *st);
  * A file overwritten or truncated in place is NX_E_IO naming it (reading a truncated mapping
  * would raise SIGBUS). One fstat per file. */
 nx_status nx_store_check(const nx_store *st, nx_error *err);
+
+/* Residency of mapped bytes [p, p + n) (inside one file's mapping; anything else is ignored).
+ * Opening a store reads only the headers (and a lazy store's mappings no more than the pages
+ * touched, no readahead, until the loader says what is used): `use` marks bytes the forwards read
+ * (readahead, huge pages); prefault also reads their pages and sets up their page tables now
+ * rather than one fault per page during the first forwards; lock also keeps them in memory
+ * (mlock: NX_E_NOMEM past the process's limit). */
+void nx_store_use(const nx_store *st, const void *p, size_t n);
+void nx_store_prefault(const nx_store *st, const void *p, size_t n);
+nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *err);
+/* The descriptor of the file that holds mapped bytes [p, p + n) and their offset in it, for
+ * reading them with pread (it stays open as long as the store); false when no file does. */
+bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *fd, uint64_t *off);
 
 /* Total bytes mapped (all files, headers included) and total tensor bytes. */
 uint64_t nx_store_mapped_bytes(const nx_store *st);

@@ -809,11 +809,120 @@ static void moe_worker(void *arg, int ith, int nth) {
  * gate/up and down jobs over all touched experts and the shared one. Contributions are added
  * in ascending expert id, then the shared expert, so every row sums the same terms in the
  * same order however the rows are batched. */
+/* ---------------------------------------------------------------- streamed experts */
+
+/* The distinct experts of c->sel's T rows, ascending, into ids; returns their count. */
+static int32_t moe_union(const int32_t *sel, int32_t T, int32_t k, int32_t E, int32_t *ids) {
+    bool used[NX_XCACHE_MAX_EXPERTS] = {false};
+    for (int32_t i = 0; i < T * k; i++)
+        if (sel[i] >= 0 && sel[i] < E) used[sel[i]] = true;
+    int32_t n = 0;
+    for (int32_t e = 0; e < E; e++)
+        if (used[e]) ids[n++] = e;
+    return n;
+}
+
+static void add_xstats(nx_ctx *c, const nx_xstats *s) {
+    c->traffic.cache_hits += s->hits;
+    c->traffic.cache_misses += s->misses;
+    c->traffic.ahead_reads += s->ahead;
+    c->traffic.ahead_used += s->ahead_used;
+    c->traffic.disk_bytes += s->bytes;
+    c->traffic.io_wait_s += s->wait_s;
+}
+
+/* Pre-gating: the next layer's router applied to this layer's normed input picks most of the
+ * experts the next layer will choose, so their reads start now and overlap this layer's
+ * experts and the next layer's attention. Only for a few rows (a decode step, a verify): a
+ * prompt's rows touch most experts anyway. c->router is free again once this layer routed. */
+static void moe_pregate(nx_ctx *c, int32_t layer_slot, int32_t T, nx_xstats *xs) {
+    const nx_model *m = c->m;
+    const nx_config *cfg = &m->cfg;
+    const int32_t next = layer_slot + 1, k = cfg->top_k, H = cfg->hidden_size;
+    if (next >= cfg->n_layers || !m->w.layers[next].is_moe || T > NX_MAX_DRAFT + 1) return;
+    const nx_moe *N = &m->w.layers[next].moe;
+    const int32_t E = N->n_experts;
+    int32_t sel[(NX_MAX_DRAFT + 1) * NX_MAX_EXPERTS_TOUCHED], ids[NX_XCACHE_MAX_EXPERTS];
+    float w[(NX_MAX_DRAFT + 1) * NX_MAX_EXPERTS_TOUCHED];
+    if (k > NX_MAX_EXPERTS_TOUCHED) return;
+    nx_matmul(&N->router, c->xn, H, T, c->router, E, m->pool);
+    for (int32_t t = 0; t < T; t++)
+        if (cfg->router == NX_ROUTER_SOFTMAX)
+            nx_moe_route_softmax(c->router + (size_t)t * E, E, k, cfg->route_norm, sel + t * k, w + t * k);
+        else
+            nx_moe_route_grouped(c->router + (size_t)t * E, N->expert_bias, E, k, cfg->n_group, cfg->topk_group,
+                                 cfg->route_norm, cfg->router_scaling, sel + t * k, w + t * k);
+    nx_xcache_prefetch(m->xc, next, ids, moe_union(sel, T, k, E, ids), xs);
+}
+
+/* MoE with the routed experts in the expert cache: the union of the rows' experts is pinned
+ * (reads issued for the missing ones, all at once), the next layer's likely experts are read
+ * ahead, and the experts run from their slots once read: in groups as the slots allow, each
+ * group's contributions added in ascending expert id and the shared expert's last, the order of
+ * the mapped path, so the result is the same bits. */
+static void moe_streamed(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
+    const int32_t H = c->m->cfg.hidden_size, k = c->m->cfg.top_k, E = M->n_experts;
+    nx_xcache *xc = c->m->xc;
+    nx_xstats xs = {0};
+    moe_select(c, M, T, layer_slot, NULL);
+    int32_t ids[NX_XCACHE_MAX_EXPERTS];
+    const int32_t nu = moe_union(c->sel, T, k, E, ids);
+    const nx_ffn *fx[NX_MAX_EXPERTS_TOUCHED];
+    bool pregated = false;
+    for (int32_t done = 0; done < nu;) {
+        const int32_t want = nu - done < NX_MAX_EXPERTS_TOUCHED ? nu - done : NX_MAX_EXPERTS_TOUCHED;
+        const int32_t got = nx_xcache_pin(xc, layer_slot, ids + done, want, fx, &xs);
+        if (!pregated) moe_pregate(c, layer_slot, T, &xs);
+        pregated = true;
+        nx_xcache_wait(xc, layer_slot, ids + done, got, fx, &xs);
+        moe_items it = {.items = 0};
+        for (int32_t j = 0; j < got; j++) { /* moe_gather's packing, for these experts */
+            const int32_t e = ids[done + j];
+            int32_t n = 0;
+            for (int32_t t = 0; t < T; t++)
+                for (int32_t i = 0; i < k; i++)
+                    if (c->sel[(size_t)t * k + i] == e) {
+                        c->rows[it.total + n] = t;
+                        c->rows_w[it.total + n] = c->selw[(size_t)t * k + i];
+                        n++;
+                    }
+            c->traffic.experts_touched++;
+            c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->experts[e]);
+            const int32_t *rw = c->rows + it.total;
+            const float *x = c->xn + (size_t)rw[0] * H;
+            if (rw[n - 1] - rw[0] != n - 1) {
+                for (int32_t r = 0; r < n; r++)
+                    memcpy(c->xe + (size_t)(it.total + r) * H, c->xn + (size_t)rw[r] * H, sizeof(float) * (size_t)H);
+                x = c->xe + (size_t)it.total * H;
+            }
+            moe_items_push(&it, fx[j], x, c->ye + (size_t)it.total * H, n);
+            it.total += n;
+        }
+        done += got;
+        const bool last = done == nu;
+        const int32_t routed = it.total;
+        if (last && M->has_shared) {
+            c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->shared);
+            moe_items_push(&it, &M->shared, c->xn, c->ye + (size_t)it.total * H, T);
+        }
+        const bool sh = last && M->has_shared;
+        const ffn_combine cb = {c->y, c->rows, c->rows_w, routed, sh ? c->ye + (size_t)routed * H : NULL, T,
+                                sh ? shared_weights(c, M) : NULL};
+        ffn_many(c, it.f, it.xs, it.ns, it.outs, it.items, &cb);
+        nx_xcache_unpin(xc, layer_slot, ids + done - got, got);
+    }
+    add_xstats(c, &xs);
+}
+
 static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
     const nx_config *cfg = &c->m->cfg;
     const int32_t H = cfg->hidden_size, k = cfg->top_k;
     nx_pool *pool = c->m->pool;
     memset(c->y, 0, sizeof(float) * (size_t)T * H);
+    if (c->m->xc) {
+        moe_streamed(c, M, T, layer_slot);
+        return;
+    }
     const int64_t sF = M->shared.gate.out;
     if (M->has_shared && nx_pool_size(pool) > 1 && (int64_t)T * k <= NX_MAX_EXPERTS_TOUCHED &&
         3.0 * (double)sF * H * T >= FFN_POOL_MIN_MACS) {

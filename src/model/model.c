@@ -177,9 +177,40 @@ static void fill_info(nx_model *m) {
                   (uint64_t)(cfg->mla.qk_nope + cfg->mla.qk_rope + cfg->mla.v_head_dim) * nx_dtype_size(m->kv_dtype)
             : in->kv_bytes_per_token;
     in->kv_type = m->kv_dtype == NX_DTYPE_F16 ? "f16" : "f32";
+    in->resident_bytes = m->plan.slots > 0 ? m->plan.resident : in->weight_bytes;
+    in->routed_expert_bytes = m->plan.routed;
+    in->n_routed_experts = m->plan.n_routed;
+    in->cache_slots = m->plan.slots;
+    in->cache_bytes = m->plan.cache_bytes;
+    in->expected_hit_rate = m->plan.hit_rate;
+    in->expected_disk_bytes_per_token = m->plan.disk_per_token;
     in->bos_id = cfg->bos_id;
     in->eos_id = cfg->n_eos > 0 ? cfg->eos_ids[0] : -1;
     fill_variants(m);
+}
+
+/* The residency plan, the expert cache when experts stream, and the resident weights read in
+ * (docs/design.md, "Bigger than memory"): loading itself reads only headers, and the weights
+ * are prefaulted only when they fit in the memory the system has available (or on request,
+ * locked), so describing a checkpoint larger than memory takes a moment, not minutes. */
+static nx_status place_weights(nx_model *m, const nx_load_params *p, nx_error *err) {
+    const uint64_t total = nx_store_tensor_bytes(m->store);
+    nx_status st = nx_xplan_make(&m->w, &m->cfg, total, p->max_memory, &m->plan, err);
+    if (st != NX_OK) return st;
+    if (m->plan.slots > 0 && !(m->xc = nx_xcache_new(m->store, &m->w, &m->plan)))
+        return nx_fail(err, NX_E_NOMEM, "out of memory for the expert cache");
+    if (p->prefault == NX_PREFAULT_NEVER) return NX_OK; /* described, not run */
+    const uint64_t resident = m->plan.slots > 0 ? m->plan.resident : total;
+    const bool lock = p->prefault == NX_PREFAULT_LOCK, fill = lock || resident <= nx_mem_available();
+    for (size_t i = 0; i < nx_store_count(m->store); i++) {
+        const nx_tensor *t = nx_store_tensor(m->store, i);
+        if (nx_xcache_covers(m->xc, t->data, t->nbytes)) continue; /* streams: never touched */
+        if (!fill) nx_store_use(m->store, t->data, t->nbytes);
+        else nx_store_prefault(m->store, t->data, t->nbytes);
+        if (lock && (st = nx_store_lock(m->store, t->data, t->nbytes, err)) != NX_OK) return st;
+    }
+    m->info.prefaulted = fill;
+    return NX_OK;
 }
 
 /* generation_config.json may list more stop ids than config.json. */
@@ -220,10 +251,11 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     snprintf(path, sizeof path, "%s/config.json", dir);
     if ((st = nx_config_load(path, &m->cfg, err)) != NX_OK) goto fail;
     if (p->progress) p->progress(p->progress_user, 0.05);
-    if ((st = nx_store_open(dir, &m->store, err)) != NX_OK) goto fail;
+    if ((st = nx_store_open_lazy(dir, &m->store, err)) != NX_OK) goto fail;
     if (p->progress) p->progress(p->progress_user, 0.5);
     if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, p->act_bits == 16, &m->w, err)) != NX_OK) goto fail;
     if ((st = nx_weights_validate(&m->w, &m->cfg, err)) != NX_OK) goto fail;
+    if ((st = place_weights(m, p, err)) != NX_OK) goto fail;
     add_generation_eos(&m->cfg, dir);
 
     if (p->no_mtp)
@@ -275,6 +307,7 @@ fail:
 void nx_model_free(nx_model *m) {
     if (!m) return;
     nx_pool_free(m->pool);
+    nx_xcache_free(m->xc);
     nx_tokenizer_free(m->tok);
     free(m->chat_template);
     free(m->tmpl_bos);

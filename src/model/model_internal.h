@@ -7,6 +7,7 @@
 #include "base/pool.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "model/experts.h"
 #include "model/step.h"
 #include "nextn.h"
 
@@ -24,6 +25,8 @@ struct nx_model {
     nx_mtp_wiring wiring; /* resolved: no DEFAULT values left */
     int32_t draft_vocab;  /* rows of lm_head the MTP head computes (vocab_size = all) */
     nx_dtype kv_dtype;    /* NX_DTYPE_F32 or NX_DTYPE_F16: the contexts' KV caches */
+    nx_xplan plan;   /* residency (nx_load_params.max_memory) */
+    nx_xcache *xc;   /* the routed experts' cache when they stream, else NULL */
     nx_model_info info;
     char weight_dtype[96];
     char mtp_status[64];

@@ -17,6 +17,12 @@ typedef struct nx_traffic {
     int64_t experts_touched; /* distinct routed experts, summed over layers */
     int64_t overlap;         /* shared top-k experts between consecutive rows, summed */
     int64_t overlap_pairs;
+    /* streamed experts (nx_load_params.max_memory): lookups found in the expert cache (or
+     * already being read ahead), lookups read on demand, bytes read from disk (on demand and
+     * ahead), seconds the forward waited for reads */
+    int64_t cache_hits, cache_misses;
+    int64_t ahead_reads, ahead_used; /* experts read ahead by pre-gating, and those used */
+    double disk_bytes, io_wait_s;
     /* wall seconds and weight bytes of each part of the forward (NX_PHASE_*) */
     double phase_s[NX_PHASES], phase_bytes[NX_PHASES];
 } nx_traffic;

@@ -47,6 +47,9 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
 /* Strict number parsing for option values: the whole string, within [lo, hi]. */
 bool cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 bool cli_parse_double(const char *s, double lo, double hi, double *out);
+/* A size in bytes, > 0: digits with an optional K, M, G or T suffix (powers of 1024; "GiB",
+ * "GB" read the same). */
+bool cli_parse_size(const char *s, uint64_t *out);
 /* "f32" or "f16" (--kv-type). */
 bool cli_parse_kv_type(const char *s, nx_kv_type *out);
 /* --act-bits' default: NX_ACT_BITS=16 in the environment gives 16, else 8. */

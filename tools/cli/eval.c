@@ -160,9 +160,12 @@ int cli_detokenize(int argc, char **argv) {
 }
 
 static const char *usage_inspect =
-    "usage: nextn inspect [-m DIR] [--json]\n"
+    "usage: nextn inspect [-m DIR] [--json] [--memory N]\n"
     "Describes a checkpoint: family, layout, dtypes/quantization, the MTP head (inline, sidecar,\n"
-    "none), parameters total and active per token, and the memory a context needs.\n";
+    "none), parameters total and active per token, and the memory a context needs. Reads only the\n"
+    "headers and the small tensors it checks, never the whole weights.\n"
+    "  --memory N   the residency plan under --max-memory N (K/M/G suffixes): what stays resident,\n"
+    "               the expert cache, the expected hit rate and bytes read from disk per token\n";
 
 static void human(double bytes, char *buf, size_t n) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -176,11 +179,29 @@ static void human(double bytes, char *buf, size_t n) {
 
 #define B(x) ((x) ? "true" : "false")
 
+/* The residency plan under --memory N (docs/design.md, "Bigger than memory"). */
+static void print_plan(const nx_model_info *in, uint64_t cap) {
+    char cb[32], rb[32], eb[32], sb[32], db[32];
+    human((double)cap, cb, sizeof cb);
+    human((double)in->resident_bytes, rb, sizeof rb);
+    human((double)in->routed_expert_bytes, eb, sizeof eb);
+    human((double)in->cache_bytes, sb, sizeof sb);
+    human(in->expected_disk_bytes_per_token, db, sizeof db);
+    if (in->cache_slots == 0) {
+        printf("residency     %s cap: every weight fits, nothing streams\n", cb);
+        return;
+    }
+    printf("residency     %s cap: %s resident (all but the routed experts), %lld routed experts (%s) stream "
+           "through a cache of %lld (%s)\n", cb, rb, (long long)in->n_routed_experts, eb, (long long)in->cache_slots, sb);
+    printf("disk reads    expected hit rate %.3f (uniform routing), %s read per token\n", in->expected_hit_rate, db);
+}
+
 int cli_inspect(int argc, char **argv) {
     cli_opts o;
     int rc = cli_parse("inspect", usage_inspect, argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     o.quiet = true;
+    o.load.prefault = NX_PREFAULT_NEVER;
     nx_model *m = cli_load_model(&o);
     if (!m) return 1;
     const nx_model_info *in = nx_model_get_info(m);
@@ -207,9 +228,16 @@ int cli_inspect(int argc, char **argv) {
         printf("\"layer_types\":{\"linear_attention\":%d,\"full_attention\":%d},\"linear_state_bytes\":%llu,",
                in->n_linear_layers, in->n_layers - in->n_linear_layers, (unsigned long long)in->linear_state_bytes);
         printf("\"attention\":\"%s\",\"rope_scaling\":\"%s\",\"q_lora_rank\":%d,\"kv_lora_rank\":%d,"
-               "\"qk_nope_head_dim\":%d,\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"kv_bytes_per_token_expanded\":%llu}\n",
+               "\"qk_nope_head_dim\":%d,\"qk_rope_head_dim\":%d,\"v_head_dim\":%d,\"kv_bytes_per_token_expanded\":%llu,",
                in->attention, in->rope_scaling, in->q_lora_rank, in->kv_lora_rank, in->qk_nope_head_dim,
                in->qk_rope_head_dim, in->v_head_dim, (unsigned long long)in->kv_bytes_per_token_expanded);
+        printf("\"residency\":{\"max_memory\":%llu,\"resident_bytes\":%llu,\"routed_expert_bytes\":%llu,"
+               "\"routed_experts\":%lld,\"cache_slots\":%lld,\"cache_bytes\":%llu,\"expected_hit_rate\":%.4f,"
+               "\"disk_bytes_per_token\":%.0f}}\n",
+               (unsigned long long)o.load.max_memory, (unsigned long long)in->resident_bytes,
+               (unsigned long long)in->routed_expert_bytes, (long long)in->n_routed_experts,
+               (long long)in->cache_slots, (unsigned long long)in->cache_bytes, in->expected_hit_rate,
+               in->expected_disk_bytes_per_token);
     } else {
         char wb[32], kb[32], mb[32];
         human((double)in->weight_bytes, wb, sizeof wb);
@@ -254,6 +282,7 @@ int cli_inspect(int argc, char **argv) {
             printf("kv cache      %s per token (%s)\n", kb, in->kv_type);
         }
         printf("memory        %s for a %lld-token context\n", mb, (long long)ctx);
+        if (o.load.max_memory) print_plan(in, o.load.max_memory);
     }
     nx_model_free(m);
     return 0;

@@ -30,6 +30,9 @@ enum {
     OPT_PROMPT_CACHE,
     OPT_PROMPT_CACHE_ALL,
     OPT_PROMPT_CACHE_RO,
+    OPT_MAX_MEMORY,
+    OPT_MEMORY,
+    OPT_MLOCK,
 };
 
 static const struct option long_opts[] = {
@@ -84,6 +87,9 @@ static const struct option long_opts[] = {
     {"prompt-cache", required_argument, 0, OPT_PROMPT_CACHE},
     {"prompt-cache-all", no_argument, 0, OPT_PROMPT_CACHE_ALL},
     {"prompt-cache-ro", no_argument, 0, OPT_PROMPT_CACHE_RO},
+    {"max-memory", required_argument, 0, OPT_MAX_MEMORY},
+    {"memory", required_argument, 0, OPT_MEMORY},
+    {"mlock", no_argument, 0, OPT_MLOCK},
     {0, 0, 0, 0},
 };
 
@@ -105,6 +111,28 @@ bool cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) return false;
     *out = v;
+    return true;
+}
+
+bool cli_parse_size(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (!s || !(*s >= '0' && *s <= '9')) return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    case 't': case 'T': shift = 40; break;
+    default: break;
+    }
+    if (shift) end++;
+    if (*end == 'i' && shift) end++; /* 96GiB reads as 96G */
+    if (*end == 'B' && shift) end++;
+    if (*end || v == 0 || v > (UINT64_MAX >> shift)) return false;
+    *out = (uint64_t)v << shift;
     return true;
 }
 
@@ -249,6 +277,13 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
             break;
         case OPT_PROMPT_CACHE_ALL: o->prompt_cache_all = true; break;
         case OPT_PROMPT_CACHE_RO: o->prompt_cache_ro = true; break;
+        case OPT_MAX_MEMORY:
+        case OPT_MEMORY:
+            if (!cli_parse_size(optarg, &o->load.max_memory))
+                BAD("%s %s: expected a size in bytes, with an optional K, M, G or T suffix (powers of 1024), "
+                    "e.g. 96G", c == OPT_MEMORY ? "--memory" : "--max-memory", optarg);
+            break;
+        case OPT_MLOCK: o->load.prefault = NX_PREFAULT_LOCK; break;
         case '?':
         default:
             if (optopt) BAD("option -%c needs a value or is unknown", optopt);

@@ -74,11 +74,14 @@ static const char *usage =
     "      --kv-type f32|f16   KV cache elements: f32 (default, exact) or f16 (half the memory)\n"
     "      --no-mtp            load the trunk only (no speculation)\n"
     "      --no-webui          no chat page at GET / (the API alone)\n"
+    "      --max-memory N      keep at most N bytes of weights in memory (K/M/G suffixes): the routed\n"
+    "                          experts beyond that stream from disk into an expert cache\n"
+    "      --mlock             read the resident weights in at load and lock them in memory\n"
     "  -q, --quiet             no start-up banner\n";
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
        O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS, O_PERIP, O_HEADT,
-       O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA, O_NOWEB };
+       O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA, O_NOWEB, O_MAXMEM, O_MLOCK };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -90,6 +93,7 @@ static const struct option opts[] = {
     {"verify", required_argument, 0, O_VERIFY}, {"threads", required_argument, 0, 't'},
     {"no-mtp", no_argument, 0, O_NOMTP},      {"act-bits", required_argument, 0, O_ACT},
     {"kv-type", required_argument, 0, O_KV},      {"quiet", no_argument, 0, 'q'},
+    {"max-memory", required_argument, 0, O_MAXMEM}, {"mlock", no_argument, 0, O_MLOCK},
     {"reasoning-format", required_argument, 0, O_REASONING}, {"cache-ram", required_argument, 0, O_CACHE},
     {"slot-save-path", required_argument, 0, O_SLOTS}, {"slot-save-quota", required_argument, 0, O_QUOTA},
     {"max-conns-per-ip", required_argument, 0, O_PERIP}, {"header-timeout", required_argument, 0, O_HEADT},
@@ -260,6 +264,12 @@ int nx_cli_serve(int argc, char **argv) {
         case O_KV:
             if (!cli_parse_kv_type(optarg, &lp.kv_type)) BAD("--kv-type %s: expected f32 or f16", optarg);
             break;
+        case O_MAXMEM:
+            if (!cli_parse_size(optarg, &lp.max_memory))
+                BAD("--max-memory %s: expected a size in bytes, with an optional K, M, G or T suffix (powers of "
+                    "1024), e.g. 96G", optarg);
+            break;
+        case O_MLOCK: lp.prefault = NX_PREFAULT_LOCK; break;
         case 'q': quiet = true; break;
         case 'h': fputs(usage, stdout); return 0;
         default:
