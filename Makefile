@@ -5,7 +5,9 @@ OPT     ?= -O2
 CFLAGS  ?=
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2 -Werror
 DEPS    := jansson libpcre2-8 libutf8proc libmicrohttpd zlib
-BASE    := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fno-strict-aliasing -Iinclude -Isrc \
+# no contraction of a·b + c into one fused step: the kernels' bit-for-bit rules (kernels.h) are
+# written for separately rounded products, and compilers differ in their default
+BASE    := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fno-strict-aliasing -ffp-contract=off -Iinclude -Isrc \
            $(shell pkg-config --cflags $(DEPS)) $(SAN) $(CFLAGS)
 LIBS    := $(shell pkg-config --libs $(DEPS)) -lm -lpthread
 TESTLIB := $(shell pkg-config --libs cmocka)
@@ -17,7 +19,24 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq \
                 -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 
-LIB_SRC  := $(sort $(wildcard src/*/*.c))
+# NEON extensions for the integer tables, each only in its own file (dispatch.c checks them)
+NEONDOT_FLAGS := -march=armv8.2-a+dotprod
+NEONI8MM_FLAGS := -march=armv8.2-a+dotprod+i8mm
+
+# Each architecture's kernel files are built only for it: the x86 files for x86-64, the NEON
+# files for AArch64 (Linux or macOS); elsewhere the scalar reference alone.
+ARCH := $(shell $(CC) -dumpmachine)
+X86_KERNELS  := src/kernels/avx%
+NEON_KERNELS := src/kernels/neon%
+ifneq (,$(filter x86_64% amd64% i386% i486% i586% i686%,$(ARCH)))
+ARCH_OUT := $(NEON_KERNELS)
+else ifneq (,$(filter aarch64% arm64%,$(ARCH)))
+ARCH_OUT := $(X86_KERNELS)
+else
+ARCH_OUT := $(X86_KERNELS) $(NEON_KERNELS)
+endif
+
+LIB_SRC  := $(filter-out $(ARCH_OUT),$(sort $(wildcard src/*/*.c)))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_SRC  := $(sort $(wildcard tools/cli/*.c))
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -37,6 +56,8 @@ $(BUILD)/src/kernels/avx2.o $(BUILD)/src/kernels/%_avx2.o: BASE += $(AVX2_FLAGS)
 $(BUILD)/src/kernels/avx512.o $(BUILD)/src/kernels/%_avx512.o: BASE += $(AVX512_FLAGS)
 $(BUILD)/src/kernels/avx512_vnni.o: BASE += $(AVX512_FLAGS) -mavx512vnni
 $(BUILD)/src/kernels/avx512_vbmi.o: BASE += $(AVX512_FLAGS) -mavx512vnni -mavx512vbmi -mgfni
+$(BUILD)/src/kernels/neon_dot.o: BASE += $(NEONDOT_FLAGS)
+$(BUILD)/src/kernels/neon_i8mm.o: BASE += $(NEONI8MM_FLAGS)
 
 $(BUILD)/libnextn.a: $(LIB_OBJ)
 	@rm -f $@
