@@ -45,7 +45,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all test unit e2e asan bench fuzz clean
+.PHONY: all test unit e2e asan bench fuzz clean test-arm64
 all: $(BUILD)/nextn $(TEST_BIN) $(BENCH_BIN)
 
 $(BUILD)/%.o: %.c
@@ -79,6 +79,20 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libnextn.a
 test: all
 	CMOCKA_MESSAGE_OUTPUT=TAP NEXTN=$(BUILD)/nextn prove -f --exec '' $(TEST_BIN) $(sort $(wildcard tests/e2e/*.t))
 	$(MAKE) --no-print-directory asan
+ifneq (,$(filter x86_64%linux-gnu,$(ARCH)))
+	$(MAKE) --no-print-directory test-arm64
+endif
+
+# The AArch64 build, cross-compiled (Debian's gcc-aarch64-linux-gnu and arm64 -dev packages,
+# scripts/setup.sh) into build-arm64/ and run under qemu-aarch64 on two CPU models: "max" (dotprod
+# and i8mm: every NEON table) and cortex-a53 (plain NEON). The kernel tests against the reference,
+# then end-to-end parity, greedy MTP == AR and bench (scripts/arm64_e2e.py). Part of `make test`
+# on x86-64 Linux; an AArch64 machine runs `make test` natively instead.
+ARM64_ENV := PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig
+test-arm64:
+	$(ARM64_ENV) $(MAKE) --no-print-directory BUILD=build-arm64 CC=aarch64-linux-gnu-gcc \
+	    build-arm64/nextn build-arm64/tests/test_kernels
+	bash scripts/test-arm64.sh
 
 unit: all
 	CMOCKA_MESSAGE_OUTPUT=TAP prove -f --exec '' $(TEST_BIN)
@@ -97,6 +111,6 @@ fuzz:
 	bash fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-arm64
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -409,7 +409,9 @@ static nx_status map_file(const char *path, st_file *f, nx_error *err) {
     /* Huge pages where the kernel can: a file system that caches files in large folios then
      * reads the file in 2 MB folios, and the kernel maps them with 2 MB page-table entries (the
      * TLB then covers the whole model; 4-bit decode streams ~3% faster). Only a hint. */
+#ifdef MADV_HUGEPAGE /* Linux */
     (void)madvise(m, (size_t)sb.st_size, MADV_HUGEPAGE);
+#endif
     /* Page tables for the whole file are set up (and the file read, if it is not cached) now,
      * not one fault per page while decoding touches experts for the first time; kernels
      * without MADV_POPULATE_READ (before 5.14) get the same by one read per page. */
