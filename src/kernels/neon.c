@@ -48,8 +48,9 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
         for (int t = 0; t < TT; t++) y[t * ldy + r * ys] = f8_hsum(acc[r][t]);
 }
 
-/* 32 vector registers: 4 rows × 4 input rows of 2-register accumulators fit with the inputs. */
-#define RFULL(TT) 4
+/* 32 vector registers: 4 rows for 1-2 input rows, 2 rows for 3-4 (16 accumulator registers
+ * either way, the rest for inputs and weights). */
+#define RFULL(TT) ((TT) <= 2 ? 4 : 2)
 
 #define FLOAT_KERNEL(NAME, DT)                                                                      \
     static void NAME(int R, int TT, const uint8_t *w, size_t stride, const float *x, int64_t ldx,  \
@@ -58,8 +59,8 @@ AI void mk_float(nx_dtype dt, const int R, const int TT, const uint8_t *w, size_
             switch (TT) {                                                                           \
             case 1: mk_float(DT, 4, 1, w, stride, x, ldx, y, ldy, ys, in); break;                   \
             case 2: mk_float(DT, 4, 2, w, stride, x, ldx, y, ldy, ys, in); break;                   \
-            case 3: mk_float(DT, 4, 3, w, stride, x, ldx, y, ldy, ys, in); break;                   \
-            default: mk_float(DT, 4, 4, w, stride, x, ldx, y, ldy, ys, in); break;                  \
+            case 3: mk_float(DT, 2, 3, w, stride, x, ldx, y, ldy, ys, in); break;                   \
+            default: mk_float(DT, 2, 4, w, stride, x, ldx, y, ldy, ys, in); break;                  \
             }                                                                                       \
         } else {                                                                                    \
             switch (TT) {                                                                           \
@@ -139,8 +140,8 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
             switch (TT) {                                                                                  \
             case 1: mk_quant(BITS, 4, 1, a, x, ldx, y, ldy, ys); break;                                    \
             case 2: mk_quant(BITS, 4, 2, a, x, ldx, y, ldy, ys); break;                                    \
-            case 3: mk_quant(BITS, 4, 3, a, x, ldx, y, ldy, ys); break;                                    \
-            default: mk_quant(BITS, 4, 4, a, x, ldx, y, ldy, ys); break;                                   \
+            case 3: mk_quant(BITS, 2, 3, a, x, ldx, y, ldy, ys); break;                                    \
+            default: mk_quant(BITS, 2, 4, a, x, ldx, y, ldy, ys); break;                                   \
             }                                                                                              \
         } else {                                                                                           \
             switch (TT) {                                                                                  \
