@@ -2,8 +2,8 @@
  * in 8 f32 lanes (two registers): lane l accumulates elements 8c + l for c = 0, 1, … (zero-filled
  * tail), then a fixed horizontal tree. Register blocks of R weight rows × TT input rows only hold
  * more such accumulators, so a row's result is the same whatever T and the row split are.
- * Quantized weights are widened to f32 in registers (w = s·q + b, one fused step) and never
- * stored. The vector helpers keep the reference's bits where kernels.h says every ISA does
+ * Quantized weights are widened to f32 in registers (w = s·q + b, as the reference rounds it) and
+ * never stored. The vector helpers keep the reference's bits where kernels.h says every ISA does
  * (RMSNorm, the delta rule, argmax, the attention helpers against this table's dot/axpy). */
 #if defined(__aarch64__)
 #include <math.h>
@@ -120,7 +120,9 @@ AI void mk_quant(const int BITS, const int R, const int TT, const qargs *a, cons
 #pragma GCC unroll 4
                 for (int h = 0; h < 4; h++) {
                     const f8 qf = q8_to_f8(q, h);
-                    const f8 wv = {vfmaq_f32(b[r], qf.a, s[r]), vfmaq_f32(b[r], qf.b, s[r])};
+                    /* s·q + b rounded twice, as the reference dequantizes (a fused step would
+                     * differ where b cancels s·q) */
+                    const f8 wv = {vaddq_f32(vmulq_f32(qf.a, s[r]), b[r]), vaddq_f32(vmulq_f32(qf.b, s[r]), b[r])};
 #pragma GCC unroll 4
                     for (int t = 0; t < TT; t++) acc[r][t] = f8_fma(acc[r][t], wv, f8_load(x + t * ldx + e0 + 8 * h));
                 }
