@@ -60,10 +60,14 @@ AI float f8_hsum(f8 v) {
 AI float32x4_t bf16x4_to_f32(uint16x4_t h) { return vreinterpretq_f32_u32(vshll_n_u16(h, 16)); }
 AI float32x4_t f16x4_to_f32(uint16x4_t h) { return vcvt_f32_f16(vreinterpret_f16_u16(h)); }
 
-/* 8 weights of a float row from element i (exact widening of f16 and bf16). */
+/* 8 weights of a float row from element i (exact widening of f16 and bf16). Weights may sit at
+ * any byte address: loaded as bytes. */
 AI f8 load_w8(nx_dtype dt, const uint8_t *row, int64_t i) {
-    if (dt == NX_DTYPE_F32) return f8_load((const float *)(row + 4 * i));
-    const uint16x8_t h = vld1q_u16((const uint16_t *)(row + 2 * i));
+    if (dt == NX_DTYPE_F32) {
+        const uint8_t *p = row + 4 * i;
+        return (f8){vreinterpretq_f32_u8(vld1q_u8(p)), vreinterpretq_f32_u8(vld1q_u8(p + 16))};
+    }
+    const uint16x8_t h = vreinterpretq_u16_u8(vld1q_u8(row + 2 * i));
     if (dt == NX_DTYPE_F16) return (f8){f16x4_to_f32(vget_low_u16(h)), f16x4_to_f32(vget_high_u16(h))};
     return (f8){bf16x4_to_f32(vget_low_u16(h)), bf16x4_to_f32(vget_high_u16(h))};
 }
