@@ -13,10 +13,10 @@
 
 #include "base/clock.h"
 
+#define CHAINS 16
+
 #if defined(__x86_64__)
 #include <immintrin.h>
-
-#define CHAINS 16
 
 /* Rounds of CHAINS independent vpdpbusd; returns the seconds taken. */
 __attribute__((target("avx512f,avx512vnni"), noinline)) static double dpbusd_rounds(long rounds, int *sink) {

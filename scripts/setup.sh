@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 pkgs=(build-essential pkg-config clang libclang-rt-14-dev
       libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcmocka-dev zlib1g-dev
       python3 python3-numpy python3-torch python3-regex libopenblas0-pthread
-      curl perl chromium)
+      curl perl chromium
+      gcc-aarch64-linux-gnu qemu-user
+      libjansson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libmicrohttpd-dev:arm64
+      libcmocka-dev:arm64 zlib1g-dev:arm64)
 command -v node >/dev/null || pkgs+=(nodejs)
 command -v npm >/dev/null || pkgs+=(npm)
 missing=()
@@ -18,6 +21,8 @@ for p in "${pkgs[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    # the :arm64 libraries of the cross build (make test-arm64) come from Debian's multiarch
+    dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
     echo "setup: installing ${missing[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

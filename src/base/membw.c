@@ -1,13 +1,12 @@
-/* Memory read-bandwidth passes (membw.h). SSE2 loads only: the probe measures the memory
- * system, not the vector width, and runs on any x86-64. */
+/* Memory read-bandwidth passes (membw.h). 16-byte loads only (SSE2 on x86-64, NEON on AArch64,
+ * through the compiler's generic vectors): the probe measures the memory system, not the vector
+ * width. */
 #include "base/membw.h"
 
-#include <emmintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <xmmintrin.h>
 
 #include "base/clock.h"
 
@@ -22,6 +21,13 @@
  * as non-temporal lines (8 KB ahead in all, as the single prefetched stream). */
 #define STREAM_AHEAD 2048
 
+/* Two 64-bit lanes: one 16-byte load, one vector add. */
+typedef uint64_t w128 __attribute__((vector_size(16)));
+
+/* Prefetch hints: to every cache level, and non-temporal. */
+#define PF_T0(p) __builtin_prefetch((p), 0, 3)
+#define PF_NTA(p) __builtin_prefetch((p), 0, 0)
+
 struct nx_membw {
     uint8_t *buf;
     size_t n;
@@ -29,34 +35,29 @@ struct nx_membw {
 };
 
 /* The four 16-byte words of the line at q, added as 64-bit lanes. */
-static inline __m128i line_sum(const __m128i *q) {
-    return _mm_add_epi64(_mm_add_epi64(_mm_load_si128(q), _mm_load_si128(q + 1)),
-                         _mm_add_epi64(_mm_load_si128(q + 2), _mm_load_si128(q + 3)));
-}
+static inline w128 line_sum(const w128 *q) { return (q[0] + q[1]) + (q[2] + q[3]); }
 
 /* STREAMS streams over the thread's share, each prefetched STREAM_AHEAD ahead when pf is set. */
 static void read_streams_at(nx_membw *j, int ith, int nth, int pf) {
     long long b, e;
     nx_pool_split((long long)(j->n / 64), ith, nth, &b, &e);
     const long long len = (e - b) / STREAMS; /* 64-byte lines per stream */
-    const __m128i *p[STREAMS];
-    __m128i acc[STREAMS];
+    const w128 *p[STREAMS];
+    w128 acc[STREAMS];
     for (int s = 0; s < STREAMS; s++) {
-        p[s] = (const __m128i *)(j->buf + (size_t)(b + s * len) * 64);
-        acc[s] = _mm_setzero_si128();
+        p[s] = (const w128 *)(j->buf + (size_t)(b + s * len) * 64);
+        acc[s] = (w128){0, 0};
     }
     for (long long i = 0; i < len; i++)
         for (int s = 0; s < STREAMS; s++) {
-            if (pf) _mm_prefetch((const char *)(p[s] + 4 * i) + STREAM_AHEAD, _MM_HINT_NTA);
-            acc[s] = _mm_add_epi64(acc[s], line_sum(p[s] + 4 * i));
+            if (pf) PF_NTA((const char *)(p[s] + 4 * i) + STREAM_AHEAD);
+            acc[s] += line_sum(p[s] + 4 * i);
         }
-    __m128i t = _mm_setzero_si128();
-    for (int s = 0; s < STREAMS; s++) t = _mm_add_epi64(t, acc[s]);
+    w128 t = {0, 0};
+    for (int s = 0; s < STREAMS; s++) t += acc[s];
     for (long long i = b + STREAMS * len; i < e; i++) /* the lines past the last whole stride */
-        t = _mm_add_epi64(t, line_sum((const __m128i *)(j->buf + (size_t)i * 64)));
-    uint64_t out[2];
-    _mm_storeu_si128((__m128i *)out, t);
-    j->sink[ith] = out[0] + out[1];
+        t += line_sum((const w128 *)(j->buf + (size_t)i * 64));
+    j->sink[ith] = t[0] + t[1];
 }
 
 static void read_streams(void *arg, int ith, int nth) { read_streams_at(arg, ith, nth, 0); }
@@ -66,17 +67,16 @@ static void read_prefetch(void *arg, int ith, int nth) {
     nx_membw *j = arg;
     long long b, e;
     nx_pool_split((long long)(j->n / 64), ith, nth, &b, &e);
-    const __m128i *p = (const __m128i *)(j->buf + (size_t)b * 64);
-    __m128i acc0 = _mm_setzero_si128(), acc1 = _mm_setzero_si128();
+    const w128 *p = (const w128 *)(j->buf + (size_t)b * 64);
+    w128 acc0 = {0, 0}, acc1 = {0, 0};
     for (long long i = 0; i < e - b; i++) {
-        const __m128i *q = p + 4 * i;
-        _mm_prefetch((const char *)q + PREFETCH_AHEAD, _MM_HINT_T0);
-        acc0 = _mm_add_epi64(acc0, _mm_add_epi64(_mm_load_si128(q), _mm_load_si128(q + 1)));
-        acc1 = _mm_add_epi64(acc1, _mm_add_epi64(_mm_load_si128(q + 2), _mm_load_si128(q + 3)));
+        const w128 *q = p + 4 * i;
+        PF_T0((const char *)q + PREFETCH_AHEAD);
+        acc0 += q[0] + q[1];
+        acc1 += q[2] + q[3];
     }
-    uint64_t out[2];
-    _mm_storeu_si128((__m128i *)out, _mm_add_epi64(acc0, acc1));
-    j->sink[ith] = out[0] + out[1];
+    const w128 t = acc0 + acc1;
+    j->sink[ith] = t[0] + t[1];
 }
 
 nx_membw *nx_membw_new(size_t bytes) {
@@ -90,7 +90,9 @@ nx_membw *nx_membw_new(size_t bytes) {
         free(b);
         return NULL;
     }
+#ifdef MADV_HUGEPAGE
     (void)madvise(b->buf, b->n, MADV_HUGEPAGE);
+#endif
     memset(b->buf, 1, b->n); /* fault every page in before any pass */
     return b;
 }

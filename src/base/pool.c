@@ -5,15 +5,17 @@
 #include "base/pool.h"
 
 #include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 struct nx_pool {
     int n;                 /* threads including the caller */
@@ -50,6 +52,10 @@ typedef struct worker_arg {
     int ith;
 } worker_arg;
 
+/* Sleep while the 32-bit word at addr holds val, and wake sleepers: Linux futexes; on macOS the
+ * ulock calls the C++ runtime's atomic wait uses; elsewhere a short sleep per check. Every caller
+ * re-checks its condition after waking, so a spurious wake-up only costs a loop. */
+#if defined(__linux__)
 static void futex_wait(void *addr, int val) {
     syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
 }
@@ -57,6 +63,32 @@ static void futex_wait(void *addr, int val) {
 static void futex_wake(void *addr, int n) {
     syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
 }
+#elif defined(__APPLE__)
+int __ulock_wait(uint32_t op, void *addr, uint64_t value, uint32_t timeout_us);
+int __ulock_wake(uint32_t op, void *addr, uint64_t wake_value);
+#define NX_UL_COMPARE_AND_WAIT 1u
+#define NX_ULF_WAKE_ALL 0x100u
+#define NX_ULF_NO_ERRNO 0x1000000u
+
+static void futex_wait(void *addr, int val) {
+    (void)__ulock_wait(NX_UL_COMPARE_AND_WAIT | NX_ULF_NO_ERRNO, addr, (uint64_t)(uint32_t)val, 0);
+}
+
+static void futex_wake(void *addr, int n) {
+    (void)__ulock_wake(NX_UL_COMPARE_AND_WAIT | NX_ULF_NO_ERRNO | (n > 1 ? NX_ULF_WAKE_ALL : 0u), addr, 0);
+}
+#else
+static void futex_wait(void *addr, int val) {
+    (void)addr;
+    (void)val;
+    nanosleep(&(struct timespec){0, 50000}, NULL);
+}
+
+static void futex_wake(void *addr, int n) {
+    (void)addr;
+    (void)n;
+}
+#endif
 
 static int64_t now_ns(void) {
     struct timespec ts;

@@ -91,6 +91,8 @@ void nx_pool_share_peek(const nx_pool *p, int ith, long long *b, long long *e);
 static inline void nx_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
 #endif
 }
 

@@ -409,7 +409,11 @@ static nx_status map_file(const char *path, bool lazy, st_file *f, nx_error *err
     /* lazy: no readahead until the loader says how the weights will be used (nx_store_use):
      * the headers and the few small tensors read while loading must not pull in their
      * neighbours. Otherwise the whole file is read as it is used (readahead, huge pages). */
+#ifdef MADV_HUGEPAGE /* Linux */
     (void)madvise(m, (size_t)sb.st_size, lazy ? MADV_RANDOM : MADV_HUGEPAGE);
+#else
+    (void)madvise(m, (size_t)sb.st_size, lazy ? MADV_RANDOM : MADV_NORMAL);
+#endif
     f->map = m;
     f->size = (size_t)sb.st_size;
     f->fd = fd;
@@ -679,7 +683,9 @@ void nx_store_use(const nx_store *st, const void *p, size_t n) {
     /* Huge pages where the kernel can: a file system that caches files in large folios then
      * reads the file in 2 MB folios, and the kernel maps them with 2 MB page-table entries (the
      * TLB then covers the whole model; 4-bit decode streams ~3% faster). Only a hint. */
+#ifdef MADV_HUGEPAGE /* Linux */
     (void)madvise(a, len, MADV_HUGEPAGE);
+#endif
 }
 
 void nx_store_prefault(const nx_store *st, const void *p, size_t n) {
@@ -688,11 +694,15 @@ void nx_store_prefault(const nx_store *st, const void *p, size_t n) {
     size_t len;
     nx_store_use(st, p, n);
     page_span(p, n, &a, &len);
-    /* kernels without MADV_POPULATE_READ (before 5.14) get the same by one read per page */
-#ifndef MADV_POPULATE_READ
+    /* kernels without MADV_POPULATE_READ (before 5.14) get the same by one read per page, as
+     * do other systems */
+#if defined(__linux__) && !defined(MADV_POPULATE_READ)
 #define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #endif
-    if (madvise(a, len, MADV_POPULATE_READ) != 0) {
+#ifdef MADV_POPULATE_READ
+    if (madvise(a, len, MADV_POPULATE_READ) != 0)
+#endif
+    {
         const long pg = sysconf(_SC_PAGESIZE);
         const volatile uint8_t *b = a;
         for (size_t o = 0; o < len; o += (size_t)(pg > 0 ? pg : 4096)) (void)b[o];

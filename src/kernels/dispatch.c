@@ -1,4 +1,5 @@
-/* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx2vnni|avx512|avx512vnni|avx512vbmi) and
+/* Picks the kernel table once from CPUID (or NX_ISA=ref|avx2|avx2vnni|avx512|avx512vnni|avx512vbmi; on
+ * AArch64 from the feature registers as the OS reports them, NX_ISA=ref|neon|neondot|neoni8mm) and
  * fronts it with the public kernel API; no arithmetic of its own (a NULL table entry is the
  * reference's). nx_matmul splits output rows over the pool in 16-row chunks; since every
  * kernel computes each output element in a fixed order, the split never changes a result. */
@@ -9,11 +10,20 @@
 #include "kernels/kernels_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#define NX_X86 1
 #include <cpuid.h>
+#elif defined(__aarch64__)
+#define NX_ARM64 1
+#if defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 #endif
 
 static _Atomic(const nx_kernel_table *) g_table;
 
+#if NX_X86
 /* F16C straight from CPUID leaf 1 (ECX bit 29): not every compiler's
  * __builtin_cpu_supports knows the name. */
 static int cpu_has_f16c(void) {
@@ -56,25 +66,71 @@ static int cpu_has_avx512vbmi(void) {
     __builtin_cpu_init();
     return cpu_has_avx512vnni() && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
 }
+#endif
+
+#if NX_ARM64
+/* Linux: the kernel's hwcaps (HWCAP_ASIMDDP, HWCAP2_I8MM); macOS: the hw.optional.arm sysctls.
+ * Elsewhere plain NEON only (Advanced SIMD is part of the AArch64 base). */
+#if defined(__APPLE__)
+static int arm_sysctl(const char *name) {
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
+}
+#endif
+
+static int cpu_has_neondot(void) {
+#if defined(__linux__)
+    return (getauxval(AT_HWCAP) & (1ul << 20)) != 0; /* HWCAP_ASIMDDP */
+#elif defined(__APPLE__)
+    return arm_sysctl("hw.optional.arm.FEAT_DotProd");
+#else
+    return 0;
+#endif
+}
+
+static int cpu_has_neoni8mm(void) {
+#if defined(__linux__)
+    return cpu_has_neondot() && (getauxval(AT_HWCAP2) & (1ul << 13)) != 0; /* HWCAP2_I8MM */
+#elif defined(__APPLE__)
+    return cpu_has_neondot() && arm_sysctl("hw.optional.arm.FEAT_I8MM");
+#else
+    return 0;
+#endif
+}
+#endif
 
 /* The table for `isa`, or NULL if unknown or not runnable here. */
 static const nx_kernel_table *table_by_name(const char *isa) {
     if (strcmp(isa, "ref") == 0) return &nx_kernels_ref;
+#if NX_ARM64
+    if (strcmp(isa, "neon") == 0) return &nx_kernels_neon;
+    if (strcmp(isa, "neondot") == 0) return cpu_has_neondot() ? &nx_kernels_neondot : NULL;
+    if (strcmp(isa, "neoni8mm") == 0) return cpu_has_neoni8mm() ? &nx_kernels_neoni8mm : NULL;
+#endif
+#if NX_X86
     if (strcmp(isa, "avx2") == 0) return cpu_has_avx2() ? &nx_kernels_avx2 : NULL;
     if (strcmp(isa, "avx2vnni") == 0) return cpu_has_avxvnni() ? &nx_kernels_avx2vnni : NULL;
     if (strcmp(isa, "avx512") == 0) return cpu_has_avx512() ? &nx_kernels_avx512 : NULL;
     if (strcmp(isa, "avx512vnni") == 0) return cpu_has_avx512vnni() ? &nx_kernels_avx512vnni : NULL;
     if (strcmp(isa, "avx512vbmi") == 0) return cpu_has_avx512vbmi() ? &nx_kernels_avx512vbmi : NULL;
+#endif
     return NULL;
 }
 
 static const nx_kernel_table *table_best(void) {
+#if NX_ARM64
+    return cpu_has_neoni8mm() ? &nx_kernels_neoni8mm : cpu_has_neondot() ? &nx_kernels_neondot : &nx_kernels_neon;
+#elif NX_X86
     return cpu_has_avx512vbmi()   ? &nx_kernels_avx512vbmi
            : cpu_has_avx512vnni() ? &nx_kernels_avx512vnni
            : cpu_has_avx512()     ? &nx_kernels_avx512
            : cpu_has_avxvnni()    ? &nx_kernels_avx2vnni
            : cpu_has_avx2()       ? &nx_kernels_avx2
                                   : &nx_kernels_ref;
+#else
+    return &nx_kernels_ref;
+#endif
 }
 
 static const nx_kernel_table *table_get(void) {

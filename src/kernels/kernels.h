@@ -1,8 +1,10 @@
 /* Compute kernels on weights in their stored format (f32, f16, bf16, MLX affine 2-8 bit).
  * Every kernel has a scalar reference (ref.c: the test oracle, NX_ISA=ref, and the fallback for
- * shapes a SIMD kernel declines) and SIMD twins: avx2.c, avx512.c, and for quantized weights
- * avx512_vnni.c on int8 or int16 activations (built again as avx512_vbmi.c, adding 3/5/6-bit).
- * dispatch.c picks one table by CPUID; NX_ISA=ref|avx2|avx512|avx512vnni|avx512vbmi forces it.
+ * shapes a SIMD kernel declines) and SIMD twins: on x86-64 avx2.c (with avx2_int8.c, and
+ * avx2_vnni.c for AVX-VNNI), avx512.c, and for quantized weights avx512_vnni.c on int8 or int16
+ * activations (built again as avx512_vbmi.c, adding 3/5/6-bit); on AArch64 neon.c, neon_dot.c
+ * (sdot) and neon_i8mm.c (smmla). dispatch.c picks one table from the CPU's features;
+ * NX_ISA=ref|avx2|avx2vnni|avx512|avx512vnni|avx512vbmi|neon|neondot|neoni8mm forces it.
  *
  * Numerics contract (greedy MTP == greedy AR depends on it): the result for one row never
  * depends on how many rows are computed together, on the thread count, or on which rows

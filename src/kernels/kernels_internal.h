@@ -67,6 +67,9 @@ extern const nx_kernel_table nx_kernels_avx2vnni; /* avx2 + AVX-VNNI: int8 kerne
 extern const nx_kernel_table nx_kernels_avx512;
 extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + VNNI (int8/int16) for 2/4/8-bit weights */
 extern const nx_kernel_table nx_kernels_avx512vbmi; /* the same + 3/5/6-bit weights (VBMI, GFNI) */
+extern const nx_kernel_table nx_kernels_neon;       /* AArch64 Advanced SIMD */
+extern const nx_kernel_table nx_kernels_neondot;    /* + int8 activations on sdot (FEAT_DotProd) */
+extern const nx_kernel_table nx_kernels_neoni8mm;   /* + smmla for pairs of rows (FEAT_I8MM) */
 
 /* nx_rmsnorm_f32's scale r from the 8 partial sums of squares of x[0..i) (element j in sum
  * j mod 8): the tail x[i..n) goes into sum 0, then the fixed tree. Every ISA ends here, so the

@@ -35,7 +35,9 @@ static void *kv_arena_new(size_t bytes, void **base, size_t *mapped) {
     if (m == MAP_FAILED) return NULL;
     uint8_t *a = (uint8_t *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
     const size_t used = len - (size_t)(a - (uint8_t *)m);
+#ifdef MADV_HUGEPAGE /* Linux */
     (void)madvise(a, used, MADV_HUGEPAGE);
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif

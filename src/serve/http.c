@@ -19,6 +19,10 @@
 #include "base/clock.h"
 #include "base/error.h"
 
+#ifndef MSG_NOSIGNAL /* macOS: nextn serve ignores SIGPIPE instead */
+#define MSG_NOSIGNAL 0
+#endif
+
 /* ================================================================ HTTP */
 
 typedef struct conn {

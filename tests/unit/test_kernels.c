@@ -150,7 +150,7 @@ static float *rnd_vec(int64_t n) {
 /* Kernel variants this CPU can run, ref first: an ISA name (quantized weights marked x16, so
  * the integer kernels run on int16 activations), or "ISA+act8" for the same ISA on weights
  * without the mark (int8 activations where the shape allows). */
-static const char *isas[11];
+static const char *isas[16];
 static int n_isas;
 static const char *default_isa;
 
@@ -173,10 +173,12 @@ static nx_linear as_variant(const char *isa, const nx_linear *W) {
 static int setup(void **state) {
     (void)state;
     default_isa = nx_kernels_isa();
-    const char *all[11] = {"ref",         "avx2",       "avx2+act8",  "avx2vnni",        "avx2vnni+act8",  "avx512",
-                           "avx512+act8", "avx512vnni", "avx512vbmi", "avx512vnni+act8", "avx512vbmi+act8"};
+    const char *all[16] = {"ref",        "avx2",          "avx2+act8",       "avx2vnni",        "avx2vnni+act8",
+                           "avx512",     "avx512+act8",   "avx512vnni",      "avx512vbmi",      "avx512vnni+act8",
+                           "avx512vbmi+act8", "neon",      "neondot",         "neoni8mm",        "neondot+act8",
+                           "neoni8mm+act8"};
     n_isas = 0;
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < 16; i++)
         if (use_isa(all[i]) == 0) isas[n_isas++] = all[i];
     use_isa(default_isa);
     return 0;
@@ -565,6 +567,11 @@ static float *run_matmul(const char *isa, const nx_linear *W0, const float *x, i
  * largest |x| of its weight group: 0 (float kernels), 1/32768 (half an int16 step: max/2^14 at
  * most) or 1/254 (half an int8 step, max/127). */
 static double x_half_step(const char *isa, const nx_linear *W) {
+    /* AArch64's integer tables: int8 for 2- to 6-bit weights on rows up to 32768 wide, else the
+     * float kernels */
+    if (strncmp(isa, "neondot", 7) == 0 || strncmp(isa, "neoni8mm", 8) == 0)
+        return is_act8(isa) && !W->x16 && W->dtype == NX_DTYPE_U32 && W->bits <= 6 && W->in <= 32768 ? 1.0 / 254.0
+                                                                                                      : 0;
     const int vbmi = strncmp(isa, "avx512vbmi", 10) == 0, act8 = is_act8(isa) && !W->x16;
     /* avx2, avx2vnni and avx512 (avx2_int8.c): 2-, 3- and 4-bit weights in groups a multiple of 64
      * on int8, the rest in float */
@@ -1299,7 +1306,8 @@ static void test_isas_covered(void **state) {
     const char *best = nx_kernels_best_isa();
     char best8[40];
     snprintf(best8, sizeof best8, "%s+act8", best);
-    const int integer = strcmp(best, "avx512vnni") == 0 || strcmp(best, "avx512vbmi") == 0;
+    const int integer = strcmp(best, "avx512vnni") == 0 || strcmp(best, "avx512vbmi") == 0 ||
+                        strcmp(best, "neondot") == 0 || strcmp(best, "neoni8mm") == 0;
     int found = 0, found8 = 0;
     for (int k = 0; k < n_isas; k++) {
         found += strcmp(isas[k], best) == 0;

@@ -1049,8 +1049,12 @@ static nx_status file_write(const char *dir, const char *fname, plan *p, int fil
      * empty file), then out of the page cache: the first load reads it back fresh, which lets a
      * file system that caches in large folios map the weights with 2 MB pages (pages cached
      * by the writes stay 4 KB ones). */
+#if defined(__APPLE__) /* no fdatasync or posix_fadvise there */
+    if (!st && fsync(fd) != 0) st = nx_fail(err, NX_E_IO, "%s: cannot flush: %s", path, strerror(errno));
+#else
     if (!st && fdatasync(fd) != 0) st = nx_fail(err, NX_E_IO, "%s: cannot flush: %s", path, strerror(errno));
     if (!st) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+#endif
 fail:
     if (fd >= 0 && close(fd) != 0 && !st) st = nx_fail(err, NX_E_IO, "%s: close failed: %s", path, strerror(errno));
     free(hdr);
