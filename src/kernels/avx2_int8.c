@@ -65,13 +65,6 @@ AI __m256 load_x8(const float *p, int64_t n) {
     return _mm256_loadu_ps(buf);
 }
 
-/* The e with x < 2^e <= 2x, for finite x > 0 (frexpf's exponent). */
-static int exp_above(float x) {
-    int e;
-    frexpf(x, &e);
-    return e;
-}
-
 static float hmax8(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -79,8 +72,8 @@ static float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-/* The group's scale d, 1/d and Σx (f32 lanes, fixed tree; only the bias term uses it); a group
- * with a NaN or infinity gets d = NaN, so the outputs it touches are NaN. */
+/* The group's Σx (f32 lanes, fixed tree; only the bias term uses it), its scale d and 1/d
+ * (nx_act8_scale). */
 static void group_scale(const float *xg, int64_t group, float *d, float *inv, float *X) {
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 mx = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
@@ -94,18 +87,7 @@ static void group_scale(const float *xg, int64_t group, float *d, float *inv, fl
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     const float amax = hmax8(mx);
     *X = _mm_cvtss_f32(s);
-    *d = *inv = 0.0f;
-    if (!isfinite(*X) || !isfinite(amax)) {
-        *d = NAN;
-    } else if (amax >= 0x1p-100f) {
-        *inv = 127.0f / amax;
-        *d = amax / 127.0f;
-    } else if (amax > 0.0f) { /* so small that 127/max|x| could overflow: a power of two */
-        int k = 7 - exp_above(amax);
-        if (k > 126) k = 126;
-        *inv = ldexpf(1.0f, k);
-        *d = ldexpf(1.0f, -k);
-    }
+    nx_act8_scale(amax, *X, d, inv);
 }
 
 /* 32 elements rounded to int8 at scale 1/inv, in natural order (|x·inv| <= 127: exact

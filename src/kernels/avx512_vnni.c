@@ -299,17 +299,15 @@ static void quantize_row(const float *x, int64_t in, int64_t group, int act, int
          * largest is kept exactly), and s·d is exact too */
         inv[g] = 0.0f;
         d[g] = 0.0f;
-        if (!isfinite(X[g]) || !isfinite(amax)) {
+        if (act == 8) {
+            /* llama.cpp's q8 activations (nx_act8_scale) */
+            nx_act8_scale(amax, X[g], &d[g], &inv[g]);
+        } else if (!isfinite(X[g]) || !isfinite(amax)) {
             d[g] = NAN;
-        } else if (amax >= 0x1p-100f && act == 8) {
-            /* d = max|x|/127: each element within d/2 = max|x|/254 (llama.cpp's q8 activations) */
-            inv[g] = 127.0f / amax;
-            d[g] = amax / 127.0f;
         } else if (amax > 0.0f) {
-            /* int16 (and int8 for groups so small that 127/max|x| could overflow): a power of two
-             * putting max|x| in [2^14, 2^15) (int8: [64, 128)); below 2^-111 (2^-119) the
-             * exponent stops at 126 and precision degrades gracefully */
-            int k = (act == 8 ? 7 : 15) - exp_above(amax);
+            /* int16: a power of two putting max|x| in [2^14, 2^15); below 2^-111 the exponent
+             * stops at 126 and precision degrades gracefully */
+            int k = 15 - exp_above(amax);
             if (k > 126) k = 126;
             inv[g] = pow2f(k);
             d[g] = pow2f(-k);

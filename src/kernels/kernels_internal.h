@@ -105,6 +105,27 @@ int nx_avxvnni_int8_takes(const nx_linear *W);
 int nx_avxvnni_int8_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy,
                          int64_t o0, int64_t o1, nx_kscratch *s);
 
+/* The int8 rounding of one weight group of an input row, the rule every integer kernel shares
+ * (kernels.h, Activation precision): d = max|x|/127, each element within 1/254 of the largest;
+ * below 2^-100, where 127/max|x| could overflow, a power of two putting max|x|/d in [64, 128).
+ * A group with a NaN or infinity (amax, or its sum X) gets d = NaN, so the outputs it touches
+ * are NaN. Sets d and the inverse inv that scales the elements (both 0 for a zero group). */
+static inline void nx_act8_scale(float amax, float X, float *d, float *inv) {
+    *d = *inv = 0.0f;
+    if (!isfinite(X) || !isfinite(amax)) {
+        *d = NAN;
+    } else if (amax >= 0x1p-100f) {
+        *inv = 127.0f / amax;
+        *d = amax / 127.0f;
+    } else if (amax > 0.0f) {
+        int e;
+        frexpf(amax, &e); /* amax < 2^e <= 2·amax */
+        const int k = 7 - e > 126 ? 126 : 7 - e;
+        *inv = ldexpf(1.0f, k);
+        *d = ldexpf(1.0f, -k);
+    }
+}
+
 /* The reference dequantization of row r of a quantized W into out[in] (also used by
  * nx_linear_get_row on every ISA: embedding lookups are not hot). */
 void nx_ref_quant_row(const nx_linear *W, int64_t r, float *out);

@@ -31,21 +31,6 @@ static int takes_int8(const nx_linear *W) {
     return W->dtype == NX_DTYPE_U32 && !W->x16 && W->bits >= 2 && W->bits <= 6 && W->in <= XQ_MAX;
 }
 
-/* 2^k for -126 <= k <= 127, exactly. */
-static inline float pow2f(int k) {
-    const uint32_t u = (uint32_t)(k + 127) << 23;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* The e with x < 2^e <= 2x, for finite x > 0 (frexpf's exponent). */
-static inline int exp_above(float x) {
-    int e;
-    frexpf(x, &e);
-    return e;
-}
-
 /* One staged input row: its int8 image (in bytes, natural order), then per group d and Σx. */
 typedef struct xrow {
     const int8_t *q;
@@ -78,19 +63,8 @@ static void quantize_row(const float *x, int64_t in, int64_t group, unsigned cha
         }
         const float amax = vmaxvq_f32(mx); /* NaN if any element is */
         X[g] = f8_hsum((f8){sum[0], sum[1]});
-        float inv = 0.0f;
-        d[g] = 0.0f;
-        if (!isfinite(X[g]) || !isfinite(amax)) {
-            d[g] = NAN;
-        } else if (amax >= 0x1p-100f) {
-            inv = 127.0f / amax;
-            d[g] = amax / 127.0f;
-        } else if (amax > 0.0f) { /* 127/max|x| could overflow: a power of two, max|x|/d in [64, 128) */
-            int k = 7 - exp_above(amax);
-            if (k > 126) k = 126;
-            inv = pow2f(k);
-            d[g] = pow2f(-k);
-        }
+        float inv;
+        nx_act8_scale(amax, X[g], &d[g], &inv);
         const float32x4_t iv = vdupq_n_f32(inv);
         for (int64_t j = 0; j < group; j += 16) {
             int16x4_t h[4];
