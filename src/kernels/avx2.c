@@ -7,13 +7,6 @@
 #include "kernels/x86_common.h"
 
 
-AI float hsum8(__m256 v) {
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
-
 AI __m256 bf16x8_to_f32(__m128i h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
@@ -30,12 +23,6 @@ AI __m256 load_w8_tail(nx_dtype dt, const uint8_t *row, int64_t i, int64_t n) {
     uint8_t buf[32] = {0};
     memcpy(buf, row + i * (int64_t)nx_dtype_size(dt), (size_t)n * nx_dtype_size(dt));
     return load_w8(dt, buf, 0);
-}
-
-AI __m256 load_x8_tail(const float *x, int64_t n) {
-    float buf[8] = {0};
-    memcpy(buf, x, (size_t)n * 4);
-    return _mm256_loadu_ps(buf);
 }
 
 /* ------------------------------------------------------------------ float weights */

@@ -49,21 +49,8 @@ int I8_FN(int8_takes)(const nx_linear *W) {
            W->in / W->group <= I8_GROUPS;
 }
 
-/* The fixed horizontal tree of 8 f32 lanes (avx2.c's). */
-AI float hsum8_ps(__m256 v) {
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    b = _mm_add_ss(b, _mm_movehdup_ps(b));
-    return _mm_cvtss_f32(b);
-}
-
 /* n <= 8 floats from p, zeros after them. */
-AI __m256 load_x8(const float *p, int64_t n) {
-    if (n >= 8) return _mm256_loadu_ps(p);
-    float buf[8] = {0};
-    memcpy(buf, p, (size_t)n * 4);
-    return _mm256_loadu_ps(buf);
-}
+AI __m256 load_x8_n(const float *p, int64_t n) { return n >= 8 ? _mm256_loadu_ps(p) : load_x8_tail(p, n); }
 
 static float hmax8(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -232,7 +219,7 @@ AI void mk_i8(const int BITS, const int R, const int TT, const i8args *a, const 
             const __m256 b = a->bi ? load_sc8(a->sdt, a->bi + r * a->sstride, g0, gn) : _mm256_setzero_ps();
 #pragma GCC unroll 4
             for (int t = 0; t < TT; t++) {
-                const __m256 dv = load_x8(d + t * ldg + g0, gn), Xv = load_x8(X + t * ldg + g0, gn);
+                const __m256 dv = load_x8_n(d + t * ldg + g0, gn), Xv = load_x8_n(X + t * ldg + g0, gn);
                 _mm256_store_ps(sd[r][t], _mm256_mul_ps(s, dv));
                 acc[r][t] = _mm256_fmadd_ps(b, Xv, acc[r][t]);
             }
@@ -257,7 +244,7 @@ AI void mk_i8(const int BITS, const int R, const int TT, const i8args *a, const 
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TT; t++) y[t * ldy + r * ys] = hsum8_ps(acc[r][t]);
+        for (int t = 0; t < TT; t++) y[t * ldy + r * ys] = hsum8(acc[r][t]);
 }
 
 /* Register blocks: rows × input rows within the 16 ymm registers. */

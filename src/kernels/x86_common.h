@@ -43,6 +43,21 @@ AI int64_t attn_block_rows(size_t es, int64_t hd) {
     return r > 8 ? r : 8;
 }
 
+/* The fixed horizontal tree of 8 f32 lanes (the AVX2 kernels' end of every dot product). */
+AI float hsum8(__m256 v) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+/* The n < 8 floats from x, zeros after them; never reads past them. */
+AI __m256 load_x8_tail(const float *x, int64_t n) {
+    float buf[8] = {0};
+    memcpy(buf, x, (size_t)n * 4);
+    return _mm256_loadu_ps(buf);
+}
+
 /* Element i of a scale/bias vector stored as F16, BF16 or F32. */
 AI float load_sc(nx_dtype dt, const uint8_t *p, int64_t i) {
     uint16_t h;
