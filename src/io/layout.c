@@ -25,6 +25,7 @@ typedef struct loader {
     bool act16;                  /* quantized weights keep int16 activations (x16) */
     bool plus1;                  /* zero-centred norms stored as w: load 1 + w (load_norm) */
     char trunk[32];              /* the trunk's prefix: "model.", "model.language_model.", ... */
+    nx_weights *out;             /* where loaded tensors' names are recorded */
 } loader;
 
 /* ================================================================ small helpers */
@@ -108,6 +109,26 @@ static void vec_to_f32(nx_dtype dt, const uint8_t *src, float *dst, int64_t n) {
     }
 }
 
+/* Records where data at came from (nx_weights_name_of); out of memory only loses the name. */
+static void note_name(loader *L, const void *at, const nx_tensor *w, const nx_tensor *s, const nx_tensor *b) {
+    nx_weights *o = L->out;
+    if (!o || !at) return;
+    if (o->n_names == o->cap_names) {
+        const size_t cap = o->cap_names ? 2 * o->cap_names : 64;
+        nx_weight_name *n = realloc(o->names, cap * sizeof *n);
+        if (!n) return;
+        o->names = n;
+        o->cap_names = cap;
+    }
+    o->names[o->n_names++] = (nx_weight_name){at, w->name, s ? s->name : NULL, b ? b->name : NULL};
+}
+
+const nx_weight_name *nx_weights_name_of(const nx_weights *w, const void *at) {
+    for (size_t i = 0; at && i < w->n_names; i++)
+        if (w->names[i].at == at) return &w->names[i];
+    return NULL;
+}
+
 /* A 1-D float tensor [n] as an owned f32 copy. A missing tensor is an error unless optional. */
 static nx_status load_vec(loader *L, const char *name, int64_t n, bool optional, float **out) {
     *out = NULL;
@@ -124,6 +145,7 @@ static nx_status load_vec(loader *L, const char *name, int64_t n, bool optional,
     if (!v) return nx_fail(L->err, NX_E_NOMEM, "out of memory for tensor %s", name);
     vec_to_f32(t->dtype, t->data, v, n);
     *out = v;
+    note_name(L, v, t, NULL, NULL);
     return NX_OK;
 }
 
@@ -203,6 +225,7 @@ static nx_status load_linear(loader *L, const char *path, int64_t n_stack, int64
             dst[i] = (nx_linear){.dtype = w->dtype, .out = out, .in = in,
                                  .w = w->data + (size_t)i * (size_t)out * rb};
         }
+        if (!n_stack) note_name(L, dst->w, w, NULL, NULL);
         return NX_OK;
     }
 
@@ -258,6 +281,7 @@ static nx_status load_linear(loader *L, const char *path, int64_t n_stack, int64
                              .bits = bits, .group = group, .sdtype = s->dtype, .x16 = L->act16,
                              .scales = s->data + r0 * srow, .biases = b->data + r0 * srow};
     }
+    if (!n_stack) note_name(L, dst->w, w, s, b);
     return NX_OK;
 }
 
@@ -751,13 +775,14 @@ void nx_weights_free(nx_weights *w) {
     free(w->mtp.hnorm);
     free(w->mtp.final_norm);
     free_layer(&w->mtp.layer);
+    free(w->names);
     memset(w, 0, sizeof *w);
 }
 
 nx_status nx_weights_load(const nx_store *st, const nx_config *cfg, bool want_mtp, bool act16, nx_weights *w,
                           nx_error *err) {
     memset(w, 0, sizeof *w);
-    loader L = {.st = st, .cfg = cfg, .err = err, .act16 = act16};
+    loader L = {.st = st, .cfg = cfg, .err = err, .act16 = act16, .out = w};
     nx_status s;
     int64_t vocab = cfg->vocab_size, hidden = cfg->hidden_size;
     if (cfg->n_layers <= 0 || hidden <= 0 || vocab <= 0)

@@ -200,6 +200,13 @@ typedef struct nx_mtp_weights {
     nx_linear embed, head;
 } nx_mtp_weights;
 
+/* The stored tensors a loaded vector or matrix came from (names owned by the store), so a
+ * problem found after loading names the tensor as the file spells it, whatever the layout. */
+typedef struct nx_weight_name {
+    const void *at;                     /* the vector, or the matrix's data (nx_linear.w) */
+    const char *weight, *scales, *biases; /* scales, biases: NULL unless quantized */
+} nx_weight_name;
+
 typedef struct nx_weights {
     nx_linear embed;     /* [vocab, hidden] (row lookup) */
     nx_linear lm_head;   /* [vocab, hidden]; = embed when tied */
@@ -211,6 +218,11 @@ typedef struct nx_weights {
     /* provenance, for `nextn inspect` */
     char layout[16];     /* "tencent" | "mlx" */
     char mtp_where[32];  /* "inline", "sidecar", "none" */
+    nx_weight_name *names; /* owned: every vector and unstacked matrix loaded */
+    size_t n_names, cap_names;
 } nx_weights;
+
+/* The stored names of the vector or matrix data at (NULL when it was not loaded by name). */
+const nx_weight_name *nx_weights_name_of(const nx_weights *w, const void *at);
 
 #endif

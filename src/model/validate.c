@@ -66,47 +66,64 @@ static int64_t first_bad(const void *p, nx_dtype dt, size_t n) {
     return -1;
 }
 
-static nx_status bad(nx_error *err, const char *name, const char *part, int64_t i, int64_t row_len) {
-    return nx_fail(err, NX_E_FORMAT,
-                   "tensor %s%s: non-finite value (NaN or infinity) at row %lld, column %lld; the checkpoint is corrupt",
-                   name, part, (long long)(i / row_len), (long long)(i % row_len));
+/* The checks name a tensor as the file spells it (the loader's record, nx_weights_name_of); the
+ * fallback, for data loaded otherwise, is the Tencent-layout name built by the caller. */
+typedef struct scan {
+    const nx_weights *w;
+    nx_error *err;
+} scan;
+
+static nx_status bad(const scan *sc, const char *name, int64_t i, int64_t row_len) {
+    return nx_fail(sc->err, NX_E_FORMAT,
+                   "tensor %s: non-finite value (NaN or infinity) at row %lld, column %lld; the checkpoint is corrupt",
+                   name, (long long)(i / row_len), (long long)(i % row_len));
 }
 
-static nx_status check_vec(const float *v, int64_t n, const char *name, nx_error *err) {
+static nx_status check_vec(const scan *sc, const float *v, int64_t n, const char *name) {
     const int64_t i = v ? nx_first_nonfinite_f32(v, (size_t)n) : -1;
-    return i < 0 ? NX_OK : bad(err, name, "", i, n);
+    if (i < 0) return NX_OK;
+    const nx_weight_name *nm = nx_weights_name_of(sc->w, v);
+    return bad(sc, nm ? nm->weight : name, i, n);
 }
 
 /* One weight matrix: the scales and biases of a quantized one, else its rows (all of them, or
  * evenly spaced ones within budget bytes). */
-static nx_status check_linear(const nx_linear *W, const char *name, size_t budget, nx_error *err) {
+static nx_status check_linear(const scan *sc, const nx_linear *W, const char *name, size_t budget) {
     if (!W->w || W->out <= 0) return NX_OK;
+    const nx_weight_name *nm = nx_weights_name_of(sc->w, W->w);
+    char part[160];
     if (W->dtype == NX_DTYPE_U32) {
         const int64_t per_row = W->in / W->group, n = W->out * per_row;
         int64_t i = first_bad(W->scales, W->sdtype, (size_t)n);
-        if (i >= 0) return bad(err, name, " (scales)", i, per_row);
-        i = W->biases ? first_bad(W->biases, W->sdtype, (size_t)n) : -1;
-        return i < 0 ? NX_OK : bad(err, name, " (biases)", i, per_row);
+        const bool in_scales = i >= 0;
+        if (!in_scales) i = W->biases ? first_bad(W->biases, W->sdtype, (size_t)n) : -1;
+        if (i < 0) return NX_OK;
+        const char *stored = nm ? (in_scales ? nm->scales : nm->biases) : NULL;
+        if (!stored) {
+            snprintf(part, sizeof part, "%s (%s)", name, in_scales ? "scales" : "biases");
+            stored = part;
+        }
+        return bad(sc, stored, i, per_row);
     }
     const size_t row = nx_linear_weight_row_bytes(W);
     const int64_t rows = row * (size_t)W->out <= budget ? W->out : (int64_t)(budget / row > 0 ? budget / row : 1);
     for (int64_t k = 0; k < rows; k++) {
         const int64_t r = rows == W->out ? k : k * (W->out - 1) / (rows > 1 ? rows - 1 : 1);
         const int64_t i = first_bad((const uint8_t *)W->w + (size_t)r * row, W->dtype, (size_t)W->in);
-        if (i >= 0) return bad(err, name, "", r * W->in + i, W->in);
+        if (i >= 0) return bad(sc, nm ? nm->weight : name, r * W->in + i, W->in);
     }
     return NX_OK;
 }
 
-/* One layer's norms and router, named as in Tencent's layout; l names it (the MTP layer is index n_layers). */
-static nx_status check_layer(const nx_layer *L, int32_t l, const nx_config *cfg, nx_error *err) {
+/* One layer's norms and router; l names it in the fallback names (the MTP layer is index n_layers). */
+static nx_status check_layer(const scan *sc, const nx_layer *L, int32_t l, const nx_config *cfg) {
     const int32_t H = cfg->hidden_size, head_dim = cfg->head_dim;
     char name[96];
     nx_status s;
 #define VEC(v, n, fmt)                                                         \
     do {                                                                       \
         snprintf(name, sizeof name, "model.layers.%d." fmt, l);                \
-        if ((s = check_vec((v), (n), name, err)) != NX_OK) return s;           \
+        if ((s = check_vec(sc, (v), (n), name)) != NX_OK) return s;            \
     } while (0)
     VEC(L->attn_norm, H, "input_layernorm.weight");
     VEC(L->ffn_norm, H, "post_attention_layernorm.weight");
@@ -125,19 +142,20 @@ static nx_status check_layer(const nx_layer *L, int32_t l, const nx_config *cfg,
     VEC(L->moe.expert_bias, L->moe.n_experts, "mlp.expert_bias");
 #undef VEC
     snprintf(name, sizeof name, "model.layers.%d.mlp.router.gate.weight", l);
-    return check_linear(&L->moe.router, name, SIZE_MAX, err);
+    return check_linear(sc, &L->moe.router, name, SIZE_MAX);
 }
 
 nx_status nx_weights_validate(const nx_weights *w, const nx_config *cfg, nx_error *err) {
     const int32_t H = cfg->hidden_size;
+    const scan sc = {w, err};
     nx_status s;
-    if ((s = check_linear(&w->embed, "model.embed_tokens.weight", EMBED_SCAN_BYTES, err)) != NX_OK) return s;
+    if ((s = check_linear(&sc, &w->embed, "model.embed_tokens.weight", EMBED_SCAN_BYTES)) != NX_OK) return s;
     if (w->lm_head.w != w->embed.w &&
-        (s = check_linear(&w->lm_head, "lm_head.weight", EMBED_SCAN_BYTES, err)) != NX_OK)
+        (s = check_linear(&sc, &w->lm_head, "lm_head.weight", EMBED_SCAN_BYTES)) != NX_OK)
         return s;
-    if ((s = check_vec(w->final_norm, H, "model.norm.weight", err)) != NX_OK) return s;
+    if ((s = check_vec(&sc, w->final_norm, H, "model.norm.weight")) != NX_OK) return s;
     for (int32_t l = 0; l < w->n_layers; l++)
-        if ((s = check_layer(&w->layers[l], l, cfg, err)) != NX_OK) return s;
+        if ((s = check_layer(&sc, &w->layers[l], l, cfg)) != NX_OK) return s;
     if (!w->has_mtp) return NX_OK;
     const nx_mtp_weights *m = &w->mtp;
     char name[96];
@@ -145,9 +163,9 @@ nx_status nx_weights_validate(const nx_weights *w, const nx_config *cfg, nx_erro
     static const char *const names[3] = {"enorm.weight", "hnorm.weight", "final_layernorm.weight"};
     for (int i = 0; i < 3; i++) {
         snprintf(name, sizeof name, "model.layers.%d.%s", cfg->n_layers, names[i]);
-        if ((s = check_vec(vecs[i], H, name, err)) != NX_OK) return s;
+        if ((s = check_vec(&sc, vecs[i], H, name)) != NX_OK) return s;
     }
-    return check_layer(&m->layer, cfg->n_layers, cfg, err);
+    return check_layer(&sc, &m->layer, cfg->n_layers, cfg);
 }
 
 nx_status nx_logits_check(const float *logits, int32_t rows, int32_t V, int32_t n_valid, const char *what,
