@@ -275,6 +275,10 @@ typedef struct nx_load_params {
      * beyond what fits stream from disk into an expert cache of the remaining bytes (an NX_E_ARG
      * error when the resident part alone does not fit). 0: no cap, everything mapped. */
     uint64_t max_memory;
+    /* Router statistics (nx_model_router_stats_save) from earlier runs, or NULL: with a cap, the
+     * plan's expected hit rate and disk reads follow the measured routing (a missing file: no
+     * statistics yet). */
+    const char *router_stats;
     nx_prefault prefault; /* when the resident weights are read in at load (NX_PREFAULT_AUTO) */
 } nx_load_params;
 
@@ -339,10 +343,18 @@ typedef struct nx_model_info {
     int64_t cache_slots;
     uint64_t cache_bytes;
     double expected_hit_rate, expected_disk_bytes_per_token;
+    /* the expectations above come from router statistics (nx_load_params.router_stats): each
+     * layer's most often routed experts in its share of the slots, tokens taken as independent */
+    bool plan_from_stats;
     bool prefaulted; /* the resident weights were read in at load */
 } nx_model_info;
 
 const nx_model_info *nx_model_get_info(const nx_model *m);
+
+/* Writes how often each routed expert was chosen to path (JSON; docs/design.md §14): the counts
+ * of nx_load_params.router_stats's file plus every forward's choices since loading, so a file
+ * given to both accumulates over runs. */
+nx_status nx_model_router_stats_save(const nx_model *m, const char *path, nx_error *err);
 /* The tokenizer shipped with the checkpoint, or NULL when it ships none. */
 const nx_tokenizer *nx_model_tokenizer(const nx_model *m);
 /* The chat template from tokenizer_config.json, or NULL. */

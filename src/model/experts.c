@@ -94,7 +94,67 @@ static void pool_add(nx_xplan *plan, size_t sb, int32_t E) {
     plan->pool_experts[p] += E;
 }
 
-/* The expected hit rate and bytes read per trunk token under the plan's slots. */
+/* ---------------------------------------------------------------- router statistics */
+
+/* Router statistics inform the plan's expectations only. Weighing the cache's replacement by them
+ * (often routed experts holding slots longer or for good) lost to plain CLOCK on the default model
+ * at every cap tried: consecutive tokens share experts and pre-gated reads need the slots. */
+
+static bool has_counts(nx_xcounts counts, const nx_weights *w) {
+    for (int32_t l = 0; counts && l <= w->n_layers; l++) {
+        const nx_moe *M = layer_moe(w, l);
+        for (int32_t e = 0; M && counts[l] && e < M->n_experts; e++)
+            if (counts[l][e]) return true;
+    }
+    return false;
+}
+
+static uint64_t layer_total(nx_xcounts counts, int32_t l, int32_t E) {
+    uint64_t t = 0;
+    for (int32_t e = 0; counts[l] && e < E; e++) t += counts[l][e];
+    return t;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+/* Share of layer l's choices that its n most often routed experts take (n may be fractional): what
+ * a cache of n of its experts holds when tokens route independently. Uniform without counts. */
+static double top_share(nx_xcounts counts, int32_t l, int32_t E, double n) {
+    const uint64_t total = layer_total(counts, l, E);
+    double *f = total ? malloc((size_t)E * sizeof *f) : NULL;
+    if (!f) return n / E;
+    for (int32_t e = 0; e < E; e++) f[e] = (double)counts[l][e] / (double)total;
+    qsort(f, (size_t)E, sizeof *f, cmp_desc);
+    double m = 0;
+    for (int32_t e = 0; e < E && n > 0; e++, n -= 1.0) m += f[e] * (n < 1.0 ? n : 1.0);
+    free(f);
+    return m < 1.0 ? m : 1.0;
+}
+
+/* The expected hit rate and bytes read per trunk token from router statistics: each layer's
+ * share of its pool's slots holding its most often routed experts. */
+static void plan_expect_stats(const nx_weights *w, const nx_config *cfg, nx_xcounts counts, nx_xplan *plan) {
+    double hits = 0;
+    int32_t n_moe = 0;
+    for (int32_t l = 0; l < w->n_layers; l++) {
+        const nx_moe *M = layer_moe(w, l);
+        if (!M || M->n_experts == 0) continue;
+        const int p = pool_of(plan, layer_slot_bytes(M));
+        const double n = (double)plan->pool_slots[p] / (double)plan->pool_experts[p] * M->n_experts,
+                     hit = top_share(counts, l, M->n_experts, n);
+        hits += hit;
+        n_moe++;
+        plan->disk_per_token += (double)cfg->top_k * (double)nx_ffn_bytes(&M->experts[0]) * (1.0 - hit);
+    }
+    plan->hit_rate = n_moe ? hits / n_moe : 1.0;
+    plan->from_stats = true;
+}
+
+/* The expected hit rate and bytes read per trunk token under the plan's slots, routing taken as
+ * uniform. */
 static void plan_expect(const nx_weights *w, const nx_config *cfg, nx_xplan *plan) {
     plan->hit_rate = (double)plan->slots / (double)plan->n_routed;
     for (int32_t l = 0; l < w->n_layers; l++) {
@@ -107,7 +167,7 @@ static void plan_expect(const nx_weights *w, const nx_config *cfg, nx_xplan *pla
 }
 
 nx_status nx_xplan_make(const nx_weights *w, const nx_config *cfg, uint64_t tensor_bytes, uint64_t max_memory,
-                        nx_xplan *plan, nx_error *err) {
+                        nx_xcounts counts, nx_xplan *plan, nx_error *err) {
     memset(plan, 0, sizeof *plan);
     for (int32_t l = 0; l <= w->n_layers; l++) {
         const nx_moe *M = layer_moe(w, l);
@@ -149,7 +209,8 @@ nx_status nx_xplan_make(const nx_weights *w, const nx_config *cfg, uint64_t tens
         plan->slots += n;
         plan->cache_bytes += (uint64_t)n * plan->slot_bytes[p];
     }
-    plan_expect(w, cfg, plan);
+    if (has_counts(counts, w)) plan_expect_stats(w, cfg, counts, plan);
+    else plan_expect(w, cfg, plan);
     return NX_OK;
 }
 

@@ -32,16 +32,26 @@ typedef struct nx_xplan {
     int64_t pool_experts[NX_XCACHE_POOLS];
     int64_t pool_slots[NX_XCACHE_POOLS];
     int64_t slots;       /* all pools'; 0: no cap or everything fits, nothing streams */
+    bool from_stats;     /* the expectations below use router statistics */
     uint64_t cache_bytes;
-    double hit_rate;     /* expected, routing taken as uniform: slots / n_routed */
+    /* Expected share of a trunk token's expert lookups found in memory: without statistics,
+     * routing taken as uniform (slots / n_routed); with them, per MoE layer the share of its
+     * choices its most often routed experts take, as many as its part of the pool's slots,
+     * averaged over the layers (tokens taken as independent: consecutive tokens sharing experts
+     * and pre-gated reads raise the hit rate measured). */
+    double hit_rate;
     double disk_per_token; /* expected bytes a trunk token reads from disk */
 } nx_xplan;
+
+/* Router statistics for the plan: counts[slot][expert] of layer slot (trunk layers, the MTP
+ * layer at n_layers); NULL, or a NULL row, when there are none. */
+typedef const uint64_t *const *nx_xcounts;
 
 /* The plan for a cap of max_memory bytes (0: none) on a model whose tensors take tensor_bytes.
  * NX_E_ARG naming the figures when the resident part and one layer's top-k experts do not fit,
  * NX_E_UNSUPPORTED for a layer of more than NX_XCACHE_MAX_EXPERTS experts that would stream. */
 nx_status nx_xplan_make(const nx_weights *w, const nx_config *cfg, uint64_t tensor_bytes, uint64_t max_memory,
-                        nx_xplan *plan, nx_error *err);
+                        nx_xcounts counts, nx_xplan *plan, nx_error *err);
 
 typedef struct nx_xcache nx_xcache;
 

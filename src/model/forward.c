@@ -664,6 +664,7 @@ static void moe_select(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot
         else
             nx_moe_route_grouped(c->router + (size_t)t * E, M->expert_bias, E, k, cfg->n_group, cfg->topk_group,
                                  cfg->route_norm, cfg->router_scaling, c->sel + (size_t)t * k, c->selw + (size_t)t * k);
+    nx_route_tally(&c->m->routes, layer_slot, c->sel, (int64_t)T * k);
     if (M->shared_gate.w) { /* σ(shared_expert_gate · x) per row */
         if (alone) nx_matmul_rows(&M->shared_gate, c->xn, H, T, c->sgate, 1, 0, 1, alone);
         else nx_matmul(&M->shared_gate, c->xn, H, T, c->sgate, 1, c->m->pool);

@@ -183,6 +183,7 @@ static void fill_info(nx_model *m) {
     in->cache_slots = m->plan.slots;
     in->cache_bytes = m->plan.cache_bytes;
     in->expected_hit_rate = m->plan.hit_rate;
+    in->plan_from_stats = m->plan.from_stats;
     in->expected_disk_bytes_per_token = m->plan.disk_per_token;
     in->bos_id = cfg->bos_id;
     in->eos_id = cfg->n_eos > 0 ? cfg->eos_ids[0] : -1;
@@ -195,8 +196,10 @@ static void fill_info(nx_model *m) {
  * locked), so describing a checkpoint larger than memory takes a moment, not minutes. */
 static nx_status place_weights(nx_model *m, const nx_load_params *p, nx_error *err) {
     const uint64_t total = nx_store_tensor_bytes(m->store);
-    nx_status st = nx_xplan_make(&m->w, &m->cfg, total, p->max_memory, &m->plan, err);
+    nx_status st = nx_route_stats_init(&m->routes, &m->w, m->cfg.family->model_type, p->router_stats, err);
     if (st != NX_OK) return st;
+    const nx_xcounts counts = m->routes.has_prior ? (nx_xcounts)m->routes.prior : NULL;
+    if ((st = nx_xplan_make(&m->w, &m->cfg, total, p->max_memory, counts, &m->plan, err)) != NX_OK) return st;
     if (m->plan.slots > 0 && !(m->xc = nx_xcache_new(m->store, &m->w, &m->plan)))
         return nx_fail(err, NX_E_NOMEM, "out of memory for the expert cache");
     if (p->prefault == NX_PREFAULT_NEVER) return NX_OK; /* described, not run */
@@ -308,6 +311,7 @@ void nx_model_free(nx_model *m) {
     if (!m) return;
     nx_pool_free(m->pool);
     nx_xcache_free(m->xc);
+    nx_route_stats_free(&m->routes);
     nx_tokenizer_free(m->tok);
     free(m->chat_template);
     free(m->tmpl_bos);
@@ -320,6 +324,10 @@ void nx_model_free(nx_model *m) {
 }
 
 const nx_model_info *nx_model_get_info(const nx_model *m) { return &m->info; }
+
+nx_status nx_model_router_stats_save(const nx_model *m, const char *path, nx_error *err) {
+    return nx_route_stats_save(&m->routes, m->cfg.family->model_type, path, err);
+}
 const nx_tokenizer *nx_model_tokenizer(const nx_model *m) { return m->tok; }
 const char *nx_model_chat_template(const nx_model *m) { return m->chat_template; }
 

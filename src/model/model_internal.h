@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "model/experts.h"
+#include "model/route_stats.h"
 #include "model/step.h"
 #include "nextn.h"
 
@@ -27,6 +28,7 @@ struct nx_model {
     nx_dtype kv_dtype;    /* NX_DTYPE_F32 or NX_DTYPE_F16: the contexts' KV caches */
     nx_xplan plan;   /* residency (nx_load_params.max_memory) */
     nx_xcache *xc;   /* the routed experts' cache when they stream, else NULL */
+    nx_route_stats routes; /* router statistics: the loaded file's counts, and this run's */
     nx_model_info info;
     char weight_dtype[96];
     char mtp_status[64];

@@ -33,6 +33,7 @@ typedef struct cli_opts {
     nx_gen_params gen;       /* gen.sampling.logit_bias points into logit_bias */
     nx_logit_bias logit_bias[64]; /* --logit-bias, repeatable */
     nx_load_params load;
+    bool router_stats_ro; /* inspect: --router-stats is read, never written */
     const char *modes; /* bench */
     int32_t repeat;    /* bench */
     int32_t membw_mb;  /* bench --membw: MB per bandwidth reading (0: none) */
@@ -63,6 +64,10 @@ const char *cli_model_dir(const cli_opts *o);
 
 /* Loads the model with a progress line on stderr; prints the error and returns NULL on failure. */
 nx_model *cli_load_model(const cli_opts *o);
+/* Frees the model after a command that ended with rc, first saving its router statistics to
+ * --router-stats FILE when rc is 0 (the file's counts plus this run's); returns rc, or 1 when
+ * that save fails (the message printed). */
+int cli_free_model(const cli_opts *o, nx_model *m, int rc);
 
 /* Parses "1,2,3" or "1 2 3" into a malloc'd array. Returns false with a message on bad input. */
 bool cli_parse_ids(const char *s, int32_t **ids, size_t *n, char *msg, size_t msg_len);

@@ -160,12 +160,13 @@ int cli_detokenize(int argc, char **argv) {
 }
 
 static const char *usage_inspect =
-    "usage: nextn inspect [-m DIR] [--json] [--memory N]\n"
+    "usage: nextn inspect [-m DIR] [--json] [--memory N [--router-stats FILE]]\n"
     "Describes a checkpoint: family, layout, dtypes/quantization, the MTP head (inline, sidecar,\n"
     "none), parameters total and active per token, and the memory a context needs. Reads only the\n"
     "headers and the small tensors it checks, never the whole weights.\n"
     "  --memory N   the residency plan under --max-memory N (K/M/G suffixes): what stays resident,\n"
-    "               the expert cache, the expected hit rate and bytes read from disk per token\n";
+    "               the expert cache, the expected hit rate and bytes read from disk per token\n"
+    "  --router-stats FILE  the expectations from these router statistics (read, never written)\n";
 
 static void human(double bytes, char *buf, size_t n) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -193,7 +194,8 @@ static void print_plan(const nx_model_info *in, uint64_t cap) {
     }
     printf("residency     %s cap: %s resident (all but the routed experts), %lld routed experts (%s) stream "
            "through a cache of %lld (%s)\n", cb, rb, (long long)in->n_routed_experts, eb, (long long)in->cache_slots, sb);
-    printf("disk reads    expected hit rate %.3f (uniform routing), %s read per token\n", in->expected_hit_rate, db);
+    printf("disk reads    expected hit rate %.3f (%s), %s read per token\n", in->expected_hit_rate,
+           in->plan_from_stats ? "router statistics" : "uniform routing", db);
 }
 
 int cli_inspect(int argc, char **argv) {
@@ -201,6 +203,7 @@ int cli_inspect(int argc, char **argv) {
     int rc = cli_parse("inspect", usage_inspect, argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     o.quiet = true;
+    o.router_stats_ro = true;
     o.load.prefault = NX_PREFAULT_NEVER;
     nx_model *m = cli_load_model(&o);
     if (!m) return 1;
@@ -233,11 +236,11 @@ int cli_inspect(int argc, char **argv) {
                in->qk_rope_head_dim, in->v_head_dim, (unsigned long long)in->kv_bytes_per_token_expanded);
         printf("\"residency\":{\"max_memory\":%llu,\"resident_bytes\":%llu,\"routed_expert_bytes\":%llu,"
                "\"routed_experts\":%lld,\"cache_slots\":%lld,\"cache_bytes\":%llu,\"expected_hit_rate\":%.4f,"
-               "\"disk_bytes_per_token\":%.0f}}\n",
+               "\"disk_bytes_per_token\":%.0f,\"from_router_stats\":%s}}\n",
                (unsigned long long)o.load.max_memory, (unsigned long long)in->resident_bytes,
                (unsigned long long)in->routed_expert_bytes, (long long)in->n_routed_experts,
                (long long)in->cache_slots, (unsigned long long)in->cache_bytes, in->expected_hit_rate,
-               in->expected_disk_bytes_per_token);
+               in->expected_disk_bytes_per_token, B(in->plan_from_stats));
     } else {
         char wb[32], kb[32], mb[32];
         human((double)in->weight_bytes, wb, sizeof wb);

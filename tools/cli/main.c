@@ -33,6 +33,7 @@ enum {
     OPT_MAX_MEMORY,
     OPT_MEMORY,
     OPT_MLOCK,
+    OPT_ROUTER_STATS,
 };
 
 static const struct option long_opts[] = {
@@ -90,6 +91,7 @@ static const struct option long_opts[] = {
     {"max-memory", required_argument, 0, OPT_MAX_MEMORY},
     {"memory", required_argument, 0, OPT_MEMORY},
     {"mlock", no_argument, 0, OPT_MLOCK},
+    {"router-stats", required_argument, 0, OPT_ROUTER_STATS},
     {0, 0, 0, 0},
 };
 
@@ -284,6 +286,10 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
                     "e.g. 96G", c == OPT_MEMORY ? "--memory" : "--max-memory", optarg);
             break;
         case OPT_MLOCK: o->load.prefault = NX_PREFAULT_LOCK; break;
+        case OPT_ROUTER_STATS:
+            if (!*optarg) BAD("--router-stats: empty file name");
+            o->load.router_stats = optarg;
+            break;
         case '?':
         default:
             if (optopt) BAD("option -%c needs a value or is unknown", optopt);
@@ -338,6 +344,17 @@ nx_model *cli_load_model(const cli_opts *o) {
     if (!o->quiet && !strncmp(in->mtp, "none (headless", 14))
         fprintf(stderr, "nextn: %s ships no MTP weights; decoding without speculation\n", dir);
     return m;
+}
+
+int cli_free_model(const cli_opts *o, nx_model *m, int rc) {
+    nx_error err = {0};
+    if (m && rc == 0 && o->load.router_stats && !o->router_stats_ro &&
+        nx_model_router_stats_save(m, o->load.router_stats, &err) != NX_OK) {
+        fprintf(stderr, "nextn: --router-stats: %s\n", err.msg);
+        rc = 1;
+    }
+    nx_model_free(m);
+    return rc;
 }
 
 bool cli_parse_ids(const char *s, int32_t **ids, size_t *n, char *msg, size_t msg_len) {

@@ -19,7 +19,9 @@ static const char *usage =
     "--k K probes chained drafts (positions 1..K, chained on the head's own hidden, true tokens).\n"
     "--ctx W sets the window (default 512): longer files are probed in windows of W tokens.\n"
     "--simulate-from N (with --tokens): replays the greedy k = 1 loop over the tokens after a prompt\n"
-    "of N tokens and prints the acceptance that loop must reach when it feeds the head every row.\n";
+    "of N tokens and prints the acceptance that loop must reach when it feeds the head every row.\n"
+    "--router-stats FILE adds the trunk's expert choices over the files to FILE (the statistics\n"
+    "`inspect --memory N --router-stats FILE` plans with).\n";
 
 static void print_result(const char *name, const nx_probe_result *r) {
     printf("%s: %lld tokens\n", name, (long long)r->n_tokens);
@@ -96,8 +98,7 @@ int cli_probe(int argc, char **argv) {
             if (o.simulate_from > 0) rc = simulate(m, ids, n, window, o.simulate_from);
         }
         free(ids);
-        nx_model_free(m);
-        return rc;
+        return cli_free_model(&o, m, rc);
     }
     const nx_tokenizer *tok = nx_model_tokenizer(m);
     if (!tok) {
@@ -139,6 +140,5 @@ int cli_probe(int argc, char **argv) {
         free(text);
     }
     if (o.n_args > 1 && total.k > 0) print_result("all files", &total);
-    nx_model_free(m);
-    return rc;
+    return cli_free_model(&o, m, rc);
 }

@@ -44,6 +44,8 @@ static const char *usage =
     "      --max-memory N      keep at most N bytes of weights in memory (K/M/G suffixes): all but the\n"
     "                          routed experts stay resident, the experts stream from disk into a cache\n"
     "      --mlock             read the resident weights in at load and lock them in memory\n"
+    "      --router-stats FILE add this run's expert choices to FILE (router statistics, which\n"
+    "                          inspect --memory N --router-stats FILE plans with)\n"
     "      --no-mtp            ignore the MTP head\n"
     "      --draft-vocab N     the head drafts over token ids < N only (cheaper drafts, still exact)\n"
     "      --mtp-hidden post|pre  --mtp-concat embed-first|hidden-first  --mtp-recycle normed|raw\n"
@@ -176,6 +178,5 @@ done:
     nx_json_schema_free(schema);
     nx_ctx_free(ctx);
     free(ids);
-    nx_model_free(m);
-    return rc;
+    return cli_free_model(&o, m, rc);
 }
