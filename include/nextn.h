@@ -25,6 +25,7 @@ typedef enum nx_status {
     NX_E_ARG,         /* a caller passed an out-of-range or inconsistent parameter */
     NX_E_UNSUPPORTED, /* valid input that this build cannot run (dtype, architecture) */
     NX_E_STATE,       /* the call is not valid in the object's current state */
+    NX_E_RANK,        /* another rank of a split model failed or stopped answering */
 } nx_status;
 
 typedef struct nx_error {

@@ -37,6 +37,7 @@ nx_status nx_dist_init(int *argc, char ***argv, double timeout_s, nx_dist **out,
     }
     nx_dist *d = calloc(1, sizeof *d);
     if (!d) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_dup(MPI_COMM_WORLD, &d->comm);
     MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(d->comm, &d->rank);
@@ -74,15 +75,17 @@ static nx_status failed(nx_dist *d, nx_error *err, const char *what, int peer, i
     if (!d->failure[0]) {
         char msg[MPI_MAX_ERROR_STRING] = "";
         int len = 0;
+        char who[32] = "the other ranks";
+        if (peer >= 0) snprintf(who, sizeof who, "rank %d", peer);
         if (code != MPI_SUCCESS) {
             MPI_Error_string(code, msg, &len);
-            snprintf(d->failure, sizeof d->failure, "rank %d: %s rank %d failed: %s", d->rank, what, peer, msg);
+            snprintf(d->failure, sizeof d->failure, "rank %d: %s %s failed: %s", d->rank, what, who, msg);
         } else {
-            snprintf(d->failure, sizeof d->failure, "rank %d: %s rank %d: no answer within %.0f s (the rank died or hangs)",
-                     d->rank, what, peer, d->timeout_s);
+            snprintf(d->failure, sizeof d->failure, "rank %d: %s %s: no answer within %.0f s (a rank died or hangs)",
+                     d->rank, what, who, d->timeout_s);
         }
     }
-    return nx_fail(err, NX_E_IO, "%s", d->failure);
+    return nx_fail(err, NX_E_RANK, "%s", d->failure);
 }
 
 /* Completes r, polling: spins ~50 us, then sleeps 20 us doubling to 1 ms between tests. */
@@ -97,10 +100,9 @@ static nx_status wait_req(nx_dist *d, MPI_Request *r, const char *what, int peer
         if (done) break;
         if (spins < 2000) continue;
         const double now = nx_now_s();
-        if (!forever && now - t0 > d->timeout_s) {
-            MPI_Cancel(r);
-            return failed(d, err, what, peer, MPI_SUCCESS);
-        }
+        /* past the deadline the request is left pending: the job is aborted (a collective's
+         * request cannot be cancelled) */
+        if (!forever && now - t0 > d->timeout_s) return failed(d, err, what, peer, MPI_SUCCESS);
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         if (sleep_ns < 1000000) sleep_ns *= 2;
@@ -110,11 +112,11 @@ static nx_status wait_req(nx_dist *d, MPI_Request *r, const char *what, int peer
 }
 
 static nx_status check(nx_dist *d, nx_error *err) {
-    return d->failure[0] ? nx_fail(err, NX_E_IO, "%s", d->failure) : NX_OK;
+    return d->failure[0] ? nx_fail(err, NX_E_RANK, "%s", d->failure) : NX_OK;
 }
 
 nx_status nx_dist_bcast(nx_dist *d, void *buf, size_t bytes, bool forever, nx_error *err) {
-    if (check(d, err) != NX_OK) return NX_E_IO;
+    if (check(d, err) != NX_OK) return NX_E_RANK;
     if (d->size == 1) return NX_OK;
     MPI_Request r;
     const int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, d->comm, &r);
@@ -125,12 +127,12 @@ nx_status nx_dist_bcast(nx_dist *d, void *buf, size_t bytes, bool forever, nx_er
     } else {
         d->net.recv += (double)bytes;
     }
-    return wait_req(d, &r, d->rank == 0 ? "command to the ranks, e.g." : "command from", d->rank == 0 ? 1 : 0,
+    return wait_req(d, &r, d->rank == 0 ? "command to" : "command from", d->rank == 0 ? -1 : 0,
                     forever && d->rank != 0, err);
 }
 
 nx_status nx_dist_send(nx_dist *d, int to, const void *buf, size_t bytes, nx_error *err) {
-    if (check(d, err) != NX_OK) return NX_E_IO;
+    if (check(d, err) != NX_OK) return NX_E_RANK;
     MPI_Request r;
     const int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, to, 1, d->comm, &r);
     if (rc != MPI_SUCCESS) return failed(d, err, "send to", to, rc);
@@ -140,7 +142,7 @@ nx_status nx_dist_send(nx_dist *d, int to, const void *buf, size_t bytes, nx_err
 }
 
 nx_status nx_dist_recv(nx_dist *d, int from, void *buf, size_t bytes, nx_error *err) {
-    if (check(d, err) != NX_OK) return NX_E_IO;
+    if (check(d, err) != NX_OK) return NX_E_RANK;
     MPI_Request r;
     const int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, from, 1, d->comm, &r);
     if (rc != MPI_SUCCESS)
@@ -150,7 +152,7 @@ nx_status nx_dist_recv(nx_dist *d, int from, void *buf, size_t bytes, nx_error *
 }
 
 nx_status nx_dist_allgather(nx_dist *d, void *buf, const int64_t *bytes, nx_error *err) {
-    if (check(d, err) != NX_OK) return NX_E_IO;
+    if (check(d, err) != NX_OK) return NX_E_RANK;
     if (d->size == 1) return NX_OK;
     int counts[64], displs[64];
     if (d->size > 64) return nx_fail(err, NX_E_UNSUPPORTED, "--split: at most 64 ranks");
@@ -167,16 +169,16 @@ nx_status nx_dist_allgather(nx_dist *d, void *buf, const int64_t *bytes, nx_erro
     d->net.bytes += (double)bytes[d->rank] * (d->size - 1);
     d->net.recv += (double)(off - bytes[d->rank]);
     d->net.messages += d->size - 1;
-    return wait_req(d, &r, "expert exchange: waiting for", (d->rank + 1) % d->size, false, err);
+    return wait_req(d, &r, "expert exchange with", -1, false, err);
 }
 
 nx_status nx_dist_job_net(nx_dist *d, nx_net *sum, nx_error *err) {
     double mine[3] = {d->net.bytes, d->net.seconds, (double)d->net.messages}, all[3] = {0};
-    if (check(d, err) != NX_OK) return NX_E_IO;
+    if (check(d, err) != NX_OK) return NX_E_RANK;
     MPI_Request r;
     const int rc = MPI_Ireduce(mine, all, 3, MPI_DOUBLE, MPI_SUM, 0, d->comm, &r);
     if (rc != MPI_SUCCESS) return failed(d, err, "counters to", 0, rc);
-    nx_status st = wait_req(d, &r, "counters from", 1, false, err);
+    nx_status st = wait_req(d, &r, "counters from", -1, false, err);
     *sum = (nx_net){.bytes = all[0], .seconds = all[1], .messages = (int64_t)all[2]};
     return st;
 }

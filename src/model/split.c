@@ -130,7 +130,7 @@ static nx_status send_op(nx_model *m, split_op op, const int32_t *tokens, int32_
     if (!m->root) return NX_OK;
     nx_error local;
     if (n > SPLIT_MAX_TOKENS) return nx_fail(err, NX_E_ARG, "split: %d rows in one forward (at most %d)", n, SPLIT_MAX_TOKENS);
-    if (m->root->q.n_ops == SPLIT_MAX_OPS && flush(m, NULL, 0, err ? err : &local) != NX_OK) return NX_E_IO;
+    if (m->root->q.n_ops == SPLIT_MAX_OPS && flush(m, NULL, 0, err ? err : &local) != NX_OK) return NX_E_RANK;
     m->root->q.ops[m->root->q.n_ops++] = op;
     return now ? flush(m, tokens, n, err ? err : &local) : NX_OK;
 }
@@ -255,7 +255,7 @@ void nx_split_exchange(nx_ctx *c, float *ye, const int32_t *rows) {
 
 nx_status nx_split_failed(const nx_ctx *c, nx_error *err) {
     const char *f = nx_dist_failure(c->m->dist);
-    return f[0] ? nx_fail(err, NX_E_IO, "%s", f) : NX_OK;
+    return f[0] ? nx_fail(err, NX_E_RANK, "%s", f) : NX_OK;
 }
 
 /* ---------------------------------------------------------------- the other ranks */

@@ -360,11 +360,10 @@ void cli_split_follow(nx_model *m, const nx_load_params *lp) {
         nx_dist_finish(split_dist, true);
         return;
     }
-    const int rank = nx_dist_rank(lp->dist);
-    if (rank == 0) return;
+    if (nx_dist_rank(lp->dist) == 0) return;
     nx_error err = {0};
     const nx_status st = nx_model_follow(m, &err);
-    if (st != NX_OK) fprintf(stderr, "nextn: rank %d: %s\n", rank, err.msg);
+    if (st != NX_OK) fprintf(stderr, "nextn: %s\n", err.msg);
     nx_model_free(m);
     exit(st == NX_OK ? 0 : 1);
 }
