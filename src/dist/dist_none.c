@@ -13,7 +13,7 @@ nx_status nx_dist_init(int *argc, char ***argv, double timeout_s, nx_dist **out,
 
 int nx_dist_rank(const nx_dist *d) { return (void)d, 0; }
 int nx_dist_size(const nx_dist *d) { return (void)d, 1; }
-void nx_dist_finish(nx_dist *d, bool abort) { (void)d; }
+void nx_dist_finish(nx_dist *d, bool abort) { (void)d, (void)abort; }
 void nx_dist_at_finish(nx_dist *d, void (*fn)(void *), void *user) { (void)d, (void)fn, (void)user; }
 void nx_dist_net(const nx_dist *d, nx_net *out) { (void)d, *out = (nx_net){0}; }
 const char *nx_dist_failure(const nx_dist *d) { return (void)d, ""; }

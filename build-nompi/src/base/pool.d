@@ -1,0 +1,2 @@
+build-nompi/src/base/pool.o: src/base/pool.c src/base/pool.h
+src/base/pool.h:

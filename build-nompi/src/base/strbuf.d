@@ -1,0 +1,4 @@
+build-nompi/src/base/strbuf.o: src/base/strbuf.c src/base/strbuf.h \
+ include/nextn.h
+src/base/strbuf.h:
+include/nextn.h:

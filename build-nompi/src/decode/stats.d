@@ -1,0 +1,2 @@
+build-nompi/src/decode/stats.o: src/decode/stats.c include/nextn.h
+include/nextn.h:

@@ -1,0 +1,10 @@
+build-nompi/src/kernels/avx512_vbmi.o: src/kernels/avx512_vbmi.c \
+ src/kernels/avx512_vnni.c src/kernels/avx512_common.h \
+ src/kernels/x86_common.h src/kernels/kernels_internal.h \
+ src/kernels/kernels.h src/base/pool.h
+src/kernels/avx512_vnni.c:
+src/kernels/avx512_common.h:
+src/kernels/x86_common.h:
+src/kernels/kernels_internal.h:
+src/kernels/kernels.h:
+src/base/pool.h:

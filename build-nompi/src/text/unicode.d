@@ -1,0 +1,2 @@
+build-nompi/src/text/unicode.o: src/text/unicode.c src/text/unicode.h
+src/text/unicode.h:
