@@ -1,4 +1,0 @@
-build-nompi/src/base/error.o: src/base/error.c src/base/error.h \
- include/nextn.h
-src/base/error.h:
-include/nextn.h:

@@ -1,2 +1,0 @@
-build-nompi/src/base/pool.o: src/base/pool.c src/base/pool.h
-src/base/pool.h:

@@ -1,4 +1,0 @@
-build-nompi/src/decode/spec_rules.o: src/decode/spec_rules.c \
- src/decode/spec_rules.h include/nextn.h
-src/decode/spec_rules.h:
-include/nextn.h:

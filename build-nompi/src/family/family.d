@@ -1,2 +1,0 @@
-build-nompi/src/family/family.o: src/family/family.c src/family/family.h
-src/family/family.h:

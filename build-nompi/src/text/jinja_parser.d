@@ -1,7 +1,0 @@
-build-nompi/src/text/jinja_parser.o: src/text/jinja_parser.c \
- src/text/jinja_internal.h src/base/error.h include/nextn.h \
- src/text/jinja.h
-src/text/jinja_internal.h:
-src/base/error.h:
-include/nextn.h:
-src/text/jinja.h:

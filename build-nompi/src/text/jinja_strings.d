@@ -1,7 +1,0 @@
-build-nompi/src/text/jinja_strings.o: src/text/jinja_strings.c \
- src/text/jinja_internal.h src/base/error.h include/nextn.h \
- src/text/jinja.h
-src/text/jinja_internal.h:
-src/base/error.h:
-include/nextn.h:
-src/text/jinja.h:
