@@ -399,7 +399,7 @@ int cli_bench(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
     }
-    {
+    if (!o.split) { /* split: rank 0 would read weights of layers other ranks hold */
         /* the routing-independent matmuls of a step (attention, router, shared expert or dense
          * FFN, lm_head) at 1 row and at the 2 rows of a k = 1 verify; the two are timed in
          * alternating rounds and each keeps its best, so a shift in the machine's speed
