@@ -79,7 +79,7 @@ static nx_status failed(nx_dist *d, nx_error *err, const char *what, int peer, i
         if (peer >= 0) snprintf(who, sizeof who, "rank %d", peer);
         if (code != MPI_SUCCESS) {
             MPI_Error_string(code, msg, &len);
-            snprintf(d->failure, sizeof d->failure, "rank %d: %s %s failed: %s", d->rank, what, who, msg);
+            snprintf(d->failure, sizeof d->failure, "rank %d: %s %s failed: %.160s", d->rank, what, who, msg);
         } else {
             snprintf(d->failure, sizeof d->failure, "rank %d: %s %s: no answer within %.0f s (a rank died or hangs)",
                      d->rank, what, who, d->timeout_s);
