@@ -36,7 +36,18 @@ else
 ARCH_OUT := $(X86_KERNELS) $(NEON_KERNELS)
 endif
 
-LIB_SRC  := $(filter-out $(ARCH_OUT),$(sort $(wildcard src/*/*.c)))
+# Several processes over MPI (--split; src/dist/dist.c) when Open MPI's development files are
+# installed (MPI=0 leaves it out); otherwise src/dist/dist_none.c, whose --split says it needs them.
+MPI ?= $(shell pkg-config --exists ompi-c && echo 1 || echo 0)
+ifeq ($(MPI),1)
+DIST_OUT   := src/dist/dist_none.c
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
+LIBS       += $(shell pkg-config --libs ompi-c)
+else
+DIST_OUT   := src/dist/dist.c
+endif
+
+LIB_SRC  := $(filter-out $(ARCH_OUT) $(DIST_OUT),$(sort $(wildcard src/*/*.c)))
 # GCC 12's AArch64 loop vectorizer stops with an internal error on some test loops
 # (vect_transform_reduction); the tests do not need it.
 TEST_OPT := $(if $(filter aarch64%,$(ARCH)),-fno-tree-vectorize)
@@ -60,6 +71,7 @@ $(BUILD)/src/kernels/avx512.o $(BUILD)/src/kernels/%_avx512.o: BASE += $(AVX512_
 $(BUILD)/src/kernels/avx2_vnni.o: BASE += $(AVX2_FLAGS) -mavxvnni
 $(BUILD)/src/kernels/avx512_vnni.o: BASE += $(AVX512_FLAGS) -mavx512vnni
 $(BUILD)/src/kernels/avx512_vbmi.o: BASE += $(AVX512_FLAGS) -mavx512vnni -mavx512vbmi -mgfni
+$(BUILD)/src/dist/dist.o: BASE += $(MPI_CFLAGS)
 $(BUILD)/src/kernels/neon_dot.o: BASE += $(NEONDOT_FLAGS)
 $(BUILD)/src/kernels/neon_i8mm.o: BASE += $(NEONI8MM_FLAGS)
 

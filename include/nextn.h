@@ -25,6 +25,7 @@ typedef enum nx_status {
     NX_E_ARG,         /* a caller passed an out-of-range or inconsistent parameter */
     NX_E_UNSUPPORTED, /* valid input that this build cannot run (dtype, architecture) */
     NX_E_STATE,       /* the call is not valid in the object's current state */
+    NX_E_RANK,        /* another rank of a split model failed or stopped answering */
 } nx_status;
 
 typedef struct nx_error {
@@ -257,6 +258,32 @@ typedef enum nx_kv_type {
  * (headers only: describing a checkpoint), LOCK always and locked in memory (mlock). */
 typedef enum nx_prefault { NX_PREFAULT_AUTO = 0, NX_PREFAULT_NEVER, NX_PREFAULT_LOCK } nx_prefault;
 
+/* ---------------------------------------------------------------- several processes */
+
+/* One model run by several processes (MPI ranks started by mpirun; docs/multinode.md). Rank 0
+ * loads, tokenizes, samples and serves as a single process does; every context operation it makes
+ * is sent to the other ranks, which hold their share of the model and follow (nx_model_follow).
+ * The output is the same bits as one process's, whatever the split and the number of ranks. */
+typedef struct nx_dist nx_dist;
+typedef enum nx_split {
+    NX_SPLIT_NONE = 0,
+    NX_SPLIT_PIPELINE, /* contiguous layer ranges per rank, balanced by bytes; the rows' hidden
+                          states go rank to rank; final norm, lm_head and MTP head on the last */
+    NX_SPLIT_EXPERTS,  /* every rank runs attention and dense parts; the routed experts of every
+                          MoE layer are divided among the ranks, their outputs exchanged */
+} nx_split;
+
+/* Joins the MPI job (MPI_Init when not done yet). A rank waits at most timeout_s (<= 0: 300) for
+ * another; past that, or when MPI reports a failure, the run ends with an error naming the rank.
+ * NX_E_UNSUPPORTED in a build without MPI. */
+nx_status nx_dist_init(int *argc, char ***argv, double timeout_s, nx_dist **out, nx_error *err);
+int nx_dist_rank(const nx_dist *d);
+int nx_dist_size(const nx_dist *d);
+/* Leaves the job (MPI_Finalize); after nx_model_free of the model loaded with it (rank 0: if the
+ * model is still loaded, the other ranks are told to stop first). After a failure of the network,
+ * or with abort set, the whole job is aborted instead (MPI_Abort), so no rank is left waiting. */
+void nx_dist_finish(nx_dist *d, bool abort);
+
 typedef struct nx_load_params {
     int n_threads;        /* 0 = all cores */
     nx_mtp_wiring wiring; /* zero = family defaults */
@@ -280,6 +307,8 @@ typedef struct nx_load_params {
      * statistics yet). */
     const char *router_stats;
     nx_prefault prefault; /* when the resident weights are read in at load (NX_PREFAULT_AUTO) */
+    nx_dist *dist;        /* with split: this rank's part of a model run by several processes */
+    nx_split split;
 } nx_load_params;
 
 void nx_load_params_default(nx_load_params *p);
@@ -287,6 +316,12 @@ void nx_load_params_default(nx_load_params *p);
 /* Loads a checkpoint directory (config.json + *.safetensors [+ tokenizer.json]). */
 nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out, nx_error *err);
 void nx_model_free(nx_model *m);
+/* The ranks other than 0 of a split model: runs the context operations rank 0 sends until it
+ * frees the model (NX_OK) or a rank fails (the error). */
+nx_status nx_model_follow(nx_model *m, nx_error *err);
+/* Network traffic of a split model, summed over every rank so far: bytes and messages sent,
+ * seconds ranks waited on the network. Rank 0; NX_OK and zeros for a single process. */
+nx_status nx_model_net(nx_model *m, double *bytes, int64_t *messages, double *seconds, nx_error *err);
 /* Whether the checkpoint files the weights are mapped from are still the ones loaded (same size
  * and modification time of the loaded inode). A file overwritten or truncated in place is NX_E_IO
  * "model file X changed on disk since load; ... replace checkpoints by rename": its mapping no
@@ -461,6 +496,11 @@ typedef struct nx_gen_stats {
     int64_t cache_hits[2], cache_misses[2];
     int64_t ahead_reads[2], ahead_used[2]; /* experts read ahead by pre-gating, and those used */
     double disk_bytes[2], io_wait_s[2];
+    /* a split model (several ranks), seen from rank 0: bytes it sent and received, its messages,
+     * and the seconds it waited on the other ranks (their compute and the network); [0] plain
+     * steps, [1] verifies, [2] MTP forwards (catch-ups and drafts) */
+    double net_bytes[3], net_s[3];
+    int64_t net_msgs[3];
     bool stopped_by_eos;
 } nx_gen_stats;
 

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(build-essential pkg-config clang libclang-rt-14-dev
       libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcmocka-dev zlib1g-dev
+      libopenmpi-dev openmpi-bin
       python3 python3-numpy python3-torch python3-regex libopenblas0-pthread
       curl perl chromium
       gcc-aarch64-linux-gnu qemu-user

@@ -45,6 +45,7 @@ const char *nx_status_str(nx_status st) {
     case NX_E_ARG: return "invalid argument";
     case NX_E_UNSUPPORTED: return "unsupported";
     case NX_E_STATE: return "invalid state";
+    case NX_E_RANK: return "rank failed";
     }
     return "unknown error";
 }

@@ -61,6 +61,11 @@ static void on_forward(void *user, bool mtp, int32_t rows, const nx_traffic *t) 
     (void)rows;
     if (mtp) g->mtp_tr = *t;
     else g->trunk_tr = *t;
+    if (mtp) { /* trunk forwards: record_trunk_cost */
+        g->st->net_bytes[2] += t->net_bytes;
+        g->st->net_s[2] += t->net_s;
+        g->st->net_msgs[2] += t->net_msgs;
+    }
 }
 
 static void hist_add(gen *g, int32_t slot, double dt) {
@@ -131,6 +136,9 @@ static void record_trunk_cost(gen *g, int32_t rows, double dt) {
     st->ahead_used[kind] += tr->ahead_used;
     st->disk_bytes[kind] += tr->disk_bytes;
     st->io_wait_s[kind] += tr->io_wait_s;
+    st->net_bytes[kind] += tr->net_bytes;
+    st->net_s[kind] += tr->net_s;
+    st->net_msgs[kind] += tr->net_msgs;
     st->topk_overlap_sum += (double)tr->overlap;
     st->topk_overlap_n += tr->overlap_pairs;
 }

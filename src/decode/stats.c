@@ -32,6 +32,31 @@ static void print_streaming(const nx_gen_stats *s, FILE *f) {
     fprintf(f, "\n");
 }
 
+/* A split model: rank 0's network traffic per plain step, per verify and per verify cycle (the
+ * verify and the cycle's MTP forwards), and the seconds it waited on the other ranks. */
+static void print_network(const nx_gen_stats *s, FILE *f) {
+    if (s->net_msgs[0] + s->net_msgs[1] + s->net_msgs[2] == 0) return;
+    fprintf(f, "network (rank 0):");
+    if (s->n_ar_steps > 0) {
+        const double n = (double)s->n_ar_steps;
+        fprintf(f, " AR step %.1f KB, %.1f messages, %.3f ms waiting on ranks;", s->net_bytes[0] / n / 1e3,
+                (double)s->net_msgs[0] / n, 1e3 * s->net_s[0] / n);
+    }
+    if (s->n_verify_steps > 0) {
+        const double n = (double)s->n_verify_steps;
+        fprintf(f, " verify %.1f KB, %.1f messages, %.3f ms;", s->net_bytes[1] / n / 1e3, (double)s->net_msgs[1] / n,
+                1e3 * s->net_s[1] / n);
+    }
+    if (s->n_drafts > 0) {
+        const double n = (double)s->n_drafts;
+        fprintf(f, " verify cycle (drafts + verify) %.1f KB, %.1f messages, %.3f ms;",
+                (s->net_bytes[1] + s->net_bytes[2]) / n / 1e3, (double)(s->net_msgs[1] + s->net_msgs[2]) / n,
+                1e3 * (s->net_s[1] + s->net_s[2]) / n);
+    }
+    fprintf(f, " %.1f KB per generated token\n",
+            safe_div(s->net_bytes[0] + s->net_bytes[1] + s->net_bytes[2], (double)s->n_generated) / 1e3);
+}
+
 void nx_gen_stats_print(const nx_gen_stats *s, void *file) {
     FILE *f = file;
     fprintf(f, "prompt %lld tokens, prefill %.3f s (%.1f tok/s)\n", (long long)s->n_prompt,
@@ -83,4 +108,5 @@ void nx_gen_stats_print(const nx_gen_stats *s, void *file) {
                 safe_div(s->topk_overlap_sum, (double)s->topk_overlap_n));
     }
     print_streaming(s, f);
+    print_network(s, f);
 }

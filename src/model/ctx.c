@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "model/deltanet.h"
 #include "model/model_internal.h"
+#include "model/split.h"
 
 #define NX_DEFAULT_BATCH 128
 
@@ -203,6 +204,7 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
         nx_ctx_free(c);
         return nx_fail(err, NX_E_NOMEM, "out of memory allocating a context of %d positions", n_ctx);
     }
+    if (m->dist) nx_split_ctx_new(c); /* the other ranks make its twin (split.h) */
     nx_ctx_truncate(c, 0);
     *out = c;
     return NX_OK;
@@ -210,6 +212,7 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
 
 void nx_ctx_free(nx_ctx *c) {
     if (!c) return;
+    if (c->m->dist) nx_split_ctx_free(c);
     if (c->kv_arena) munmap(c->kv_arena, c->kv_arena_bytes);
     free(c->kv);
     free(c->dn);
@@ -270,7 +273,10 @@ void nx_ctx_rewind_cost(const nx_ctx *c, int64_t *count, double *seconds, double
     *bytes = c->dn_rewind_bytes;
 }
 
-void nx_ctx_keep_state_at(nx_ctx *c, int32_t n) { c->dn_mark = c->dn ? n : -1; }
+void nx_ctx_keep_state_at(nx_ctx *c, int32_t n) {
+    if (c->m->dist) nx_split_op(c, NX_SPLIT_KEEP_STATE, n);
+    c->dn_mark = c->dn ? n : -1;
+}
 
 int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n) {
     int32_t k = 0;
@@ -289,19 +295,25 @@ nx_status nx_mtp_draft_next(nx_ctx *c, int32_t token, float *logits, nx_error *e
 }
 
 void nx_mtp_commit(nx_ctx *c, int32_t n) {
+    if (c->m->dist) nx_split_op(c, NX_SPLIT_MTP_COMMIT, n);
     if (n < 0) n = 0;
     if (c->mtp_past > n) c->mtp_past = n;
     if (c->mtp_lo > c->mtp_past) c->mtp_lo = c->mtp_past;
 }
 
 void nx_mtp_skip_to(nx_ctx *c, int32_t first) {
+    if (c->m->dist) nx_split_op(c, NX_SPLIT_MTP_SKIP, first);
     if (first < 0) first = 0;
     c->mtp_past = c->mtp_lo = first;
 }
 
-void nx_mtp_reset(nx_ctx *c) { c->mtp_past = c->mtp_lo = 0; }
+void nx_mtp_reset(nx_ctx *c) {
+    if (c->m->dist) nx_split_op(c, NX_SPLIT_MTP_RESET, 0);
+    c->mtp_past = c->mtp_lo = 0;
+}
 
 void nx_ctx_truncate(nx_ctx *c, int32_t n) {
+    if (c->m->dist) nx_split_op(c, NX_SPLIT_TRUNCATE, n);
     if (n < 0 || !nx_dn_can_rewind(c, n)) n = 0; /* a state that cannot go back starts over */
     if (c->n_past > n) {
         if (n > 0) nx_dn_rewind(c, n);

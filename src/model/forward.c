@@ -16,6 +16,7 @@
 #include "model/deltanet.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
+#include "model/split.h"
 
 /* ---------------------------------------------------------------- primitives */
 
@@ -915,11 +916,69 @@ static void moe_streamed(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_sl
     add_xstats(c, &xs);
 }
 
+/* MoE with the routed experts divided among ranks (split.h): every rank routes all rows and packs
+ * them by expert as moe_gather does, runs its own experts' rows, and one exchange gives every rank
+ * all outputs; then the combine of ffn_many (ascending expert, then the shared expert), so the sum
+ * is the single process's bits. */
+static void moe_split(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
+    const nx_model *m = c->m;
+    const int32_t H = m->cfg.hidden_size, k = m->cfg.top_k, E = M->n_experts;
+    int32_t rows[64] = {0}, e0, e1, owner = 0, oe0, oe1;
+    moe_select(c, M, T, layer_slot, NULL);
+    nx_split_experts_of(m, m->rank, E, &e0, &e1);
+    nx_split_experts_of(m, 0, E, &oe0, &oe1);
+    moe_items it = {.items = 0};
+    int32_t total = 0;
+    for (int32_t e = 0; e < E; e++) {
+        while (e >= oe1) nx_split_experts_of(m, ++owner, E, &oe0, &oe1);
+        int32_t n = 0;
+        for (int32_t t = 0; t < T; t++)
+            for (int32_t i = 0; i < k; i++)
+                if (c->sel[(size_t)t * k + i] == e) {
+                    c->rows[total + n] = t;
+                    c->rows_w[total + n] = c->selw[(size_t)t * k + i];
+                    n++;
+                }
+        rows[owner] += n;
+        if (n > 0 && e >= e0 && e < e1) {
+            c->traffic.experts_touched++;
+            c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->experts[e]);
+            float *xe = c->xe + (size_t)total * H;
+            for (int32_t r = 0; r < n; r++)
+                memcpy(xe + (size_t)r * H, c->xn + (size_t)c->rows[total + r] * H, sizeof(float) * (size_t)H);
+            moe_items_push(&it, &M->experts[e], xe, c->ye + (size_t)total * H, n);
+            if (it.items == NX_MAX_EXPERTS_TOUCHED) {
+                ffn_many(c, it.f, it.xs, it.ns, it.outs, it.items, NULL);
+                it.items = 0;
+            }
+        }
+        total += n;
+    }
+    if (it.items) ffn_many(c, it.f, it.xs, it.ns, it.outs, it.items, NULL);
+    nx_split_exchange(c, c->ye, rows);
+    float *shared = c->ye + (size_t)total * H;
+    if (M->has_shared) {
+        c->traffic.expert_bytes += (double)nx_ffn_bytes(&M->shared);
+        ffn(c, &M->shared, c->xn, T, shared);
+    }
+    const float *sw = shared_weights(c, M);
+    for (int32_t r = 0; r < total; r++) nx_axpy_f32(c->rows_w[r], c->ye + (size_t)r * H, c->y + (size_t)c->rows[r] * H, H);
+    for (int32_t t = 0; M->has_shared && t < T; t++) {
+        if (sw) nx_axpy_f32(sw[t], shared + (size_t)t * H, c->y + (size_t)t * H, H);
+        else
+            for (int32_t i = 0; i < H; i++) c->y[(size_t)t * H + i] += shared[(size_t)t * H + i];
+    }
+}
+
 static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
     const nx_config *cfg = &c->m->cfg;
     const int32_t H = cfg->hidden_size, k = cfg->top_k;
     nx_pool *pool = c->m->pool;
     memset(c->y, 0, sizeof(float) * (size_t)T * H);
+    if (c->m->dist && c->m->split == NX_SPLIT_EXPERTS) {
+        moe_split(c, M, T, layer_slot);
+        return;
+    }
     if (c->m->xc) {
         moe_streamed(c, M, T, layer_slot);
         return;
@@ -1005,22 +1064,30 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
     const int32_t pos0 = c->n_past;
     memcpy(c->tokens + pos0, tokens, sizeof(int32_t) * (size_t)T);
     nx_dn_begin(c, T);
-    for (int32_t l = 0; l < cfg->n_layers; l++)
+    int32_t l0 = 0, l1 = cfg->n_layers; /* a split model's rank runs its own layers (split.h) */
+    nx_status st = m->dist ? nx_split_trunk_in(c, tokens, T, logits ? logits_from : T, &l0, &l1, err) : NX_OK;
+    for (int32_t l = l0; l < l1 && st == NX_OK; l++)
         nx_layer_forward(c, &m->w.layers[l], &c->kv[l], T, pos0, 0, cfg->rope_theta, l);
+    if (st != NX_OK || (m->dist && (st = nx_split_trunk_pass(c, T, err)) != NX_OK)) return st;
     nx_dn_end(c, pos0, T);
     c->n_past += T;
 
     const double t0 = nx_now_s();
-    memcpy(c->hpre, c->x, sizeof(float) * (size_t)T * H);
-    for (int32_t t = 0; t < T; t++)
-        nx_rmsnorm_f32(c->x + (size_t)t * H, m->w.final_norm, cfg->rms_eps, H, c->hpost + (size_t)t * H);
-    const float *fed = m->wiring.hidden == NX_MTP_HIDDEN_PRE_NORM ? c->hpre : c->hpost;
-    memcpy(c->hidden + (size_t)pos0 * H, fed, sizeof(float) * (size_t)T * H);
+    const bool head = nx_split_has_head(m);
+    if (head) {
+        memcpy(c->hpre, c->x, sizeof(float) * (size_t)T * H);
+        for (int32_t t = 0; t < T; t++)
+            nx_rmsnorm_f32(c->x + (size_t)t * H, m->w.final_norm, cfg->rms_eps, H, c->hpost + (size_t)t * H);
+        const float *fed = m->wiring.hidden == NX_MTP_HIDDEN_PRE_NORM ? c->hpre : c->hpost;
+        memcpy(c->hidden + (size_t)pos0 * H, fed, sizeof(float) * (size_t)T * H);
+    }
 
     if (logits && logits_from < T) {
-        nx_matmul(&m->w.lm_head, c->hpost + (size_t)logits_from * H, H, T - logits_from, logits, V,
-                  m->pool);
-        c->traffic.phase_bytes[NX_PHASE_HEAD] += (double)nx_linear_bytes(&m->w.lm_head);
+        if (head) {
+            nx_matmul(&m->w.lm_head, c->hpost + (size_t)logits_from * H, H, T - logits_from, logits, V, m->pool);
+            c->traffic.phase_bytes[NX_PHASE_HEAD] += (double)nx_linear_bytes(&m->w.lm_head);
+        }
+        if (m->dist && (st = nx_split_logits(c, logits, T - logits_from, err)) != NX_OK) return st;
         const nx_status s = nx_logits_check(logits, T - logits_from, V, V, "trunk", err);
         if (s != NX_OK) { /* the rows behind them are no better: the context forgets them */
             nx_ctx_truncate(c, pos0);
@@ -1028,6 +1095,7 @@ nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *l
         }
     }
     c->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
+    if (m->dist) nx_split_traffic(c);
     if (c->sink.forward) c->sink.forward(c->sink.user, false, T, &c->traffic);
     return NX_OK;
 }
@@ -1064,10 +1132,14 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
             memcpy(h, hidden + (size_t)r * H, sizeof(float) * (size_t)H);
     }
     memset(&c->traffic, 0, sizeof c->traffic);
+    bool here = true; /* a split model computes the head on one rank (split.h) */
+    nx_status st = m->dist ? nx_split_mtp_in(c, hidden, tokens, R, pos0, logits ? logits_from : R, &here, err) : NX_OK;
+    if (st != NX_OK || !here) return st != NX_OK ? st : nx_split_mtp_elsewhere(c, R, logits, logits_from, err);
     nx_matmul(&mw->eh_proj, c->mtp_in, 2 * H, R, c->x, H, m->pool);
     double theta = m->wiring.rope_theta > 0 ? m->wiring.rope_theta : cfg->rope_theta;
     nx_layer_forward(c, &mw->layer, &c->mtp_kv, R, pos0, m->wiring.sliding_window, theta,
                      cfg->n_layers);
+    if (m->dist && (st = nx_split_failed(c, err)) != NX_OK) return st;
     c->mtp_past += R;
     for (int32_t r = 0; r < R; r++)
         nx_rmsnorm_f32(c->x + (size_t)r * H, mw->final_norm, cfg->rms_eps, H, c->hpost + (size_t)r * H);
@@ -1082,8 +1154,10 @@ nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, 
         nx_matmul(&head, c->hpost + (size_t)logits_from * H, H, R - logits_from, logits, V, m->pool);
         for (int32_t r = 0; r < R - logits_from; r++)
             for (int32_t i = m->draft_vocab; i < V; i++) logits[(size_t)r * V + i] = -INFINITY;
-        return nx_logits_check(logits, R - logits_from, V, m->draft_vocab, "MTP", err);
+        if (m->dist && (st = nx_split_logits(c, logits, R - logits_from, err)) != NX_OK) return st;
+        st = nx_logits_check(logits, R - logits_from, V, m->draft_vocab, "MTP", err);
     }
+    if (m->dist) nx_split_traffic(c);
     if (c->sink.forward) c->sink.forward(c->sink.user, true, R, &c->traffic);
-    return NX_OK;
+    return st;
 }

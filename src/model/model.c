@@ -13,6 +13,7 @@
 #include "io/config.h"
 #include "io/layout.h"
 #include "model/model_internal.h"
+#include "model/split.h"
 #include "model/validate.h"
 #include "text/chat.h"
 
@@ -202,7 +203,8 @@ static nx_status place_weights(nx_model *m, const nx_load_params *p, nx_error *e
     if ((st = nx_xplan_make(&m->w, &m->cfg, total, p->max_memory, counts, &m->plan, err)) != NX_OK) return st;
     if (m->plan.slots > 0 && !(m->xc = nx_xcache_new(m->store, &m->w, &m->plan)))
         return nx_fail(err, NX_E_NOMEM, "out of memory for the expert cache");
-    if (p->prefault == NX_PREFAULT_NEVER) return NX_OK; /* described, not run */
+    /* described, not run; or split: each rank pages in only the tensors it touches */
+    if (p->prefault == NX_PREFAULT_NEVER || p->dist) return NX_OK;
     const uint64_t resident = m->plan.slots > 0 ? m->plan.resident : total;
     const bool lock = p->prefault == NX_PREFAULT_LOCK, fill = lock || resident <= nx_mem_available();
     for (size_t i = 0; i < nx_store_count(m->store); i++) {
@@ -246,9 +248,15 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
         return nx_fail(err, NX_E_ARG, "kv_type %d: expected NX_KV_F32 or NX_KV_F16", (int)p->kv_type);
     if (p->act_bits != 0 && p->act_bits != 8 && p->act_bits != 16)
         return nx_fail(err, NX_E_ARG, "act_bits %d: expected 8 or 16", p->act_bits);
+    if (!p->dist != (p->split == NX_SPLIT_NONE))
+        return nx_fail(err, NX_E_ARG, "a split (pipeline or experts) and a dist (nx_dist_init) go together");
+    if (p->dist && p->prefault == NX_PREFAULT_LOCK)
+        return nx_fail(err, NX_E_ARG, "--mlock with --split: each rank reads only its share, lock it with ulimit/mlockall");
     nx_status st;
     nx_model *m = calloc(1, sizeof *m);
     if (!m) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    m->dist = p->dist;
+    m->split = p->split;
     char path[4096];
 
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -298,6 +306,7 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
         goto fail;
     }
     fill_info(m);
+    if (m->dist && (st = nx_split_setup(m, err)) != NX_OK) goto fail;
     if (p->progress) p->progress(p->progress_user, 1.0);
     *out = m;
     return NX_OK;
@@ -309,6 +318,8 @@ fail:
 
 void nx_model_free(nx_model *m) {
     if (!m) return;
+    if (m->dist) nx_split_end(m);
+    free(m->layer_lo);
     nx_pool_free(m->pool);
     nx_xcache_free(m->xc);
     nx_route_stats_free(&m->routes);

@@ -30,6 +30,12 @@ struct nx_model {
     nx_xcache *xc;   /* the routed experts' cache when they stream, else NULL */
     nx_route_stats routes; /* router statistics: the loaded file's counts, and this run's */
     nx_model_info info;
+    /* several ranks (split.h): NULL / NX_SPLIT_NONE for one process */
+    nx_dist *dist;
+    nx_split split;
+    int rank, ranks;
+    int32_t *layer_lo;          /* [ranks + 1] pipeline: rank r runs trunk layers [lo[r], lo[r+1]) */
+    struct nx_split_root *root; /* rank 0: the queued operations, the contexts' ids */
     char weight_dtype[96];
     char mtp_status[64];
 };
@@ -137,6 +143,10 @@ struct nx_ctx {
     float *sgate;       /* (n_batch) the shared expert's gate */
 
     nx_traffic traffic; /* of the last forward */
+    int32_t split_id;   /* the context's id among the ranks (split.h) */
+    float *split_logits; /* a worker's logits of the operation it follows */
+    double net0_bytes, net0_s; /* the rank's network counters when the forward began */
+    int64_t net0_msgs;
 };
 
 /* Row pos of kv head h in one layer's k or v cache (nx_kv's layout, in one place; value rows,

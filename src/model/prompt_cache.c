@@ -170,6 +170,7 @@ static void restore(nx_ctx *c, const entry *e, int32_t n) {
 }
 
 void nx_prompt_cache_keep(nx_prompt_cache *pc, const nx_ctx *c) {
+    if (c->m->dist) return; /* rows held by several ranks: not copied (docs/multinode.md) */
     entry *e = c->n_past >= NX_PROMPT_CACHE_MIN_ROWS ? snapshot(pc, c) : NULL;
     if (e) insert(pc, e);
 }
@@ -179,6 +180,7 @@ int32_t nx_prompt_cache_prepare(nx_prompt_cache *pc, nx_ctx *c, const int32_t *p
     const int32_t usable = n_prompt > 0 && n_prompt <= (size_t)c->n_ctx ? (int32_t)n_prompt - 1 : 0;
     int32_t live = common(c->tokens, prompt, c->n_past < usable ? c->n_past : usable);
     if (!nx_dn_can_rewind(c, live)) live = 0; /* recurrent states go back only so far */
+    if (c->m->dist) return live; /* a split model keeps only the live prefix */
     entry *best = NULL;
     int32_t best_n = live;
     for (entry *e = pc->head; e; e = e->next) {

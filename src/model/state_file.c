@@ -143,6 +143,7 @@ nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n
                         nx_error *err) {
     if (!path || !*path) return nx_fail(err, NX_E_ARG, "state file: empty path");
     const nx_model *m = c->m;
+    if (m->dist) return nx_fail(err, NX_E_UNSUPPORTED, "state file %s: the rows of a split model are on several ranks", path);
     if (n < 0 || n > c->n_past) n = c->n_past;
     n = nx_dn_savable(c, n); /* recurrent states exist after some rows only */
     float *dn = NULL;
@@ -282,6 +283,7 @@ static void apply(nx_ctx *c, const uint8_t *p, int32_t n, int32_t k) {
 
 nx_status nx_state_load(nx_ctx *c, const char *path, int32_t *n_loaded, int64_t *bytes, nx_error *err) {
     if (!path || !*path) return nx_fail(err, NX_E_ARG, "state file: empty path");
+    if (c->m->dist) return nx_fail(err, NX_E_UNSUPPORTED, "state file %s: the rows of a split model are on several ranks", path);
     int fd;
     struct stat st;
     nx_status s = nx_file_open_regular(path, 0, &fd, &st, err);

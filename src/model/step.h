@@ -25,6 +25,10 @@ typedef struct nx_traffic {
     double disk_bytes, io_wait_s;
     /* wall seconds and weight bytes of each part of the forward (NX_PHASE_*) */
     double phase_s[NX_PHASES], phase_bytes[NX_PHASES];
+    /* a split model (several ranks), on rank 0: bytes it sent and received, its messages, and the
+     * seconds it waited on the other ranks (their compute and the network) */
+    double net_bytes, net_s;
+    int64_t net_msgs;
 } nx_traffic;
 
 /* Telemetry: called once at the end of every successful forward on the context (mtp: an MTP

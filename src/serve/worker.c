@@ -664,7 +664,8 @@ static void run_job(nx_server *s, job *j) {
         }
         if (rc != NX_OK) {
             nx_oai_error e;
-            nx_oai_error_set(&e, rc == NX_E_ARG ? 400 : 500,
+            /* a rank of a split model gone: the service is down, not the request wrong */
+            nx_oai_error_set(&e, rc == NX_E_ARG ? 400 : rc == NX_E_RANK ? 503 : 500,
                              rc == NX_E_ARG ? "invalid_request_error" : "server_error", NULL, NULL,
                              "Generation failed: %s", err.msg);
             job_abort(j, &e);

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The library's folders form layers, and a header or source file includes only its own folder and
-the layers below it: base < kernels, family < io, text < model, constrain < decode < serve. The
+the layers below it: base < kernels, family < io, text, dist < model, constrain < decode < serve. The
 programs in tools/ include the public API (include/nextn.h), the tools' declared interface
 (src/nextn_tools.h) and their own headers, never a module header. Fails naming file:line."""
 import os
@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tap import Tap  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-RANK = {"base": 0, "kernels": 1, "family": 1, "io": 2, "text": 2, "model": 3, "constrain": 3, "decode": 4,
+RANK = {"base": 0, "kernels": 1, "family": 1, "io": 2, "text": 2, "dist": 2, "model": 3, "constrain": 3, "decode": 4,
         "serve": 5}
 INC = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

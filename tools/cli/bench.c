@@ -33,7 +33,10 @@ static const char *usage =
     "so a machine whose bandwidth shifts from second to second is measured at one level on\n"
     "both sides of each ratio. membw_GB_s is the median reading (membw_lo/hi_GB_s the range),\n"
     "weight_frac_top the median over the pairs whose reading is at least 3/4 of the highest\n"
-    "(pairs_top of them). Reading time is left out of tok_s.\n";
+    "(pairs_top of them). Reading time is left out of tok_s.\n"
+    "Under mpirun with --split, net_* give rank 0's network traffic per step and per verify cycle\n"
+    "and job_net_* the whole job's per generated token (prefill included).\n"
+    CLI_SPLIT_USAGE;
 
 static const char *builtin_prompts[] = {
     "#include <stdio.h>\n#include <stdlib.h>\n\nstatic int compare(const void *a, const void *b)\n{\n",
@@ -65,6 +68,8 @@ typedef struct mode_result {
     nx_gen_stats agg;
 } mode_result;
 
+static double avg(double s, int64_t n) { return n > 0 ? s / (double)n : 0.0; }
+
 static void add_stats(nx_gen_stats *a, const nx_gen_stats *b) {
     a->n_drafts += b->n_drafts;
     a->n_drafted += b->n_drafted;
@@ -86,6 +91,31 @@ static void add_stats(nx_gen_stats *a, const nx_gen_stats *b) {
         a->ar_phase_s[p] += b->ar_phase_s[p];
         a->ar_phase_bytes[p] += b->ar_phase_bytes[p];
     }
+    for (int k = 0; k < 3; k++) {
+        a->net_bytes[k] += b->net_bytes[k];
+        a->net_s[k] += b->net_s[k];
+        a->net_msgs[k] += b->net_msgs[k];
+    }
+}
+
+/* A split model: rank 0's traffic per plain step, per verify and per verify cycle (verify and
+ * drafts; KB sent + received, messages, ms waiting on the other ranks), and the whole job's bytes
+ * and messages per generated token (net0: the job's counters before the mode). */
+static void print_net(nx_model *m, const nx_gen_stats *a, double tokens, const double net0[2]) {
+    if (a->net_msgs[0] + a->net_msgs[1] + a->net_msgs[2] == 0) return;
+    if (a->n_ar_steps > 0)
+        printf(" net_KB_ar_step=%.2f net_msgs_ar_step=%.1f net_ms_ar_step=%.3f", avg(a->net_bytes[0], a->n_ar_steps) / 1e3,
+               avg((double)a->net_msgs[0], a->n_ar_steps), 1e3 * avg(a->net_s[0], a->n_ar_steps));
+    if (a->n_drafts > 0)
+        printf(" net_KB_verify=%.2f net_KB_cycle=%.2f net_msgs_cycle=%.1f net_ms_cycle=%.3f",
+               avg(a->net_bytes[1], a->n_verify_steps) / 1e3, avg(a->net_bytes[1] + a->net_bytes[2], a->n_drafts) / 1e3,
+               avg((double)(a->net_msgs[1] + a->net_msgs[2]), a->n_drafts), 1e3 * avg(a->net_s[1] + a->net_s[2], a->n_drafts));
+    double bytes = 0, secs = 0;
+    int64_t msgs = 0;
+    nx_error err = {0};
+    if (tokens > 0 && nx_model_net(m, &bytes, &msgs, &secs, &err) == NX_OK)
+        printf(" job_net_KB_token=%.2f job_msgs_token=%.1f", (bytes - net0[0]) / tokens / 1e3,
+               ((double)msgs - net0[1]) / tokens);
 }
 
 /* Where a plain step's time went: per NX_PHASE_* its microseconds and weight read rate, the
@@ -185,7 +215,6 @@ static void bw_pairs_print(const bw_pairs *P) {
     free(w);
 }
 
-static double avg(double s, int64_t n) { return n > 0 ? s / (double)n : 0.0; }
 
 int cli_bench(int argc, char **argv) {
     cli_opts o;
@@ -279,6 +308,10 @@ int cli_bench(int argc, char **argv) {
         nx_ctx_reset_auto(ctx); /* each mode starts from nothing measured (auto learns within it) */
         mode_result *r = &res[nres++];
         pairs.n = 0; /* a mode's own pairs */
+        double net0[2] = {0, 0}, nsec;
+        int64_t nmsg = 0;
+        nx_error nerr = {0};
+        if (o.split && nx_model_net(m, &net0[0], &nmsg, &nsec, &nerr) == NX_OK) net0[1] = (double)nmsg;
         memset(r, 0, sizeof *r);
         snprintf(r->name, sizeof r->name, "%s", tokm);
         double best = -1;
@@ -362,10 +395,11 @@ int cli_bench(int argc, char **argv) {
         if (a->n_ar_steps > 0 && a->cost_rows_n[1] == a->n_ar_steps)
             print_ar_split(a, r->seconds, a->n_verify_steps == 0 && a->n_drafts == 0);
         if (pairs.b && gp.draft == 0) bw_pairs_print(&pairs);
+        if (o.split) print_net(m, a, r->tokens + (double)o.repeat * np, net0); /* + each run's first token */
         printf("\n");
         fflush(stdout);
     }
-    {
+    if (!o.split) { /* split: rank 0 would read weights of layers other ranks hold */
         /* the routing-independent matmuls of a step (attention, router, shared expert or dense
          * FFN, lm_head) at 1 row and at the 2 rows of a k = 1 verify; the two are timed in
          * alternating rounds and each keeps its best, so a shift in the machine's speed

@@ -37,6 +37,8 @@ typedef struct cli_opts {
     const char *modes; /* bench */
     int32_t repeat;    /* bench */
     int32_t membw_mb;  /* bench --membw: MB per bandwidth reading (0: none) */
+    const char *split;      /* --split pipeline|experts (NULL: one process) */
+    double split_timeout;   /* --split-timeout SEC */
     const char **args; /* positional arguments */
     int n_args;
 } cli_opts;
@@ -61,6 +63,19 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 
 /* The model directory: -m, else $NEXTN_MODEL, else the shipped default model. */
 const char *cli_model_dir(const cli_opts *o);
+
+/* --split NAME: joins the MPI job and sets lp->dist and lp->split (the job is left at exit).
+ * Returns 0, or prints the error and returns the exit code. */
+int cli_split_join(const char *cmd, const char *split, double timeout_s, nx_load_params *lp);
+/* After loading with a dist: a rank other than 0 follows rank 0 and exits when it is done (or
+ * failed); rank 0 returns. m NULL (the load failed): the job is aborted. */
+void cli_split_follow(nx_model *m, const nx_load_params *lp);
+/* Job-wide network traffic of a split model, one line to f (nothing for one process). */
+void cli_split_print_net(nx_model *m, double tokens, FILE *f);
+#define CLI_SPLIT_USAGE \
+    "      --split MODE        under mpirun: one model across the ranks, MODE pipeline (layer ranges)\n" \
+    "                          or experts (routed experts divided); docs/multinode.md\n" \
+    "      --split-timeout S   seconds a rank waits for another before the run fails (default 300)\n"
 
 /* Loads the model with a progress line on stderr; prints the error and returns NULL on failure. */
 nx_model *cli_load_model(const cli_opts *o);

@@ -34,6 +34,8 @@ enum {
     OPT_MEMORY,
     OPT_MLOCK,
     OPT_ROUTER_STATS,
+    OPT_SPLIT,
+    OPT_SPLIT_TIMEOUT,
 };
 
 static const struct option long_opts[] = {
@@ -92,6 +94,8 @@ static const struct option long_opts[] = {
     {"memory", required_argument, 0, OPT_MEMORY},
     {"mlock", no_argument, 0, OPT_MLOCK},
     {"router-stats", required_argument, 0, OPT_ROUTER_STATS},
+    {"split", required_argument, 0, OPT_SPLIT},
+    {"split-timeout", required_argument, 0, OPT_SPLIT_TIMEOUT},
     {0, 0, 0, 0},
 };
 
@@ -290,12 +294,19 @@ int cli_parse(const char *cmd, const char *usage, int argc, char **argv, cli_opt
             if (!*optarg) BAD("--router-stats: empty file name");
             o->load.router_stats = optarg;
             break;
+        case OPT_SPLIT:
+            if (strcmp(optarg, "pipeline") && strcmp(optarg, "experts")) BAD("--split %s: expected pipeline or experts", optarg);
+            o->split = optarg;
+            break;
+        case OPT_SPLIT_TIMEOUT: DBL_OPT("--split-timeout", 1, 1e6, o->split_timeout); break;
         case '?':
         default:
             if (optopt) BAD("option -%c needs a value or is unknown", optopt);
             BAD("unknown option %s", argv[optind - 1]);
         }
     }
+    if (o->split && !strcmp(o->split, "pipeline") && o->load.router_stats)
+        BAD("--router-stats with --split pipeline: rank 0 routes only its own layers (use --split experts)");
     o->args = (const char **)(argv + optind);
     o->n_args = argc - optind;
     return 0;
@@ -330,16 +341,68 @@ static void progress(void *user, double f) {
     if (isatty(2)) fprintf(stderr, "\rloading %3.0f%%%s", f * 100.0, f >= 1.0 ? "\r              \r" : "");
 }
 
+static nx_dist *split_dist;
+
+static void split_leave(void) {
+    nx_dist_finish(split_dist, false);
+    split_dist = NULL;
+}
+
+int cli_split_join(const char *cmd, const char *split, double timeout_s, nx_load_params *lp) {
+    if (!split) return 0;
+    nx_error err = {0};
+    if (nx_dist_init(NULL, NULL, timeout_s, &split_dist, &err) != NX_OK) {
+        fprintf(stderr, "nextn %s: %s\n", cmd, err.msg);
+        return 2;
+    }
+    atexit(split_leave);
+    lp->dist = split_dist;
+    lp->split = !strcmp(split, "experts") ? NX_SPLIT_EXPERTS : NX_SPLIT_PIPELINE;
+    if (nx_dist_rank(split_dist) > 0) lp->progress = NULL; /* rank 0 speaks for the job */
+    return 0;
+}
+
+void cli_split_follow(nx_model *m, const nx_load_params *lp) {
+    if (!lp->dist) return;
+    if (!m) { /* a rank that could not load ends the job: the others would wait for it */
+        nx_dist_finish(split_dist, true);
+        return;
+    }
+    if (nx_dist_rank(lp->dist) == 0) return;
+    nx_error err = {0};
+    const nx_status st = nx_model_follow(m, &err);
+    if (st != NX_OK) fprintf(stderr, "nextn: %s\n", err.msg);
+    nx_model_free(m);
+    exit(st == NX_OK ? 0 : 1);
+}
+
+void cli_split_print_net(nx_model *m, double tokens, FILE *f) {
+    double bytes = 0, secs = 0;
+    int64_t msgs = 0;
+    nx_error err = {0};
+    if (nx_model_net(m, &bytes, &msgs, &secs, &err) != NX_OK) {
+        fprintf(f, "network: %s\n", err.msg);
+        return;
+    }
+    if (msgs == 0) return;
+    fprintf(f, "network (all ranks): %.3f MB sent in %lld messages, %.1f KB and %.1f messages per token; "
+            "ranks waited %.3f s in all\n", bytes / 1e6, (long long)msgs, tokens > 0 ? bytes / tokens / 1e3 : 0.0,
+            tokens > 0 ? (double)msgs / tokens : 0.0, secs);
+}
+
 nx_model *cli_load_model(const cli_opts *o) {
     nx_load_params p = o->load;
     p.progress = progress;
     nx_model *m = NULL;
     nx_error err = {0};
     const char *dir = cli_model_dir(o);
+    if (cli_split_join("run", o->split, o->split_timeout, &p) != 0) return NULL;
     if (nx_model_load(dir, &p, &m, &err) != NX_OK) {
         fprintf(stderr, "nextn: cannot load model: %s\n", err.msg);
+        cli_split_follow(NULL, &p);
         return NULL;
     }
+    cli_split_follow(m, &p);
     const nx_model_info *in = nx_model_get_info(m);
     if (!o->quiet && !strncmp(in->mtp, "none (headless", 14))
         fprintf(stderr, "nextn: %s ships no MTP weights; decoding without speculation\n", dir);

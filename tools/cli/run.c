@@ -49,7 +49,8 @@ static const char *usage =
     "      --no-mtp            ignore the MTP head\n"
     "      --draft-vocab N     the head drafts over token ids < N only (cheaper drafts, still exact)\n"
     "      --mtp-hidden post|pre  --mtp-concat embed-first|hidden-first  --mtp-recycle normed|raw\n"
-    "      --mtp-hnorm on|off  --mtp-window N  --mtp-rope-theta T   MTP wiring overrides\n";
+    "      --mtp-hnorm on|off  --mtp-window N  --mtp-rope-theta T   MTP wiring overrides\n"
+    CLI_SPLIT_USAGE;
 
 typedef struct stream {
     nx_detok *detok;
@@ -161,6 +162,7 @@ int cli_run(int argc, char **argv) {
                     stats.t_decode > 0 && stats.n_generated > 1 ? (double)(stats.n_generated - 1) / stats.t_decode : 0.0);
         }
         if (o.stats) nx_gen_stats_print(&stats, stderr);
+        if (o.stats && o.split) cli_split_print_net(m, (double)stats.n_generated, stderr);
     }
     if (o.prompt_cache && !o.prompt_cache_ro) {
         int32_t n_saved = 0;

@@ -74,6 +74,7 @@ static const char *usage =
     "      --kv-type f32|f16   KV cache elements: f32 (default, exact) or f16 (half the memory)\n"
     "      --no-mtp            load the trunk only (no speculation)\n"
     "      --no-webui          no chat page at GET / (the API alone)\n"
+    CLI_SPLIT_USAGE
     "      --max-memory N      keep at most N bytes of weights in memory (K/M/G suffixes): the routed\n"
     "                          experts beyond that stream from disk into an expert cache\n"
     "      --mlock             read the resident weights in at load and lock them in memory\n"
@@ -81,7 +82,8 @@ static const char *usage =
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
        O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS, O_PERIP, O_HEADT,
-       O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA, O_NOWEB, O_MAXMEM, O_MLOCK };
+       O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA, O_NOWEB, O_MAXMEM, O_MLOCK, O_SPLIT,
+       O_SPLIT_TIMEOUT };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -101,6 +103,7 @@ static const struct option opts[] = {
     {"max-unsent", required_argument, 0, O_UNSENT}, {"shutdown-grace", required_argument, 0, O_GRACE},
     {"host-allow", required_argument, 0, O_HOSTS}, {"cors", required_argument, 0, O_CORS},
     {"no-webui", no_argument, 0, O_NOWEB},
+    {"split", required_argument, 0, O_SPLIT}, {"split-timeout", required_argument, 0, O_SPLIT_TIMEOUT},
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
 
@@ -164,6 +167,8 @@ int nx_cli_serve(int argc, char **argv) {
     lp.act_bits = cli_env_act_bits();
     const char *model_dir = NULL, *model_id = NULL;
     bool quiet = false, ctx_set = false;
+    const char *split = NULL;
+    double split_timeout = 0;
     long long v;
     int c;
     optind = 1;
@@ -270,6 +275,13 @@ int nx_cli_serve(int argc, char **argv) {
                     "1024), e.g. 96G", optarg);
             break;
         case O_MLOCK: lp.prefault = NX_PREFAULT_LOCK; break;
+        case O_SPLIT:
+            if (strcmp(optarg, "pipeline") && strcmp(optarg, "experts")) BAD("--split %s: expected pipeline or experts", optarg);
+            split = optarg;
+            break;
+        case O_SPLIT_TIMEOUT:
+            if (!parse_seconds(optarg, 1, &split_timeout)) BAD("--split-timeout %s: expected seconds >= 1", optarg);
+            break;
         case 'q': quiet = true; break;
         case 'h': fputs(usage, stdout); return 0;
         default:
@@ -294,10 +306,14 @@ int nx_cli_serve(int argc, char **argv) {
     lp.progress_user = &last;
     nx_model *m = NULL;
     nx_error err = {0};
+    const int jc = cli_split_join("serve", split, split_timeout, &lp);
+    if (jc != 0) return jc;
     if (nx_model_load(dir, &lp, &m, &err) != NX_OK) {
         fprintf(stderr, "nextn serve: cannot load model: %s\n", err.msg);
+        cli_split_follow(NULL, &lp);
         return 1;
     }
+    cli_split_follow(m, &lp); /* ranks other than 0 follow rank 0 here, and exit */
     const nx_model_info *in = nx_model_get_info(m);
     if (!ctx_set && in->max_positions > 1 && in->max_positions < so.n_ctx)
         so.n_ctx = (int32_t)in->max_positions;
