@@ -384,6 +384,35 @@ void nx_ctx_truncate(nx_ctx *c, int32_t n);
  * position), which otherwise carries over from one generation to the next. */
 void nx_ctx_reset_auto(nx_ctx *c);
 
+/* ---------------------------------------------------------------- batches of contexts */
+
+/* A batch runs the forwards of several contexts, each generating on its own thread, together
+ * (docs/design.md §13): when every busy member has a forward waiting, one of the waiting threads
+ * runs them all as ONE forward (each weight read once for every row; attention of each context
+ * over its own caches) and each gets the bits a forward of its context alone would give it. */
+typedef struct nx_batch nx_batch;
+
+/* A batch for up to max_seqs contexts of model m, with scratch for max_rows rows per forward
+ * (requests beyond them wait for the next one). */
+nx_status nx_batch_new(nx_model *m, int32_t max_seqs, int32_t max_rows, nx_batch **out, nx_error *err);
+/* Frees the batch (its contexts must be freed first, or be idle and never forward again). */
+void nx_batch_free(nx_batch *b);
+/* From now on c's forwards go through b (at most max_seqs contexts; false when full). */
+bool nx_batch_add(nx_batch *b, nx_ctx *c);
+/* Whether c's thread is generating: the batch waits for a forward of every busy context before
+ * it runs one (a busy thread must forward or become idle soon: set it idle around a wait). */
+void nx_batch_busy(nx_ctx *c, bool busy);
+
+/* What a batch has run: forwards by the number of contexts they held (n_by_seqs[i]: i contexts,
+ * i ≤ NX_BATCH_STAT_SEQS, the last counting every larger one), rows and seconds of all of them. */
+#define NX_BATCH_STAT_SEQS 16
+typedef struct nx_batch_stats {
+    int64_t n_by_seqs[NX_BATCH_STAT_SEQS + 1];
+    int64_t forwards, rows;
+    double seconds;
+} nx_batch_stats;
+void nx_batch_get_stats(nx_batch *b, nx_batch_stats *out);
+
 typedef enum nx_verify {
     NX_VERIFY_RESIDUAL = 0, /* Leviathan/Chen rejection sampling (default) */
     NX_VERIFY_MATCH,        /* accept iff the target's own sample equals the draft */
