@@ -367,6 +367,10 @@ void nx_ctx_free(nx_ctx *c);
 int32_t nx_ctx_n_ctx(const nx_ctx *c);
 /* Positions the context's caches hold (the rows nx_generate may keep). */
 int32_t nx_ctx_n_past(const nx_ctx *c);
+/* Rows one forward call of the context takes at most (a prompt is prefilled in such chunks). */
+int32_t nx_ctx_n_batch_rows(const nx_ctx *c);
+/* Bytes the context holds: its caches and its scratch (roughly: what one more context costs). */
+size_t nx_ctx_bytes(const nx_ctx *c);
 
 /* Trunk forward over n tokens at positions n_past.. (teacher forcing). The context's KV cache
  * must hold exactly n_past rows before the call. Writes logits [n, vocab] if non-NULL. */

@@ -279,6 +279,16 @@ void nx_ctx_set_sink(nx_ctx *c, const nx_fwd_sink *sink) {
 }
 
 nx_model *nx_ctx_model(const nx_ctx *c) { return c->m; }
+int32_t nx_ctx_n_batch_rows(const nx_ctx *c) { return c->n_batch; }
+
+size_t nx_ctx_bytes(const nx_ctx *c) {
+    const nx_config *cfg = &c->m->cfg;
+    const size_t H = (size_t)cfg->hidden_size, K = cfg->top_k > 0 ? (size_t)cfg->top_k : 1;
+    const size_t F = (size_t)(cfg->intermediate_size > cfg->expert_dim ? cfg->intermediate_size : cfg->expert_dim);
+    /* per row: the residual stream and its norms, hiddens, q/k/v/att, the experts' rows */
+    const size_t per_row = 9 * H + (size_t)cfg->n_heads * (size_t)cfg->head_dim * 3 + 2 * (K + 1) * F + (2 * K + 1) * H;
+    return c->kv_arena_bytes + (size_t)c->n_batch * per_row * sizeof(float);
+}
 int32_t nx_ctx_n_batch(const nx_ctx *c) { return c->n_batch; }
 bool nx_model_has_mtp(const nx_model *m) { return m->w.has_mtp; }
 
