@@ -751,16 +751,25 @@ static void run_slot(nx_server *s, job *j) {
     job_set_done(j);
 }
 
-/* Whether another idle slot's context holds more of j's first prompt than sl's (qmu held; an
- * idle slot's context is not touched by anyone): that slot takes j instead, so a chat's next
- * turn, or a request after a restore, goes where its rows are. */
+/* How well slot o suits a prompt of n rows (qmu held; an idle slot's context is touched by
+ * nobody): the rows of it its context holds when that is at least half of them (llama.cpp's
+ * slot similarity), else 0; ties go to the slot used longest ago, so a new conversation takes a
+ * free or stale slot rather than evicting the rows of one that is going on. */
+static int64_t slot_score(const srv_slot *o, const int32_t *ids, int32_t n) {
+    const int32_t shared = nx_ctx_shared_prefix(o->ctx, ids, n);
+    const int64_t fit = 2 * (int64_t)shared >= n && shared > 0 ? shared : 0;
+    return fit * ((int64_t)1 << 40) - o->last_used;
+}
+
+/* Whether another idle slot suits j's first prompt better than sl: that slot takes j instead,
+ * so a chat's next turn, or a request after a restore, goes where its rows are. */
 static bool better_slot(const nx_server *s, const srv_slot *sl, const job *j) {
     if (j->is_slot || s->n_slots == 1 || j->n_prompts == 0) return false;
     const int32_t n = (int32_t)j->n_ids[0] - 1; /* the rows a generation keeps */
-    const int32_t mine = nx_ctx_shared_prefix(sl->ctx, j->ids[0], n);
+    const int64_t mine = slot_score(sl, j->ids[0], n);
     for (int k = 0; k < s->n_slots; k++) {
         const srv_slot *o = &s->slots[k];
-        if (o != sl && !o->running && nx_ctx_shared_prefix(o->ctx, j->ids[0], n) > mine) return true;
+        if (o != sl && !o->running && slot_score(o, j->ids[0], n) > mine) return true;
     }
     return false;
 }
@@ -777,6 +786,7 @@ static job *pick_job(nx_server *s, srv_slot *sl) {
         s->n_queued--;
         s->n_active++;
         sl->running = j;
+        sl->last_used = ++s->slot_uses;
         j->t_picked = nx_now_s();
         j->ctx = sl->ctx;
         return j;

@@ -86,6 +86,7 @@ typedef struct srv_slot {
     job *running;      /* its current job (under qmu), so shutdown can cancel it */
     int32_t n_cached;  /* rows its context held after its last job (under qmu) */
     int64_t n_jobs, n_tokens; /* generations and tokens it has produced (under qmu) */
+    int64_t last_used;        /* s->slot_uses when it last took a job (under qmu) */
 } srv_slot;
 
 #define NX_MAX_SLOTS 64
@@ -120,6 +121,7 @@ struct nx_server {
     pthread_cond_t qcv;
     job *head, *tail;
     int n_queued, n_active;
+    int64_t slot_uses; /* jobs the slots have taken (under qmu) */
     bool stopping;
     int n_workers, n_workers_done; /* started, and left their loop when stopping (under qmu) */
 
