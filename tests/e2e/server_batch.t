@@ -3,7 +3,8 @@
 // step's forward, and every answer is exactly what the same request gets from a server with one
 // slot (no batch at all): greedy text token for token, seeded sampling with `verify: match` (and
 // with a fixed draft length, residual) the same text — with and without MTP drafts, short and
-// long prompts, chat and completions, streaming or not, while another client hangs up mid-stream.
+// long prompts, chat and completions, streaming or not, while another client hangs up mid-stream;
+// on int8 activations (the default) and on int16 activations with an f16 cache.
 // Also: GET /slots lists the four slots, slot actions address one slot, and /metrics shows
 // forwards that held several sequences.
 'use strict';
@@ -144,6 +145,19 @@ async function main() {
   solo.stop();
   multi.stop();
   is(await lib.waitExit(multi), 0, 'clean shutdown');
+
+  // the other kernel and cache paths: int16 activations, an f16 KV cache
+  const flags = ['--act-bits', '16', '--kv-type', 'f16', '--ctx', '1024'];
+  const solo16 = await lib.startServer(['--parallel', '1', ...flags]);
+  const multi16 = await lib.startServer(['--parallel', '3', ...flags]);
+  const some = CASES.slice(0, 6);
+  const ref16 = [];
+  for (const c of some) ref16.push(await ask(solo16.base, c));
+  const got16 = await Promise.all(some.map((c) => ask(multi16.base, c)));
+  for (let i = 0; i < some.length; i++)
+    is(got16[i].text[0], ref16[i].text[0], `--act-bits 16 --kv-type f16, case ${i}: same text as alone`);
+  solo16.stop();
+  multi16.stop();
   fs.rmSync(dir, { recursive: true, force: true });
   done();
 }
