@@ -391,7 +391,7 @@ void nx_ctx_reset_auto(nx_ctx *c);
 /* ---------------------------------------------------------------- batches of contexts */
 
 /* A batch runs the forwards of several contexts, each generating on its own thread, together
- * (docs/design.md §13): when every busy member has a forward waiting, one of the waiting threads
+ * (docs/design.md §15): when every busy member has a forward waiting, one of the waiting threads
  * runs them all as ONE forward (each weight read once for every row; attention of each context
  * over its own caches) and each gets the bits a forward of its context alone would give it. */
 typedef struct nx_batch nx_batch;

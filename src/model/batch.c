@@ -1,4 +1,4 @@
-/* Batches of contexts (docs/design.md §13): each context generates on its own thread, and its
+/* Batches of contexts (docs/design.md §15): each context generates on its own thread, and its
  * forward calls meet the other contexts' here. A call waits until every busy context has one
  * waiting; then one of the waiting threads (the leader) runs them — trunk requests as one
  * forward, MTP requests as another, each split only where the scratch's rows run out — on the

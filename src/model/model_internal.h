@@ -165,7 +165,7 @@ void nx_kv_copy_rows(const nx_ctx *c, nx_kv kv, void *saved, int32_t stride, int
 /* Contexts one forward runs together at most. */
 #define NX_BATCH_MAX_SEQS 64
 
-/* One sequence's rows in a forward over several contexts (docs/design.md §13): rows [r0, r0 + T)
+/* One sequence's rows in a forward over several contexts (docs/design.md §15): rows [r0, r0 + T)
  * of the scratch context's buffers, at positions pos0.., attending over kc's own caches. A
  * forward of one context has one segment whose kc is the scratch context itself. */
 typedef struct nx_seg {
