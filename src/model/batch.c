@@ -110,21 +110,26 @@ static int run_kind(nx_batch *b, nx_fwd_req **rq, int n, nx_batch_stats *st) {
     return runs;
 }
 
-/* The leader's round: every waiting request, trunk ones first. */
+/* The leader's round: every waiting request, trunk ones first; each kind's threads are released
+ * as soon as their forward is done (they sample while the other kind runs). */
 static void run_round(nx_batch *b, nx_fwd_req **rq, int n) {
     nx_fwd_req *kind[2][NX_BATCH_MAX_SEQS];
     int nk[2] = {0, 0};
     for (int i = 0; i < n; i++) kind[rq[i]->mtp ? 1 : 0][nk[rq[i]->mtp ? 1 : 0]++] = rq[i];
-    nx_batch_stats st;
-    memset(&st, 0, sizeof st);
-    for (int k = 0; k < 2; k++)
-        if (nk[k]) run_kind(b, kind[k], nk[k], &st);
-    pthread_mutex_lock(&b->mu);
-    for (int i = 0; i <= NX_BATCH_STAT_SEQS; i++) b->stats.n_by_seqs[i] += st.n_by_seqs[i];
-    b->stats.forwards += st.forwards;
-    b->stats.rows += st.rows;
-    b->stats.seconds += st.seconds;
-    pthread_mutex_unlock(&b->mu);
+    for (int k = 0; k < 2; k++) {
+        if (!nk[k]) continue;
+        nx_batch_stats st;
+        memset(&st, 0, sizeof st);
+        run_kind(b, kind[k], nk[k], &st);
+        pthread_mutex_lock(&b->mu);
+        for (int i = 0; i <= NX_BATCH_STAT_SEQS; i++) b->stats.n_by_seqs[i] += st.n_by_seqs[i];
+        b->stats.forwards += st.forwards;
+        b->stats.rows += st.rows;
+        b->stats.seconds += st.seconds;
+        for (int i = 0; i < nk[k]; i++) kind[k][i]->queued = false;
+        pthread_cond_broadcast(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+    }
 }
 
 nx_status nx_batch_submit(nx_batch *b, nx_fwd_req *rq) {
@@ -147,7 +152,6 @@ nx_status nx_batch_submit(nx_batch *b, nx_fwd_req *rq) {
             pthread_mutex_unlock(&b->mu);
             run_round(b, mine, n);
             pthread_mutex_lock(&b->mu);
-            for (int i = 0; i < n; i++) mine[i]->queued = false;
             b->running = false;
             pthread_cond_broadcast(&b->cv);
         } else {
