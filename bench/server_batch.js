@@ -142,8 +142,9 @@ async function main() {
   const results = {};
   for (const parallel of [1, P]) {
     const srv = await startServer(dir, parallel);
-    await stream(srv.url, 'warm up', 8, 0);
     for (const draft of ['auto', 0]) {
+      // every slot warm (its --draft auto measurements made), as a server that has been serving
+      await Promise.all([...Array(parallel).keys()].map((i) => stream(srv.url, PROMPTS[i % PROMPTS.length], 48, draft)));
       for (const C of QUICK ? [1, 4] : [1, 2, 4, 8]) {
         const r = await load(srv.url, C, draft);
         results[`${parallel}/${draft}/${C}`] = r;
