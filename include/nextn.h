@@ -414,6 +414,10 @@ void nx_ctx_free(nx_ctx *c);
 int32_t nx_ctx_n_ctx(const nx_ctx *c);
 /* Positions the context's caches hold (the rows nx_generate may keep). */
 int32_t nx_ctx_n_past(const nx_ctx *c);
+/* Rows one forward call of the context takes at most (a prompt is prefilled in such chunks). */
+int32_t nx_ctx_n_batch_rows(const nx_ctx *c);
+/* Bytes the context holds: its caches and its scratch (roughly: what one more context costs). */
+size_t nx_ctx_bytes(const nx_ctx *c);
 
 /* Trunk forward over n tokens at positions n_past.. (teacher forcing). The context's KV cache
  * must hold exactly n_past rows before the call. Writes logits [n, vocab] if non-NULL. */
@@ -430,6 +434,35 @@ void nx_ctx_truncate(nx_ctx *c, int32_t n);
 /* Forgets what --draft auto has measured on this context (step costs, acceptance per draft
  * position), which otherwise carries over from one generation to the next. */
 void nx_ctx_reset_auto(nx_ctx *c);
+
+/* ---------------------------------------------------------------- batches of contexts */
+
+/* A batch runs the forwards of several contexts, each generating on its own thread, together
+ * (docs/design.md §15): when every busy member has a forward waiting, one of the waiting threads
+ * runs them all as ONE forward (each weight read once for every row; attention of each context
+ * over its own caches) and each gets the bits a forward of its context alone would give it. */
+typedef struct nx_batch nx_batch;
+
+/* A batch for up to max_seqs contexts of model m, with scratch for max_rows rows per forward
+ * (requests beyond them wait for the next one). */
+nx_status nx_batch_new(nx_model *m, int32_t max_seqs, int32_t max_rows, nx_batch **out, nx_error *err);
+/* Frees the batch (its contexts must be freed first, or be idle and never forward again). */
+void nx_batch_free(nx_batch *b);
+/* From now on c's forwards go through b (at most max_seqs contexts; false when full). */
+bool nx_batch_add(nx_batch *b, nx_ctx *c);
+/* Whether c's thread is generating: the batch waits for a forward of every busy context before
+ * it runs one (a busy thread must forward or become idle soon: set it idle around a wait). */
+void nx_batch_busy(nx_ctx *c, bool busy);
+
+/* What a batch has run: forwards by the number of contexts they held (n_by_seqs[i]: i contexts,
+ * i ≤ NX_BATCH_STAT_SEQS, the last counting every larger one), rows and seconds of all of them. */
+#define NX_BATCH_STAT_SEQS 16
+typedef struct nx_batch_stats {
+    int64_t n_by_seqs[NX_BATCH_STAT_SEQS + 1];
+    int64_t forwards, rows;
+    double seconds;
+} nx_batch_stats;
+void nx_batch_get_stats(nx_batch *b, nx_batch_stats *out);
 
 typedef enum nx_verify {
     NX_VERIFY_RESIDUAL = 0, /* Leviathan/Chen rejection sampling (default) */

@@ -101,6 +101,9 @@ static nx_kv layer_cache(char *base, size_t kper, const nx_config *cfg) {
     return (nx_kv){base, cfg->cache_v ? base + kper : NULL};
 }
 
+static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t logit_rows, nx_ctx **out,
+                         nx_error *err);
+
 nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     *out = NULL;
     const nx_config *cfg = &m->cfg;
@@ -108,11 +111,22 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     if (cfg->max_positions > 0 && n_ctx > cfg->max_positions)
         return nx_fail(err, NX_E_ARG, "context size %d exceeds the model's max_position_embeddings %lld",
                        n_ctx, (long long)cfg->max_positions);
+    return ctx_new(m, n_ctx, n_ctx < NX_DEFAULT_BATCH ? n_ctx : NX_DEFAULT_BATCH, 0, out, err);
+}
+
+nx_status nx_ctx_new_scratch(nx_model *m, int32_t rows, int32_t logit_rows, nx_ctx **out, nx_error *err) {
+    *out = NULL;
+    return ctx_new(m, 1, rows, logit_rows, out, err);
+}
+
+static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t logit_rows, nx_ctx **out,
+                         nx_error *err) {
+    const nx_config *cfg = &m->cfg;
     nx_ctx *c = calloc(1, sizeof *c);
     if (!c) return nx_fail(err, NX_E_NOMEM, "out of memory");
     c->m = m;
     c->n_ctx = n_ctx;
-    c->n_batch = n_ctx < NX_DEFAULT_BATCH ? n_ctx : NX_DEFAULT_BATCH;
+    c->n_batch = n_batch;
 
     const size_t H = (size_t)cfg->hidden_size, B = (size_t)c->n_batch, N = (size_t)n_ctx;
     const bool mla = cfg->attention == NX_ATTN_MLA;
@@ -200,6 +214,10 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     c->rows_w = zalloc(B * K, sizeof(float), &ok);
     c->xe = zalloc(B * K * H, sizeof(float), &ok);
     c->ye = zalloc(B * (K + 1) * H, sizeof(float), &ok);
+    if (logit_rows > 0) {
+        c->blogits = zalloc((size_t)logit_rows * (size_t)cfg->vocab_size, sizeof(float), &ok);
+        c->blogits_rows = logit_rows;
+    }
     if (!ok) {
         nx_ctx_free(c);
         return nx_fail(err, NX_E_NOMEM, "out of memory allocating a context of %d positions", n_ctx);
@@ -219,7 +237,7 @@ void nx_ctx_free(nx_ctx *c) {
     float *bufs[] = {c->mtp_in, c->mtp_out, c->x,      c->xn,     c->q,     c->k,     c->v,    c->att,
                      c->y,      c->g,       c->u,      c->hpre,   c->hpost, c->scores, c->router, c->selw,
                      c->rows_w, c->xe,      c->ye,     c->rope,   c->lat_q, c->lat_o, c->dn_x,  c->dn_qkv,
-                     c->dn_z,   c->dn_b,    c->dn_a,   c->dn_f,   c->dn_o,  c->qg,    c->sgate};
+                     c->dn_z,   c->dn_b,    c->dn_a,   c->dn_f,   c->dn_o,  c->qg,    c->sgate, c->blogits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tokens);
     free(c->slot);
@@ -264,6 +282,16 @@ void nx_ctx_set_sink(nx_ctx *c, const nx_fwd_sink *sink) {
 }
 
 nx_model *nx_ctx_model(const nx_ctx *c) { return c->m; }
+int32_t nx_ctx_n_batch_rows(const nx_ctx *c) { return c->n_batch; }
+
+size_t nx_ctx_bytes(const nx_ctx *c) {
+    const nx_config *cfg = &c->m->cfg;
+    const size_t H = (size_t)cfg->hidden_size, K = cfg->top_k > 0 ? (size_t)cfg->top_k : 1;
+    const size_t F = (size_t)(cfg->intermediate_size > cfg->expert_dim ? cfg->intermediate_size : cfg->expert_dim);
+    /* per row: the residual stream and its norms, hiddens, q/k/v/att, the experts' rows */
+    const size_t per_row = 9 * H + (size_t)cfg->n_heads * (size_t)cfg->head_dim * 3 + 2 * (K + 1) * F + (2 * K + 1) * H;
+    return c->kv_arena_bytes + (size_t)c->n_batch * per_row * sizeof(float);
+}
 int32_t nx_ctx_n_batch(const nx_ctx *c) { return c->n_batch; }
 bool nx_model_has_mtp(const nx_model *m) { return m->w.has_mtp; }
 

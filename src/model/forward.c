@@ -40,27 +40,28 @@ static double yarn_inv_freq(const nx_yarn *y, int32_t i, int32_t rot, double the
     return inter * ramp + extra * (1 - ramp);
 }
 
-/* cos and sin of the RoPE angles at positions pos0..pos0+T-1 into c->rope (per row of stride hd:
- * rot/2 cosines, then rot/2 sines), for rot rotated dims (partial rotary: the frequencies run
- * over the rotated dims, theta^(-2i/rot), as transformers and mlx-lm take them; under YaRN its
- * blend, and cos and sin times its attention factor); kept while the key matches, so the layers
- * of one forward call compute them once. */
-static const float *rope_table(nx_ctx *c, int32_t T, int32_t pos0, int32_t hd, int32_t rot, double theta) {
+/* cos and sin of the RoPE angles of every row of the segments (row r0 + t at position pos0 + t)
+ * into c->rope (per row of stride hd: rot/2 cosines, then rot/2 sines), for rot rotated dims
+ * (partial rotary: the frequencies run over the rotated dims, theta^(-2i/rot), as transformers
+ * and mlx-lm take them; under YaRN its blend, and cos and sin times its attention factor); kept
+ * for the forward call (c->serial), so its layers compute them once. A row's values depend on
+ * its position alone, whatever else shares the call. */
+static const float *rope_table(nx_ctx *c, const nx_seg *seg, int n_seg, int32_t hd, int32_t rot, double theta) {
     const int32_t half = rot / 2;
     const nx_yarn *y = &c->m->cfg.yarn;
-    if (c->rope_T == T && c->rope_pos0 == pos0 && c->rope_hd == rot && c->rope_theta == theta)
-        return c->rope;
+    if (c->rope_serial == c->serial && c->rope_hd == rot && c->rope_theta == theta) return c->rope;
     for (int32_t i = 0; i < half; i++) {
         const double inv = y->factor > 0 ? yarn_inv_freq(y, i, rot, theta) : pow(theta, -2.0 * i / rot);
         const double mag = y->factor > 0 ? y->attn_factor : 1.0;
-        for (int32_t t = 0; t < T; t++) {
-            double a = (double)(pos0 + t) * inv;
-            c->rope[(size_t)t * hd + i] = (float)(cos(a) * mag);
-            c->rope[(size_t)t * hd + half + i] = (float)(sin(a) * mag);
-        }
+        for (int si = 0; si < n_seg; si++)
+            for (int32_t t = 0; t < seg[si].T; t++) {
+                const double a = (double)(seg[si].pos0 + t) * inv;
+                const size_t r = (size_t)(seg[si].r0 + t);
+                c->rope[r * hd + i] = (float)(cos(a) * mag);
+                c->rope[r * hd + half + i] = (float)(sin(a) * mag);
+            }
     }
-    c->rope_T = T;
-    c->rope_pos0 = pos0;
+    c->rope_serial = c->serial;
     c->rope_hd = rot;
     c->rope_theta = theta;
     return c->rope;
@@ -94,15 +95,32 @@ static void add_bias(float *x, const float *b, int32_t n) {
 /* ---------------------------------------------------------------- attention */
 
 typedef struct attn_job {
-    nx_ctx *c;
+    nx_ctx *c;          /* the scratch: every row's q, k, v and results */
     const nx_layer *L;
-    nx_kv *kv;
+    const nx_seg *seg;  /* whose rows: each segment's keys and values go to its own caches */
+    int n_seg;
+    bool mtp;           /* the MTP layer's caches (else the trunk layer layer_slot's) */
+    int32_t layer_slot;
     const float *rope; /* rope_table of the rows */
-    int32_t T, pos0, n_heads, n_kv, hd;
+    int32_t T, n_heads, n_kv, hd;
     int32_t window; /* 0 = full */
-    int32_t lo_min; /* positions below this are not attended (an MTP cache fed from here on) */
     nx_matmul_task qkv[3], wo; /* the projections (attn_heads_worker) */
 } attn_job;
+
+/* The cache of segment s's context that this layer writes and attends over. */
+static nx_kv *seg_kv(const nx_seg *s, bool mtp, int32_t layer_slot) {
+    return mtp ? &s->kc->mtp_kv : &s->kc->kv[layer_slot];
+}
+
+/* Positions below this are not attended (an MTP cache fed from there on). */
+static int32_t seg_lo_min(const nx_seg *s, bool mtp) { return mtp ? s->kc->mtp_lo : 0; }
+
+/* The segment row t (of the whole call) belongs to. */
+static const nx_seg *seg_of(const nx_seg *seg, int n_seg, int32_t t) {
+    int i = 0;
+    while (i + 1 < n_seg && t >= seg[i + 1].r0) i++;
+    return &seg[i];
+}
 
 /* hd elements of a key or value row into a cache row of dtype dt. */
 static void cache_put(nx_dtype dt, void *row, const float *src, int32_t hd) {
@@ -115,8 +133,8 @@ static void cache_put(nx_dtype dt, void *row, const float *src, int32_t hd) {
 }
 
 /* Biases, q/k-norm and RoPE on row t's query and key heads of kv head h (each query head with
- * the kv head it shares), then its key and value into the cache at pos0 + t. */
-static void qk_post(const attn_job *j, int32_t t, int64_t h) {
+ * the kv head it shares), then its key and value into its segment's cache at its position. */
+static void qk_post(const attn_job *j, const nx_seg *sg, int32_t t, int64_t h) {
     nx_ctx *c = j->c;
     const nx_layer *L = j->L;
     const float eps = c->m->cfg.rms_eps;
@@ -135,8 +153,10 @@ static void qk_post(const attn_job *j, int32_t t, int64_t h) {
     if (L->bv) add_bias(v, L->bv + (size_t)h * hd, hd);
     if (L->k_norm) nx_rmsnorm_f32(k, L->k_norm, eps, hd, k);
     rope_apply(k, rot, cs_sn, c->m->cfg.rope_pairs);
-    cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, h, j->pos0 + t), k, hd);
-    cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->v, h, j->pos0 + t), v, hd);
+    const nx_kv *kv = seg_kv(sg, j->mtp, j->layer_slot);
+    const int32_t pos = sg->pos0 + (t - sg->r0);
+    cache_put(c->m->kv_dtype, nx_kv_row(sg->kc, kv->k, h, pos), k, hd);
+    cache_put(c->m->kv_dtype, nx_kv_row(sg->kc, kv->v, h, pos), v, hd);
 }
 
 /* The first cached position the row at pos attends to (sliding window, MTP cache start). */
@@ -145,32 +165,35 @@ static int32_t attn_lo_of(int32_t window, int32_t lo_min, int32_t pos) {
     return lo < lo_min ? lo_min : lo;
 }
 
-static int32_t attn_lo(const attn_job *j, int32_t pos) { return attn_lo_of(j->window, j->lo_min, pos); }
+/* Thread ith's score rows in context kc ((rows, kc->n_ctx): a row attends to at most n_ctx
+ * positions of that context's cache). */
+static float *thread_scores(const nx_ctx *kc, int32_t rows, int ith) {
+    return kc->scores + (size_t)ith * (size_t)rows * (size_t)kc->n_ctx;
+}
 
 /* Row t's attention for the query heads of kv head kvh (computed together, so each cached key
- * and value is read once for all of them), with the (group, n_ctx) score scratch sc. */
-static void attend(const attn_job *j, float *sc, int32_t t, int32_t kvh) {
-    nx_ctx *c = j->c;
+ * and value is read once for all of them), over its segment's cache, with thread ith's score
+ * scratch in that segment's context. */
+static void attend(const attn_job *j, const nx_seg *sg, int ith, int32_t t, int32_t kvh) {
+    nx_ctx *c = j->c, *kc = sg->kc;
     const int32_t qw = j->n_heads * j->hd, group = j->n_heads / j->n_kv;
-    const int32_t pos = j->pos0 + t, lo = attn_lo(j, pos);
+    const int32_t pos = sg->pos0 + (t - sg->r0), lo = attn_lo_of(j->window, seg_lo_min(sg, j->mtp), pos);
     const int32_t n = pos + 1 - lo;
     const nx_dtype kt = c->m->kv_dtype;
+    const nx_kv *kv = seg_kv(sg, j->mtp, j->layer_slot);
+    float *sc = thread_scores(kc, group, ith);
     const float *qv = c->q + (size_t)t * qw + (size_t)kvh * group * j->hd;
-    nx_attn_scores(qv, group, nx_kv_row(c, j->kv->k, kvh, lo), kt, j->hd, n, j->hd, 1.0f / sqrtf((float)j->hd), sc,
-                   c->n_ctx);
-    for (int32_t h = 0; h < group; h++) nx_softmax_f32(sc + (size_t)h * c->n_ctx, n);
+    nx_attn_scores(qv, group, nx_kv_row(kc, kv->k, kvh, lo), kt, j->hd, n, j->hd, 1.0f / sqrtf((float)j->hd), sc,
+                   kc->n_ctx);
+    for (int32_t h = 0; h < group; h++) nx_softmax_f32(sc + (size_t)h * kc->n_ctx, n);
     float *o = c->att + (size_t)t * qw + (size_t)kvh * group * j->hd;
     memset(o, 0, sizeof(float) * (size_t)group * (size_t)j->hd);
-    nx_attn_accum(sc, c->n_ctx, group, nx_kv_row(c, j->kv->v, kvh, lo), kt, j->hd, n, j->hd, o);
+    nx_attn_accum(sc, kc->n_ctx, group, nx_kv_row(kc, kv->v, kvh, lo), kt, j->hd, n, j->hd, o);
     if (c->m->cfg.attn_gate) /* o x σ(gate), the gate being each head's second half of q_proj */
         for (int32_t h = 0; h < group; h++) {
             const float *gt = c->qg + (size_t)t * 2 * qw + ((size_t)kvh * group + h) * 2 * j->hd + j->hd;
             for (int32_t i = 0; i < j->hd; i++) o[h * j->hd + i] *= 1.0f / (1.0f + expf(-gt[i]));
         }
-}
-
-static float *thread_scores(const attn_job *j, int ith) {
-    return j->c->scores + (size_t)ith * (size_t)(j->n_heads / j->n_kv) * j->c->n_ctx;
 }
 
 /* The cached keys and values the attention over kv heads [h0, h1) reads first (up to KV_PF_BYTES
@@ -179,16 +202,19 @@ static float *thread_scores(const attn_job *j, int ith) {
  * projections) to hint along their weights (side spans), so they arrive meanwhile. */
 #define KV_PF_BYTES 8192
 static int kv_prefetch(const attn_job *j, int64_t h0, int64_t h1, nx_span sp[NX_SIDE_SPANS]) {
-    const nx_ctx *c = j->c;
-    const int32_t lo = attn_lo(j, j->pos0);
-    if (j->pos0 <= lo) return 0;
-    const size_t hb = (size_t)j->hd * nx_dtype_size(c->m->kv_dtype);
-    size_t bytes = (size_t)(j->pos0 - lo) * hb;
-    if (bytes > KV_PF_BYTES) bytes = KV_PF_BYTES;
     int n = 0;
-    for (int64_t h = h0; h < h1 && n + 2 <= NX_SIDE_SPANS; h++) {
-        sp[n++] = (nx_span){nx_kv_row(c, j->kv->k, h, lo), bytes};
-        sp[n++] = (nx_span){nx_kv_row(c, j->kv->v, h, lo), bytes};
+    for (int si = 0; si < j->n_seg; si++) {
+        const nx_seg *sg = &j->seg[si];
+        const nx_kv *kv = seg_kv(sg, j->mtp, j->layer_slot);
+        const int32_t lo = attn_lo_of(j->window, seg_lo_min(sg, j->mtp), sg->pos0);
+        if (sg->pos0 <= lo) continue;
+        const size_t hb = (size_t)j->hd * nx_dtype_size(j->c->m->kv_dtype);
+        size_t bytes = (size_t)(sg->pos0 - lo) * hb;
+        if (bytes > KV_PF_BYTES) bytes = KV_PF_BYTES;
+        for (int64_t h = h0; h < h1 && n + 2 <= NX_SIDE_SPANS; h++) {
+            sp[n++] = (nx_span){nx_kv_row(sg->kc, kv->k, h, lo), bytes};
+            sp[n++] = (nx_span){nx_kv_row(sg->kc, kv->v, h, lo), bytes};
+        }
     }
     return n;
 }
@@ -213,29 +239,38 @@ static void attn_heads_worker(void *arg, int ith, int nth) {
     nx_matmul_shares_work(j->qkv, 3, pool, ith, nth, sp, by_heads ? kv_prefetch(j, b, e, sp) : 0);
     nx_pool_barrier(pool, nth); /* every head's q, k and v */
     if (by_heads) {
-        for (int32_t t = 0; t < j->T; t++)
-            for (long long h = b; h < e; h++) qk_post(j, t, h);
-        for (int32_t t = 0; t < j->T; t++)
-            for (long long h = b; h < e; h++) attend(j, thread_scores(j, ith), t, (int32_t)h);
+        for (int si = 0; si < j->n_seg; si++) {
+            const nx_seg *sg = &j->seg[si];
+            for (int32_t t = sg->r0; t < sg->r0 + sg->T; t++)
+                for (long long h = b; h < e; h++) qk_post(j, sg, t, h);
+            for (int32_t t = sg->r0; t < sg->r0 + sg->T; t++)
+                for (long long h = b; h < e; h++) attend(j, sg, ith, t, (int32_t)h);
+        }
     } else {
-        for (long long it = b; it < e; it++) qk_post(j, (int32_t)(it / j->n_kv), it % j->n_kv);
+        for (long long it = b; it < e; it++) {
+            const int32_t t = (int32_t)(it / j->n_kv);
+            qk_post(j, seg_of(j->seg, j->n_seg, t), t, it % j->n_kv);
+        }
         nx_pool_barrier(pool, nth); /* every row's keys and values cached */
-        for (long long it = b; it < e; it++)
-            attend(j, thread_scores(j, ith), (int32_t)(it / j->n_kv), (int32_t)(it % j->n_kv));
+        for (long long it = b; it < e; it++) {
+            const int32_t t = (int32_t)(it / j->n_kv);
+            attend(j, seg_of(j->seg, j->n_seg, t), ith, t, (int32_t)(it % j->n_kv));
+        }
     }
     if (ith == 0) nx_matmul_shares_reset(&j->wo, 1, pool, nth);
     nx_pool_barrier(pool, nth); /* every head's result, and the output projection's shares */
     nx_matmul_shares_work(&j->wo, 1, pool, ith, nth, NULL, 0);
 }
 
-/* xn (T, H) → c->y (T, H). Appends the rows' keys/values at pos0.. to kv. */
-static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_t pos0,
-                      int32_t window, int32_t lo_min, double theta) {
+/* xn (T, H) → c->y (T, H). Appends each segment's keys/values at its positions to its caches. */
+static void attention(nx_ctx *c, const nx_layer *L, const nx_seg *seg, int n_seg, bool mtp, int32_t layer_slot,
+                      int32_t T, int32_t window, double theta) {
     const nx_config *cfg = &c->m->cfg;
     const int32_t H = cfg->hidden_size, hd = cfg->head_dim, nh = cfg->n_heads, nkv = cfg->n_kv_heads;
     const int32_t qw = nh * hd, kvw = nkv * hd;
     nx_pool *pool = c->m->pool;
-    const attn_job j = {c, L, kv, rope_table(c, T, pos0, hd, cfg->rotary_dim, theta), T, pos0, nh, nkv, hd, window, lo_min,
+    const attn_job j = {c, L, seg, n_seg, mtp, layer_slot, rope_table(c, seg, n_seg, hd, cfg->rotary_dim, theta), T,
+                        nh, nkv, hd, window,
                         .qkv = {{&L->wq, c->xn, H, T, cfg->attn_gate ? c->qg : c->q, cfg->attn_gate ? 2 * qw : qw},
                                 {&L->wk, c->xn, H, T, c->k, kvw},
                                 {&L->wv, c->xn, H, T, c->v, kvw}},
@@ -256,9 +291,12 @@ static void attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
 typedef struct mla_job {
     nx_ctx *c;
     const nx_layer *L;
-    nx_kv *kv;
+    const nx_seg *seg;
+    int n_seg;
+    bool mtp;
+    int32_t layer_slot;
     const float *rope;
-    int32_t T, pos0, window, lo_min;
+    int32_t T, window;
     nx_matmul_task in[2], qb, wo;
 } mla_job;
 
@@ -275,14 +313,16 @@ static void mla_rows(const mla_job *j, int32_t t) {
     }
     nx_rmsnorm_f32(kv, a->kv_a_norm, cfg->rms_eps, m->kv_lora_rank, kv);
     rope_apply(kv + m->kv_lora_rank, m->qk_rope, j->rope + (size_t)t * cfg->head_dim, cfg->rope_pairs);
-    cache_put(c->m->kv_dtype, nx_kv_row(c, j->kv->k, 0, j->pos0 + t), kv, cfg->cache_k);
+    const nx_seg *sg = seg_of(j->seg, j->n_seg, t);
+    cache_put(c->m->kv_dtype, nx_kv_row(sg->kc, seg_kv(sg, j->mtp, j->layer_slot)->k, 0, sg->pos0 + (t - sg->r0)), kv,
+              cfg->cache_k);
 }
 
-/* Heads [h0, h1) of every row: the queries into the latent space, attention over the cache,
- * and the results out of it, with the thread's scratch s and score rows sc. Each head's rows of
+/* Heads [h0, h1) of every row: the queries into the latent space, attention over its segment's
+ * cache, and the results out of it, with thread ith's scratch s and score rows. Each head's rows of
  * wk_b (wv_b) multiply that head's own input: block-diagonal products, one call over the
  * thread's heads each (nx_matmul_blocks: the same bits as a call per head). */
-static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, float *sc) {
+static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, int ith) {
     nx_ctx *c = j->c;
     const nx_config *cfg = &c->m->cfg;
     const nx_mla *m = &cfg->mla;
@@ -300,13 +340,17 @@ static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, 
     }
     const nx_dtype kt = c->m->kv_dtype;
     for (int32_t t = 0; t < j->T; t++) {
-        const int32_t pos = j->pos0 + t, lo = attn_lo_of(j->window, j->lo_min, pos), n = pos + 1 - lo;
-        const void *rows = nx_kv_row(c, j->kv->k, 0, lo);
-        nx_attn_scores(c->lat_q + ((size_t)t * nh + h0) * ck, g, rows, kt, ck, n, ck, m->scale, sc, c->n_ctx);
-        for (int64_t h = 0; h < g; h++) nx_softmax_f32(sc + h * c->n_ctx, n);
+        const nx_seg *sg = seg_of(j->seg, j->n_seg, t);
+        nx_ctx *kc = sg->kc;
+        const int32_t pos = sg->pos0 + (t - sg->r0), lo = attn_lo_of(j->window, seg_lo_min(sg, j->mtp), pos);
+        const int32_t n = pos + 1 - lo;
+        const void *rows = nx_kv_row(kc, seg_kv(sg, j->mtp, j->layer_slot)->k, 0, lo);
+        float *sc = thread_scores(kc, (int32_t)nh, ith);
+        nx_attn_scores(c->lat_q + ((size_t)t * nh + h0) * ck, g, rows, kt, ck, n, ck, m->scale, sc, kc->n_ctx);
+        for (int64_t h = 0; h < g; h++) nx_softmax_f32(sc + h * kc->n_ctx, n);
         float *o = c->lat_o + ((size_t)t * nh + h0) * r;
         memset(o, 0, sizeof(float) * (size_t)(g * r));
-        nx_attn_accum(sc, c->n_ctx, g, rows, kt, ck, n, r, o);
+        nx_attn_accum(sc, kc->n_ctx, g, rows, kt, ck, n, r, o);
     }
     const nx_linear wv = nx_linear_rows(&a->wv_b, a->wv_b_off, a->wv_b.out - a->wv_b_off);
     const nx_blocks vb = {&wv, a->wv_b_stride, vd, c->lat_o, r, nh * r, j->T, c->att, vd, nh * vd};
@@ -333,21 +377,22 @@ static void mla_worker(void *arg, int ith, int nth) {
     }
     const int32_t nh = j->c->m->cfg.n_heads;
     nx_pool_split(nh, ith, nth, &b, &e);
-    if (b < e) mla_heads(j, b, e, nx_kscratch_of(pool, ith), j->c->scores + (size_t)ith * (size_t)nh * j->c->n_ctx);
+    if (b < e) mla_heads(j, b, e, nx_kscratch_of(pool, ith), ith);
     if (ith == 0) nx_matmul_shares_reset(&j->wo, 1, pool, nth);
     nx_pool_barrier(pool, nth); /* every head's result, and the output projection's shares */
     nx_matmul_shares_work(&j->wo, 1, pool, ith, nth, NULL, 0);
 }
 
-/* xn (T, H) → c->y (T, H). Appends the rows' latent cache rows at pos0.. to kv. */
-static void mla_attention(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_t pos0, int32_t window,
-                          int32_t lo_min, double theta) {
+/* xn (T, H) → c->y (T, H). Appends each segment's latent cache rows at its positions to its caches. */
+static void mla_attention(nx_ctx *c, const nx_layer *L, const nx_seg *seg, int n_seg, bool mtp, int32_t layer_slot,
+                          int32_t T, int32_t window, double theta) {
     const nx_config *cfg = &c->m->cfg;
     const nx_mla *m = &cfg->mla;
     const int32_t H = cfg->hidden_size, nh = cfg->n_heads, qw = nh * cfg->head_dim;
     nx_pool *pool = c->m->pool;
     const bool lora = m->q_lora_rank > 0;
-    const mla_job j = {c, L, kv, rope_table(c, T, pos0, cfg->head_dim, m->qk_rope, theta), T, pos0, window, lo_min,
+    const mla_job j = {c, L, seg, n_seg, mtp, layer_slot, rope_table(c, seg, n_seg, cfg->head_dim, m->qk_rope, theta),
+                       T, window,
                        .in = {lora ? (nx_matmul_task){&L->mla.wq_a, c->xn, H, T, c->k, m->q_lora_rank}
                                    : (nx_matmul_task){&L->wq, c->xn, H, T, c->q, qw},
                               {&L->mla.wkv_a, c->xn, H, T, c->v, cfg->cache_k}},
@@ -1014,18 +1059,18 @@ static void moe(nx_ctx *c, const nx_moe *M, int32_t T, int32_t layer_slot) {
 
 /* ---------------------------------------------------------------- decoder layer */
 
-void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_t pos0,
-                      int32_t window, double theta, int32_t layer_slot) {
+void nx_layer_forward(nx_ctx *c, const nx_layer *L, const nx_seg *seg, int n_seg, int32_t window, double theta,
+                      int32_t layer_slot) {
     const nx_config *cfg = &c->m->cfg;
-    const int32_t H = cfg->hidden_size;
+    const int32_t H = cfg->hidden_size, T = seg[n_seg - 1].r0 + seg[n_seg - 1].T;
+    const bool mtp = layer_slot == cfg->n_layers;
     nx_traffic *tr = &c->traffic;
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm_f32(c->x + (size_t)t * H, L->attn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
     const double t0 = nx_now_s();
-    const int32_t lo_min = kv == &c->mtp_kv ? c->mtp_lo : 0;
-    if (L->linear) nx_dn_forward(c, L, T);
-    else if (cfg->attention == NX_ATTN_MLA) mla_attention(c, L, kv, T, pos0, window, lo_min, theta);
-    else attention(c, L, kv, T, pos0, window, lo_min, theta);
+    if (L->linear) nx_dn_forward(c, L, T); /* one segment: the scratch's own (nx_forward_run) */
+    else if (cfg->attention == NX_ATTN_MLA) mla_attention(c, L, seg, n_seg, mtp, layer_slot, T, window, theta);
+    else attention(c, L, seg, n_seg, mtp, layer_slot, T, window, theta);
     const double t1 = nx_now_s();
     tr->phase_s[NX_PHASE_ATTN] += t1 - t0;
     tr->phase_bytes[NX_PHASE_ATTN] += (double)nx_attn_bytes(L);
@@ -1043,121 +1088,240 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_
     nx_axpy_f32(1.0f, c->y, c->x, (int64_t)T * H); /* x += y, the same bits */
 }
 
-/* ---------------------------------------------------------------- trunk */
+/* ---------------------------------------------------------------- trunk and MTP forwards */
 
-nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *logits,
-                           int32_t logits_from, nx_error *err) {
+static bool req_fail(nx_fwd_req *r, nx_status st) {
+    r->st = st;
+    return false;
+}
+
+/* Whether request r can run: its row count, its context's room, its tokens (else r->st and
+ * r->err say why, and nothing has changed). */
+static bool req_check(nx_fwd_req *r) {
+    const nx_ctx *c = r->c;
     const nx_model *m = c->m;
-    const nx_config *cfg = &m->cfg;
-    const int32_t H = cfg->hidden_size, V = cfg->vocab_size;
-    if (T <= 0 || T > c->n_batch)
-        return nx_fail(err, NX_E_ARG, "forward: %d rows (1..%d allowed)", T, c->n_batch);
-    if (c->n_past + T > c->n_ctx)
-        return nx_fail(err, NX_E_ARG, "context full: %d + %d tokens exceed the context of %d",
-                       c->n_past, T, c->n_ctx);
-    for (int32_t t = 0; t < T; t++) {
-        if (tokens[t] < 0 || tokens[t] >= V)
-            return nx_fail(err, NX_E_ARG, "token id %d out of range (vocabulary %d)", tokens[t], V);
-        nx_linear_get_row(&m->w.embed, tokens[t], c->x + (size_t)t * H);
+    const int32_t V = m->cfg.vocab_size;
+    if (r->mtp) {
+        if (!m->w.has_mtp) return req_fail(r, nx_fail(r->err, NX_E_STATE, "this model has no MTP head"));
+        if (r->T <= 0 || r->T > c->n_batch)
+            return req_fail(r, nx_fail(r->err, NX_E_ARG, "MTP forward: %d rows (1..%d allowed)", r->T, c->n_batch));
+        if (r->pos0 != c->mtp_past || r->pos0 + r->T > c->n_ctx)
+            return req_fail(r, nx_fail(r->err, NX_E_STATE, "MTP rows at %d..%d do not follow its cache of %d rows",
+                                       r->pos0, r->pos0 + r->T - 1, c->mtp_past));
+    } else {
+        if (r->T <= 0 || r->T > c->n_batch)
+            return req_fail(r, nx_fail(r->err, NX_E_ARG, "forward: %d rows (1..%d allowed)", r->T, c->n_batch));
+        if (c->n_past + r->T > c->n_ctx)
+            return req_fail(r, nx_fail(r->err, NX_E_ARG, "context full: %d + %d tokens exceed the context of %d",
+                                       c->n_past, r->T, c->n_ctx));
     }
-    memset(&c->traffic, 0, sizeof c->traffic);
-    const int32_t pos0 = c->n_past;
-    memcpy(c->tokens + pos0, tokens, sizeof(int32_t) * (size_t)T);
-    nx_dn_begin(c, T);
-    int32_t l0 = 0, l1 = cfg->n_layers; /* a split model's rank runs its own layers (split.h) */
-    nx_status st = m->dist ? nx_split_trunk_in(c, tokens, T, logits ? logits_from : T, &l0, &l1, err) : NX_OK;
-    for (int32_t l = l0; l < l1 && st == NX_OK; l++)
-        nx_layer_forward(c, &m->w.layers[l], &c->kv[l], T, pos0, 0, cfg->rope_theta, l);
-    if (st != NX_OK || (m->dist && (st = nx_split_trunk_pass(c, T, err)) != NX_OK)) return st;
-    nx_dn_end(c, pos0, T);
-    c->n_past += T;
+    for (int32_t t = 0; t < r->T; t++)
+        if (r->tokens[t] < 0 || r->tokens[t] >= V)
+            return req_fail(r, nx_fail(r->err, NX_E_ARG, "token id %d out of range (vocabulary %d)", r->tokens[t], V));
+    r->st = NX_OK;
+    return true;
+}
+
+/* Logits through head W (its first W->out rows; row stride V) of each request's rows
+ * [logits_from, T) of s->hpost: one matmul over the rows of every request that wants some, so
+ * the head's weights are read once, when they fit s->blogits; else one per request. */
+static void head_logits(nx_ctx *s, const nx_seg *seg, nx_fwd_req *const *live, int ns, const nx_linear *W) {
+    const int32_t H = s->m->cfg.hidden_size, V = s->m->cfg.vocab_size;
+    int32_t nr = 0;
+    int want = 0;
+    for (int i = 0; i < ns; i++)
+        if (live[i]->logits && live[i]->logits_from < seg[i].T) nr += seg[i].T - live[i]->logits_from, want++;
+    if (want == 0) return;
+    if (want == 1 || nr > s->blogits_rows) {
+        for (int i = 0; i < ns; i++) {
+            const int32_t from = live[i]->logits_from;
+            if (live[i]->logits && from < seg[i].T)
+                nx_matmul(W, s->hpost + (size_t)(seg[i].r0 + from) * H, H, seg[i].T - from, live[i]->logits, V,
+                          s->m->pool);
+        }
+        return;
+    }
+    int32_t at = 0;
+    for (int i = 0; i < ns; i++) { /* gathered into xn, free once the layers are done */
+        const int32_t from = live[i]->logits_from, n = seg[i].T - from;
+        if (!live[i]->logits || n <= 0) continue;
+        memcpy(s->xn + (size_t)at * H, s->hpost + (size_t)(seg[i].r0 + from) * H, sizeof(float) * (size_t)n * H);
+        at += n;
+    }
+    nx_matmul(W, s->xn, H, nr, s->blogits, V, s->m->pool);
+    at = 0;
+    for (int i = 0; i < ns; i++) {
+        const int32_t n = seg[i].T - live[i]->logits_from;
+        if (!live[i]->logits || n <= 0) continue;
+        memcpy(live[i]->logits, s->blogits + (size_t)at * V, sizeof(float) * (size_t)n * V);
+        at += n;
+    }
+}
+
+/* A split model (m->dist, split.h) forwards each context alone (its contexts join no batch):
+ * the hooks below then act for live[0], the only request. */
+static void trunk_run(nx_ctx *s, const nx_seg *seg, nx_fwd_req *const *live, int ns) {
+    const nx_model *m = s->m;
+    const nx_config *cfg = &m->cfg;
+    const int32_t H = cfg->hidden_size, V = cfg->vocab_size, T = seg[ns - 1].r0 + seg[ns - 1].T;
+    const bool own = ns == 1 && seg[0].kc == s; /* recurrent states: a context's own forward only */
+    nx_fwd_req *r0 = live[0];
+    s->serial++;
+    for (int i = 0; i < ns; i++) {
+        for (int32_t t = 0; t < seg[i].T; t++)
+            nx_linear_get_row(&m->w.embed, live[i]->tokens[t], s->x + (size_t)(seg[i].r0 + t) * H);
+        memcpy(seg[i].kc->tokens + seg[i].pos0, live[i]->tokens, sizeof(int32_t) * (size_t)seg[i].T);
+    }
+    memset(&s->traffic, 0, sizeof s->traffic);
+    if (own) nx_dn_begin(s, T);
+    int32_t l0 = 0, l1 = cfg->n_layers; /* a split model's rank runs its own layers */
+    if (m->dist && (r0->st = nx_split_trunk_in(s, r0->tokens, T, r0->logits ? r0->logits_from : T, &l0, &l1,
+                                               r0->err)) != NX_OK)
+        return;
+    for (int32_t l = l0; l < l1; l++) nx_layer_forward(s, &m->w.layers[l], seg, ns, 0, cfg->rope_theta, l);
+    if (m->dist && (r0->st = nx_split_trunk_pass(s, T, r0->err)) != NX_OK) return;
+    if (own) nx_dn_end(s, seg[0].pos0, T);
+    for (int i = 0; i < ns; i++) seg[i].kc->n_past += seg[i].T;
 
     const double t0 = nx_now_s();
-    const bool head = nx_split_has_head(m);
-    if (head) {
-        memcpy(c->hpre, c->x, sizeof(float) * (size_t)T * H);
+    if (nx_split_has_head(m)) {
+        memcpy(s->hpre, s->x, sizeof(float) * (size_t)T * H);
         for (int32_t t = 0; t < T; t++)
-            nx_rmsnorm_f32(c->x + (size_t)t * H, m->w.final_norm, cfg->rms_eps, H, c->hpost + (size_t)t * H);
-        const float *fed = m->wiring.hidden == NX_MTP_HIDDEN_PRE_NORM ? c->hpre : c->hpost;
-        memcpy(c->hidden + (size_t)pos0 * H, fed, sizeof(float) * (size_t)T * H);
+            nx_rmsnorm_f32(s->x + (size_t)t * H, m->w.final_norm, cfg->rms_eps, H, s->hpost + (size_t)t * H);
+        const float *fed = m->wiring.hidden == NX_MTP_HIDDEN_PRE_NORM ? s->hpre : s->hpost;
+        for (int i = 0; i < ns; i++)
+            memcpy(seg[i].kc->hidden + (size_t)seg[i].pos0 * H, fed + (size_t)seg[i].r0 * H,
+                   sizeof(float) * (size_t)seg[i].T * H);
+        head_logits(s, seg, live, ns, &m->w.lm_head);
     }
-
-    if (logits && logits_from < T) {
-        if (head) {
-            nx_matmul(&m->w.lm_head, c->hpost + (size_t)logits_from * H, H, T - logits_from, logits, V, m->pool);
-            c->traffic.phase_bytes[NX_PHASE_HEAD] += (double)nx_linear_bytes(&m->w.lm_head);
-        }
-        if (m->dist && (st = nx_split_logits(c, logits, T - logits_from, err)) != NX_OK) return st;
-        const nx_status s = nx_logits_check(logits, T - logits_from, V, V, "trunk", err);
-        if (s != NX_OK) { /* the rows behind them are no better: the context forgets them */
-            nx_ctx_truncate(c, pos0);
-            return s;
-        }
+    if (m->dist && r0->logits && r0->logits_from < T &&
+        (r0->st = nx_split_logits(s, r0->logits, T - r0->logits_from, r0->err)) != NX_OK)
+        return;
+    bool any = false;
+    for (int i = 0; i < ns; i++) {
+        nx_fwd_req *r = live[i];
+        if (!r->logits || r->logits_from >= seg[i].T) continue;
+        any = true;
+        r->st = nx_logits_check(r->logits, seg[i].T - r->logits_from, V, V, "trunk", r->err);
+        if (r->st != NX_OK) nx_ctx_truncate(r->c, seg[i].pos0); /* the rows behind them are no better */
     }
-    c->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
-    if (m->dist) nx_split_traffic(c);
-    if (c->sink.forward) c->sink.forward(c->sink.user, false, T, &c->traffic);
-    return NX_OK;
+    if (any && nx_split_has_head(m)) s->traffic.phase_bytes[NX_PHASE_HEAD] += (double)nx_linear_bytes(&m->w.lm_head);
+    s->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
+    if (m->dist) nx_split_traffic(s);
+    for (int i = 0; i < ns; i++)
+        if (live[i]->st == NX_OK && live[i]->c->sink.forward)
+            live[i]->c->sink.forward(live[i]->c->sink.user, false, seg[i].T, &s->traffic);
 }
 
 /* ---------------------------------------------------------------- MTP head */
 
-nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, int32_t R,
-                         int32_t pos0, float *logits, int32_t logits_from, nx_error *err) {
-    const nx_model *m = c->m;
+/* Row r of an MTP request into mtp_in: [enorm(embed(token)) ; hnorm(hidden)] (or hidden first). */
+static void mtp_input(nx_ctx *s, const nx_fwd_req *q, int32_t r, float *row) {
+    const nx_model *m = s->m;
     const nx_config *cfg = &m->cfg;
     const nx_mtp_weights *mw = &m->w.mtp;
-    const int32_t H = cfg->hidden_size, V = cfg->vocab_size;
-    if (!m->w.has_mtp) return nx_fail(err, NX_E_STATE, "this model has no MTP head");
-    if (R <= 0 || R > c->n_batch)
-        return nx_fail(err, NX_E_ARG, "MTP forward: %d rows (1..%d allowed)", R, c->n_batch);
-    if (pos0 != c->mtp_past || pos0 + R > c->n_ctx)
-        return nx_fail(err, NX_E_STATE, "MTP rows at %d..%d do not follow its cache of %d rows",
-                       pos0, pos0 + R - 1, c->mtp_past);
+    const int32_t H = cfg->hidden_size;
     const bool embed_first = m->wiring.concat != NX_MTP_CONCAT_HIDDEN_FIRST;
     const nx_linear *embed = mw->embed.w ? &mw->embed : &m->w.embed;
-    for (int32_t r = 0; r < R; r++) {
-        if (tokens[r] < 0 || tokens[r] >= V)
-            return nx_fail(err, NX_E_ARG, "token id %d out of range (vocabulary %d)", tokens[r], V);
-        float *row = c->mtp_in + (size_t)r * 2 * H;
-        float *e = row + (embed_first ? 0 : H), *h = row + (embed_first ? H : 0);
-        if (cfg->mtp.zero_pos0 && pos0 + r == 0)
-            memset(e, 0, sizeof(float) * (size_t)H);
-        else
-            nx_linear_get_row(embed, tokens[r], e);
-        nx_rmsnorm_f32(e, mw->enorm, cfg->rms_eps, H, e);
-        if (m->wiring.hnorm)
-            nx_rmsnorm_f32(hidden + (size_t)r * H, mw->hnorm, cfg->rms_eps, H, h);
-        else
-            memcpy(h, hidden + (size_t)r * H, sizeof(float) * (size_t)H);
+    float *e = row + (embed_first ? 0 : H), *h = row + (embed_first ? H : 0);
+    if (cfg->mtp.zero_pos0 && q->pos0 + r == 0)
+        memset(e, 0, sizeof(float) * (size_t)H);
+    else
+        nx_linear_get_row(embed, q->tokens[r], e);
+    nx_rmsnorm_f32(e, mw->enorm, cfg->rms_eps, H, e);
+    if (m->wiring.hnorm)
+        nx_rmsnorm_f32(q->hidden + (size_t)r * H, mw->hnorm, cfg->rms_eps, H, h);
+    else
+        memcpy(h, q->hidden + (size_t)r * H, sizeof(float) * (size_t)H);
+}
+
+static void mtp_run(nx_ctx *s, const nx_seg *seg, nx_fwd_req *const *live, int ns) {
+    const nx_model *m = s->m;
+    const nx_config *cfg = &m->cfg;
+    const nx_mtp_weights *mw = &m->w.mtp;
+    const int32_t H = cfg->hidden_size, V = cfg->vocab_size, R = seg[ns - 1].r0 + seg[ns - 1].T;
+    nx_fwd_req *r0 = live[0]; /* a split model's only request (trunk_run) */
+    s->serial++;
+    for (int i = 0; i < ns; i++)
+        for (int32_t r = 0; r < seg[i].T; r++) mtp_input(s, live[i], r, s->mtp_in + (size_t)(seg[i].r0 + r) * 2 * H);
+    memset(&s->traffic, 0, sizeof s->traffic);
+    if (m->dist) { /* the head runs on one rank */
+        bool here = true;
+        r0->st = nx_split_mtp_in(s, r0->hidden, r0->tokens, R, r0->pos0, r0->logits ? r0->logits_from : R, &here,
+                                 r0->err);
+        if (r0->st == NX_OK && !here) r0->st = nx_split_mtp_elsewhere(s, R, r0->logits, r0->logits_from, r0->err);
+        if (r0->st != NX_OK || !here) return;
     }
-    memset(&c->traffic, 0, sizeof c->traffic);
-    bool here = true; /* a split model computes the head on one rank (split.h) */
-    nx_status st = m->dist ? nx_split_mtp_in(c, hidden, tokens, R, pos0, logits ? logits_from : R, &here, err) : NX_OK;
-    if (st != NX_OK || !here) return st != NX_OK ? st : nx_split_mtp_elsewhere(c, R, logits, logits_from, err);
-    nx_matmul(&mw->eh_proj, c->mtp_in, 2 * H, R, c->x, H, m->pool);
-    double theta = m->wiring.rope_theta > 0 ? m->wiring.rope_theta : cfg->rope_theta;
-    nx_layer_forward(c, &mw->layer, &c->mtp_kv, R, pos0, m->wiring.sliding_window, theta,
-                     cfg->n_layers);
-    if (m->dist && (st = nx_split_failed(c, err)) != NX_OK) return st;
-    c->mtp_past += R;
+    nx_matmul(&mw->eh_proj, s->mtp_in, 2 * H, R, s->x, H, m->pool);
+    const double theta = m->wiring.rope_theta > 0 ? m->wiring.rope_theta : cfg->rope_theta;
+    nx_layer_forward(s, &mw->layer, seg, ns, m->wiring.sliding_window, theta, cfg->n_layers);
+    if (m->dist && (r0->st = nx_split_failed(s, r0->err)) != NX_OK) return;
     for (int32_t r = 0; r < R; r++)
-        nx_rmsnorm_f32(c->x + (size_t)r * H, mw->final_norm, cfg->rms_eps, H, c->hpost + (size_t)r * H);
-    const float *back = m->wiring.recycle == NX_MTP_RECYCLE_RAW ? c->x : c->hpost;
-    memcpy(c->mtp_out, back, sizeof(float) * (size_t)R * H);
-    c->mtp_rows = R;
-    if (logits && logits_from < R) {
-        /* The head may draft over a prefix of the vocabulary: the rows of lm_head are
-         * contiguous, so the slice is the same view with fewer rows. */
-        nx_linear head = mw->head.w ? mw->head : m->w.lm_head;
-        head.out = m->draft_vocab;
-        nx_matmul(&head, c->hpost + (size_t)logits_from * H, H, R - logits_from, logits, V, m->pool);
-        for (int32_t r = 0; r < R - logits_from; r++)
-            for (int32_t i = m->draft_vocab; i < V; i++) logits[(size_t)r * V + i] = -INFINITY;
-        if (m->dist && (st = nx_split_logits(c, logits, R - logits_from, err)) != NX_OK) return st;
-        st = nx_logits_check(logits, R - logits_from, V, m->draft_vocab, "MTP", err);
+        nx_rmsnorm_f32(s->x + (size_t)r * H, mw->final_norm, cfg->rms_eps, H, s->hpost + (size_t)r * H);
+    const float *back = m->wiring.recycle == NX_MTP_RECYCLE_RAW ? s->x : s->hpost;
+    for (int i = 0; i < ns; i++) {
+        nx_ctx *kc = seg[i].kc;
+        kc->mtp_past += seg[i].T;
+        memmove(kc->mtp_out, back + (size_t)seg[i].r0 * H, sizeof(float) * (size_t)seg[i].T * H);
+        kc->mtp_rows = seg[i].T;
     }
-    if (m->dist) nx_split_traffic(c);
-    if (c->sink.forward) c->sink.forward(c->sink.user, true, R, &c->traffic);
-    return st;
+    /* The head may draft over a prefix of the vocabulary: the rows of lm_head are contiguous, so
+     * the slice is the same view with fewer rows. */
+    nx_linear head = mw->head.w ? mw->head : m->w.lm_head;
+    head.out = m->draft_vocab;
+    head_logits(s, seg, live, ns, &head);
+    for (int i = 0; i < ns; i++) {
+        nx_fwd_req *q = live[i];
+        const int32_t n = seg[i].T - q->logits_from;
+        if (!q->logits || n <= 0) continue;
+        for (int32_t r = 0; r < n; r++)
+            for (int32_t v = m->draft_vocab; v < V; v++) q->logits[(size_t)r * V + v] = -INFINITY;
+        if (m->dist && (q->st = nx_split_logits(s, q->logits, n, q->err)) != NX_OK) continue;
+        q->st = nx_logits_check(q->logits, n, V, m->draft_vocab, "MTP", q->err);
+    }
+    if (m->dist) nx_split_traffic(s);
+    for (int i = 0; i < ns; i++)
+        if (live[i]->st == NX_OK && live[i]->c->sink.forward)
+            live[i]->c->sink.forward(live[i]->c->sink.user, true, seg[i].T, &s->traffic);
+}
+
+void nx_forward_run(nx_ctx *s, nx_fwd_req *rq, int n) {
+    nx_seg seg[NX_BATCH_MAX_SEQS];
+    nx_fwd_req *live[NX_BATCH_MAX_SEQS];
+    int ns = 0;
+    int32_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        nx_fwd_req *r = &rq[i];
+        if (!req_check(r)) continue;
+        if (ns == NX_BATCH_MAX_SEQS || rows + r->T > s->n_batch) {
+            r->st = nx_fail(r->err, NX_E_STATE, "forward of %d rows does not fit the batch's %d", r->T, s->n_batch);
+            continue;
+        }
+        seg[ns] = (nx_seg){r->c, rows, r->T, r->mtp ? r->pos0 : r->c->n_past};
+        live[ns++] = r;
+        rows += r->T;
+    }
+    if (ns == 0) return;
+    if (live[0]->mtp) mtp_run(s, seg, live, ns);
+    else trunk_run(s, seg, live, ns);
+}
+
+/* A context's forward: on its own scratch, or handed to its batch. */
+static nx_status forward_one(nx_fwd_req *r) {
+    if (r->c->batch) return nx_batch_submit(r->c->batch, r);
+    nx_forward_run(r->c, r, 1);
+    return r->st;
+}
+
+nx_status nx_forward_trunk(nx_ctx *c, const int32_t *tokens, int32_t T, float *logits,
+                           int32_t logits_from, nx_error *err) {
+    nx_fwd_req r = {.c = c, .tokens = tokens, .T = T, .logits = logits, .logits_from = logits_from, .err = err};
+    return forward_one(&r);
+}
+
+nx_status nx_forward_mtp(nx_ctx *c, const float *hidden, const int32_t *tokens, int32_t R,
+                         int32_t pos0, float *logits, int32_t logits_from, nx_error *err) {
+    nx_fwd_req r = {.c = c, .mtp = true, .tokens = tokens, .hidden = hidden, .T = R, .pos0 = pos0,
+                    .logits = logits, .logits_from = logits_from, .err = err};
+    return forward_one(&r);
 }

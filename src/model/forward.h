@@ -26,10 +26,11 @@ void nx_moe_route(const float *logits, const float *bias, int32_t E, int32_t k, 
  * logit. */
 void nx_moe_route_softmax(const float *logits, int32_t E, int32_t k, bool renorm, int32_t *idx, float *w);
 
-/* One pre-norm decoder layer over c->x (T, H) in place, at positions pos0..pos0+T-1, appending
- * to kv. window > 0 limits attention to the last `window` positions. layer_slot indexes the
- * per-layer routing memory (trunk layers 0..n-1, the MTP layer n). */
-void nx_layer_forward(nx_ctx *c, const nx_layer *L, nx_kv *kv, int32_t T, int32_t pos0,
-                      int32_t window, double theta, int32_t layer_slot);
+/* One pre-norm decoder layer over c->x (T, H) in place, T the segments' rows: each segment's
+ * rows at its positions, appending to its context's cache of the layer (layer_slot: trunk
+ * layers 0..n-1, the MTP layer n, which also indexes the routing memory). window > 0 limits
+ * attention to the last `window` positions. */
+void nx_layer_forward(nx_ctx *c, const nx_layer *L, const nx_seg *seg, int n_seg, int32_t window, double theta,
+                      int32_t layer_slot);
 
 #endif

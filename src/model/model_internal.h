@@ -108,8 +108,14 @@ struct nx_ctx {
     float *hpost; /* (n_batch, H) post-final-norm hidden of the last forward */
     float *scores; /* (n_threads, heads per kv head (MLA: all heads), n_ctx) attention scores */
     float *rope;   /* (n_batch, head_dim) RoPE cos/sin of the rows of the current call, for */
-    int32_t rope_T, rope_pos0, rope_hd; /* this key (rope_T = 0: none) */
-    double rope_theta;
+    int64_t rope_serial; /* this forward call (serial), */
+    int32_t rope_hd;     /* rotated dims */
+    double rope_theta;   /* and theta */
+    int64_t serial;      /* forward calls run on this context's scratch */
+    float *blogits;      /* (blogits_rows, V): logits of the rows of several contexts' forward */
+    int32_t blogits_rows;
+    struct nx_batch *batch; /* the batch whose scratch runs this context's forwards (NULL: its own) */
+    bool batch_busy;        /* generating: the batch waits for its forwards (under the batch's lock) */
     /* MoE */
     float *router;     /* (n_batch, E_max) router logits */
     int32_t *sel;      /* (n_batch, top_k) chosen experts */
@@ -167,6 +173,48 @@ static inline size_t nx_kv_pos_bytes(const nx_model *m) {
 /* Rows [0, n) of one layer's cache to (to_saved) or from a block laid out [k, v][kv head][stride
  * rows][cache_k] (the prompt cache's entries, state files; no v part without value rows). */
 void nx_kv_copy_rows(const nx_ctx *c, nx_kv kv, void *saved, int32_t stride, int32_t n, bool to_saved);
+
+/* Contexts one forward runs together at most. */
+#define NX_BATCH_MAX_SEQS 64
+
+/* One sequence's rows in a forward over several contexts (docs/design.md §15): rows [r0, r0 + T)
+ * of the scratch context's buffers, at positions pos0.., attending over kc's own caches. A
+ * forward of one context has one segment whose kc is the scratch context itself. */
+typedef struct nx_seg {
+    nx_ctx *kc;
+    int32_t r0, T, pos0;
+} nx_seg;
+
+/* One forward call of one context: a trunk forward (tokens, T rows at the context's n_past) or
+ * an MTP one (hidden and tokens, T rows at pos0), logits of rows [logits_from, T) into logits
+ * (NULL: none). st / err receive its outcome. */
+typedef struct nx_fwd_req {
+    nx_ctx *c;
+    bool mtp;
+    const int32_t *tokens;
+    const float *hidden;
+    int32_t T, pos0;
+    float *logits;
+    int32_t logits_from;
+    nx_status st;
+    nx_error *err;
+    bool queued; /* waiting in a batch */
+} nx_fwd_req;
+
+/* Runs n requests, all trunk or all MTP, of distinct contexts as ONE forward on the scratch
+ * context s (its n_batch must hold their rows): every matmul and the MoE over all rows, the
+ * attention of each over its own caches. Each request's rows get the bits a forward of that
+ * context alone gives them (batch invariance). A request that is refused (bad tokens, a full
+ * context) fails alone. */
+void nx_forward_run(nx_ctx *s, nx_fwd_req *rq, int n);
+
+/* A context that only lends its scratch to batches (batch.c): rows rows per forward, logits of
+ * logit_rows rows gathered at once, caches of a single position (never attended). */
+nx_status nx_ctx_new_scratch(nx_model *m, int32_t rows, int32_t logit_rows, nx_ctx **out, nx_error *err);
+
+/* Hands a request of a context in a batch to the batch (batch.c): it runs with the requests of
+ * the batch's other contexts. Returns its status. */
+nx_status nx_batch_submit(struct nx_batch *b, nx_fwd_req *rq);
 
 /* MTP rows: row r = (hidden[r], token[r], position pos0 + r); writes the MTP cache at those
  * positions (the cache must hold exactly pos0 rows), logits of rows [logits_from, R) into

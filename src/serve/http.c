@@ -670,10 +670,11 @@ static enum MHD_Result handle_generate(nx_server *s, struct MHD_Connection *c, c
 
 /* POST /slots/ID?action=save|restore|erase (llama.cpp's server): the action runs on the worker
  * as a job, in turn with the generations, and this thread waits for it. */
-/* The one slot as llama.cpp's GET /slots and /props describe it: its context size, whether it is
- * generating, and the settings a request gets when it sets none (a request body of nothing
- * but a prompt, parsed as any other, so they cannot drift from what requests get). */
-static json_t *slot_json(nx_server *s) {
+/* Slot k as llama.cpp's GET /slots and /props describe it: its id, context size, whether it is
+ * generating, the rows its context holds (n_past), and the settings a request gets when it sets
+ * none (a request body of nothing but a prompt, parsed as any other, so they cannot drift from
+ * what requests get). */
+static json_t *slot_json(nx_server *s, int k) {
     nx_oai_request r;
     nx_oai_error e;
     nx_oai_limits lim = {.model_id = s->model_id, .vocab_size = s->info->vocab_size};
@@ -681,12 +682,17 @@ static json_t *slot_json(nx_server *s) {
     if (nx_oai_request_parse(NX_OAI_COMPLETION, probe, sizeof probe - 1, &lim, &r, &e) != NX_OK) return NULL;
     const nx_sampler_params *sp = &r.sampling;
     pthread_mutex_lock(&s->qmu);
-    const bool busy = s->n_active > 0;
+    const srv_slot *sl = &s->slots[k];
+    const bool busy = sl->running != NULL;
+    const int id_task = sl->running ? (int)(sl->running->t_picked * 1000.0) & 0x7fffffff : -1;
+    const int n_past = sl->n_cached;
+    const json_int_t n_jobs = (json_int_t)sl->n_jobs, n_tok = (json_int_t)sl->n_tokens;
     pthread_mutex_unlock(&s->qmu);
     const int32_t draft = s->has_mtp ? s->o.draft : 0;
     json_t *slot = json_pack(
-        "{s:i, s:i, s:b, s:b, s:{s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i}}", "id", 0, "n_ctx",
-        (int)nx_ctx_n_ctx(s->ctx), "speculative", draft != 0, "is_processing", busy, "params", "temperature",
+        "{s:i, s:i, s:i, s:b, s:b, s:i, s:I, s:I, s:{s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:i}}", "id", k,
+        "id_task", id_task, "n_ctx", (int)nx_ctx_n_ctx(sl->ctx), "speculative", draft != 0, "is_processing", busy,
+        "n_past", n_past, "n_generations", n_jobs, "n_decoded_total", n_tok, "params", "temperature",
         (double)sp->temperature, "top_k", (int)sp->top_k, "top_p", (double)sp->top_p, "min_p", (double)sp->min_p,
         "repeat_penalty", (double)sp->repetition_penalty, "presence_penalty", (double)sp->presence_penalty,
         "frequency_penalty", (double)sp->frequency_penalty, "n_predict", -1, "speculative.draft",
@@ -698,15 +704,25 @@ static json_t *slot_json(nx_server *s) {
     return slot;
 }
 
-/* GET /slots: the slots, one here. GET /props: the server's settings (llama.cpp's shape). */
+/* GET /slots: every slot. GET /props: the server's settings (llama.cpp's shape). */
 static enum MHD_Result handle_slot_info(nx_server *s, struct MHD_Connection *c, conn *cs, bool props) {
-    json_t *slot = slot_json(s), *out = NULL;
-    if (slot && !props) out = json_pack("[o]", slot);
-    else if (slot) {
+    json_t *out = NULL;
+    if (!props) {
+        out = json_array();
+        for (int k = 0; out && k < s->n_slots; k++) {
+            json_t *slot = slot_json(s, k);
+            if (!slot || json_array_append_new(out, slot) != 0) {
+                json_decref(out);
+                out = NULL;
+            }
+        }
+    } else {
+        json_t *slot = slot_json(s, 0);
         const char *tmpl = nx_model_chat_template(s->model);
-        out = json_pack("{s:o, s:i, s:s, s:s, s:{s:b, s:b}, s:s}", "default_generation_settings", slot, "total_slots",
-                        1, "model_path", s->model_id, "chat_template", tmpl ? tmpl : "", "modalities", "vision", 0,
-                        "audio", 0, "build_info", "nextn");
+        if (slot)
+            out = json_pack("{s:o, s:i, s:s, s:s, s:{s:b, s:b}, s:s}", "default_generation_settings", slot,
+                            "total_slots", s->n_slots, "model_path", s->model_id, "chat_template", tmpl ? tmpl : "",
+                            "modalities", "vision", 0, "audio", 0, "build_info", "nextn");
     }
     return respond_json(s, c, cs, out);
 }
@@ -723,7 +739,7 @@ static enum MHD_Result handle_slots(nx_server *s, struct MHD_Connection *c, conn
     route_match(cs->route, url, &id);
     const char *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
     nx_slot_request r;
-    if (nx_slot_request_parse(id, action, cs->body.data, cs->body.len, &r, &e) != NX_OK)
+    if (nx_slot_request_parse(id, action, cs->body.data, cs->body.len, s->n_slots, &r, &e) != NX_OK)
         return respond_error(s, c, cs, &e);
     job *j = nx_job_new(s, conn_fd(c));
     if (!j) return respond_errorf(s, c, cs, 500, "server_error", NULL, "out of memory");
@@ -1219,11 +1235,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return respond(s, c, cs, 200, "application/json",
                        nx_oai_models_json(s->model_id, s->t_created, "nextn"));
     if (strcmp(cs->route, "/metrics") == 0) {
+        bool busy[NX_MAX_SLOTS];
+        int64_t jobs[NX_MAX_SLOTS], toks[NX_MAX_SLOTS];
+        nx_batch_stats bs;
+        if (s->batch) nx_batch_get_stats(s->batch, &bs);
         pthread_mutex_lock(&s->qmu);
+        for (int k = 0; k < s->n_slots; k++) {
+            busy[k] = s->slots[k].running != NULL;
+            jobs[k] = s->slots[k].n_jobs;
+            toks[k] = s->slots[k].n_tokens;
+        }
         nx_metrics_gauges g = {.model_id = s->model_id, .mtp = s->info->mtp, .draft = s->o.draft,
                                .queue_depth = s->n_queued, .queue_capacity = s->o.queue,
                                .active = s->n_active, .uptime = nx_now_s() - s->t_started,
-                               .pcache = s->pc_stats};
+                               .pcache = s->pc_stats, .n_slots = s->n_slots, .slot_busy = busy,
+                               .slot_jobs = jobs, .slot_tokens = toks, .batch = s->batch ? &bs : NULL};
         pthread_mutex_unlock(&s->qmu);
         /* count this scrape before rendering so it sees itself */
         nx_metrics_count_request(&s->metrics, cs->route, 200);
@@ -1306,6 +1332,45 @@ static void free_list(char **v) {
     free(v);
 }
 
+/* Slots --parallel 0 gets: as many contexts as half the memory available now holds, at most
+ * NX_DEFAULT_SLOTS (each is its context's KV caches and scratch). */
+#define NX_DEFAULT_SLOTS 4
+static int default_slots(size_t ctx_bytes) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0 || ctx_bytes == 0) return 1;
+    const double fit = (double)pages * (double)page / 2.0 / (double)ctx_bytes;
+    return fit >= NX_DEFAULT_SLOTS ? NX_DEFAULT_SLOTS : fit >= 1.0 ? (int)fit : 1;
+}
+
+/* Rows one batched forward holds: a prompt's prefill chunk and a verify of every slot. */
+static int32_t batch_rows(const nx_ctx *c, int n_slots) { return nx_ctx_n_batch_rows(c) + n_slots * (NX_MAX_DRAFT + 1); }
+
+/* The slots' contexts (--parallel, 0: default_slots), sharing one batch when there are several. */
+static nx_status slots_new(nx_server *s, nx_model *m, const nx_server_opts *o, nx_error *err) {
+    if (o->parallel < 0 || o->parallel > NX_MAX_SLOTS)
+        return nx_fail(err, NX_E_ARG, "--parallel %d: must be 1..%d (0: sized from memory)", o->parallel,
+                       NX_MAX_SLOTS);
+    nx_ctx *first;
+    nx_status st = nx_ctx_new(m, o->n_ctx, &first, err);
+    if (st != NX_OK) return st;
+    const int n = o->parallel > 0 ? o->parallel : default_slots(nx_ctx_bytes(first));
+    if (!(s->slots = calloc((size_t)n, sizeof *s->slots))) {
+        nx_ctx_free(first);
+        return nx_fail(err, NX_E_NOMEM, "out of memory");
+    }
+    s->n_slots = n;
+    for (int k = 0; k < n; k++) {
+        s->slots[k].srv = s;
+        s->slots[k].id = k;
+        if (k == 0) s->slots[k].ctx = first;
+        else if ((st = nx_ctx_new(m, o->n_ctx, &s->slots[k].ctx, err)) != NX_OK) return st;
+    }
+    if (n == 1) return NX_OK;
+    if ((st = nx_batch_new(m, n, batch_rows(first, n), &s->batch, err)) != NX_OK) return st;
+    for (int k = 0; k < n; k++) nx_batch_add(s->batch, s->slots[k].ctx);
+    return NX_OK;
+}
+
 nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out, nx_error *err) {
     *out = NULL;
     if (o->queue < 1) return nx_fail(err, NX_E_ARG, "--queue %d: must be at least 1", o->queue);
@@ -1378,6 +1443,7 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
     pthread_mutex_init(&s->cmu, NULL);
     pthread_cond_init(&s->ccv, NULL);
     pthread_mutex_init(&s->prep_mu, NULL);
+    pthread_mutex_init(&s->pc_mu, NULL);
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     nx_status st;
@@ -1389,15 +1455,18 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
         st = nx_fail(err, NX_E_NOMEM, "out of memory");
         goto fail;
     }
-    if ((st = nx_ctx_new(m, o->n_ctx, &s->ctx, err)) != NX_OK) goto fail;
+    if ((st = slots_new(s, m, o, err)) != NX_OK) goto fail;
     if ((st = nx_prompt_cache_new(o->cache_ram, &s->pcache, err)) != NX_OK) goto fail;
     if ((st = nx_json_vocab_for_model(m, &s->json_vocab, err)) != NX_OK) goto fail;
     nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
-    if (pthread_create(&s->worker, NULL, nx_worker_main, s) != 0) {
-        st = nx_fail(err, NX_E_NOMEM, "cannot start the generation worker");
-        goto fail;
+    for (int k = 0; k < s->n_slots; k++) {
+        if (pthread_create(&s->slots[k].thread, NULL, nx_worker_main, &s->slots[k]) != 0) {
+            st = nx_fail(err, NX_E_NOMEM, "cannot start the generation worker of slot %d", k);
+            goto fail;
+        }
+        s->slots[k].started = true;
+        s->n_workers++;
     }
-    s->worker_started = true;
     if (pthread_create(&s->watchdog, NULL, watchdog_main, s) != 0) {
         st = nx_fail(err, NX_E_NOMEM, "cannot start the connection watchdog");
         goto fail;
@@ -1468,7 +1537,7 @@ static bool wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, bool (*done)(con
     return true;
 }
 
-static bool worker_done(const nx_server *s) { return s->worker_idle || !s->worker_started; }
+static bool worker_done(const nx_server *s) { return s->n_workers_done == s->n_workers; }
 static bool responses_done(const nx_server *s) { return s->n_inflight == 0; }
 
 /* After the running request is cancelled: time for it to notice (its next token). */
@@ -1502,12 +1571,14 @@ bool nx_server_stop(nx_server *s) {
     pthread_mutex_lock(&s->qmu);
     bool idle = wait_until(&s->qcv, &s->qmu, worker_done, s, nx_now_s() + s->o.shutdown_grace);
     if (!idle) {
-        if (s->running) atomic_store(&s->running->cancel, CANCEL_SHUTDOWN);
+        for (int k = 0; k < s->n_slots; k++)
+            if (s->slots[k].running) atomic_store(&s->slots[k].running->cancel, CANCEL_SHUTDOWN);
         idle = wait_until(&s->qcv, &s->qmu, worker_done, s, nx_now_s() + NX_STOP_CANCEL);
     }
     pthread_mutex_unlock(&s->qmu);
     if (!idle) return false; /* the worker is inside one long step: the caller exits */
-    if (s->worker_started) pthread_join(s->worker, NULL);
+    for (int k = 0; k < s->n_slots; k++)
+        if (s->slots[k].started) pthread_join(s->slots[k].thread, NULL);
     pthread_mutex_lock(&s->cmu);
     wait_until(&s->ccv, &s->cmu, responses_done, s, nx_now_s() + NX_STOP_FLUSH);
     s->watchdog_stop = true;
@@ -1516,7 +1587,10 @@ bool nx_server_stop(nx_server *s) {
     if (s->watchdog_started) pthread_join(s->watchdog, NULL);
     if (s->mhd) MHD_stop_daemon(s->mhd);
     if (lsock != MHD_INVALID_SOCKET) close(lsock);
-    nx_ctx_free(s->ctx);
+    for (int k = 0; s->slots && k < s->n_slots; k++) nx_ctx_free(s->slots[k].ctx);
+    free(s->slots);
+    nx_batch_free(s->batch);
+    pthread_mutex_destroy(&s->pc_mu);
     nx_prompt_cache_free(s->pcache);
     nx_json_vocab_free(s->json_vocab);
     nx_metrics_destroy(&s->metrics);

@@ -109,6 +109,37 @@ static void metric_value(nx_strbuf *b, const char *name, const char *type, const
     nx_strbuf_puts(b, "\n");
 }
 
+/* The slots and the batch: per-slot gauges and counters, and a histogram of the sequences each
+ * batched forward held. */
+static void render_slots(nx_strbuf *b, const nx_metrics_gauges *g) {
+    metric_value(b, "nextn_slots", "gauge", "Sequence slots (--parallel).", "%d", g->n_slots);
+    metric(b, "nextn_slot_processing", "gauge", "Whether the slot is generating now.");
+    for (int i = 0; i < g->n_slots; i++)
+        nx_strbuf_printf(b, "nextn_slot_processing{slot=\"%d\"} %d\n", i, g->slot_busy[i] ? 1 : 0);
+    metric(b, "nextn_slot_generations_total", "counter", "Generation requests each slot has run.");
+    for (int i = 0; i < g->n_slots; i++)
+        nx_strbuf_printf(b, "nextn_slot_generations_total{slot=\"%d\"} %lld\n", i, (long long)g->slot_jobs[i]);
+    metric(b, "nextn_slot_completion_tokens_total", "counter", "Tokens each slot has generated.");
+    for (int i = 0; i < g->n_slots; i++)
+        nx_strbuf_printf(b, "nextn_slot_completion_tokens_total{slot=\"%d\"} %lld\n", i,
+                         (long long)g->slot_tokens[i]);
+    if (!g->batch) return;
+    const nx_batch_stats *s = g->batch;
+    metric(b, "nextn_batch_sequences", "histogram", "Sequences (slots) per batched forward.");
+    int64_t cum = 0, sum = 0;
+    for (int n = 1; n <= NX_BATCH_STAT_SEQS; n++) {
+        cum += s->n_by_seqs[n];
+        sum += (int64_t)n * s->n_by_seqs[n];
+        if (n == 1 || n == 2 || n == 3 || n == 4 || n == 6 || n == 8 || n == 12)
+            nx_strbuf_printf(b, "nextn_batch_sequences_bucket{le=\"%d\"} %lld\n", n, (long long)cum);
+    }
+    nx_strbuf_printf(b, "nextn_batch_sequences_bucket{le=\"+Inf\"} %lld\n", (long long)s->forwards);
+    nx_strbuf_printf(b, "nextn_batch_sequences_sum %lld\n", (long long)sum);
+    nx_strbuf_printf(b, "nextn_batch_sequences_count %lld\n", (long long)s->forwards);
+    metric_value(b, "nextn_batch_rows_total", "counter", "Rows of all batched forwards.", "%lld", (long long)s->rows);
+    metric_value(b, "nextn_batch_seconds_total", "counter", "Seconds of all batched forwards.", "%.6f", s->seconds);
+}
+
 char *nx_metrics_render(nx_metrics *m, const nx_metrics_gauges *g) {
     nx_strbuf b = {0};
     pthread_mutex_lock(&m->mu);
@@ -229,6 +260,7 @@ char *nx_metrics_render(nx_metrics *m, const nx_metrics_gauges *g) {
     nx_strbuf_printf(&b, "nextn_expert_bytes_per_step{kind=\"all\"} %.0f\n",
                      ratio(c.expert_bytes_ar + c.expert_bytes_verify,
                            (double)(c.n_ar_steps + c.n_verify_steps)));
+    render_slots(&b, g);
     if (!b.data) return NULL;
     return nx_strbuf_take(&b);
 }

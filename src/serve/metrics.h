@@ -51,6 +51,10 @@ typedef struct nx_metrics_gauges {
     int queue_depth, queue_capacity, active;
     double uptime;
     nx_prompt_cache_stats pcache; /* the prompt cache (--cache-ram) */
+    int n_slots;                  /* sequence slots (--parallel), and per slot: */
+    const bool *slot_busy;        /* generating now */
+    const int64_t *slot_jobs, *slot_tokens; /* generations and tokens it has produced */
+    const nx_batch_stats *batch;  /* its batch's forwards (NULL: one slot, no batch) */
 } nx_metrics_gauges;
 
 /* The exposition text (malloc'd), or NULL when out of memory. */

@@ -44,7 +44,9 @@ typedef struct nx_server_opts {
                              * localhost ("*": any); checked when there is no API key */
     const char *cors;       /* comma-separated origins (scheme://host[:port], "*": any) that
                              * cross-origin requests may come from; NULL = none */
-    int32_t n_ctx;       /* context (prompt + completion) tokens */
+    int32_t n_ctx;       /* context (prompt + completion) tokens, per slot */
+    int parallel;        /* sequence slots, each its own context, whose steps are batched together;
+                          * 0 = as many as memory allows, at most 4 */
     int32_t draft;       /* default speculative draft length (NX_DRAFT_AUTO, 0..NX_MAX_DRAFT) */
     nx_verify verify;    /* default verification rule */
     bool split_reasoning; /* chat: <think>…</think> as reasoning_content (default) or left in the

@@ -44,26 +44,30 @@ const char *nx_slot_filename_problem(const char *name, size_t len) {
     return NULL;
 }
 
-/* The slot in the URL: decimal digits naming slot 0 (the server's one context). */
-static nx_status parse_slot(const char *id, nx_oai_error *e) {
+/* The slot in the URL: decimal digits naming one of the n_slots slots (one context each). */
+static nx_status parse_slot(const char *id, int n_slots, int32_t *slot, nx_oai_error *e) {
     size_t n = strspn(id, "0123456789");
     if (n > 0 && id[n] == '\0') {
         while (*id == '0' && id[1]) id++; /* "00" is slot 0, as a number */
-        if (strcmp(id, "0") == 0) return NX_OK;
+        if (strlen(id) <= 3 && atoi(id) < n_slots) {
+            *slot = atoi(id);
+            return NX_OK;
+        }
         nx_oai_error_set(e, 400, "invalid_request_error", "id_slot", "invalid_slot",
-                         "There is no slot %.40s: this server has one slot, 0.", id);
+                         "There is no slot %.40s: this server has %d slot%s, 0..%d.", id, n_slots,
+                         n_slots == 1 ? "" : "s", n_slots - 1);
         return NX_E_ARG;
     }
     nx_oai_error_set(e, 400, "invalid_request_error", "id_slot", "invalid_slot",
-                     "Invalid slot id '%.40s' in /slots/ID: expected a number (this server has one slot, 0).",
-                     id);
+                     "Invalid slot id '%.40s' in /slots/ID: expected a number (this server has %d slot%s, 0..%d).",
+                     id, n_slots, n_slots == 1 ? "" : "s", n_slots - 1);
     return NX_E_ARG;
 }
 
-nx_status nx_slot_request_parse(const char *id, const char *action, const char *body, size_t len,
+nx_status nx_slot_request_parse(const char *id, const char *action, const char *body, size_t len, int n_slots,
                                 nx_slot_request *out, nx_oai_error *e) {
     memset(out, 0, sizeof *out);
-    if (parse_slot(id ? id : "", e) != NX_OK) return NX_E_ARG;
+    if (parse_slot(id ? id : "", n_slots, &out->id, e) != NX_OK) return NX_E_ARG;
     if (!action || !*action) {
         nx_oai_error_set(e, 400, "invalid_request_error", "action", "missing_required_parameter",
                          "Missing action: send /slots/0?action=save, restore or erase.");
@@ -111,9 +115,9 @@ nx_status nx_slot_request_parse(const char *id, const char *action, const char *
 char *nx_slot_response_json(const nx_slot_request *r, const nx_slot_result *res) {
     json_t *j;
     if (r->action == NX_SLOT_ERASE)
-        j = json_pack("{s:i, s:i}", "id_slot", 0, "n_erased", (int)res->n);
+        j = json_pack("{s:i, s:i}", "id_slot", (int)r->id, "n_erased", (int)res->n);
     else
-        j = json_pack("{s:i, s:s, s:i, s:I, s:{s:f}}", "id_slot", 0, "filename", r->filename,
+        j = json_pack("{s:i, s:s, s:i, s:I, s:{s:f}}", "id_slot", (int)r->id, "filename", r->filename,
                       r->action == NX_SLOT_SAVE ? "n_saved" : "n_restored", (int)res->n,
                       r->action == NX_SLOT_SAVE ? "n_written" : "n_read", (json_int_t)res->bytes, "timings",
                       r->action == NX_SLOT_SAVE ? "save_ms" : "restore_ms", res->ms);

@@ -22,6 +22,7 @@ typedef enum nx_slot_action {
 } nx_slot_action;
 
 typedef struct nx_slot_request {
+    int32_t id; /* the slot */
     nx_slot_action action;
     char filename[NX_SLOT_NAME_MAX + 1]; /* save, restore: a bare name inside --slot-save-path */
 } nx_slot_request;
@@ -39,11 +40,11 @@ typedef struct nx_slot_result {
  * (".", ".." and hidden files), "..", a leading or trailing space, or a trailing '.'. */
 const char *nx_slot_filename_problem(const char *name, size_t len);
 
-/* Checks one request: id is the URL's last segment (the slot; only 0 exists), action the query's
+/* Checks one request: id is the URL's last segment (a slot, 0..n_slots-1), action the query's
  * "action" (NULL when absent), body the request body (save and restore: {"filename": NAME}, a
  * save's at most NX_SLOT_SAVE_NAME_MAX bytes; erase reads none). NX_OK and *out filled, or
  * NX_E_ARG and e describing the 400. */
-nx_status nx_slot_request_parse(const char *id, const char *action, const char *body, size_t len,
+nx_status nx_slot_request_parse(const char *id, const char *action, const char *body, size_t len, int n_slots,
                                 nx_slot_request *out, nx_oai_error *e);
 
 /* The default budget of --slot-save-path: a save that would take the directory's regular files

@@ -1,7 +1,9 @@
-/* The generation worker: one thread that owns the model's single context and runs the queued
- * jobs in arrival order, generating each prompt's choices and feeding streams chunk by chunk.
- * Slot actions (save, restore, erase the context's rows) are jobs too, so they never overlap a
- * generation. Connection threads queue, cancel and wait on jobs through the functions here. */
+/* The generation workers: one thread per slot (--parallel), each owning its slot's context and
+ * running queued jobs in arrival order, generating each prompt's choices and feeding streams
+ * chunk by chunk. With several slots the contexts share a batch (nx_batch): their forwards run
+ * together, one forward per step for every running sequence. Slot actions (save, restore, erase a
+ * context's rows) are jobs of their slot's worker, so they never overlap its generations.
+ * Connection threads queue, cancel and wait on jobs through the functions here. */
 #include "serve/worker.h"
 
 #include <ctype.h>
@@ -17,6 +19,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "model/step.h"
 #include "serve/stop.h"
 
 /* ================================================================ jobs */
@@ -302,10 +305,10 @@ static nx_status echo_prompt(nx_server *s, gen_state *g, const int32_t *ids, siz
     if (!logits) return nx_fail(err, NX_E_NOMEM, "out of memory");
     nx_oai_logprob *e0 = lp_append(g, ids[0]);
     if (e0) e0->none = true;
-    nx_ctx_truncate(s->ctx, 0);
+    nx_ctx_truncate(j->ctx, 0);
     for (size_t done = 0; done < n && st == NX_OK; done += chunk) {
         const int32_t T = n - done < (size_t)chunk ? (int32_t)(n - done) : chunk;
-        st = nx_ctx_eval(s->ctx, ids + done, T, (int32_t)done, logits, err);
+        st = nx_ctx_eval(j->ctx, ids + done, T, (int32_t)done, logits, err);
         for (int32_t r = 0; st == NX_OK && r < T && done + (size_t)r + 1 < n; r++)
             record_prompt_logprob(g, ids[done + (size_t)r + 1], logits + (size_t)r * (size_t)V, V);
     }
@@ -377,7 +380,13 @@ static bool stream_caught_up(job *j) {
     const size_t bound = j->srv->o.max_unsent;
     pthread_mutex_lock(&j->mu);
     const double until = nx_now_s() + NX_UNSENT_WAIT;
-    while (j->sse.len > bound && atomic_load(&j->cancel) == CANCEL_NONE && nx_now_s() < until) nx_job_wait_tick(j);
+    bool waited = false; /* the other slots' steps do not wait for this one meanwhile */
+    while (j->sse.len > bound && atomic_load(&j->cancel) == CANCEL_NONE && nx_now_s() < until) {
+        if (!waited) nx_batch_busy(j->ctx, false);
+        waited = true;
+        nx_job_wait_tick(j);
+    }
+    if (waited) nx_batch_busy(j->ctx, true);
     const bool ok = j->sse.len <= bound;
     pthread_mutex_unlock(&j->mu);
     int expected = CANCEL_NONE;
@@ -490,7 +499,8 @@ static void tool_calls_done(nx_server *s, gen_state *g, nx_strbuf *dst) {
     free(text);
 }
 
-/* The prompt cache's counters for /metrics and /health, copied under qmu (the worker owns the cache). */
+/* The prompt cache's counters for /metrics and /health, copied under qmu (pc_mu held: the
+ * workers share the cache). */
 static void publish_cache_stats(nx_server *s) {
     pthread_mutex_lock(&s->qmu);
     nx_prompt_cache_get_stats(s->pcache, &s->pc_stats);
@@ -564,14 +574,16 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     p.n_stop_ids = j->req.n_stop_token_ids;
     p.min_tokens = j->req.min_tokens;
     if (i % j->n_per == 0) { /* the first choice of a prompt; the others share its rows anyway */
-        nx_prompt_cache_prepare(s->pcache, s->ctx, j->ids[i], j->n_ids[i]);
+        pthread_mutex_lock(&s->pc_mu);
+        nx_prompt_cache_prepare(s->pcache, j->ctx, j->ids[i], j->n_ids[i]);
         publish_cache_stats(s);
+        pthread_mutex_unlock(&s->pc_mu);
     }
     if (j->req.echo) {
         if ((rc = echo_prompt(s, &g, j->ids[i], j->n_ids[i], err)) != NX_OK) goto done;
         if (j->req.stream) stream_emit(&g, NULL, NULL);
     }
-    rc = nx_generate(s->ctx, j->ids[i], j->n_ids[i], &p, on_token, &g, st, err);
+    rc = nx_generate(j->ctx, j->ids[i], j->n_ids[i], &p, on_token, &g, st, err);
     if (rc != NX_OK || atomic_load(&j->cancel) != CANCEL_NONE) goto done;
 
     nx_strbuf *dst = j->req.stream ? &g.released : &g.out->text;
@@ -702,21 +714,25 @@ static void run_slot(nx_server *s, job *j) {
         /* a directory (or a device, a socket) of that name is the client's choice of name */
         if (lstat(j->slot_path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
             st = nx_fail(&err, NX_E_ARG, "state file %s: exists and is not a regular file", j->slot_path);
-        else if ((st = nx_slot_quota_check(s->slot_dir, (uint64_t)nx_state_file_bytes(s->ctx, -1),
+        else if ((st = nx_slot_quota_check(s->slot_dir, (uint64_t)nx_state_file_bytes(j->ctx, -1),
                                            s->o.slot_save_quota, &err)) == NX_OK)
-            st = nx_state_save(s->ctx, j->slot_path, -1, &res->n, &res->bytes, &err);
+            st = nx_state_save(j->ctx, j->slot_path, -1, &res->n, &res->bytes, &err);
         break;
     case NX_SLOT_RESTORE:
         /* the rows the restore replaces go into the prompt cache, as a request's would */
-        nx_prompt_cache_keep(s->pcache, s->ctx);
+        pthread_mutex_lock(&s->pc_mu);
+        nx_prompt_cache_keep(s->pcache, j->ctx);
         publish_cache_stats(s);
-        st = nx_state_load(s->ctx, j->slot_path, &res->n, &res->bytes, &err);
+        pthread_mutex_unlock(&s->pc_mu);
+        st = nx_state_load(j->ctx, j->slot_path, &res->n, &res->bytes, &err);
         break;
     case NX_SLOT_ERASE:
-        res->n = nx_ctx_n_past(s->ctx);
-        nx_ctx_truncate(s->ctx, 0);
+        res->n = nx_ctx_n_past(j->ctx);
+        nx_ctx_truncate(j->ctx, 0);
+        pthread_mutex_lock(&s->pc_mu);
         nx_prompt_cache_clear(s->pcache); /* erased means gone: no entry brings the rows back */
         publish_cache_stats(s);
+        pthread_mutex_unlock(&s->pc_mu);
         break;
     }
     res->ms = (nx_now_s() - t0) * 1e3;
@@ -728,7 +744,7 @@ static void run_slot(nx_server *s, job *j) {
         hide_dir(err.msg, j->slot_path, r->filename);
         nx_oai_error_set(&e, client ? 400 : 500, client ? "invalid_request_error" : "server_error",
                          "filename", r->action == NX_SLOT_SAVE ? "slot_save_failed" : "slot_restore_failed",
-                         "Cannot %s slot 0: %s", r->action == NX_SLOT_SAVE ? "save" : "restore", err.msg);
+                         "Cannot %s slot %d: %s", r->action == NX_SLOT_SAVE ? "save" : "restore", (int)r->id, err.msg);
         job_abort(j, &e);
         return;
     }
@@ -736,48 +752,93 @@ static void run_slot(nx_server *s, job *j) {
     job_set_done(j);
 }
 
+/* How well slot o suits a prompt of n rows (qmu held; an idle slot's context is touched by
+ * nobody): the rows of it its context holds when that is at least half of them (llama.cpp's
+ * slot similarity), else 0; ties go to the slot used longest ago, so a new conversation takes a
+ * free or stale slot rather than evicting the rows of one that is going on. */
+static int64_t slot_score(const srv_slot *o, const int32_t *ids, int32_t n) {
+    const int32_t shared = nx_ctx_shared_prefix(o->ctx, ids, n);
+    const int64_t fit = 2 * (int64_t)shared >= n && shared > 0 ? shared : 0;
+    return fit * ((int64_t)1 << 40) - o->last_used;
+}
+
+/* Whether another idle slot suits j's first prompt better than sl: that slot takes j instead,
+ * so a chat's next turn, or a request after a restore, goes where its rows are. */
+static bool better_slot(const nx_server *s, const srv_slot *sl, const job *j) {
+    if (j->is_slot || s->n_slots == 1 || j->n_prompts == 0) return false;
+    const int32_t n = (int32_t)j->n_ids[0] - 1; /* the rows a generation keeps */
+    const int64_t mine = slot_score(sl, j->ids[0], n);
+    for (int k = 0; k < s->n_slots; k++) {
+        const srv_slot *o = &s->slots[k];
+        if (o != sl && !o->running && slot_score(o, j->ids[0], n) > mine) return true;
+    }
+    return false;
+}
+
+/* The first queued job slot sl takes (qmu held), unlinked from the queue, or NULL: a slot action
+ * of its own slot, or a generation no other idle slot is better placed for. */
+static job *pick_job(nx_server *s, srv_slot *sl) {
+    job *prev = NULL;
+    for (job *j = s->head; j; prev = j, j = j->next) {
+        if (j->is_slot ? j->slot.id != sl->id : better_slot(s, sl, j)) continue;
+        if (prev) prev->next = j->next;
+        else s->head = j->next;
+        if (s->tail == j) s->tail = prev;
+        s->n_queued--;
+        s->n_active++;
+        sl->running = j;
+        sl->last_used = ++s->slot_uses;
+        j->t_picked = nx_now_s();
+        j->ctx = sl->ctx;
+        return j;
+    }
+    return NULL;
+}
+
+static void run_picked(nx_server *s, srv_slot *sl, job *j, bool stopping) {
+    pthread_mutex_lock(&j->mu);
+    j->state = JOB_RUNNING;
+    pthread_mutex_unlock(&j->mu);
+    if (stopping) atomic_store(&j->cancel, CANCEL_SHUTDOWN);
+    if (j->deadline > 0 && nx_now_s() > j->deadline) atomic_store(&j->cancel, CANCEL_TIMEOUT);
+    int cancel = atomic_load(&j->cancel);
+    if (cancel == CANCEL_NONE && j->is_slot) {
+        run_slot(s, j);
+    } else if (cancel == CANCEL_NONE) {
+        nx_batch_busy(sl->ctx, true); /* the other slots' steps wait for this one's forwards */
+        run_job(s, j);
+        nx_batch_busy(sl->ctx, false);
+    } else {
+        nx_oai_error e;
+        if (cancel == CANCEL_TIMEOUT) timeout_error(s, &e);
+        else nx_oai_error_set(&e, 503, "server_error", NULL, "cancelled",
+                              "The request was cancelled before it started.");
+        job_abort(j, &e);
+    }
+}
+
 void *nx_worker_main(void *arg) {
-    nx_server *s = arg;
+    srv_slot *sl = arg;
+    nx_server *s = sl->srv;
     for (;;) {
         pthread_mutex_lock(&s->qmu);
-        while (!s->head && !s->stopping) pthread_cond_wait(&s->qcv, &s->qmu);
-        job *j = s->head;
-        if (j) {
-            s->head = j->next;
-            if (!s->head) s->tail = NULL;
-            s->n_queued--;
-            s->n_active++;
-            s->running = j;
-            j->t_picked = nx_now_s();
-        }
+        job *j;
+        while (!(j = pick_job(s, sl)) && !s->stopping) pthread_cond_wait(&s->qcv, &s->qmu);
         bool stopping = s->stopping;
-        if (!j) s->worker_idle = true; /* stopping with an empty queue */
+        if (!j) s->n_workers_done++; /* stopping with nothing of its own queued */
+        pthread_cond_broadcast(&s->qcv); /* the other workers look at the queue again */
         pthread_mutex_unlock(&s->qmu);
-        if (!j) {
-            pthread_cond_broadcast(&s->qcv);
-            break;
-        }
-
-        pthread_mutex_lock(&j->mu);
-        j->state = JOB_RUNNING;
-        pthread_mutex_unlock(&j->mu);
-        if (stopping) atomic_store(&j->cancel, CANCEL_SHUTDOWN);
-        if (j->deadline > 0 && nx_now_s() > j->deadline) atomic_store(&j->cancel, CANCEL_TIMEOUT);
-        int cancel = atomic_load(&j->cancel);
-        if (cancel == CANCEL_NONE) {
-            if (j->is_slot) run_slot(s, j);
-            else run_job(s, j);
-        } else {
-            nx_oai_error e;
-            if (cancel == CANCEL_TIMEOUT) timeout_error(s, &e);
-            else nx_oai_error_set(&e, 503, "server_error", NULL, "cancelled",
-                                  "The request was cancelled before it started.");
-            job_abort(j, &e);
-        }
+        if (!j) break;
+        run_picked(s, sl, j, stopping);
         pthread_mutex_lock(&s->qmu);
         s->n_active--;
-        s->running = NULL;
-        pthread_cond_broadcast(&s->qcv); /* shutdown waits for the worker to be done */
+        sl->running = NULL;
+        sl->n_cached = nx_ctx_n_past(sl->ctx);
+        if (!j->is_slot) {
+            sl->n_jobs++;
+            sl->n_tokens += j->usage.completion_tokens;
+        }
+        pthread_cond_broadcast(&s->qcv); /* shutdown waits for the workers to be done */
         pthread_mutex_unlock(&s->qmu);
         nx_job_unref(j);
     }

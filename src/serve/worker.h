@@ -67,6 +67,8 @@ typedef struct job {
     bool failed;
     nx_oai_error err;
 
+    nx_ctx *ctx; /* the context of the slot running it (set when a worker picks it) */
+
     /* a slot action instead of a generation (req, ids and out then stay empty) */
     bool is_slot;
     nx_slot_request slot;
@@ -74,12 +76,30 @@ typedef struct job {
     nx_slot_result slot_res;
 } job;
 
+/* A sequence slot: one context and the worker thread that generates on it. */
+typedef struct srv_slot {
+    struct nx_server *srv;
+    int id;
+    nx_ctx *ctx;
+    pthread_t thread;
+    bool started;
+    job *running;      /* its current job (under qmu), so shutdown can cancel it */
+    int32_t n_cached;  /* rows its context held after its last job (under qmu) */
+    int64_t n_jobs, n_tokens; /* generations and tokens it has produced (under qmu) */
+    int64_t last_used;        /* s->slot_uses when it last took a job (under qmu) */
+} srv_slot;
+
+#define NX_MAX_SLOTS 64
+
 struct nx_server {
     nx_model *model;
     const nx_model_info *info;
     const nx_tokenizer *tok;
-    nx_ctx *ctx;
-    nx_prompt_cache *pcache;        /* saved prompt prefixes, used by the worker only */
+    srv_slot *slots; /* --parallel of them */
+    int n_slots;
+    nx_batch *batch; /* their forwards run together (NULL with one slot) */
+    pthread_mutex_t pc_mu;          /* the prompt cache, shared by the slots' workers */
+    nx_prompt_cache *pcache;        /* saved prompt prefixes, used by the workers only */
     nx_json_vocab *json_vocab;      /* token bytes for response_format json_object */
     nx_prompt_cache_stats pc_stats; /* its counters as of the last request, under qmu */
     nx_server_opts o;
@@ -100,12 +120,10 @@ struct nx_server {
     pthread_mutex_t qmu;
     pthread_cond_t qcv;
     job *head, *tail;
-    job *running; /* the worker's current job, so shutdown can cancel it */
     int n_queued, n_active;
+    int64_t slot_uses; /* jobs the slots have taken (under qmu) */
     bool stopping;
-    pthread_t worker;
-    bool worker_started;
-    bool worker_idle; /* stopping, and the worker has left its loop (under qmu) */
+    int n_workers, n_workers_done; /* started, and left their loop when stopping (under qmu) */
 
     /* connections (http.c): every open one, watched for its deadlines by the watchdog */
     pthread_mutex_t cmu;
@@ -128,7 +146,9 @@ struct nx_server {
 uint64_t nx_server_random(nx_server *s);
 /* The byte-level BPE map (byte_of_cp), for the raw bytes of logprob tokens. */
 void nx_server_byte_map_init(nx_server *s);
-/* The worker thread: runs queued jobs in arrival order until the server stops. */
+/* A slot's worker thread (arg: its srv_slot): runs queued jobs in arrival order — a generation
+ * unless another idle slot holds more of its prompt, a slot action of its own slot — until the
+ * server stops. */
 void *nx_worker_main(void *arg);
 
 job *nx_job_new(nx_server *s, int fd);

@@ -338,7 +338,7 @@ srv.stop()
 
 # ---------------------------------------------------------------- full queue (503), timeout (504)
 # A short timeout: the long generation below (up to a 16K context) cannot finish in it.
-srv = Server("--queue", "1", "--timeout", "0.4", "-m", long_context_model(), "--ctx", "16384")
+srv = Server("--parallel", "1", "--queue", "1", "--timeout", "0.4", "-m", long_context_model(), "--ctx", "16384")
 B = srv.base
 slow = {"prompt": "Long story:", "max_tokens": 100000, "temperature": 0, "ignore_eos": True}
 procs = []

@@ -2,7 +2,8 @@
 // Clients that go away: a stream aborted mid-generation, a request aborted while it waits in
 // the queue, and a non-streaming request abandoned. Each cancels its generation and frees its
 // slot (the queue drains, far fewer tokens are generated than asked), and the server stays
-// healthy and serves the next request correctly. Finally SIGTERM with a stream in flight.
+// healthy and serves the next request correctly. Finally SIGTERM with a stream in flight. One
+// slot (--parallel 1), so a second request waits in the queue.
 'use strict';
 const path = require('path');
 const lib = require(path.join(__dirname, '..', 'server', 'lib.js'));
@@ -41,7 +42,7 @@ async function waitIdle(base, ms = 10000) {
 }
 
 async function main() {
-  const srv = await lib.startServer(['-m', lib.longContextModel(), '--ctx', '16384']);
+  const srv = await lib.startServer(['--parallel', '1', '-m', lib.longContextModel(), '--ctx', '16384']);
   const B = srv.base;
   const reference = await (await post(B, { prompt: 'Count: 1, 2, 3,', max_tokens: 16, temperature: 0 })).json();
 

@@ -26,7 +26,7 @@ async function collectChat(stream) {
 }
 
 async function main() {
-  const srv = await lib.startServer(['--ctx', '1024']);
+  const srv = await lib.startServer(['--parallel', '1', '--ctx', '1024']);
   const client = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
 
   const models = await client.models.list();
@@ -137,7 +137,7 @@ async function main() {
   ok(metric('nextn_prompt_cache_restores_total') >= 1 && metric('nextn_prompt_cache_entries') >= 1 &&
      metric('nextn_prompt_cache_bytes') > 0 && metric('nextn_prompt_cache_budget_bytes') === 1024 * 1048576,
      'metrics: the prompt cache restored, holds entries, default budget 1 GiB');
-  const nocache = await lib.startServer(['--ctx', '1024', '--cache-ram', '0']);
+  const nocache = await lib.startServer(['--parallel', '1', '--ctx', '1024', '--cache-ram', '0']);
   const c0 = new OpenAI({ baseURL: nocache.base + '/v1', apiKey: 'unused', maxRetries: 0, timeout: 120000 });
   await c0.chat.completions.create({ model, messages: turn2, max_tokens: 12, temperature: 0 });
   await c0.completions.create({ model, prompt: 'Unrelated text', max_tokens: 2 });

@@ -6,7 +6,8 @@ slot's file holds the rows the context held, erase empties the context, and afte
 restored rows (usage.prompt_tokens_details.cached_tokens; the prompt cache is off, so the rows
 can only come from the restore). Missing, corrupt and truncated files, file names that would
 leave DIR, other slots and unknown actions all get a 400 and the server keeps serving; an
-action sent while a generation runs waits for it (the worker runs both, in turn)."""
+action sent while a generation runs waits for it (the worker runs both, in turn). The servers here
+have one slot (--parallel 1); tests/e2e/server_batch.t addresses the slots of a --parallel server."""
 import json
 import os
 import shutil
@@ -63,7 +64,7 @@ def cached(u):
 
 
 # ---------------------------------------------------------------- off without --slot-save-path
-srv = Server("--ctx", "1024")
+srv = Server("--parallel", "1", "--ctx", "1024")
 B = srv.base
 for action in ("save", "restore", "erase"):
     r = slot(B, action, {"filename": "x.bin"} if action != "erase" else None)
@@ -101,7 +102,7 @@ r = curl(B + "/slots", method="DELETE")
 t.ok(r.status == 405, "DELETE /slots: 405", f"status {r.status}")
 srv.stop()
 
-srv = Server("--ctx", "512", "--draft", "0")
+srv = Server("--parallel", "1", "--ctx", "512", "--draft", "0")
 r = curl(srv.base + "/slots")
 try:
     s1 = r.json()[0]
@@ -115,13 +116,13 @@ for bad, why in ((os.path.join(TMP, "missing"), "a missing directory"),
                  (os.path.join(TMP, "file"), "a file")):
     if why == "a file":
         open(bad, "w").close()
-    p = subprocess.run([NEXTN, "serve", "-m", MODEL, "--port", "0", "--slot-save-path", bad], cwd=ROOT,
+    p = subprocess.run([NEXTN, "serve", "-m", MODEL, "--port", "0", "--parallel", "1", "--slot-save-path", bad], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     t.ok(p.returncode != 0 and "--slot-save-path" in p.stderr and "listening" not in p.stderr,
          f"--slot-save-path {why}: refused at start-up", p.stderr[-400:])
 
 # ---------------------------------------------------------------- save, erase, restore
-srv = Server("--ctx", "1024", "--cache-ram", "0", "--slot-save-path", DIR)
+srv = Server("--parallel", "1", "--ctx", "1024", "--cache-ram", "0", "--slot-save-path", DIR)
 B = srv.base
 text0, u0, r = chat(B)
 t.ok(text0 is not None and u0.get("prompt_tokens", 0) > 1, "chat completion", r.body[:300])
@@ -264,7 +265,7 @@ t.ok(rc == 0, "SIGTERM: clean exit", rc)
 
 # A save sent while a long generation runs (a long-context view of the model, so the generation
 # lasts seconds on any machine) waits for it: it saves the finished sequence, every row.
-srv = Server("-m", long_context_model(), "--ctx", "2048", "--cache-ram", "0", "--slot-save-path", DIR)
+srv = Server("--parallel", "1", "-m", long_context_model(), "--ctx", "2048", "--cache-ram", "0", "--slot-save-path", DIR)
 B = srv.base
 SLOW = {"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0, "ignore_eos": True}
 out = {}
@@ -286,7 +287,7 @@ srv.stop()
 
 # ---------------------------------------------------------------- another process restores
 # (with the prompt cache on, as by default: it must not undo the restore)
-srv = Server("--ctx", "1024", "--slot-save-path", DIR + "/")
+srv = Server("--parallel", "1", "--ctx", "1024", "--slot-save-path", DIR + "/")
 B = srv.base
 r = slot(B, "restore", {"filename": "conv.bin"})
 t.ok(r.status == 200 and r.json().get("n_restored") == N, "a new server restores the saved slot", r.body[:300])
@@ -317,7 +318,7 @@ QDIR = os.path.join(TMP, "quota")
 os.mkdir(QDIR)
 with open(os.path.join(QDIR, "other"), "wb") as f:
     f.write(b"x" * (1 << 20))
-srv = Server("--ctx", "1024", "--slot-save-path", QDIR, "--slot-save-quota", "2")
+srv = Server("--parallel", "1", "--ctx", "1024", "--slot-save-path", QDIR, "--slot-save-quota", "2")
 B = srv.base
 sl = curl(B + "/slots").json()[0]
 t.ok(sl.get("save_quota") == {"used_bytes": 1 << 20, "limit_bytes": 2 << 20}, "GET /slots: save_quota used and limit",
@@ -338,13 +339,13 @@ t.ok(r.status == 400 and e.get("code") == "slot_save_failed" and "slot save quot
 t.ok(not os.path.exists(os.path.join(QDIR, "b.bin")) and sorted(os.listdir(QDIR)) == ["a.bin", "other"],
      "nothing written", os.listdir(QDIR))
 srv.stop()
-srv = Server("--ctx", "1024", "--slot-save-path", QDIR)
+srv = Server("--parallel", "1", "--ctx", "1024", "--slot-save-path", QDIR)
 q = curl(srv.base + "/slots").json()[0].get("save_quota", {})
 t.ok(q.get("limit_bytes") == 4096 << 20, "the default quota: 4096 MiB", q)
 srv.stop()
 
 # ---------------------------------------------------------------- authentication
-srv = Server("--api-key", "sekrit", "--slot-save-path", DIR)
+srv = Server("--parallel", "1", "--api-key", "sekrit", "--slot-save-path", DIR)
 B = srv.base
 r = slot(B, "erase")
 t.ok(r.status == 401, "slot actions need the API key", r.status)

@@ -1,6 +1,7 @@
 /* Forward-pass invariants on a tiny random hy_v3 checkpoint written by the test: the router
  * against brute force, batch invariance (one call over T rows == T single-row calls, bit for
- * bit), thread-count invariance, KV truncation == never appended, batched MTP == row by row,
+ * bit), several contexts in one forward == each alone, thread-count invariance, KV truncation ==
+ * never appended, batched MTP == row by row,
  * and greedy speculative decoding == greedy plain decoding for k = 1, 2, 3, auto. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -307,6 +308,76 @@ static void test_batch_invariance(void **state) {
     free(la), free(lb), free(ma), free(mb);
     nx_ctx_free(a);
     nx_ctx_free(b);
+    nx_model_free(m);
+}
+
+/* Contexts with different histories forwarded together (nx_forward_run on a batch scratch: rows
+ * of several sequences in one call, each attending over its own caches) get the bits each gets
+ * alone, logits and MTP logits alike, and their caches hold the same rows afterwards (the next
+ * step alone matches); a refused request fails alone. */
+static void test_multi_context_forward(void **state) {
+    (void)state;
+    enum { N = 3 };
+    nx_model *m = load(2);
+    nx_ctx *solo[N + 1], *bat[N + 1], *scratch = NULL;
+    const int32_t hist[N + 1] = {5, 2, 9, 2}, rows[N + 1] = {3, 1, 4, 2}, from[N + 1] = {0, 0, 2, 0};
+    int32_t toks[N + 1][16];
+    float *ls[N + 1], *lb[N + 1];
+    nx_error errs[N + 1];
+    nx_fwd_req rq[N + 1];
+    assert_int_equal(nx_ctx_new_scratch(m, 32, 8, &scratch, NULL), NX_OK);
+    for (int i = 0; i <= N; i++) {
+        for (int t = 0; t < 16; t++) toks[i][t] = (t * 7 + i * 13 + 3) % V;
+        assert_int_equal(nx_ctx_new(m, 64, &solo[i], NULL), NX_OK);
+        assert_int_equal(nx_ctx_new(m, 64, &bat[i], NULL), NX_OK);
+        if (hist[i]) {
+            assert_int_equal(nx_ctx_eval(solo[i], toks[i], hist[i], 0, NULL, NULL), NX_OK);
+            assert_int_equal(nx_ctx_eval(bat[i], toks[i], hist[i], 0, NULL, NULL), NX_OK);
+        }
+        ls[i] = calloc((size_t)V * 4, sizeof(float));
+        lb[i] = calloc((size_t)V * 4, sizeof(float));
+        if (i < N)
+            assert_int_equal(nx_forward_trunk(solo[i], toks[i] + hist[i], rows[i], ls[i], from[i], NULL), NX_OK);
+        rq[i] = (nx_fwd_req){.c = bat[i], .tokens = toks[i] + hist[i], .T = rows[i], .logits = lb[i],
+                             .logits_from = from[i], .err = &errs[i]};
+    }
+    toks[N][hist[N] + 1] = V; /* out of range: the last request is refused, alone */
+    nx_forward_run(scratch, rq, N + 1);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rq[i].st, NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * (size_t)V * (size_t)(rows[i] - from[i]));
+        assert_int_equal(nx_ctx_n_past(bat[i]), hist[i] + rows[i]);
+    }
+    assert_int_equal(rq[N].st, NX_E_ARG);
+    assert_non_null(strstr(errs[N].msg, "out of range"));
+    assert_int_equal(nx_ctx_n_past(bat[N]), hist[N]);
+    /* the MTP head over every row so far, three contexts in one call */
+    for (int i = 0; i < N; i++) {
+        const int32_t n = hist[i] + rows[i] - 1;
+        assert_int_equal(nx_mtp_catch_up(solo[i], toks[i] + 1, n, ls[i], false, NULL), NX_OK);
+        rq[i] = (nx_fwd_req){.c = bat[i], .mtp = true, .tokens = toks[i] + 1, .hidden = bat[i]->hidden, .T = n,
+                             .logits = lb[i], .logits_from = n - 1, .err = &errs[i]};
+    }
+    nx_forward_run(scratch, rq, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rq[i].st, NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * (size_t)V);
+        assert_memory_equal(solo[i]->mtp_out, bat[i]->mtp_out, sizeof(float) * HID);
+        /* the next step alone: the caches the batch wrote are the solo caches */
+        const int32_t at = hist[i] + rows[i];
+        assert_int_equal(nx_forward_trunk(solo[i], toks[i] + at, 1, ls[i], 0, NULL), NX_OK);
+        assert_int_equal(nx_forward_trunk(bat[i], toks[i] + at, 1, lb[i], 0, NULL), NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * V);
+        assert_int_equal(nx_mtp_draft_next(solo[i], 1, ls[i], NULL), NX_OK);
+        assert_int_equal(nx_mtp_draft_next(bat[i], 1, lb[i], NULL), NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * V);
+    }
+    for (int i = 0; i <= N; i++) {
+        free(ls[i]), free(lb[i]);
+        nx_ctx_free(solo[i]);
+        nx_ctx_free(bat[i]);
+    }
+    nx_ctx_free(scratch);
     nx_model_free(m);
 }
 
@@ -1002,6 +1073,7 @@ int main(void) {
         cmocka_unit_test(test_router_brute_force),
         cmocka_unit_test(test_router_groups),
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_multi_context_forward),
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_truncate_equals_never_appended),
         cmocka_unit_test(test_greedy_mtp_equals_ar),

@@ -58,15 +58,19 @@ static void test_filenames(void **state) {
 }
 
 /* A request that must fail: 400, the named field and the code. */
-static void expect_400(const char *id, const char *action, const char *body, const char *param, const char *code) {
+static void expect_400_of(int n_slots, const char *id, const char *action, const char *body, const char *param, const char *code) {
     nx_slot_request r;
     nx_oai_error e;
     memset(&e, 0, sizeof e);
-    assert_int_equal(nx_slot_request_parse(id, action, body, body ? strlen(body) : 0, &r, &e), NX_E_ARG);
+    assert_int_equal(nx_slot_request_parse(id, action, body, body ? strlen(body) : 0, n_slots, &r, &e), NX_E_ARG);
     assert_int_equal(e.http_status, 400);
     if (strcmp(e.param, param ? param : "") != 0 || strcmp(e.code, code) != 0)
         fail_msg("id %s action %s body %s: param '%s' code '%s' (%s)", id, action ? action : "(none)",
                  body ? body : "(none)", e.param, e.code, e.message);
+}
+
+static void expect_400(const char *id, const char *action, const char *body, const char *param, const char *code) {
+    expect_400_of(1, id, action, body, param, code);
 }
 
 static void test_requests(void **state) {
@@ -74,15 +78,22 @@ static void test_requests(void **state) {
     nx_slot_request r;
     nx_oai_error e;
     const char *body = "{\"filename\": \"chat.state\"}";
-    assert_int_equal(nx_slot_request_parse("0", "save", body, strlen(body), &r, &e), NX_OK);
+    assert_int_equal(nx_slot_request_parse("0", "save", body, strlen(body), 1, &r, &e), NX_OK);
     assert_int_equal(r.action, NX_SLOT_SAVE);
     assert_string_equal(r.filename, "chat.state");
-    assert_int_equal(nx_slot_request_parse("00", "restore", body, strlen(body), &r, &e), NX_OK);
+    assert_int_equal(nx_slot_request_parse("00", "restore", body, strlen(body), 1, &r, &e), NX_OK);
     assert_int_equal(r.action, NX_SLOT_RESTORE);
-    assert_int_equal(nx_slot_request_parse("0", "erase", NULL, 0, &r, &e), NX_OK);
+    assert_int_equal(nx_slot_request_parse("0", "erase", NULL, 0, 1, &r, &e), NX_OK);
     assert_int_equal(r.action, NX_SLOT_ERASE);
 
     expect_400("1", "save", body, "id_slot", "invalid_slot");
+    /* with --parallel 4, slots 0..3 */
+    assert_int_equal(nx_slot_request_parse("3", "save", body, strlen(body), 4, &r, &e), NX_OK);
+    assert_int_equal(r.id, 3);
+    assert_int_equal(nx_slot_request_parse("002", "erase", NULL, 0, 4, &r, &e), NX_OK);
+    assert_int_equal(r.id, 2);
+    expect_400_of(4, "4", "save", body, "id_slot", "invalid_slot");
+    expect_400_of(4, "99999999999", "erase", NULL, "id_slot", "invalid_slot");
     expect_400("abc", "save", body, "id_slot", "invalid_slot");
     expect_400("", "erase", NULL, "id_slot", "invalid_slot");
     expect_400("-0", "erase", NULL, "id_slot", "invalid_slot");
@@ -103,11 +114,11 @@ static void test_requests(void **state) {
     memset(name, 'n', sizeof name - 1);
     name[sizeof name - 1] = '\0';
     snprintf(big, sizeof big, "{\"filename\": \"%s\"}", name);
-    assert_int_equal(nx_slot_request_parse("0", "restore", big, strlen(big), &r, &e), NX_OK);
+    assert_int_equal(nx_slot_request_parse("0", "restore", big, strlen(big), 1, &r, &e), NX_OK);
     expect_400("0", "save", big, "filename", "invalid_filename");
     name[NX_SLOT_SAVE_NAME_MAX] = '\0';
     snprintf(big, sizeof big, "{\"filename\": \"%s\"}", name);
-    assert_int_equal(nx_slot_request_parse("0", "save", big, strlen(big), &r, &e), NX_OK);
+    assert_int_equal(nx_slot_request_parse("0", "save", big, strlen(big), 1, &r, &e), NX_OK);
     assert_int_equal(strlen(r.filename), NX_SLOT_SAVE_NAME_MAX);
 }
 

@@ -54,7 +54,10 @@ static const char *usage =
     "                          address and localhost (comma-separated; * = any)\n"
     "      --cors LIST         origins whose web pages may call the server (comma-separated\n"
     "                          scheme://host[:port]; * = any); others get 403\n"
-    "      --ctx N             context tokens, prompt + completion (default 4096)\n"
+    "      --ctx N             context tokens, prompt + completion (default 4096), per slot\n"
+    "      --parallel N        sequence slots (also --np), each its own context: N requests\n"
+    "                          generate at once, their steps batched into one forward\n"
+    "                          (default: what half the free memory holds, at most 4)\n"
     "      --cache-ram MIB     memory for saved prompt prefixes, so requests that alternate\n"
     "                          between conversations keep each one's cache (default 1024;\n"
     "                          0 = off)\n"
@@ -83,7 +86,7 @@ static const char *usage =
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
        O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS, O_PERIP, O_HEADT,
        O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA, O_NOWEB, O_MAXMEM, O_MLOCK, O_SPLIT,
-       O_SPLIT_TIMEOUT };
+       O_SPLIT_TIMEOUT, O_PARALLEL };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -102,7 +105,8 @@ static const struct option opts[] = {
     {"body-timeout", required_argument, 0, O_BODYT}, {"max-request-tokens", required_argument, 0, O_MAXTOK},
     {"max-unsent", required_argument, 0, O_UNSENT}, {"shutdown-grace", required_argument, 0, O_GRACE},
     {"host-allow", required_argument, 0, O_HOSTS}, {"cors", required_argument, 0, O_CORS},
-    {"no-webui", no_argument, 0, O_NOWEB},
+    {"no-webui", no_argument, 0, O_NOWEB},    {"parallel", required_argument, 0, O_PARALLEL},
+    {"np", required_argument, 0, O_PARALLEL},
     {"split", required_argument, 0, O_SPLIT}, {"split-timeout", required_argument, 0, O_SPLIT_TIMEOUT},
     {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
 };
@@ -205,6 +209,10 @@ int nx_cli_serve(int argc, char **argv) {
             if (!cli_parse_int(optarg, 1, 100000, &v)) BAD("--max-connections %s: expected 1..100000", optarg);
             so.max_connections = (int)v;
             break;
+        case O_PARALLEL:
+            if (!cli_parse_int(optarg, 1, 64, &v)) BAD("--parallel %s: expected 1..64", optarg);
+            so.parallel = (int)v;
+            break;
         case O_CTX:
             if (!cli_parse_int(optarg, 2, INT32_MAX, &v)) BAD("--ctx %s: expected an integer >= 2", optarg);
             so.n_ctx = (int32_t)v;
@@ -293,6 +301,10 @@ int nx_cli_serve(int argc, char **argv) {
     if (optind < argc) {
         return cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
     }
+    if (split && so.parallel > 1)
+        return cli_usage_error("serve", "--parallel %d with --split: a split model serves one request at a time",
+                               so.parallel);
+    if (split) so.parallel = 1;
     if (!so.api_key && (so.api_key = getenv("NEXTN_API_KEY")) && !*so.api_key)
         return cli_usage_error("serve", "NEXTN_API_KEY is set but empty; unset it to run without a key");
     cli_opts co;
@@ -349,6 +361,8 @@ int nx_cli_serve(int argc, char **argv) {
             fprintf(stderr, "nextn serve: MTP %s: plain decoding (no speculation)\n", in->mtp);
         fprintf(stderr, "nextn serve: context %d tokens, prompt cache %zu MiB, queue %d, timeout %gs, max body %zu bytes%s\n",
                 so.n_ctx, so.cache_ram >> 20, so.queue, so.timeout, so.max_body, so.api_key ? ", API key required" : "");
+        if (so.parallel) fprintf(stderr, "nextn serve: %d slot%s\n", so.parallel, so.parallel == 1 ? "" : "s");
+        else fprintf(stderr, "nextn serve: slots sized from memory (at most 4)\n");
         if (so.slot_save_path) fprintf(stderr, "nextn serve: slot files in %s\n", so.slot_save_path);
     }
     /* Always printed: scripts read the port from this line. */

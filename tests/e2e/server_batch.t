@@ -1,0 +1,165 @@
+#!/usr/bin/env node
+// Continuous batching (`nextn serve --parallel 4`): requests that run at the same time share each
+// step's forward, and every answer is exactly what the same request gets from a server with one
+// slot (no batch at all): greedy text token for token, seeded sampling with `verify: match` (and
+// with a fixed draft length, residual) the same text — with and without MTP drafts, short and
+// long prompts, chat and completions, streaming or not, while another client hangs up mid-stream;
+// on int8 activations (the default) and on int16 activations with an f16 cache.
+// Also: GET /slots lists the four slots, slot actions address one slot, and /metrics shows
+// forwards that held several sequences.
+'use strict';
+const path = require('path');
+const fs = require('fs');
+const os = require('os');
+const lib = require(path.join(__dirname, '..', 'server', 'lib.js'));
+const { ok, is, note, done } = lib;
+
+lib.skipAllUnlessReady();
+
+const LONG = Array.from({ length: 24 }, (_, i) => `Line ${i}: the quick brown fox jumps over the lazy dog.`)
+  .join('\n');
+const CASES = [
+  { prompt: 'The history of the printing press', max_tokens: 40, temperature: 0 },
+  { prompt: 'def quicksort(items):', max_tokens: 33, temperature: 0, speculative: { draft: 0 } },
+  { chat: 'Write a haiku about rain.', max_tokens: 30, temperature: 0, speculative: { draft: 3 } },
+  { prompt: LONG + '\nSummary:', max_tokens: 28, temperature: 0 },
+  { prompt: 'Once upon a time', max_tokens: 36, temperature: 0.9, seed: 11, speculative: { verify: 'match' } },
+  { chat: 'Name three colours.', max_tokens: 32, temperature: 0.8, top_p: 0.9, seed: 5,
+    speculative: { draft: 2, verify: 'residual' } },
+  { prompt: 'SELECT name FROM', max_tokens: 25, temperature: 1.0, seed: 3, speculative: { draft: 0 } },
+  { prompt: '#include <stdio.h>\nint main(void) {', max_tokens: 38, temperature: 0, stream: false },
+  { chat: LONG.slice(0, 900) + '\nWhat is line 7?', max_tokens: 24, temperature: 0.7, seed: 99,
+    speculative: { draft: 'auto', verify: 'match' }, stream: false },
+  { prompt: 'Dear Sir or Madam,', max_tokens: 30, temperature: 0, n: 2, stream: false },
+];
+
+function bodyOf(c) {
+  const b = { max_tokens: c.max_tokens, temperature: c.temperature, stream: c.stream !== false };
+  for (const k of ['seed', 'top_p', 'speculative', 'n']) if (c[k] !== undefined) b[k] = c[k];
+  if (c.chat) b.messages = [{ role: 'user', content: c.chat }];
+  else b.prompt = c.prompt;
+  return b;
+}
+
+// One request; the text of each choice (streamed or whole) and the finish reasons.
+async function ask(base, c, signal) {
+  const url = base + (c.chat ? '/v1/chat/completions' : '/v1/completions');
+  const res = await fetch(url, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+                                 body: JSON.stringify(bodyOf(c)), signal });
+  const text = {}, finish = {};
+  if (c.stream === false) {
+    const j = await res.json();
+    for (const ch of j.choices || []) {
+      text[ch.index] = c.chat ? ch.message.content : ch.text;
+      finish[ch.index] = ch.finish_reason;
+    }
+    return { status: res.status, text, finish };
+  }
+  const raw = await res.text();
+  for (const block of raw.split('\n\n')) {
+    if (!block.startsWith('data: ') || block === 'data: [DONE]') continue;
+    for (const ch of JSON.parse(block.slice(6)).choices || []) {
+      text[ch.index] = (text[ch.index] || '') + (c.chat ? (ch.delta.content || '') : ch.text);
+      if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+    }
+  }
+  return { status: res.status, text, finish, done: raw.includes('data: [DONE]') };
+}
+
+// A streaming request whose client goes away after its first chunk.
+async function hangUp(base) {
+  const ctl = new AbortController();
+  const res = await fetch(base + '/v1/completions', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, signal: ctl.signal,
+    body: JSON.stringify({ prompt: 'A very long story:', max_tokens: 400, temperature: 0, stream: true }),
+  });
+  const reader = res.body.getReader();
+  await reader.read();
+  ctl.abort();
+  return res.status;
+}
+
+async function main() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'nextn-batch-'));
+  const solo = await lib.startServer(['--parallel', '1', '--ctx', '1024']);
+  const multi = await lib.startServer(['--parallel', '4', '--ctx', '1024', '--queue', '32', '--slot-save-path', dir]);
+
+  const alone = [];
+  for (const c of CASES) alone.push(await ask(solo.base, c));
+  ok(alone.every((r) => r.status === 200), 'every request answers alone on one slot', alone.map((r) => r.status));
+
+  const slots = await (await fetch(multi.base + '/slots')).json();
+  ok(Array.isArray(slots) && slots.length === 4 && slots.every((s, i) => s.id === i && s.n_ctx === 1024),
+     'GET /slots lists four slots with their ids and n_ctx', JSON.stringify(slots).slice(0, 300));
+  const props = await (await fetch(multi.base + '/props')).json();
+  is(props.total_slots, 4, 'GET /props: total_slots 4');
+
+  for (let round = 0; round < 2; round++) {
+    const jobs = CASES.map((c) => ask(multi.base, c));
+    jobs.push(hangUp(multi.base));
+    const got = await Promise.all(jobs);
+    ok(got[CASES.length] === 200, `round ${round}: a client hangs up mid-stream`);
+    for (let i = 0; i < CASES.length; i++) {
+      const c = CASES[i];
+      ok(got[i].status === 200 && (c.stream === false || got[i].done), `round ${round}, case ${i}: answered`,
+         got[i].status);
+      const nChoices = c.n || 1;
+      for (let k = 0; k < nChoices; k++) {
+        is(got[i].text[k], alone[i].text[k], `round ${round}, case ${i}${nChoices > 1 ? ` choice ${k}` : ''}: ` +
+           `same text as alone (${c.temperature ? 'seeded' : 'greedy'}, draft ${JSON.stringify((c.speculative || {}).draft ?? 'auto')})`);
+        is(got[i].finish[k], alone[i].finish[k], `round ${round}, case ${i}: same finish_reason`);
+      }
+    }
+  }
+
+  // the forwards really held several sequences
+  const text = await (await fetch(multi.base + '/metrics')).text();
+  const val = (re) => { const m = text.match(re); return m ? Number(m[1]) : null; };
+  const one = val(/^nextn_batch_sequences_bucket\{le="1"\} (\d+)$/m);
+  const all = val(/^nextn_batch_sequences_count (\d+)$/m);
+  note(`batched forwards: ${all}, of which ${one} held one sequence`);
+  ok(all > 0 && one !== null && all - one > 10, 'many forwards held two or more sequences', text.slice(0, 200));
+  is(val(/^nextn_slots (\d+)$/m), 4, '/metrics: nextn_slots 4');
+  const perSlot = [...text.matchAll(/^nextn_slot_generations_total\{slot="(\d)"\} (\d+)$/gm)];
+  ok(perSlot.length === 4 && perSlot.filter((m) => Number(m[2]) > 0).length >= 2,
+     'requests ran on several slots', perSlot.map((m) => m[0]));
+
+  // slot actions name one slot; its neighbours keep their rows
+  const post = (url, body) => fetch(multi.base + url, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+                                                       body: body ? JSON.stringify(body) : undefined });
+  let r = await post('/slots/2?action=save', { filename: 'two.state' });
+  let j = await r.json();
+  ok(r.status === 200 && j.id_slot === 2 && fs.existsSync(path.join(dir, 'two.state')), 'slot 2 saves', j);
+  r = await post('/slots/3?action=erase');
+  j = await r.json();
+  ok(r.status === 200 && j.id_slot === 3, 'slot 3 erases', j);
+  r = await post('/slots/4?action=erase');
+  j = await r.json();
+  ok(r.status === 400 && j.error && j.error.code === 'invalid_slot', '/slots/4 does not exist', j);
+  r = await post('/slots/1?action=restore', { filename: 'two.state' });
+  j = await r.json();
+  ok(r.status === 200 && j.id_slot === 1 && j.n_restored > 0, 'slot 2\'s file restores into slot 1', j);
+  const after = await ask(multi.base, CASES[0]);
+  is(after.text[0], alone[0].text[0], 'after the slot actions: same text as alone');
+
+  solo.stop();
+  multi.stop();
+  is(await lib.waitExit(multi), 0, 'clean shutdown');
+
+  // the other kernel and cache paths: int16 activations, an f16 KV cache
+  const flags = ['--act-bits', '16', '--kv-type', 'f16', '--ctx', '1024'];
+  const solo16 = await lib.startServer(['--parallel', '1', ...flags]);
+  const multi16 = await lib.startServer(['--parallel', '3', ...flags]);
+  const some = CASES.slice(0, 6);
+  const ref16 = [];
+  for (const c of some) ref16.push(await ask(solo16.base, c));
+  const got16 = await Promise.all(some.map((c) => ask(multi16.base, c)));
+  for (let i = 0; i < some.length; i++)
+    is(got16[i].text[0], ref16[i].text[0], `--act-bits 16 --kv-type f16, case ${i}: same text as alone`);
+  solo16.stop();
+  multi16.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
+  done();
+}
+
+main().catch((e) => { ok(false, 'unexpected error', e.stack); done(); });
