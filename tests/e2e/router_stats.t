@@ -17,6 +17,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
+from serverlib import Server, curl  # noqa: E402
 from tap import Tap, nextn  # noqa: E402
 
 t = Tap()
@@ -101,6 +103,18 @@ t.ok("(router statistics)" in text, "the text plan says it used the statistics",
 r = run("--draft", "0", "--max-memory", cap, "--router-stats", P)
 t.ok(r.stdout == plain, "streamed experts with statistics: the same tokens")
 
+
+# ---- serve adds every request's choices at shutdown
+S = os.path.join(tmp, "serve.json")
+srv = Server("--router-stats", S, "--parallel", "2", "--draft", "0")
+replies = [curl(srv.base + "/v1/completions", {"prompt": p, "max_tokens": N, "temperature": 0, "ignore_eos": True})
+           for p in ([1, 2, 3, 4, 5, 6, 7], [70, 60, 50, 40, 30, 20, 10])]
+t.ok(all(r.status == 200 for r in replies), "two completions served", [r.body[:200] for r in replies])
+t.ok(not os.path.exists(S), "nothing written before shutdown")
+t.ok(srv.stop() == 0, "the server stops cleanly")
+ss = json.load(open(S))
+sums = [sum(c) for c in ss["layers"][DENSE:]]
+t.ok(all(x == 2 * rows * K for x in sums), f"serve counted both requests' rows (2 x {rows} x {K})", sums)
 
 # ---- bad files are refused by name
 def bad(content, field, what):

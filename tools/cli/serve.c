@@ -81,12 +81,14 @@ static const char *usage =
     "      --max-memory N      keep at most N bytes of weights in memory (K/M/G suffixes): the routed\n"
     "                          experts beyond that stream from disk into an expert cache\n"
     "      --mlock             read the resident weights in at load and lock them in memory\n"
+    "      --router-stats FILE add the experts every request chose to FILE at shutdown (router\n"
+    "                          statistics: inspect --memory N --router-stats FILE plans with them)\n"
     "  -q, --quiet             no start-up banner\n";
 
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
        O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS, O_PERIP, O_HEADT,
        O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA, O_NOWEB, O_MAXMEM, O_MLOCK, O_SPLIT,
-       O_SPLIT_TIMEOUT, O_PARALLEL };
+       O_SPLIT_TIMEOUT, O_PARALLEL, O_ROUTER_STATS };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -99,6 +101,7 @@ static const struct option opts[] = {
     {"no-mtp", no_argument, 0, O_NOMTP},      {"act-bits", required_argument, 0, O_ACT},
     {"kv-type", required_argument, 0, O_KV},      {"quiet", no_argument, 0, 'q'},
     {"max-memory", required_argument, 0, O_MAXMEM}, {"mlock", no_argument, 0, O_MLOCK},
+    {"router-stats", required_argument, 0, O_ROUTER_STATS},
     {"reasoning-format", required_argument, 0, O_REASONING}, {"cache-ram", required_argument, 0, O_CACHE},
     {"slot-save-path", required_argument, 0, O_SLOTS}, {"slot-save-quota", required_argument, 0, O_QUOTA},
     {"max-conns-per-ip", required_argument, 0, O_PERIP}, {"header-timeout", required_argument, 0, O_HEADT},
@@ -283,6 +286,10 @@ int nx_cli_serve(int argc, char **argv) {
                     "1024), e.g. 96G", optarg);
             break;
         case O_MLOCK: lp.prefault = NX_PREFAULT_LOCK; break;
+        case O_ROUTER_STATS:
+            if (!*optarg) BAD("--router-stats: empty file name");
+            lp.router_stats = optarg;
+            break;
         case O_SPLIT:
             if (strcmp(optarg, "pipeline") && strcmp(optarg, "experts")) BAD("--split %s: expected pipeline or experts", optarg);
             split = optarg;
@@ -305,6 +312,9 @@ int nx_cli_serve(int argc, char **argv) {
         return cli_usage_error("serve", "--parallel %d with --split: a split model serves one request at a time",
                                so.parallel);
     if (split) so.parallel = 1;
+    if (split && !strcmp(split, "pipeline") && lp.router_stats)
+        return cli_usage_error("serve", "--router-stats with --split pipeline: rank 0 routes only its own layers "
+                               "(use --split experts)");
     if (!so.api_key && (so.api_key = getenv("NEXTN_API_KEY")) && !*so.api_key)
         return cli_usage_error("serve", "NEXTN_API_KEY is set but empty; unset it to run without a key");
     cli_opts co;
@@ -384,7 +394,12 @@ int nx_cli_serve(int argc, char **argv) {
         fflush(stderr);
         _exit(1);
     }
+    int rc = 0;
+    if (lp.router_stats && nx_model_router_stats_save(m, lp.router_stats, &err) != NX_OK) {
+        fprintf(stderr, "nextn serve: --router-stats: %s\n", err.msg);
+        rc = 1;
+    }
     nx_model_free(m);
     free(id);
-    return 0;
+    return rc;
 }
