@@ -191,6 +191,39 @@ static nx_model *load(const char *dir, int threads) {
     return m;
 }
 
+/* ================================================================ token files */
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* A .ids file holds token ids (separated by spaces, commas or newlines): text already
+ * tokenized, or the corpus of a checkpoint that ships no tokenizer. Ids at or past vocab_size
+ * are an error naming the file. */
+static bool read_ids(const char *path, int32_t V, int32_t **ids, size_t *n) {
+    char *text = cli_read_file(path, NULL);
+    char msg[256];
+    if (!text) {
+        fprintf(stderr, "nextn forge: cannot read %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    bool ok = cli_parse_ids(text, ids, n, msg, sizeof msg);
+    free(text);
+    if (!ok) {
+        fprintf(stderr, "nextn forge: %s: %s\n", path, msg);
+        return false;
+    }
+    for (size_t i = 0; i < *n; i++)
+        if ((*ids)[i] >= V) {
+            fprintf(stderr, "nextn forge: %s: token %d at index %zu is past the vocabulary (%d)\n", path, (*ids)[i], i, V);
+            free(*ids);
+            *ids = NULL;
+            return false;
+        }
+    return true;
+}
+
 /* ================================================================ acceptance (probe) */
 
 typedef struct accept {
@@ -198,24 +231,35 @@ typedef struct accept {
     int64_t n;
 } accept;
 
+/* The held-out file's tokens: a .ids file, or text for the model's tokenizer (no special tokens,
+ * as `nextn probe` reads files). */
+static bool heldout_ids(nx_model *m, const char *path, int32_t **ids, size_t *n) {
+    if (ends_with(path, ".ids")) return read_ids(path, nx_model_get_info(m)->vocab_size, ids, n);
+    const nx_tokenizer *tok = nx_model_tokenizer(m);
+    size_t len = 0;
+    char *text = tok ? cli_read_file(path, &len) : NULL;
+    nx_error err = {0};
+    bool ok = text && nx_tokenizer_encode(tok, text, len, false, ids, n, &err) == NX_OK;
+    if (!ok)
+        fprintf(stderr, "nextn forge: %s: %s\n", path,
+                !tok ? "the model ships no tokenizer.json (give token ids in a .ids file)" : !text ? strerror(errno) : err.msg);
+    free(text);
+    return ok;
+}
+
 /* Probes every held-out file (k = 1, windows of 512, T = 0.9) into acc[i]. */
 static bool probe_files(nx_model *m, const forge_args *a, accept *acc) {
-    const nx_tokenizer *tok = nx_model_tokenizer(m);
     nx_sampler_params sp;
     nx_sampler_params_default(&sp);
     sp.temperature = 0.9f;
     for (int i = 0; i < a->n_heldout; i++) {
-        size_t len = 0, n = 0;
-        char *text = cli_read_file(a->heldout[i], &len);
+        size_t n = 0;
         int32_t *ids = NULL;
         nx_error err = {0};
         nx_probe_result r = {0};
-        bool ok = text && tok && nx_tokenizer_encode(tok, text, len, false, &ids, &n, &err) == NX_OK &&
-                  nx_probe_tokens(m, ids, n, 1, 512, &sp, &r, &err) == NX_OK;
-        if (!ok)
-            fprintf(stderr, "nextn forge: probe %s: %s\n", a->heldout[i],
-                    !text ? strerror(errno) : !tok ? "the model ships no tokenizer.json" : err.msg);
-        free(text);
+        if (!heldout_ids(m, a->heldout[i], &ids, &n)) return false;
+        bool ok = nx_probe_tokens(m, ids, n, 1, 512, &sp, &r, &err) == NX_OK;
+        if (!ok) fprintf(stderr, "nextn forge: probe %s: %s\n", a->heldout[i], err.msg);
         free(ids);
         if (!ok) return false;
         double d = r.n[0] > 0 ? (double)r.n[0] : 1.0;
@@ -266,11 +310,6 @@ static bool add_doc(const nx_tokenizer *tok, const char *text, size_t len, tokbu
     return ok;
 }
 
-static bool ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 /* A .jsonl file: one JSON object per line whose "text" string is a document. */
 static bool add_jsonl(const nx_tokenizer *tok, char *text, tokbuf *b, const char *file) {
     long line = 0;
@@ -296,11 +335,20 @@ static bool add_jsonl(const nx_tokenizer *tok, char *text, tokbuf *b, const char
 
 static bool read_corpus(nx_model *m, const forge_args *a, tokbuf *b) {
     const nx_tokenizer *tok = nx_model_tokenizer(m);
-    if (!tok) {
-        fprintf(stderr, "nextn forge: %s ships no tokenizer.json; the corpus cannot be tokenized\n", a->model);
-        return false;
-    }
     for (int i = 0; i < a->n_corpus; i++) {
+        if (ends_with(a->corpus[i], ".ids")) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            bool ok = read_ids(a->corpus[i], nx_model_get_info(m)->vocab_size, &ids, &n) && tokbuf_add(b, ids, n);
+            free(ids);
+            if (!ok) return false;
+            continue;
+        }
+        if (!tok) {
+            fprintf(stderr, "nextn forge: %s: %s ships no tokenizer.json (give token ids in a .ids file)\n",
+                    a->corpus[i], a->model);
+            return false;
+        }
         size_t len = 0;
         char *text = cli_read_file(a->corpus[i], &len);
         if (!text) {

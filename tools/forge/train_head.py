@@ -546,6 +546,7 @@ def main():
     ap.add_argument("--shard")
     ap.add_argument("--out")
     ap.add_argument("--random-head", help="write a random head for --model to this directory and exit")
+    ap.add_argument("--check-only", action="store_true", help="run the forward check against the engine and exit")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--minutes", type=float, default=0.0)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -566,13 +567,15 @@ def main():
         make_head(a.model, {}, random_init=True).export(a.random_head, dtype)
         print(f"train_head: wrote a random head to {a.random_head}", flush=True)
         return
-    if not a.shard or not a.out:
+    if not a.shard or not (a.out or a.check_only):
         sys.exit("train_head: needs --shard and --out (or --random-head)")
     shard = Shard(a.shard)
     head = make_head(a.model, shard.meta)
     quantized = bool(load_config(a.model).get("quantization") or load_config(a.model).get("quantization_config"))
     tol = a.tolerance if a.tolerance is not None else (5e-2 if quantized else 2e-3)
     err = check_forward(head, shard, tol)
+    if a.check_only:
+        return
     info = train(head, shard, a)
     info.update({"check_max_abs_error": err, "shard_windows": int(shard.tokens.shape[0]),
                  "ctx": int(shard.tokens.shape[1]), "top_k": int(shard.ids.shape[2]),
