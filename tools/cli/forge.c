@@ -519,6 +519,7 @@ static bool write_meta(const char *dir, const char *model, nx_model *m, const fo
                           in->vocab_size, "tokens", (json_int_t)(N * a->ctx), "corpus_tokens",
                           (json_int_t)corpus_tokens, "corpus", files, "mtp_zero_pos0", in->mtp_zero_pos0,
                           "mtp_concat", in->mtp_concat, "seconds", secs, "check", has_head(m));
+    json_object_set_new(o, "requested_tokens", json_integer(a->tokens));
     char p[PATH_MAX];
     path_join(p, sizeof p, dir, "meta.json");
     int rc = o ? json_dump_file(o, p, JSON_INDENT(1)) : -1;
@@ -526,9 +527,37 @@ static bool write_meta(const char *dir, const char *model, nx_model *m, const fo
     return rc == 0;
 }
 
-/* Writes the shard of `a` for model dir `model` into work/shard. */
+/* Whether work/shard already holds a complete shard of this model, corpus and settings (its
+ * meta.json is written last), so a second run (other trainer settings) skips the dump. */
+static bool shard_reusable(const char *shard, const char *model, const forge_args *a) {
+    char p[PATH_MAX];
+    path_join(p, sizeof p, shard, "meta.json");
+    json_error_t je;
+    json_t *o = json_load_file(p, 0, &je);
+    json_t *files = o ? json_object_get(o, "corpus") : NULL;
+    bool same = o && json_is_array(files) && json_array_size(files) == (size_t)a->n_corpus &&
+                !strcmp(json_string_value(json_object_get(o, "model")) ? json_string_value(json_object_get(o, "model")) : "", model) &&
+                json_integer_value(json_object_get(o, "ctx")) == a->ctx &&
+                json_integer_value(json_object_get(o, "top_k")) == a->top_k &&
+                json_integer_value(json_object_get(o, "requested_tokens")) == a->tokens;
+    for (int i = 0; same && i < a->n_corpus; i++) {
+        const char *f = json_string_value(json_array_get(files, (size_t)i));
+        same = f && !strcmp(f, a->corpus[i]);
+    }
+    json_decref(o);
+    return same;
+}
+
+/* Writes the shard of `a` for model dir `model` into work/shard (or keeps the one there). */
 static bool make_shard(nx_model *m, const char *model, const forge_args *a, char *shard, size_t cap) {
     path_join(shard, cap, a->work, "shard");
+    if (shard_reusable(shard, model, a)) {
+        fprintf(stderr, "nextn forge: reusing the shard in %s\n", shard);
+        return true;
+    }
+    char meta[PATH_MAX];
+    path_join(meta, sizeof meta, shard, "meta.json");
+    unlink(meta);
     if (!make_dir(a->work) || !make_dir(shard)) {
         fprintf(stderr, "nextn forge: cannot create %s: %s\n", shard, strerror(errno));
         return false;

@@ -532,8 +532,9 @@ def train(head, shard, a):
     kl1, ce1, ag1 = evaluate(head, shard)
     print(f"train_head: after {step} steps ({secs / 60:.1f} min): val KL {kl1:.4f} CE {ce1:.4f} agreement "
           f"{ag1:.4f}", flush=True)
-    first = np.mean(hist[:20], 0).tolist() if hist else None
-    last = np.mean(hist[-20:], 0).tolist() if hist else None
+    n = max(1, min(20, len(hist) // 4))
+    first = np.mean(hist[:n], 0).tolist() if hist else None
+    last = np.mean(hist[-n:], 0).tolist() if hist else None
     return {"steps": step, "seconds": secs, "tokens": step * a.batch * (T - 1), "batch": a.batch, "lr": a.lr,
             "ce_weight": a.ce_weight, "train_loss_first": first[0] if first else None,
             "train_loss_last": last[0] if last else None, "val_before": {"kl": kl0, "ce": ce0, "agree": ag0},
