@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -621,12 +622,19 @@ static bool run_trainer(const char *const *args) {
     argv[n] = NULL;
     fflush(stdout);
     fflush(stderr);
+    /* Ctrl-C at the terminal reaches the trainer too, which stops early and writes its head:
+     * forge carries on with it (as system() does, the parent ignores SIGINT meanwhile) */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGINT, &ign, &old);
     pid_t pid = fork();
     if (pid < 0) {
+        sigaction(SIGINT, &old, NULL);
         fprintf(stderr, "nextn forge: fork: %s\n", strerror(errno));
         return false;
     }
     if (pid == 0) {
+        sigaction(SIGINT, &old, NULL);
         execv(py, (char *const *)argv);
         fprintf(stderr, "nextn forge: cannot run %s: %s\n", py, strerror(errno));
         _exit(127);
@@ -634,6 +642,7 @@ static bool run_trainer(const char *const *args) {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    sigaction(SIGINT, &old, NULL);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
     if (WIFEXITED(status))
         fprintf(stderr, "nextn forge: the trainer (%s %s) failed with status %d\n", py, script, WEXITSTATUS(status));

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import time
 
@@ -491,6 +492,17 @@ def fmt_time(s):
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+STOP = []
+
+
+def on_interrupt(sig, frame):
+    """Ctrl-C (SIGINT) ends training after the current step; the head trained so far is written."""
+    if STOP:
+        raise KeyboardInterrupt
+    STOP.append(sig)
+    print("train_head: interrupted: stopping after this step and writing the head (again to abort)", flush=True)
+
+
 def train(head, shard, a):
     params = head.params()
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -504,7 +516,7 @@ def train(head, shard, a):
     while step < a.steps:
         el = time.time() - t0
         frac = max(step / a.steps, el / budget if budget else 0.0)
-        if frac >= 1.0:
+        if frac >= 1.0 or STOP:
             break
         lr = a.lr * (step + 1) / warm if step < warm else a.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
@@ -577,6 +589,7 @@ def main():
     err = check_forward(head, shard, tol)
     if a.check_only:
         return
+    signal.signal(signal.SIGINT, on_interrupt)
     info = train(head, shard, a)
     info.update({"check_max_abs_error": err, "shard_windows": int(shard.tokens.shape[0]),
                  "ctx": int(shard.tokens.shape[1]), "top_k": int(shard.ids.shape[2]),
