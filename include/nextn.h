@@ -427,6 +427,10 @@ nx_status nx_ctx_eval(nx_ctx *c, const int32_t *tokens, int32_t n, int32_t n_pas
  * token p+1 (so n-1 rows for the last eval of n tokens). Writes [n-1, vocab]. */
 nx_status nx_ctx_eval_mtp(nx_ctx *c, const int32_t *tokens, int32_t n, float *logits,
                           nx_error *err);
+/* Copies the trunk hidden states the MTP head is fed (after or before the final norm, as the
+ * model's wiring says) for cache rows [from, from + n) into out [n, hidden_size]: the inputs a
+ * head is trained on (`nextn forge`). The rows must be in the trunk cache. */
+nx_status nx_ctx_mtp_hidden(const nx_ctx *c, int32_t from, int32_t n, float *out, nx_error *err);
 /* Drops every cached row at or after position n (rollback). A hybrid model's recurrent states go
  * back only to the rows of the last forward call (a verify pass's); further back, the context
  * starts over (n_past 0). */

@@ -1,6 +1,7 @@
-/* .npy reader/writer for float32 arrays (NumPy format spec, versions 1.0-3.0). The reader
- * accepts what numpy.save writes for float32 C-order arrays and rejects anything else with a
- * message saying why. Data is little-endian like the x86-64 hosts the engine targets. */
+/* .npy reader/writer (NumPy format spec, versions 1.0-3.0). Whole float32 arrays are written and
+ * read back; the reader accepts what numpy.save writes for float32 C-order arrays and rejects
+ * anything else with a message saying why. Headers of other dtypes can be written for arrays the
+ * caller streams in. Data is little-endian like the x86-64 hosts the engine targets. */
 #include "io/npy.h"
 
 #include <errno.h>
@@ -11,12 +12,13 @@
 
 static const char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
-nx_status nx_npy_write_f32(const char *path, const float *data, int n_dims, const int64_t *shape,
-                           nx_error *err) {
+nx_status nx_npy_begin(const char *path, const char *descr, int n_dims, const int64_t *shape, FILE **out,
+                       nx_error *err) {
+    *out = NULL;
     if (n_dims < 0 || n_dims > NX_NPY_MAX_DIMS)
         return nx_fail(err, NX_E_ARG, "%s: %d dimensions (0..%d supported)", path, n_dims, NX_NPY_MAX_DIMS);
     char dict[512];
-    size_t o = (size_t)snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    size_t o = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     uint64_t count = 1;
     for (int i = 0; i < n_dims; i++) {
         if (shape[i] < 0 || __builtin_mul_overflow(count, (uint64_t)shape[i], &count))
@@ -29,8 +31,6 @@ nx_status nx_npy_write_f32(const char *path, const float *data, int n_dims, cons
     size_t total = 10 + o + 1;
     size_t pad = (64 - total % 64) % 64;
     size_t hlen = o + pad + 1;
-    if (count > SIZE_MAX / sizeof(float))
-        return nx_fail(err, NX_E_ARG, "%s: array too large", path);
     FILE *f = fopen(path, "wb");
     if (!f) return nx_fail(err, NX_E_IO, "%s: cannot create: %s", path, strerror(errno));
     uint8_t pre[10];
@@ -42,7 +42,25 @@ nx_status nx_npy_write_f32(const char *path, const float *data, int n_dims, cons
     bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, o, f) == o;
     for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
     ok = ok && fputc('\n', f) != EOF;
-    if (ok && count) ok = fwrite(data, sizeof(float), (size_t)count, f) == (size_t)count;
+    if (!ok) {
+        fclose(f);
+        return nx_fail(err, NX_E_IO, "%s: write failed: %s", path, strerror(errno));
+    }
+    *out = f;
+    return NX_OK;
+}
+
+nx_status nx_npy_write_f32(const char *path, const float *data, int n_dims, const int64_t *shape,
+                           nx_error *err) {
+    uint64_t count = 1;
+    for (int i = 0; i < n_dims && i < NX_NPY_MAX_DIMS; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(count, (uint64_t)shape[i], &count))
+            return nx_fail(err, NX_E_ARG, "%s: bad shape[%d] = %lld", path, i, (long long)shape[i]);
+    if (count > SIZE_MAX / sizeof(float)) return nx_fail(err, NX_E_ARG, "%s: array too large", path);
+    FILE *f = NULL;
+    nx_status st = nx_npy_begin(path, "<f4", n_dims, shape, &f, err);
+    if (st != NX_OK) return st;
+    bool ok = !count || fwrite(data, sizeof(float), (size_t)count, f) == (size_t)count;
     if (fclose(f) != 0) ok = false;
     if (!ok) return nx_fail(err, NX_E_IO, "%s: write failed: %s", path, strerror(errno));
     return NX_OK;

@@ -305,7 +305,20 @@ static void test_batch_invariance(void **state) {
     assert_int_equal(nx_ctx_eval_mtp(a, seq, 12, ma, NULL), NX_OK);
     for (int p = 0; p < 11; p++) assert_int_equal(nx_mtp_catch_up(b, seq + p + 1, p + 1, mb + (size_t)p * V, true, NULL), NX_OK);
     assert_memory_equal(ma, mb, sizeof(float) * V * 11);
-    free(la), free(lb), free(ma), free(mb);
+    /* the hidden states the head is fed (what `nextn forge` trains on): the same bits either way,
+     * and only rows the trunk cache holds */
+    const size_t H = (size_t)nx_model_get_info(m)->hidden_size;
+    float *ha = malloc(sizeof(float) * H * 12), *hb = malloc(sizeof(float) * H * 12);
+    assert_int_equal(nx_ctx_mtp_hidden(a, 0, 12, ha, NULL), NX_OK);
+    assert_int_equal(nx_ctx_mtp_hidden(b, 5, 7, hb + 5 * H, NULL), NX_OK);
+    assert_int_equal(nx_ctx_mtp_hidden(b, 0, 5, hb, NULL), NX_OK);
+    assert_memory_equal(ha, hb, sizeof(float) * H * 12);
+    float hn = 0;
+    for (size_t i = 0; i < H; i++) hn += fabsf(ha[11 * H + i]);
+    assert_true(hn > 0);
+    assert_int_equal(nx_ctx_mtp_hidden(a, 10, 3, ha, NULL), NX_E_ARG);
+    assert_int_equal(nx_ctx_mtp_hidden(a, -1, 2, ha, NULL), NX_E_ARG);
+    free(la), free(lb), free(ma), free(mb), free(ha), free(hb);
     nx_ctx_free(a);
     nx_ctx_free(b);
     nx_model_free(m);

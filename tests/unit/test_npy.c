@@ -1,5 +1,6 @@
 /* .npy tests: round trips of float32 arrays of rank 0..3 (and empty ones), the exact header
- * numpy.save writes (64-byte aligned data), versions 2/3 headers, and rejection of wrong
+ * numpy.save writes (64-byte aligned data), headers of other dtypes for arrays written in pieces
+ * (nx_npy_begin), versions 2/3 headers, and rejection of wrong
  * dtypes, Fortran order, truncated or oversized data and malformed header dicts. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,6 +51,48 @@ static void roundtrip(const char *dir, int nd, const int64_t *shape) {
     free(x);
     free(y);
     free(p);
+}
+
+/* nx_npy_begin: the header of any dtype, the caller's rows after it; '<f4' reads back whole. */
+static void test_begin(void **state) {
+    (void)state;
+    char *dir = tmpdir_new();
+    char *p = path_in(dir, "ids.npy");
+    nx_error e;
+    FILE *f = NULL;
+    int64_t shape[2] = {2, 3};
+    int32_t ids[6] = {1, -2, 3, 40000, 5, 6};
+    assert_int_equal(nx_npy_begin(p, "<i4", 2, shape, &f, &e), NX_OK);
+    assert_int_equal(fwrite(ids, 4, 3, f), 3); /* in two pieces */
+    assert_int_equal(fwrite(ids + 3, 4, 3, f), 3);
+    assert_int_equal(fclose(f), 0);
+    f = fopen(p, "rb");
+    char buf[256];
+    size_t got = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    size_t hlen = (size_t)(uint8_t)buf[8] | (size_t)(uint8_t)buf[9] << 8;
+    assert_int_equal((10 + hlen) % 64, 0);
+    assert_int_equal(got, 10 + hlen + sizeof ids);
+    buf[10 + hlen - 1] = 0;
+    assert_non_null(strstr(buf + 10, "'descr': '<i4'"));
+    assert_non_null(strstr(buf + 10, "'shape': (2, 3)"));
+    assert_memory_equal(buf + 10 + hlen, ids, sizeof ids);
+    float x[6] = {0.5f, -1, 2, 3, 4, 5};
+    assert_int_equal(nx_npy_begin(p, "<f4", 2, shape, &f, &e), NX_OK);
+    assert_int_equal(fwrite(x, 4, 6, f), 6);
+    assert_int_equal(fclose(f), 0);
+    float *y = NULL;
+    int nd = 0;
+    int64_t ys[NX_NPY_MAX_DIMS];
+    assert_int_equal(nx_npy_read_f32(p, &y, &nd, ys, &e), NX_OK);
+    assert_int_equal(nd, 2);
+    assert_memory_equal(x, y, sizeof x);
+    free(y);
+    int64_t bad[1] = {-1};
+    assert_int_equal(nx_npy_begin(p, "<i4", 1, bad, &f, &e), NX_E_ARG);
+    assert_null(f);
+    free(p);
+    tmpdir_free(dir);
 }
 
 static void test_roundtrip(void **state) {
@@ -169,6 +212,7 @@ static void test_headers(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_begin),
         cmocka_unit_test(test_headers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

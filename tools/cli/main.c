@@ -547,6 +547,7 @@ static const char *usage_main =
     "  inspect     describe a checkpoint: layout, dtypes, MTP head, parameters, memory\n"
     "  convert     make an MLX-layout affine-quantized checkpoint (MTP head in a sidecar)\n"
     "  graft       add or replace a checkpoint's MTP head with another checkpoint's\n"
+    "  forge       train a checkpoint's MTP head on its own trunk (self-distillation)\n"
     "\n"
     "`nextn COMMAND --help` describes each command. The default model is " DEFAULT_MODEL ".\n";
 
@@ -580,7 +581,7 @@ int main(int argc, char **argv) {
         {"run", cli_run},         {"eval", cli_eval},   {"probe", cli_probe},
         {"bench", cli_bench},     {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize},
         {"inspect", cli_inspect}, {"serve", nx_cli_serve},   {"convert", cli_convert},
-        {"graft", cli_graft},
+        {"graft", cli_graft},     {"forge", cli_forge},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
