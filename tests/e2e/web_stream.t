@@ -126,7 +126,7 @@ async function main() {
       ok(Math.abs(sp.mean_acceptance_length - (1 + sp.accepted / sp.drafts)) < 1e-6, `draft ${draft}: mean acceptance length = 1 + accepted/drafts`, sp);
     if (draft === 3) {
       ok(sp.accepted > 0, 'draft 3: the default model accepts some drafts', sp);
-      // position k + 1 is drafted in a cycle only after position k was accepted in it
+      // drafted_at counts judged drafts: the one at position k + 1 only after the one at k was accepted
       const lastAccepted = sp.accepted_at.reduce((m, a, i) => (a > 0 ? i + 1 : m), 0);
       is(sp.drafted_at.length, Math.min(3, lastAccepted + 1), 'draft 3: chain positions up to one past the last accepted', sp);
     }
