@@ -15,6 +15,7 @@ const fs = require('fs');
 const http = require('http');
 const os = require('os');
 const path = require('path');
+const { sseChunks } = require('./sse');
 
 const ROOT = path.resolve(__dirname, '..');
 const args = process.argv.slice(2);
@@ -79,25 +80,13 @@ async function stream(url, prompt, maxTokens, draft) {
                            stream_options: { include_usage: true }, speculative: { draft } }),
   });
   if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-  const reader = res.body.getReader();
-  const dec = new TextDecoder();
-  let buf = '', usage = null;
+  let usage = null;
   const times = [];
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let k;
-    while ((k = buf.indexOf('\n\n')) >= 0) {
-      const ev = buf.slice(0, k);
-      buf = buf.slice(k + 2);
-      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
-      const c = JSON.parse(ev.slice(6));
-      if (c.usage) usage = c.usage;
-      const now = performance.now();
-      for (const ch of c.choices || [])
-        for (let k = 0; k < (ch.logprobs && ch.logprobs.tokens ? ch.logprobs.tokens.length : 0); k++) times.push(now);
-    }
+  for await (const c of sseChunks(res)) {
+    if (c.usage) usage = c.usage;
+    const now = performance.now();
+    for (const ch of c.choices || [])
+      for (let k = 0; k < (ch.logprobs && ch.logprobs.tokens ? ch.logprobs.tokens.length : 0); k++) times.push(now);
   }
   const n = usage ? usage.completion_tokens : times.length;
   const first = times[0], last = times[times.length - 1];

@@ -11,6 +11,7 @@
 'use strict';
 const { spawn } = require('child_process');
 const path = require('path');
+const { sseChunks } = require('./sse');
 
 const ROOT = path.resolve(__dirname, '..');
 const args = process.argv.slice(2);
@@ -68,22 +69,10 @@ async function one(url, model, i) {
     method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
   });
   if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-  const reader = res.body.getReader();
-  const dec = new TextDecoder();
-  let buf = '', ttft = null, usage = null;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let k;
-    while ((k = buf.indexOf('\n\n')) >= 0) {
-      const ev = buf.slice(0, k);
-      buf = buf.slice(k + 2);
-      if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
-      const c = JSON.parse(ev.slice(6));
-      if (c.usage) usage = c.usage;
-      if (ttft === null && c.choices.some((ch) => ch.delta && ch.delta.content)) ttft = performance.now() - t0;
-    }
+  let ttft = null, usage = null;
+  for await (const c of sseChunks(res)) {
+    if (c.usage) usage = c.usage;
+    if (ttft === null && c.choices.some((ch) => ch.delta && ch.delta.content)) ttft = performance.now() - t0;
   }
   return { ttft: ttft === null ? performance.now() - t0 : ttft, total: performance.now() - t0, usage };
 }
