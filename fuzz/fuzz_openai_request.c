@@ -11,6 +11,8 @@
 #include "serve/slots.h"
 #include "serve/stop.h"
 
+#define FUZZ_SLOTS 4 /* a server of several slots: ids 0..3 are accepted */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static size_t token_text(void *user, int32_t id, char *buf, size_t cap) {
@@ -37,7 +39,7 @@ static void exercise_slots(const uint8_t *data, size_t size) {
     for (int a = 0; a < 3; a++) {
         nx_slot_request r;
         nx_oai_error e;
-        if (nx_slot_request_parse("0", actions[a], (const char *)data, size, &r, &e) != NX_OK) {
+        if (nx_slot_request_parse("0", actions[a], (const char *)data, size, FUZZ_SLOTS, &r, &e) != NX_OK) {
             if (e.http_status != 400) abort();
             free(nx_oai_error_json(&e));
             continue;
@@ -53,9 +55,10 @@ static void exercise_slots(const uint8_t *data, size_t size) {
     text[size] = '\0';
     nx_slot_request r;
     nx_oai_error e;
-    if (nx_slot_request_parse(text, "erase", "", 0, &r, &e) != NX_OK) free(nx_oai_error_json(&e));
+    if (nx_slot_request_parse(text, "erase", "", 0, FUZZ_SLOTS, &r, &e) != NX_OK) free(nx_oai_error_json(&e));
+    else if (r.id < 0 || r.id >= FUZZ_SLOTS) abort(); /* an accepted id names a slot */
     static const char body[] = "{\"filename\": \"a\"}";
-    if (nx_slot_request_parse("0", text, body, sizeof body - 1, &r, &e) != NX_OK) free(nx_oai_error_json(&e));
+    if (nx_slot_request_parse("0", text, body, sizeof body - 1, FUZZ_SLOTS, &r, &e) != NX_OK) free(nx_oai_error_json(&e));
     free(text);
 }
 
