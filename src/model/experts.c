@@ -96,9 +96,9 @@ static void pool_add(nx_xplan *plan, size_t sb, int32_t E) {
 
 /* ---------------------------------------------------------------- router statistics */
 
-/* Router statistics inform the plan's expectations only. Weighing the cache's replacement by them
- * (often routed experts holding slots longer or for good) lost to plain CLOCK on the default model
- * at every cap tried: consecutive tokens share experts and pre-gated reads need the slots. */
+/* Router statistics inform the plan's expectations only; the cache stays CLOCK, because consecutive
+ * tokens share experts and pre-gated reads need free slots (docs/performance.md, "Router statistics
+ * and the cache"). */
 
 static bool has_counts(nx_xcounts counts, const nx_weights *w) {
     for (int32_t l = 0; counts && l <= w->n_layers; l++) {
