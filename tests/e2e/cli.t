@@ -7,15 +7,14 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import PY, Tap, nextn, run  # noqa: E402
+from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-cli-")
+tmp = scratch(prefix="nextn-cli-")
 
 for cmd in ("run", "eval", "probe", "bench", "tokenize", "detokenize", "inspect", "serve", "convert", "graft"):
     r = nextn(cmd, "--help", check=False)

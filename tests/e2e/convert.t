@@ -11,18 +11,17 @@ import os
 import shutil
 import struct
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "train"))
-from tap import PY, Tap, nextn, run  # noqa: E402
+from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 from safetensors_io import read_file  # noqa: E402
 
 t = Tap()
 TOL = 2e-3  # of the logit range
-tmp = tempfile.mkdtemp(prefix="nextn-convert-")
+tmp = scratch(prefix="nextn-convert-")
 TOKENS = [1, 5, 9, 33, 100, 7, 2, 8, 41, 3, 77, 12]
 PROMPT = [3, 14, 15, 92, 65]
 EVEN = ["--hidden", "256", "--expert-dim", "128", "--inter", "256"]  # every dim divisible by 64

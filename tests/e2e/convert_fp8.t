@@ -14,18 +14,17 @@ import os
 import shutil
 import struct
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "train"))
-from tap import Tap, nextn  # noqa: E402
+from tap import Tap, nextn, scratch  # noqa: E402
 from safetensors_io import f32_to_bf16, read_file, read_header, write_file  # noqa: E402
 
 t = Tap()
 TOL8 = 3e-2  # of the logit range, 8-bit weights against the float source (as convert_mla.t)
-tmp = tempfile.mkdtemp(prefix="nextn-convert-fp8-")
+tmp = scratch(prefix="nextn-convert-fp8-")
 TOKENS = [1, 5, 9, 33, 100, 7, 2, 8, 41, 3, 77, 12]
 PROMPT = [3, 14, 15, 92, 65]
 H, NH, KV_LORA, VOCAB, INTER, MOE_INTER, EXPERTS, LAYERS = 128, 4, 64, 320, 192, 64, 4, 3

@@ -12,18 +12,17 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "train"))
-from tap import Tap, nextn  # noqa: E402
+from tap import Tap, nextn, scratch  # noqa: E402
 from safetensors_io import dequantize, quantize, read_file, read_header, write_file  # noqa: E402
 
 t = Tap()
 TOL8 = 3e-2  # of the logit range, 8-bit weights against the float source (measured 0.8-1.8%)
-tmp = tempfile.mkdtemp(prefix="nextn-convert-mla-")
+tmp = scratch(prefix="nextn-convert-mla-")
 TOKENS = [1, 5, 9, 33, 100, 7, 2, 8, 41, 3, 77, 12]
 PROMPT = [3, 14, 15, 92, 65]
 

@@ -25,18 +25,17 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "tools", "train")]
-from tap import PY, Tap, nextn, run  # noqa: E402
+from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 from safetensors_io import read_file, write_file  # noqa: E402
 
 t = Tap()
 TOL = 2e-3  # of the logit range; both sides compute in f32 from the same weights
-tmp = tempfile.mkdtemp(prefix="nextn-convert-qwen35-")
+tmp = scratch(prefix="nextn-convert-qwen35-")
 REF = "tools/ref/qwen35.py"
 GEN = "tests/ref/make_random_qwen35.py"
 rng = np.random.default_rng(35)

@@ -12,15 +12,14 @@ import os
 import shutil
 import struct
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import PY, ROOT, Tap, nextn, run  # noqa: E402
+from tap import PY, ROOT, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-forge-")
+tmp = scratch(prefix="nextn-forge-")
 TRAINER = os.path.join(ROOT, "tools", "forge", "train_head.py")
 REF = os.path.join(ROOT, "tests", "ref")
 PROMPT = "3,14,15,92,65,35,89"

@@ -8,12 +8,11 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import ROOT, Tap, nextn  # noqa: E402
+from tap import ROOT, Tap, nextn, scratch  # noqa: E402
 
 t = Tap()
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -21,7 +20,7 @@ g = json.load(open(os.path.join(FIX, "golden.json")))
 model = os.path.join(ROOT, g["model"])
 sha = hashlib.sha256(open(os.path.join(model, "model.safetensors"), "rb").read()).hexdigest()
 t.ok(sha == g["model_safetensors_sha256"], "fixtures were made from the committed model")
-tmp = tempfile.mkdtemp(prefix="nextn-golden-")
+tmp = scratch(prefix="nextn-golden-")
 TOL = 2e-3
 
 for s in g["sequences"]:

@@ -21,16 +21,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serverlib import MODEL, curl  # noqa: E402
-from tap import NEXTN, PY, ROOT, Tap  # noqa: E402
+from tap import NEXTN, PY, ROOT, Tap, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-mpi-")
+tmp = scratch(prefix="nextn-mpi-")
 MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self,vader,tcp"]
 PROMPT = ["-p", "The history of the city begins"]
 IDS = ["--prompt-tokens", "3,1,4,1,5,9,2,6"]

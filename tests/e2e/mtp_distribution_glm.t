@@ -9,14 +9,13 @@ MTP equals greedy AR on it with drafts accepted."""
 import os
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dist_run import greedy, sampled  # noqa: E402
-from tap import PY, Tap, run  # noqa: E402
+from tap import PY, Tap, run, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-dist-glm-")
+tmp = scratch(prefix="nextn-dist-glm-")
 MODEL = os.path.join(tmp, "agree")
 run([PY, "tests/ref/make_random_glm.py", "--layout", "hf", "--agree", "0.05", "--seed", "3", "--out", MODEL])
 greedy(t, MODEL, "glm4_moe")

@@ -10,14 +10,13 @@ min-p and a repetition penalty active; a negative control shows the test has pow
 import os
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dist_run import FAMILY_CASES, greedy, sampled  # noqa: E402
-from tap import PY, Tap, run  # noqa: E402
+from tap import PY, Tap, run, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-dist-mla-")
+tmp = scratch(prefix="nextn-dist-mla-")
 MODELS = {
     "deepseek_v3": ["--family", "deepseek_v3", "--yarn", "8", "--n-group", "4", "--topk-group", "2", "--experts", "12"],
     "glm4_moe_lite": ["--family", "glm4_moe_lite", "--q-lora-rank", "0"],

@@ -9,14 +9,13 @@ active; a negative control shows the test has power (tests/e2e/dist_run.py)."""
 import os
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dist_run import FAMILY_CASES, greedy, sampled  # noqa: E402
-from tap import PY, Tap, run  # noqa: E402
+from tap import PY, Tap, run, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-dist-qwen35-")
+tmp = scratch(prefix="nextn-dist-qwen35-")
 MODELS = {
     "qwen3_5_moe": ["--family", "qwen3_5_moe"],
     "qwen3_next": ["--family", "qwen3_next"],

@@ -13,13 +13,12 @@ import os
 import shutil
 import struct
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import PY, ROOT, Tap, nextn, run  # noqa: E402
+from tap import PY, ROOT, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-nan-names-")
+tmp = scratch(prefix="nextn-nan-names-")
 REF = os.path.join(ROOT, "tests", "ref")
 
 

@@ -8,16 +8,15 @@ Quantized models are compared at --act-bits 16 (the reference multiplies exact f
 the default int8 activations are checked for the invariants that hold at any precision."""
 import os
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import NEXTN, PY, ROOT, Tap, nextn, run  # noqa: E402
+from tap import NEXTN, PY, ROOT, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
 TOL = 2e-3  # of the logit range; both sides compute in f32 from the same bf16 weights
-tmp = tempfile.mkdtemp(prefix="nextn-parity-")
+tmp = scratch(prefix="nextn-parity-")
 
 RANDOM = [
     # name, generator arguments

@@ -14,16 +14,15 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import PY, Tap, nextn, run  # noqa: E402
+from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
 TOL = 2e-3  # of the logit range; both sides compute in f32 from the same bf16 weights
-tmp = tempfile.mkdtemp(prefix="nextn-parity-glm-")
+tmp = scratch(prefix="nextn-parity-glm-")
 REF = "tools/ref/glm4_moe.py"
 GEN = "tests/ref/make_random_glm.py"
 

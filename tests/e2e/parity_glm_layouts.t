@@ -12,16 +12,15 @@ The MTP rows follow vLLM: the embedding at position 0 is zeroed (reference --mtp
 """
 import os
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import PY, Tap, nextn, run  # noqa: E402
+from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
 TOL = 2e-3  # of the logit range; both sides compute in f32 from the same bf16 weights
-tmp = tempfile.mkdtemp(prefix="nextn-parity-glm-")
+tmp = scratch(prefix="nextn-parity-glm-")
 WIDE = ["--hidden", "256", "--expert-dim", "128", "--inter", "256"]
 
 RANDOM = [

@@ -28,17 +28,16 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from tap import PY, Tap, nextn, run  # noqa: E402
+from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
 TOL = 2e-3  # of the logit range; both sides compute in f32 from the same bf16 weights
-tmp = tempfile.mkdtemp(prefix="nextn-parity-qwen35-")
+tmp = scratch(prefix="nextn-parity-qwen35-")
 REF = "tools/ref/qwen35.py"
 GEN = "tests/ref/make_random_qwen35.py"
 FAMILIES = ("qwen3_5_moe", "qwen3_next")

@@ -14,15 +14,14 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serverlib import Server, curl  # noqa: E402
-from tap import Tap, nextn  # noqa: E402
+from tap import Tap, nextn, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-router-stats-")
+tmp = scratch(prefix="nextn-router-stats-")
 F = os.path.join(tmp, "stats.json")
 PROMPT = "1,2,3,4,5,6,7"
 N = 12

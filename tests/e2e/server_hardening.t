@@ -12,13 +12,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serverlib import Server, curl, long_context_model, metric, skip_all_unless_ready  # noqa: E402
-from tap import NEXTN, Tap  # noqa: E402
+from tap import NEXTN, Tap, scratch  # noqa: E402
 
 skip_all_unless_ready()
 t = Tap()
@@ -121,7 +120,7 @@ t.ok(good and "empty" in diag, "--api-key '' is an error, not 'no key'", diag)
 good, diag = refused([], env=dict(os.environ, NEXTN_API_KEY=""))
 t.ok(good and "NEXTN_API_KEY" in diag, "an empty NEXTN_API_KEY is an error", diag)
 
-slots = tempfile.mkdtemp(prefix="nextn-hardening-")
+slots = scratch(prefix="nextn-hardening-")
 srv = Server("--slot-save-path", slots, "--max-request-tokens", 20000, "--max-unsent", "64k")
 B, P = srv.base, srv.port
 

@@ -11,17 +11,16 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serverlib import MODEL, Server, curl, skip_all_unless_ready  # noqa: E402
-from tap import Tap  # noqa: E402
+from tap import Tap, scratch  # noqa: E402
 
 skip_all_unless_ready()
 t = Tap()
 
-TMP = tempfile.mkdtemp(prefix="nextn-model-files-")
+TMP = scratch(prefix="nextn-model-files-")
 DIR = os.path.join(TMP, "model")
 shutil.copytree(MODEL, DIR)
 WEIGHTS = os.path.join(DIR, "model.safetensors")

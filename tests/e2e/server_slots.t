@@ -11,7 +11,6 @@ have one slot (--parallel 1); tests/e2e/server_batch.t addresses the slots of a 
 import json
 import os
 import shutil
-import tempfile
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serverlib import MODEL, Server, curl, long_context_model, metric, skip_all_unless_ready  # noqa: E402
-from tap import NEXTN, ROOT, Tap  # noqa: E402
+from tap import NEXTN, ROOT, Tap, scratch  # noqa: E402
 
 skip_all_unless_ready()
 t = Tap()
@@ -41,7 +40,7 @@ def expect_400(r, name, param=None, code=None):
     return e
 
 
-TMP = tempfile.mkdtemp(prefix="nextn-slots-")
+TMP = scratch(prefix="nextn-slots-")
 DIR = os.path.join(TMP, "slots")
 os.mkdir(DIR)
 

@@ -10,13 +10,12 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import PY, Tap, nextn, run  # noqa: E402
+from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-state-qwen35-")
+tmp = scratch(prefix="nextn-state-qwen35-")
 model = os.path.join(tmp, "m")
 run([PY, "tests/ref/make_random_qwen35.py", "--family", "qwen3_5_moe", "--layout", "hf", "--agree", "0.05",
      "--seed", "7", "--out", model])

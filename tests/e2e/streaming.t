@@ -17,15 +17,14 @@ import json
 import os
 import re
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import NEXTN, PY, Tap, nextn, run  # noqa: E402
+from tap import NEXTN, PY, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
-tmp = tempfile.mkdtemp(prefix="nextn-stream-")
+tmp = scratch(prefix="nextn-stream-")
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p

@@ -1,7 +1,10 @@
 """Minimal TAP emitter and process helpers shared by the end-to-end test scripts."""
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NEXTN = os.environ.get("NEXTN", os.path.join(ROOT, "build", "nextn"))
@@ -41,6 +44,14 @@ class Tap:
     def done(self):
         print(f"1..{self.n}", flush=True)
         sys.exit(1 if self.failed else 0)
+
+
+def scratch(prefix):
+    """A temporary directory removed when the script exits, whether its checks passed, failed or
+    raised (a failing run must not leave its models behind in /tmp)."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def run(args, check=True, **kw):
