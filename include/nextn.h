@@ -542,7 +542,10 @@ typedef struct nx_gen_stats {
 } nx_gen_stats;
 
 /* Called for each emitted token with its probability under the processed distribution `probs`
- * (vocab_size floats, valid during the call). Return non-zero to stop generation. */
+ * (vocab_size floats, valid during the call). Return non-zero to stop generation. A verify's
+ * drafted_at[i] (and accepted_at[i] when the draft was accepted) in the `stats` given to
+ * nx_generate are counted before the token judged at chain position i is emitted, so a callback
+ * can tell accepted drafts from sampled tokens by them; the cycle's totals come after. */
 typedef int (*nx_token_fn)(void *user, int32_t id, const float *probs);
 
 /* Generates a continuation of prompt[0..n_prompt). The longest prefix the prompt shares with the
