@@ -320,3 +320,10 @@ if [ "${NEXTN_BENCH_STREAM:-0}" = 1 ]; then
     echo "== 4-bit Hy3-shaped model bigger than memory: streamed experts (bench/stream.sh)"
     bash bench/stream.sh "$HY3Q4"
 fi
+
+# Against llama.cpp (optional: LLAMA_CPP_DIR names a llama.cpp tree built with CMake): the same
+# random checkpoint as GGUF Q4_0 / Q4_K_M / Q2_K and as MLX 4- and 2-bit, alternating rounds.
+if [ -n "${LLAMA_CPP_DIR:-}" ]; then
+    echo "== against llama.cpp ($LLAMA_CPP_DIR): bench/llama_cpp.py"
+    /usr/bin/python3 bench/llama_cpp.py --llama-cpp "$LLAMA_CPP_DIR"
+fi
