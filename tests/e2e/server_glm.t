@@ -17,13 +17,14 @@ reasoning_content, content (without that newline) and the typed call, streaming 
 tools offered no call is split out."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from serverlib import MODEL, ROOT, Server, curl, skip_all_unless_ready  # noqa: E402
-from tap import NEXTN, Tap  # noqa: E402
+from chatlib import make_chat_checkpoint, sse_events, tokenize, valid_args, weather_tools  # noqa: E402
+from chatlib import make_scripted as chatlib_scripted  # noqa: E402
+from serverlib import Server, curl, skip_all_unless_ready  # noqa: E402
+from tap import Tap  # noqa: E402
 
 skip_all_unless_ready()
 t = Tap()
@@ -34,79 +35,22 @@ GLM_SPECIAL = ["<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>"
                "<arg_value>", "</arg_value>"]
 
 SCRIPT = "\n<think>Hmm</think>Sure<tool_call>get_weather<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>"
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather forecast",
-    "parameters": {"type": "object", "properties": {
-        "days": {"type": "integer", "minimum": 1, "maximum": 14},
-        "unit": {"type": "string", "enum": ["c", "f"]},
-        "alerts": {"type": "boolean"}},
-        "required": ["days", "unit", "alerts"]}}}]
+TOOLS = weather_tools()
 
 
 def make_checkpoint(out):
     """The random glm4_moe checkpoint with GLM's tokens, end ids and template."""
-    tok = json.load(open(os.path.join(MODEL, "tokenizer.json"), encoding="utf-8"))
-    n = len(tok["model"]["vocab"])
-    tok["added_tokens"] = [{"id": n + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-                            "normalized": False, "special": True} for i, c in enumerate(GLM_SPECIAL)]
-    ids = {c: n + i for i, c in enumerate(GLM_SPECIAL)}
-    vocab = n + len(GLM_SPECIAL)
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "ref", "make_random_glm.py"), "--layout", "hf",
-                        "--seed", "7", "--vocab", str(vocab), "--out", out], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"make_random_glm.py failed:\n{p.stdout}{p.stderr}")
-    with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(tok, f, ensure_ascii=False)
-    cfg_path = os.path.join(out, "config.json")
-    cfg = json.load(open(cfg_path))
-    cfg["eos_token_id"] = [ids["<|endoftext|>"], ids["<|user|>"], ids["<|observation|>"]]
-    cfg["pad_token_id"] = ids["<|endoftext|>"]
-    json.dump(cfg, open(cfg_path, "w"), indent=1)
-    template = open(os.path.join(ROOT, "tests", "chat", "templates", "glm45.jinja"), encoding="utf-8").read()
-    json.dump({"chat_template": template, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
-               "added_tokens_decoder": {str(ids[c]): {"content": c, "special": True} for c in GLM_SPECIAL}},
-              open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8"), ensure_ascii=False)
-
-
-def tokenize(model, text):
-    out = subprocess.run([NEXTN, "tokenize", "-m", model, text], capture_output=True, text=True, check=True).stdout
-    return [int(x) for x in out.split()]
+    make_chat_checkpoint(out, "make_random_glm.py", ["--layout", "hf", "--seed", "7"], GLM_SPECIAL, "glm45.jinja",
+                         ["<|endoftext|>", "<|user|>", "<|observation|>"],
+                         tc_extra={"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+                         cfg_ids={"pad_token_id": "<|endoftext|>"})
 
 
 def make_scripted(base, out):
     """A scripted copy of the checkpoint: greedy decoding after <|assistant|> says SCRIPT, then
     <|observation|> (tests/ref/make_scripted_ckpt.py)."""
-    [after], [eos] = tokenize(base, "<|assistant|>"), tokenize(base, "<|observation|>")
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "ref", "make_scripted_ckpt.py"), "--base", base,
-                        "--after", str(after), "--script", ",".join(map(str, tokenize(base, SCRIPT))),
-                        "--eos", str(eos), "--out", out], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"make_scripted_ckpt.py failed:\n{p.stdout}{p.stderr}")
-
-
-def valid_args(text):
-    """Whether text is get_weather's arguments as its schema says: (ok, why)."""
-    try:
-        a = json.loads(text)
-    except (TypeError, ValueError) as e:
-        return False, f"not JSON: {e}"
-    if not isinstance(a, dict) or set(a) != {"days", "unit", "alerts"}:
-        return False, f"keys {sorted(a) if isinstance(a, dict) else a!r}"
-    if type(a["days"]) is not int or not 1 <= a["days"] <= 14:
-        return False, f"days {a['days']!r}"
-    if a["unit"] not in ("c", "f"):
-        return False, f"unit {a['unit']!r}"
-    if type(a["alerts"]) is not bool:
-        return False, f"alerts {a['alerts']!r}"
-    return True, ""
-
-
-def sse_events(body):
-    out = []
-    for line in body.splitlines():
-        if line.startswith("data: ") and line[6:].strip() != "[DONE]":
-            out.append(json.loads(line[6:]))
-    return out
+    [after] = tokenize(base, "<|assistant|>")
+    chatlib_scripted(base, out, after, SCRIPT, "<|observation|>")
 
 
 with tempfile.TemporaryDirectory(prefix="nextn-glm-") as d:

@@ -19,13 +19,14 @@ the call; with thinking off the prompt ends in </think>, so the same chain gives
 and the call without reasoning; streaming and not; without tools offered no call is split out."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from serverlib import MODEL, ROOT, Server, curl, skip_all_unless_ready  # noqa: E402
-from tap import NEXTN, Tap  # noqa: E402
+from chatlib import first_choice, make_chat_checkpoint, streamed, tokenize, valid_args, weather_tools  # noqa: E402
+from chatlib import make_scripted as chatlib_scripted  # noqa: E402
+from serverlib import ROOT, Server, curl, skip_all_unless_ready  # noqa: E402
+from tap import Tap  # noqa: E402
 
 skip_all_unless_ready()
 t = Tap()
@@ -33,13 +34,7 @@ MAKER = os.path.join(ROOT, "tests", "ref", "make_random_mla.py")
 if not t.ok(os.path.exists(MAKER), "tests/ref/make_random_mla.py makes the random MLA checkpoints"):
     t.done()
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather forecast",
-    "parameters": {"type": "object", "properties": {
-        "days": {"type": "integer", "minimum": 1, "maximum": 14},
-        "unit": {"type": "string", "enum": ["c", "f"]},
-        "alerts": {"type": "boolean"}},
-        "required": ["days", "unit", "alerts"]}}}]
+TOOLS = weather_tools()
 
 # Per family: its special tokens (in the order appended to the vocabulary), end ids, template,
 # the scripted answer after <think>, the call it makes (arguments as parsed), how thinking is
@@ -82,92 +77,16 @@ FAMILIES = {
 def make_checkpoint(family, out):
     """The random checkpoint of family with its tokens, end ids and template."""
     fam = FAMILIES[family]
-    tok = json.load(open(os.path.join(MODEL, "tokenizer.json"), encoding="utf-8"))
-    n = len(tok["model"]["vocab"])
-    tok["added_tokens"] = [{"id": n + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-                            "normalized": False, "special": True} for i, c in enumerate(fam["special"])]
-    ids = {c: n + i for i, c in enumerate(fam["special"])}
-    vocab = n + len(fam["special"])
-    p = subprocess.run([sys.executable, MAKER, "--family", family,
-                        "--layout", "hf", "--seed", "1", "--vocab", str(vocab), "--out", out],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"make_random_mla.py failed:\n{p.stdout}{p.stderr}")
-    with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(tok, f, ensure_ascii=False)
-    cfg_path = os.path.join(out, "config.json")
-    cfg = json.load(open(cfg_path))
-    cfg["eos_token_id"] = [ids[c] for c in fam["eos"]] if len(fam["eos"]) > 1 else ids[fam["eos"][0]]
-    cfg["bos_token_id"] = ids[fam["bos"]] if fam["bos"] else None
-    json.dump(cfg, open(cfg_path, "w"), indent=1)
-    template = open(os.path.join(ROOT, "tests", "chat", "templates", fam["template"]), encoding="utf-8").read()
-    tc = {"chat_template": template, "eos_token": fam["eos_token"],
-          "added_tokens_decoder": {str(ids[c]): {"content": c, "special": True} for c in fam["special"]}}
-    if fam["bos"]:
-        tc["bos_token"] = fam["bos"]
-    json.dump(tc, open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8"), ensure_ascii=False)
-
-
-def tokenize(model, text):
-    out = subprocess.run([NEXTN, "tokenize", "-m", model, text], capture_output=True, text=True, check=True).stdout
-    return [int(x) for x in out.split()]
+    make_chat_checkpoint(out, "make_random_mla.py", ["--family", family, "--layout", "hf", "--seed", "1"],
+                         fam["special"], fam["template"], fam["eos"], bos=fam["bos"],
+                         tc_extra={"eos_token": fam["eos_token"]})
 
 
 def make_scripted(family, base, out):
     """A scripted copy: greedy decoding after <think> says the family's script, then its end."""
     fam = FAMILIES[family]
-    [after], [eos] = tokenize(base, "<think>"), tokenize(base, fam["script_end"])
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "ref", "make_scripted_ckpt.py"), "--base", base,
-                        "--after", str(after), "--script", ",".join(map(str, tokenize(base, fam["script"]))),
-                        "--eos", str(eos), "--out", out], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"make_scripted_ckpt.py failed:\n{p.stdout}{p.stderr}")
-
-
-def valid_args(text):
-    """Whether text is get_weather's arguments as its schema says: (ok, why)."""
-    try:
-        a = json.loads(text)
-    except (TypeError, ValueError) as e:
-        return False, f"not JSON: {e}"
-    if not isinstance(a, dict) or set(a) != {"days", "unit", "alerts"}:
-        return False, f"keys {sorted(a) if isinstance(a, dict) else a!r}"
-    if type(a["days"]) is not int or not 1 <= a["days"] <= 14:
-        return False, f"days {a['days']!r}"
-    if a["unit"] not in ("c", "f"):
-        return False, f"unit {a['unit']!r}"
-    if type(a["alerts"]) is not bool:
-        return False, f"alerts {a['alerts']!r}"
-    return True, ""
-
-
-def sse_events(body):
-    out = []
-    for line in body.splitlines():
-        if line.startswith("data: ") and line[6:].strip() != "[DONE]":
-            out.append(json.loads(line[6:]))
-    return out
-
-
-def streamed(r):
-    """A stream's deltas added up: (reasoning, content, call names, call arguments, ids, finish)."""
-    reasoning, content, names, args, ids, finish = "", "", "", "", set(), None
-    for e in sse_events(r.body) if r.status == 200 else []:
-        for c in e.get("choices", []):
-            dl = c.get("delta") or {}
-            finish = c.get("finish_reason") or finish
-            reasoning += dl.get("reasoning_content") or ""
-            content += dl.get("content") or ""
-            for tc in dl.get("tool_calls") or []:
-                names += (tc.get("function") or {}).get("name") or ""
-                args += (tc.get("function") or {}).get("arguments") or ""
-                if tc.get("id"):
-                    ids.add(tc["id"])
-    return reasoning, content, names, args, ids, finish
-
-
-def first_choice(r):
-    return ((r.json() if r.status == 200 else {}).get("choices") or [{}])[0]
+    [after] = tokenize(base, "<think>")
+    chatlib_scripted(base, out, after, fam["script"], fam["script_end"])
 
 
 def check_random(family, d):

@@ -19,14 +19,15 @@ to get_weather without parameters) checks the split: reasoning "Hmm", content "S
 call, streaming and not; without tools offered the call's text stays in the content."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
-from serverlib import MODEL, ROOT, Server, curl, skip_all_unless_ready  # noqa: E402
-from tap import NEXTN, Tap  # noqa: E402
+from chatlib import first_choice, make_chat_checkpoint, streamed, tokenize, weather_tools  # noqa: E402
+from chatlib import make_scripted as chatlib_scripted  # noqa: E402
+from serverlib import ROOT, Server, curl, skip_all_unless_ready  # noqa: E402
+from tap import Tap  # noqa: E402
 
 skip_all_unless_ready()
 t = Tap()
@@ -34,13 +35,7 @@ MAKER = os.path.join(ROOT, "tests", "ref", "make_random_qwen35.py")
 if not t.ok(os.path.exists(MAKER), "tests/ref/make_random_qwen35.py makes the random Qwen checkpoints"):
     t.done()
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather forecast",
-    "parameters": {"type": "object", "properties": {
-        "days": {"type": "integer", "minimum": 1, "maximum": 14},
-        "unit": {"type": "string", "enum": ["c", "f"]},
-        "alerts": {"type": "boolean"}},
-        "required": []}}}]
+TOOLS = weather_tools(required=())
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TEXT = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -70,74 +65,16 @@ FAMILIES = {
 def make_checkpoint(family, out):
     """The random checkpoint of family with Qwen's tokens, end ids and template."""
     fam = FAMILIES[family]
-    added = SPECIAL + TEXT + fam["extra"]
-    tok = json.load(open(os.path.join(MODEL, "tokenizer.json"), encoding="utf-8"))
-    n = len(tok["model"]["vocab"])
-    tok["added_tokens"] = [{"id": n + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-                            "normalized": False, "special": c in SPECIAL} for i, c in enumerate(added)]
-    ids = {c: n + i for i, c in enumerate(added)}
-    p = subprocess.run([sys.executable, MAKER, "--family", family, "--layout", "hf", "--seed", "1",
-                        "--vocab", str(n + len(added)), "--out", out], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"make_random_qwen35.py failed:\n{p.stdout}{p.stderr}")
-    with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(tok, f, ensure_ascii=False)
-    cfg_path = os.path.join(out, "config.json")
-    cfg = json.load(open(cfg_path))
-    text = cfg.get("text_config", cfg)  # qwen3_5_moe nests the language model's config
-    text["eos_token_id"] = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    text["bos_token_id"] = None
-    json.dump(cfg, open(cfg_path, "w"), indent=1)
-    template = open(os.path.join(ROOT, "tests", "chat", "templates", fam["template"]), encoding="utf-8").read()
-    tc = {"chat_template": template, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-          "added_tokens_decoder": {str(ids[c]): {"content": c, "special": c in SPECIAL} for c in added}}
-    json.dump(tc, open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8"), ensure_ascii=False)
-
-
-def tokenize(model, text):
-    out = subprocess.run([NEXTN, "tokenize", "-m", model, text], capture_output=True, text=True, check=True).stdout
-    return [int(x) for x in out.split()]
+    make_chat_checkpoint(out, "make_random_qwen35.py", ["--family", family, "--layout", "hf", "--seed", "1"],
+                         SPECIAL + TEXT + fam["extra"], fam["template"], ["<|im_end|>", "<|endoftext|>"],
+                         special=SPECIAL, tc_extra={"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
 
 
 def make_scripted(family, base, out):
     """A scripted copy: greedy decoding after the thinking prompt's last token ("\\n" after
     <think>) says the family's script, then <|im_end|>."""
-    fam = FAMILIES[family]
-    after, [eos] = tokenize(base, "<think>\n")[-1], tokenize(base, "<|im_end|>")
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "ref", "make_scripted_ckpt.py"), "--base", base,
-                        "--after", str(after), "--script", ",".join(map(str, tokenize(base, fam["script"]))),
-                        "--eos", str(eos), "--out", out], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"make_scripted_ckpt.py failed:\n{p.stdout}{p.stderr}")
-
-
-def sse_events(body):
-    out = []
-    for line in body.splitlines():
-        if line.startswith("data: ") and line[6:].strip() != "[DONE]":
-            out.append(json.loads(line[6:]))
-    return out
-
-
-def streamed(r):
-    """A stream's deltas added up: (reasoning, content, call names, call arguments, ids, finish)."""
-    reasoning, content, names, args, ids, finish = "", "", "", "", set(), None
-    for e in sse_events(r.body) if r.status == 200 else []:
-        for c in e.get("choices", []):
-            dl = c.get("delta") or {}
-            finish = c.get("finish_reason") or finish
-            reasoning += dl.get("reasoning_content") or ""
-            content += dl.get("content") or ""
-            for tc in dl.get("tool_calls") or []:
-                names += (tc.get("function") or {}).get("name") or ""
-                args += (tc.get("function") or {}).get("arguments") or ""
-                if tc.get("id"):
-                    ids.add(tc["id"])
-    return reasoning, content, names, args, ids, finish
-
-
-def first_choice(r):
-    return ((r.json() if r.status == 200 else {}).get("choices") or [{}])[0]
+    after = tokenize(base, "<think>\n")[-1]
+    chatlib_scripted(base, out, after, FAMILIES[family]["script"], "<|im_end|>")
 
 
 def check_random(family, d):
