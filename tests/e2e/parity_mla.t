@@ -20,20 +20,18 @@ Quantized models run at --act-bits 16 (the reference multiplies exact float inpu
 """
 import json
 import os
-import re
 import shutil
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import PY, Tap, nextn, run, scratch  # noqa: E402
+from paritylib import Parity, ids, inspect  # noqa: E402
+from tap import Tap, nextn, scratch  # noqa: E402
 
 t = Tap()
-TOL = 2e-3  # of the logit range; both sides compute in f32 from the same bf16 weights
 tmp = scratch(prefix="nextn-parity-mla-")
-REF = "tools/ref/mla.py"
-GEN = "tests/ref/make_random_mla.py"
+P = Parity(t, tmp, "tools/ref/mla.py", "tests/ref/make_random_mla.py", drafts=("1", "2", "3", "auto"))
 FAMILIES = ("glm4_moe_lite", "deepseek_v3")
 WIDE = ["--hidden", "256", "--expert-dim", "128", "--inter", "256", "--q-lora-rank", "64"]
 GROUPS = ["--experts", "16", "--n-group", "4", "--topk-group", "2", "--topk", "4"]
@@ -59,77 +57,6 @@ def cases(fam, seed):
     ]
 
 
-def compare(name, a, b):
-    return t.logits_close(name, a, b, TOL)
-
-
-def ids(tokens):
-    return ",".join(map(str, tokens))
-
-
-def run_ids(mdir, pids, n, draft, *extra):
-    r = nextn("run", "-m", mdir, "--prompt-tokens", pids, "-n", n, "--print-ids", "--ignore-eos", "--draft", draft,
-              "--act-bits", 16, *extra)
-    return r.stdout.split(), r.stderr
-
-
-def greedy_mtp(name, mdir, pids, ar, n):
-    """Greedy MTP at k = 1, 2, 3, auto equals greedy AR; returns the drafts accepted."""
-    acc = 0
-    for k in ("1", "2", "3", "auto"):
-        out, err = run_ids(mdir, pids, n, k, "--stats")
-        t.ok(out == ar, f"{name}: greedy MTP (draft {k}) equals greedy AR", f"mtp {out}\nar {ar}")
-        m = re.search(r"drafted (\d+), accepted (\d+)", err)
-        acc += int(m.group(2)) if m else 0
-    return acc
-
-
-def decode_matches_prefill(name, mdir, prompt, gen):
-    """Every token decoded after the prompt's prefill is, in one prefill over prompt + continuation,
-    the top logit at its position up to the parity tolerance (ties may break either way)."""
-    out = os.path.join(tmp, name + "-full.npy")
-    nextn("eval", "-m", mdir, "--tokens", ids(prompt + gen), "--logits", out, "--act-bits", 16)
-    lg = np.load(out)
-    rows = lg[len(prompt) - 1:len(prompt) - 1 + len(gen)]
-    picked = rows[np.arange(len(gen)), gen]
-    gap = float((rows.max(-1) - picked).max())
-    rng = float(lg.max() - lg.min())
-    exact = int((rows.argmax(-1) == np.array(gen)).sum())
-    t.ok(gap <= TOL * rng, f"{name}: decode after prefill picks one prefill's top logit ({exact}/{len(gen)} exact, "
-         f"worst gap {gap:.2e} vs range {rng:.2f})")
-
-
-def check_model(name, mdir, tokens, greedy_prompt, n=24):
-    ref_l, ref_m = os.path.join(tmp, name + "-ref.npy"), os.path.join(tmp, name + "-refm.npy")
-    eng_l, eng_m = os.path.join(tmp, name + "-eng.npy"), os.path.join(tmp, name + "-engm.npy")
-    run([PY, REF, "--model", mdir, "--tokens", ids(tokens), "--logits", ref_l, "--mtp-logits", ref_m])
-    nextn("eval", "-m", mdir, "--tokens", ids(tokens), "--logits", eng_l, "--mtp-logits", eng_m, "--act-bits", 16)
-    compare(f"{name} trunk logits", np.load(eng_l), np.load(ref_l))
-    compare(f"{name} MTP logits", np.load(eng_m), np.load(ref_m))
-    pids = ids(greedy_prompt)
-    ref = run([PY, REF, "--model", mdir, "--tokens", pids, "--greedy", str(n)]).stdout.split()
-    ar = run_ids(mdir, pids, n, 0, "--quiet")[0]
-    t.ok(ar == ref, f"{name}: greedy continuation equals the reference", f"engine {ar}\nreference {ref}")
-    decode_matches_prefill(name, mdir, list(greedy_prompt), [int(x) for x in ar])
-    greedy_mtp(name, mdir, pids, ar, n)
-    return np.load(eng_l), np.load(eng_m)
-
-
-def inspect(mdir):
-    return json.loads(nextn("inspect", "-m", mdir, "--json").stdout)
-
-
-def want_fields(name, info, want):
-    got = {k: info.get(k) for k in want}
-    t.ok(got == want, f"inspect {name}: " + ", ".join(sorted(want)), json.dumps({"got": got, "want": want}))
-
-
-def gen(name, args):
-    d = os.path.join(tmp, name)
-    run([PY, GEN, *args, "--out", d])
-    return d
-
-
 rng = np.random.default_rng(37)
 tokens = rng.integers(4, 419, size=19).tolist()
 prompt = tokens[:6]
@@ -138,7 +65,7 @@ for fi, fam in enumerate(FAMILIES):
     results = {}
     for name, gen_args in cases(fam, 100 + 20 * fi):
         full = f"{fam}-{name}"
-        results[name] = check_model(full, gen(full, gen_args), tokens, prompt)
+        results[name] = P.check_model(full, P.gen(full, gen_args), tokens, prompt)
 
     # the same weights in the HF layout (per-expert, kv_b_proj, inline head) and the MLX one
     # (switch_mlp, embed_q / unembed_out, sidecar head) give the same bits
@@ -151,7 +78,7 @@ for fi, fam in enumerate(FAMILIES):
     # heads x (nope + rope + v)
     dense = 1 if fam == "glm4_moe_lite" else 2
     scaling = 1.8 if fam == "glm4_moe_lite" else 2.5
-    want_fields(f"{fam}-hf-odd", inspect(os.path.join(tmp, f"{fam}-hf-odd")), {
+    P.want_fields(f"{fam}-hf-odd", inspect(os.path.join(tmp, f"{fam}-hf-odd")), {
         "family": fam, "layout": "hf", "mtp": "inline", "attention": "mla", "heads": 5, "q_lora_rank": 48,
         "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 24, "rope": "interleaved",
         "rope_scaling": "none", "kv_bytes_per_token": 5 * (64 + 16) * 4,
@@ -159,29 +86,29 @@ for fi, fam in enumerate(FAMILIES):
         "topk_group": 1, "norm_topk_prob": True, "routed_scaling": scaling, "shared_experts": 1,
         "dense_layers": dense, "mtp_concat": "embed,hidden", "mtp_recycle": "pre-norm", "mtp_zero_pos0": True,
         "mtp_embed": "trunk", "mtp_head": "trunk"})
-    want_fields(f"{fam}-hf-qnull-groups-own-shards", inspect(os.path.join(tmp, f"{fam}-hf-qnull-groups-own-shards")),
+    P.want_fields(f"{fam}-hf-qnull-groups-own-shards", inspect(os.path.join(tmp, f"{fam}-hf-qnull-groups-own-shards")),
                 {"family": fam, "attention": "mla", "q_lora_rank": 0, "rope_scaling": "none", "n_group": 4,
                  "topk_group": 2, "mtp_embed": "own", "mtp_head": "own"})
-    want_fields(f"{fam}-hf-yarn-groups", inspect(os.path.join(tmp, f"{fam}-hf-yarn-groups")),
+    P.want_fields(f"{fam}-hf-yarn-groups", inspect(os.path.join(tmp, f"{fam}-hf-yarn-groups")),
                 {"rope": "interleaved", "rope_scaling": "yarn", "q_lora_rank": 48})
-    want_fields(f"{fam}-mlx-q4-g64-wide-own", inspect(os.path.join(tmp, f"{fam}-mlx-q4-g64-wide-own")),
+    P.want_fields(f"{fam}-mlx-q4-g64-wide-own", inspect(os.path.join(tmp, f"{fam}-mlx-q4-g64-wide-own")),
                 {"family": fam, "layout": "mlx", "mtp": "sidecar", "attention": "mla", "q_lora_rank": 64,
                  "mtp_head": "own"})
 
     # --mtp-recycle overrides the family's pre-norm feedback: still exact (the trunk verifies)
     d = os.path.join(tmp, f"{fam}-hf-odd")
-    ar = run_ids(d, ids(prompt), 24, 0, "--quiet")[0]
-    out = run_ids(d, ids(prompt), 24, 3, "--quiet", "--mtp-recycle", "normed")[0]
+    ar = P.run_ids(d, ids(prompt), 24, 0, "--quiet")[0]
+    out = P.run_ids(d, ids(prompt), 24, 3, "--quiet", "--mtp-recycle", "normed")[0]
     t.ok(out == ar, f"{fam}-hf-odd --mtp-recycle normed: greedy MTP equals greedy AR", f"mtp {out}\nar {ar}")
 
     # drafts accepted: a head that mostly agrees with its trunk (make_random_mla.py --agree; the
     # reference's teacher-forced head agrees with the trunk on ~80% of rows), so verify keeps
     # drafted rows, the latent caches advance past accepted drafts and the head catches up
-    d = gen(f"{fam}-agree", ["--family", fam, "--layout", "hf", "--agree", "0.05", "--seed", str(21 + fi)])
-    ar = run_ids(d, ids(prompt), 32, 0, "--quiet")[0]
-    ref = run([PY, REF, "--model", d, "--tokens", ids(prompt), "--greedy", "32"]).stdout.split()
+    d = P.gen(f"{fam}-agree", ["--family", fam, "--layout", "hf", "--agree", "0.05", "--seed", str(21 + fi)])
+    ar = P.greedy_ar(d, ids(prompt), 32)
+    ref = P.greedy_reference(d, ids(prompt), 32)
     t.ok(ar == ref, f"{fam}-agree: greedy continuation equals the reference", f"engine {ar}\nreference {ref}")
-    acc = greedy_mtp(f"{fam}-agree", d, ids(prompt), ar, 32)
+    acc = P.greedy_mtp(f"{fam}-agree", d, ids(prompt), ar, 32)
     t.ok(acc >= 32, f"{fam}-agree: drafts accepted ({acc} over draft 1, 2, 3, auto)")
 
     # nextn convert: HF bf16 -> MLX 4-bit g32 trunk + sidecar head (written from HF layer N),
@@ -191,25 +118,25 @@ for fi, fam in enumerate(FAMILIES):
     nextn("convert", src, conv, "--bits", 4, "--group-size", 32, "--quiet")
     t.ok(os.path.exists(os.path.join(conv, "model-mtp.safetensors")),
          f"{fam} convert writes the head to model-mtp.safetensors")
-    want_fields(f"{fam}-conv-q4", inspect(conv), {"family": fam, "attention": "mla", "mtp": "sidecar",
+    P.want_fields(f"{fam}-conv-q4", inspect(conv), {"family": fam, "attention": "mla", "mtp": "sidecar",
                                                   "mtp_embed": "own", "mtp_head": "own", "n_group": 4,
                                                   "q_lora_rank": 0})
-    check_model(f"{fam}-convert-q4", conv, tokens, prompt)
+    P.check_model(f"{fam}-convert-q4", conv, tokens, prompt)
 
     # nextn graft: an MLX-quantized trunk without its head (as mlx-lm writes it) + the HF head
-    base = gen(f"{fam}-mlx-headless", ["--family", fam, "--layout", "mlx", "--mtp", "none", "--quant", "4:32",
+    base = P.gen(f"{fam}-mlx-headless", ["--family", fam, "--layout", "mlx", "--mtp", "none", "--quant", "4:32",
                                        "--seed", str(100 + 20 * fi)])
     t.ok(inspect(base)["mtp"].startswith("none"), f"{fam}-mlx-headless: no MTP head")
     grafted = os.path.join(tmp, f"{fam}-grafted")
     nextn("graft", base, os.path.join(tmp, f"{fam}-hf-odd"), "-o", grafted, "--quiet")
     t.ok(inspect(grafted)["mtp"] == "sidecar", f"{fam} graft adds the HF head as a sidecar")
-    check_model(f"{fam}-graft-q4+hf-head", grafted, tokens, prompt)
+    P.check_model(f"{fam}-graft-q4+hf-head", grafted, tokens, prompt)
 
 # the head from a partial download (DeepSeek-V3's head sits in its own shards): the same HF weights
 # in 3 shards, of which only config.json, the index and the shards holding the MTP layer are present,
 # graft the same head bytes as the whole checkpoint
 fam = "deepseek_v3"
-full = gen(f"{fam}-hf-odd-shards", ["--family", fam, "--layout", "hf", "--seed", "120", "--shards", "3"])
+full = P.gen(f"{fam}-hf-odd-shards", ["--family", fam, "--layout", "hf", "--seed", "120", "--shards", "3"])
 part = os.path.join(tmp, f"{fam}-hf-odd-head-only")
 os.makedirs(part)
 with open(os.path.join(full, "model.safetensors.index.json")) as f:
