@@ -5,26 +5,26 @@ float32 reference forward (tools/ref/glm4_moe.py), on random checkpoints of odd 
 RoPE, several dense layers, groups > 1, with and without q/k/v biases and qk-norm, the MTP head's
 own embedding and output head or the trunk's) in the HF layout, the MLX layout in bf16 and MLX
 affine 2-8 bit, and as `nextn convert` / `nextn graft` write them: trunk and teacher-forced MTP
-logits within a small share of the logit range, the same greedy continuation, greedy MTP equal to
-greedy AR with drafts accepted, the HF and MLX layouts of the same weights giving the same bits,
+logits within a small share of the logit range, the same greedy continuation, decoding after a
+prefill (`nextn run`) picking what one prefill over the whole sequence (`nextn eval`) ranks first,
+greedy MTP equal to greedy AR with drafts accepted (tests/e2e/paritylib.py's checks), the HF and MLX layouts of the same weights giving the same bits,
 and `nextn inspect` naming what it inferred. Quantized models run at --act-bits 16 (the reference
 multiplies exact float inputs)."""
 import json
 import os
-import re
 import shutil
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paritylib import Parity, inspect  # noqa: E402
 from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
-TOL = 2e-3  # of the logit range; both sides compute in f32 from the same bf16 weights
 tmp = scratch(prefix="nextn-parity-glm-")
-REF = "tools/ref/glm4_moe.py"
 GEN = "tests/ref/make_random_glm.py"
+P = Parity(t, tmp, "tools/ref/glm4_moe.py", GEN, drafts=("1", "2", "3", "auto"))
 
 RANDOM = [
     # name, generator arguments
@@ -43,55 +43,13 @@ RANDOM = [
 ]
 
 
-def compare(name, a, b):
-    return t.logits_close(name, a, b, TOL)
-
-
-accepted_total = 0
-
-
-def greedy_mtp(name, mdir, pids, ar, n):
-    """Greedy MTP at k = 1, 2, 3, auto equals greedy AR; returns the drafts accepted."""
-    acc = 0
-    for k in ("1", "2", "3", "auto"):
-        r = nextn("run", "-m", mdir, "--prompt-tokens", pids, "-n", n, "--print-ids", "--ignore-eos", "--draft", k,
-                  "--stats", "--act-bits", 16)
-        out = r.stdout.split()
-        t.ok(out == ar, f"{name}: greedy MTP (draft {k}) equals greedy AR", f"mtp {out}\nar {ar}")
-        m = re.search(r"drafted (\d+), accepted (\d+)", r.stderr)
-        acc += int(m.group(2)) if m else 0
-    return acc
-
-
-def check_model(name, mdir, tokens, greedy_prompt, n=24):
-    global accepted_total
-    ids = ",".join(map(str, tokens))
-    ref_l, ref_m = os.path.join(tmp, name + "-ref.npy"), os.path.join(tmp, name + "-refm.npy")
-    eng_l, eng_m = os.path.join(tmp, name + "-eng.npy"), os.path.join(tmp, name + "-engm.npy")
-    run([PY, REF, "--model", mdir, "--tokens", ids, "--logits", ref_l, "--mtp-logits", ref_m])
-    nextn("eval", "-m", mdir, "--tokens", ids, "--logits", eng_l, "--mtp-logits", eng_m, "--act-bits", 16)
-    compare(f"{name} trunk logits", np.load(eng_l), np.load(ref_l))
-    compare(f"{name} MTP logits", np.load(eng_m), np.load(ref_m))
-    pids = ",".join(map(str, greedy_prompt))
-    ref = run([PY, REF, "--model", mdir, "--tokens", pids, "--greedy", str(n)]).stdout.split()
-    ar = nextn("run", "-m", mdir, "--prompt-tokens", pids, "-n", n, "--print-ids", "--ignore-eos", "--draft", 0,
-               "--quiet", "--act-bits", 16).stdout.split()
-    t.ok(ar == ref, f"{name}: greedy continuation equals the reference", f"engine {ar}\nreference {ref}")
-    accepted_total += greedy_mtp(name, mdir, pids, ar, n)
-    return np.load(eng_l), np.load(eng_m)
-
-
-def inspect(mdir):
-    return json.loads(nextn("inspect", "-m", mdir, "--json").stdout)
-
-
 rng = np.random.default_rng(5)
 tokens = rng.integers(4, 419, size=19).tolist()
 results = {}
 for name, gen_args in RANDOM:
     d = os.path.join(tmp, name)
     run([PY, GEN, *gen_args, "--out", d])
-    results[name] = check_model(name, d, tokens, tokens[:6])
+    results[name] = P.check_model(name, d, tokens, tokens[:6])
 
 # what inspect reports is what the configs say
 info = inspect(os.path.join(tmp, "hf-odd"))
@@ -136,7 +94,7 @@ t.ok(os.path.exists(os.path.join(conv, "model-mtp.safetensors")), "convert write
 info = inspect(conv)
 t.ok(info["mtp"] == "sidecar" and info["mtp_embed"] == "own" and info["mtp_head"] == "own" and info["n_group"] == 4,
      "inspect converted: sidecar head with its own embedding and output head, groups kept", json.dumps(info))
-check_model("convert-q4", conv, tokens, tokens[:6])
+P.check_model("convert-q4", conv, tokens, tokens[:6])
 
 # nextn graft: an MLX-quantized trunk without its head (as mlx-lm writes it) + the HF head
 base = os.path.join(tmp, "mlx-headless")
@@ -145,7 +103,7 @@ t.ok(inspect(base)["mtp"].startswith("none"), "mlx-headless: no MTP head")
 grafted = os.path.join(tmp, "grafted")
 nextn("graft", base, os.path.join(tmp, "hf-odd"), "-o", grafted, "--quiet")
 t.ok(inspect(grafted)["mtp"] == "sidecar", "graft adds the HF head as a sidecar")
-check_model("graft-q4+hf-head", grafted, tokens, tokens[:6])
+P.check_model("graft-q4+hf-head", grafted, tokens, tokens[:6])
 
 # the head from a partial download: the same HF weights in 3 shards, of which only config.json,
 # the index and the shards holding the MTP layer are present, graft the same head bytes
@@ -192,9 +150,9 @@ zero_tensors(d, ["model.norm.weight", "model.layers.4.shared_head.norm.weight"])
 pids = ",".join(map(str, tokens[:6]))
 ar = nextn("run", "-m", d, "--prompt-tokens", pids, "-n", 24, "--print-ids", "--ignore-eos", "--draft", 0, "--quiet",
            "--act-bits", 16).stdout.split()
-acc = greedy_mtp("hf-zero-norms", d, pids, ar, 24)
+acc = P.greedy_mtp("hf-zero-norms", d, pids, ar, 24)
 t.ok(acc >= 24, f"hf-zero-norms: drafts accepted ({acc} over draft 1, 2, 3, auto)")
-t.note(f"drafts accepted on the random checkpoints: {accepted_total}")
+t.note(f"drafts accepted on the random checkpoints: {P.accepted}")
 
 shutil.rmtree(tmp, ignore_errors=True)
 t.done()

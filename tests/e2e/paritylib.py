@@ -30,6 +30,7 @@ class Parity:
     def __init__(self, t, tmp, ref, gen, drafts=("1", "2", "3", "auto"), threads=None):
         self.t, self.tmp, self.ref, self.gen_script = t, tmp, ref, gen
         self.drafts, self.threads = drafts, threads
+        self.accepted = 0  # drafts accepted in check_model's greedy MTP runs, summed
 
     def run_ids(self, mdir, pids, n, draft, *extra):
         r = nextn("run", "-m", mdir, "--prompt-tokens", pids, "-n", n, "--print-ids", "--ignore-eos", "--draft",
@@ -90,7 +91,7 @@ class Parity:
         ar = self.greedy_ar(mdir, pids, n)
         self.t.ok(ar == ref, f"{name}: greedy continuation equals the reference", f"engine {ar}\nreference {ref}")
         self.decode_matches_prefill(name, mdir, list(greedy_prompt), [int(x) for x in ar])
-        self.greedy_mtp(name, mdir, pids, ar, n)
+        self.accepted += self.greedy_mtp(name, mdir, pids, ar, n)
         return np.load(eng_l), np.load(eng_m)
 
     def gen(self, name, args):
