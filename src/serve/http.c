@@ -423,16 +423,24 @@ done:
 
 /* ---------------------------------------------------------------- streaming */
 
+/* A stream silent for sse_keepalive seconds (a long prompt's prefill, a queue) gets an SSE
+ * comment, which clients ignore: libmicrohttpd closes a connection idle for its timeout
+ * (NX_KEEPALIVE) even while the server itself is the slow side, and proxies cut silent streams
+ * (nginx after 60 s by default). */
+#define NX_SSE_PING ": keep-alive\n\n"
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     job *j = cls;
     nx_server *s = j->srv;
     pthread_mutex_lock(&j->mu);
+    if (j->sse_sent == 0) j->sse_sent = nx_now_s();
     for (;;) {
         if (j->sse.len > 0) {
             size_t n = j->sse.len < max ? j->sse.len : max;
             memcpy(buf, j->sse.data, n);
             nx_strbuf_consume(&j->sse, n);
+            j->sse_sent = nx_now_s();
             pthread_cond_broadcast(&j->cv); /* a worker waiting for the client to catch up */
             pthread_mutex_unlock(&j->mu);
             return (ssize_t)n;
@@ -440,6 +448,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (j->state == JOB_DONE) {
             pthread_mutex_unlock(&j->mu);
             return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (s->o.sse_keepalive > 0 && nx_now_s() - j->sse_sent >= s->o.sse_keepalive &&
+            max >= sizeof NX_SSE_PING - 1) {
+            memcpy(buf, NX_SSE_PING, sizeof NX_SSE_PING - 1);
+            j->sse_sent = nx_now_s();
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)(sizeof NX_SSE_PING - 1);
         }
         nx_job_wait_tick(j);
         if (j->sse.len == 0 && j->state != JOB_DONE) {
@@ -1302,6 +1317,7 @@ void nx_server_opts_default(nx_server_opts *o) {
     o->slot_save_quota = NX_SLOT_SAVE_QUOTA_DEFAULT;
     o->header_timeout = 10;
     o->body_timeout = 60;
+    o->sse_keepalive = 15;
     o->max_unsent = (size_t)1 << 20;
     o->shutdown_grace = 10;
 }
@@ -1380,6 +1396,9 @@ nx_status nx_server_start(nx_model *m, const nx_server_opts *o, nx_server **out,
         return nx_fail(err, NX_E_ARG, "--api-key: empty key (leave the option out to run without one)");
     if (!(o->header_timeout > 0) || !(o->body_timeout > 0))
         return nx_fail(err, NX_E_ARG, "--header-timeout / --body-timeout: must be more than 0 seconds");
+    if (!(o->sse_keepalive >= 0 && o->sse_keepalive < NX_KEEPALIVE))
+        return nx_fail(err, NX_E_ARG, "--sse-keepalive %g: must be 0 (off) or less than %g seconds", o->sse_keepalive,
+                       NX_KEEPALIVE);
     if (o->max_request_tokens < 0)
         return nx_fail(err, NX_E_ARG, "--max-request-tokens %lld: must be at least 1", (long long)o->max_request_tokens);
     if (!nx_model_tokenizer(m))

@@ -35,6 +35,7 @@ typedef struct nx_server_opts {
                            * < 0 = no limit */
     double header_timeout; /* seconds for a request's whole head (request line and headers) */
     double body_timeout;   /* seconds for its body, once the head is in */
+    double sse_keepalive;  /* seconds of silence after which a stream gets an SSE comment; 0 = never */
     int64_t max_request_tokens; /* tokens one request may ask to generate, prompts x n x
                                  * max_tokens; 0 = 32768 or n_ctx if larger */
     size_t max_unsent;    /* streamed bytes a client may leave unread before its request is

@@ -60,6 +60,7 @@ typedef struct job {
     double t_arrival, deadline, t_picked, t_first; /* monotonic seconds */
 
     nx_strbuf sse; /* streaming: events the client has not read yet */
+    double sse_sent; /* streaming: when the client was last given bytes (0: not yet) */
     choice_out *out;
     nx_oai_logprob *echo_lp; /* worker only: the echoed prompt's entries, for its other choices */
     size_t n_echo_lp;

@@ -12,7 +12,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
 from serverlib import Server, curl, long_context_model, metric, skip_all_unless_ready  # noqa: E402
-from tap import Tap, nextn  # noqa: E402
+from tap import NEXTN, Tap, nextn  # noqa: E402
 
 skip_all_unless_ready()
 t = Tap()
@@ -362,4 +362,39 @@ r = curl(B + "/v1/completions", body={"prompt": "hi", "max_tokens": 3})
 t.ok(r.status == 200, "the server serves the next request", r.status)
 t.ok(metric(B, "nextn_timeouts_total") >= 2, "metrics count timeouts")
 srv.stop()
+
+# ---------------------------------------------------------------- silent streams get SSE comments
+# A stream waiting in the queue behind a long generation sends nothing for seconds: with
+# --sse-keepalive 0.2 it gets ": keep-alive" comment blocks meanwhile (libmicrohttpd closes a
+# connection idle for 60 s, proxies sooner), then its events as usual.
+for bad in ("60", "-1", "x"):
+    p = subprocess.run([NEXTN, "serve", "--sse-keepalive", bad, "--port", "0"], capture_output=True, text=True,
+                       timeout=60)
+    t.ok(p.returncode != 0 and "--sse-keepalive" in p.stderr, f"--sse-keepalive {bad} refused", p.stderr[-300:])
+for ka in ("0.2", "0"):
+    srv = Server("--parallel", "1", "--sse-keepalive", ka, "-m", long_context_model(), "--ctx", "16384")
+    B = srv.base
+    cmd = ["curl", "-s", "-o", "/dev/null", "--max-time", "60", "-H", "Content-Type: application/json", "-d",
+           json.dumps({"prompt": "Long story:", "max_tokens": 100000, "temperature": 0, "ignore_eos": True}),
+           B + "/v1/completions"]
+    busy = subprocess.Popen(cmd)  # holds the one slot until it is cancelled below
+    time.sleep(0.3)
+    waiter = subprocess.Popen(["curl", "-sS", "-N", "--max-time", "60", "-H", "Content-Type: application/json", "-d",
+                               json.dumps({"prompt": "hi", "max_tokens": 3, "stream": True}),
+                               B + "/v1/completions"], stdout=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    busy.kill()  # the client hangs up: its generation is cancelled and the waiter runs
+    body = waiter.communicate(timeout=60)[0]
+    blocks = [b for b in body.split("\n\n") if b.strip()]
+    pings = [b for b in blocks if b.startswith(":")]
+    data = [b for b in blocks if b.startswith("data: ")]
+    if ka == "0":
+        t.ok(not pings and data[-1:] == ["data: [DONE]"], "--sse-keepalive 0: no comments; the stream ends", body[:300])
+    else:
+        first_data = next(i for i, b in enumerate(blocks) if b.startswith("data: "))
+        t.ok(len(pings) >= 3 and all(b == ": keep-alive" for b in pings) and first_data >= 3,
+             f"a queued stream gets keep-alive comments before its first event ({len(pings)})", body[:300])
+        t.ok(len(data) + len(pings) == len(blocks) and data[-1] == "data: [DONE]" and
+             all("choices" in json.loads(b[6:]) for b in data[:-1]), "then its events and [DONE]", body[-300:])
+    srv.stop()
 t.done()

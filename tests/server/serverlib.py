@@ -128,11 +128,12 @@ class Reply:
             return {}
 
     def events(self):
-        """The data: payloads of an SSE body, in order (the final "[DONE]" included)."""
+        """The data: payloads of an SSE body, in order (the final "[DONE]" included); comment
+        blocks (": keep-alive") are skipped, as SSE clients skip them."""
         out = []
         for block in self.body.split("\n\n"):
             block = block.strip("\n")
-            if not block:
+            if not block or block.startswith(":"):
                 continue
             assert block.startswith("data: "), f"not an SSE data line: {block[:80]!r}"
             out.append(block[6:])

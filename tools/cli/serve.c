@@ -43,6 +43,8 @@ static const char *usage =
     "                          --max-connections; 0 = no limit)\n"
     "      --header-timeout SEC  time for a request's whole head (default 10)\n"
     "      --body-timeout SEC  time for its body once the head is in (default 60)\n"
+    "      --sse-keepalive SEC a stream silent this long (a long prefill, a queue) gets an SSE\n"
+    "                          comment line, which clients ignore (default 15; 0 = never)\n"
     "      --max-request-tokens N  tokens one request may generate, prompts x n x\n"
     "                          max_tokens (default 32768, or --ctx if larger); more is a\n"
     "                          400\n"
@@ -88,7 +90,7 @@ static const char *usage =
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
        O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS, O_PERIP, O_HEADT,
        O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA, O_NOWEB, O_MAXMEM, O_MLOCK, O_SPLIT,
-       O_SPLIT_TIMEOUT, O_PARALLEL, O_ROUTER_STATS };
+       O_SPLIT_TIMEOUT, O_PARALLEL, O_ROUTER_STATS, O_SSEKA };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -106,6 +108,7 @@ static const struct option opts[] = {
     {"slot-save-path", required_argument, 0, O_SLOTS}, {"slot-save-quota", required_argument, 0, O_QUOTA},
     {"max-conns-per-ip", required_argument, 0, O_PERIP}, {"header-timeout", required_argument, 0, O_HEADT},
     {"body-timeout", required_argument, 0, O_BODYT}, {"max-request-tokens", required_argument, 0, O_MAXTOK},
+    {"sse-keepalive", required_argument, 0, O_SSEKA},
     {"max-unsent", required_argument, 0, O_UNSENT}, {"shutdown-grace", required_argument, 0, O_GRACE},
     {"host-allow", required_argument, 0, O_HOSTS}, {"cors", required_argument, 0, O_CORS},
     {"no-webui", no_argument, 0, O_NOWEB},    {"parallel", required_argument, 0, O_PARALLEL},
@@ -245,6 +248,10 @@ int nx_cli_serve(int argc, char **argv) {
             break;
         case O_BODYT:
             if (!parse_seconds(optarg, 0.1, &so.body_timeout)) BAD("--body-timeout %s: expected seconds >= 0.1", optarg);
+            break;
+        case O_SSEKA:
+            if (!parse_seconds(optarg, 0, &so.sse_keepalive) || so.sse_keepalive >= 60)
+                BAD("--sse-keepalive %s: expected seconds, 0 (never) to under 60", optarg);
             break;
         case O_GRACE:
             if (!parse_seconds(optarg, 0, &so.shutdown_grace)) BAD("--shutdown-grace %s: expected seconds >= 0", optarg);
