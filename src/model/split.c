@@ -43,23 +43,36 @@ static uint64_t layer_bytes(const nx_layer *L) {
 /* Contiguous layer ranges balanced by bytes, the last rank's counting the head it also holds
  * (lm_head, MTP layer): rank r's range ends at the layer whose middle passes (r+1)/R of the whole,
  * each rank keeping at least one layer. */
-static nx_status plan_layers(nx_model *m, nx_error *err) {
-    const int32_t N = m->cfg.n_layers, R = m->ranks;
+nx_status nx_split_plan(const nx_model *m, int R, int32_t *lo, nx_error *err) {
+    const int32_t N = m->cfg.n_layers;
     if (N < R)
         return nx_fail(err, NX_E_ARG, "--split pipeline over %d ranks needs at least %d trunk layers; the model has %d",
                        R, R, N);
-    if (!(m->layer_lo = calloc((size_t)R + 1, sizeof *m->layer_lo))) return nx_fail(err, NX_E_NOMEM, "out of memory");
     double total = (double)nx_linear_bytes(&m->w.lm_head), cum = 0;
     if (m->w.has_mtp) total += (double)layer_bytes(&m->w.mtp.layer) + (double)nx_linear_bytes(&m->w.mtp.eh_proj);
     for (int32_t l = 0; l < N; l++) total += (double)layer_bytes(&m->w.layers[l]);
     int32_t l = 0;
+    lo[0] = 0;
     for (int r = 1; r < R; r++) {
         const double want = total * r / R;
         do cum += (double)layer_bytes(&m->w.layers[l++]);
         while (l < N - (R - r) && cum + 0.5 * (double)layer_bytes(&m->w.layers[l]) < want);
-        m->layer_lo[r] = l;
+        lo[r] = l;
     }
-    m->layer_lo[R] = N;
+    lo[R] = N;
+    return NX_OK;
+}
+
+/* This rank's ranges; a share must have been cut for them. */
+static nx_status plan_layers(nx_model *m, nx_error *err) {
+    if (!(m->layer_lo = calloc((size_t)m->ranks + 1, sizeof *m->layer_lo)))
+        return nx_fail(err, NX_E_NOMEM, "out of memory");
+    nx_status st = nx_split_plan(m, m->ranks, m->layer_lo, err);
+    if (st != NX_OK || !m->share.on) return st;
+    const int32_t lo = m->layer_lo[m->rank], hi = m->layer_lo[m->rank + 1];
+    if (m->share.lo != lo || m->share.hi != hi)
+        return nx_fail(err, NX_E_FORMAT, "nextn-share.json: cut for trunk layers %d-%d, but rank %d runs layers %d-%d",
+                       m->share.lo, m->share.hi - 1, m->rank, lo, hi - 1);
     return NX_OK;
 }
 
@@ -87,15 +100,21 @@ nx_status nx_split_setup(nx_model *m, nx_error *err) {
         return nx_fail(err, NX_E_UNSUPPORTED, "--split experts with streamed experts (--max-memory): use --split pipeline");
     nx_status st = m->split == NX_SPLIT_PIPELINE ? plan_layers(m, err) : NX_OK;
     if (st != NX_OK) return st;
-    uint64_t fp[64];
+    uint64_t fp[64][2]; /* the model and options; the source checkpoint's tensors */
     int64_t bytes[64];
     for (int r = 0; r < m->ranks; r++) bytes[r] = sizeof fp[0];
-    fp[m->rank] = fingerprint(m);
+    fp[m->rank][0] = fingerprint(m);
+    fp[m->rank][1] = nx_store_digest(m->store);
     if ((st = nx_dist_allgather(m->dist, fp, bytes, err)) != NX_OK) return st;
-    for (int r = 1; r < m->ranks; r++)
-        if (fp[r] != fp[0])
+    for (int r = 1; r < m->ranks; r++) {
+        if (fp[r][1] != fp[0][1])
+            return nx_fail(err, NX_E_ARG, "rank %d loaded another model than rank 0: its tensors (names, dtypes, "
+                           "shapes) are another checkpoint's (digest %016llx, rank 0's %016llx)", r,
+                           (unsigned long long)fp[r][1], (unsigned long long)fp[0][1]);
+        if (fp[r][0] != fp[0][0])
             return nx_fail(err, NX_E_ARG, "rank %d loaded another model or other options than rank 0 (shapes, "
                            "weight bytes, --kv-type, --draft-vocab, --no-mtp or --split differ)", r);
+    }
     if (m->rank == 0) {
         if (!(m->root = calloc(1, sizeof *m->root))) return nx_fail(err, NX_E_NOMEM, "out of memory");
         nx_dist_at_finish(m->dist, end_at_finish, m);
