@@ -272,6 +272,12 @@ void nx_split_exchange(nx_ctx *c, float *ye, const int32_t *rows) {
     (void)nx_dist_allgather(c->m->dist, ye, bytes, &e); /* a failure stays in the dist */
 }
 
+bool nx_model_failed(const nx_model *m, nx_error *err) {
+    if (!m->dist || !nx_dist_has_failed(m->dist)) return false;
+    nx_fail(err, NX_E_RANK, "%s", nx_dist_failure(m->dist));
+    return true;
+}
+
 nx_status nx_split_failed(const nx_ctx *c, nx_error *err) {
     const char *f = nx_dist_failure(c->m->dist);
     return f[0] ? nx_fail(err, NX_E_RANK, "%s", f) : NX_OK;
