@@ -161,7 +161,8 @@ def check_sizes(mname, src, split, n, out):
         biggest = max(sum(v[2] for k, v in full.items() if trunk(k) and LAYER.search(k).group(1) == str(l))
                       for l in range(n_layers))
         t.ok(sum(per) == size(full, trunk) and all(b <= size(full, trunk) / n + biggest for b in per),
-             f"{mname} pipeline x{n}: the trunk layers' bytes divided, about 1/{n} each ({per})")
+             f"{mname} pipeline x{n}: each trunk layer in one share, each share within a layer of 1/{n} "
+             f"of the layers' bytes ({per})")
     else:
         routed = lambda k: ROUTED.search(k) is not None  # noqa: E731
         per = [size(s, routed) for s in shares]
