@@ -260,7 +260,8 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     m->dist = p->dist;
     m->split = p->split;
     char path[4096], rank_dir[4096];
-    dir = p->dist ? nx_share_dir(dir, nx_dist_rank(p->dist), rank_dir, sizeof rank_dir) : dir;
+    /* a directory of shares: this rank's (one process: rank 0's, which says how to run it) */
+    dir = nx_share_dir(dir, p->dist ? nx_dist_rank(p->dist) : 0, rank_dir, sizeof rank_dir);
 
     snprintf(path, sizeof path, "%s/config.json", dir);
     if ((st = nx_config_load(path, &m->cfg, err)) != NX_OK) goto fail;
