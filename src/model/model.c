@@ -10,9 +10,9 @@
 
 #include "base/error.h"
 #include "base/file.h"
+#include "dist/dist.h"
 #include "io/config.h"
 #include "io/layout.h"
-#include "dist/dist.h"
 #include "model/model_internal.h"
 #include "model/share.h"
 #include "model/split.h"

@@ -63,16 +63,28 @@ nx_status nx_split_plan(const nx_model *m, int R, int32_t *lo, nx_error *err) {
     return NX_OK;
 }
 
-/* This rank's ranges; a share must have been cut for them. */
+/* The ranks' layer ranges: a rank loaded from a share runs the range it was cut for, any other
+ * the plan's (the same unless the shares were cut with other options, e.g. a head --no-mtp
+ * leaves out); the ranges must join into 0 .. n_layers. A collective. */
 static nx_status plan_layers(nx_model *m, nx_error *err) {
-    if (!(m->layer_lo = calloc((size_t)m->ranks + 1, sizeof *m->layer_lo)))
-        return nx_fail(err, NX_E_NOMEM, "out of memory");
-    nx_status st = nx_split_plan(m, m->ranks, m->layer_lo, err);
-    if (st != NX_OK || !m->share.on) return st;
-    const int32_t lo = m->layer_lo[m->rank], hi = m->layer_lo[m->rank + 1];
-    if (m->share.lo != lo || m->share.hi != hi)
-        return nx_fail(err, NX_E_FORMAT, "nextn-share.json: cut for trunk layers %d-%d, but rank %d runs layers %d-%d",
-                       m->share.lo, m->share.hi - 1, m->rank, lo, hi - 1);
+    const int R = m->ranks, N = m->cfg.n_layers;
+    if (!(m->layer_lo = calloc((size_t)R + 1, sizeof *m->layer_lo))) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    nx_status st = nx_split_plan(m, R, m->layer_lo, err);
+    if (st != NX_OK) return st;
+    int32_t range[64][2];
+    int64_t bytes[64];
+    for (int r = 0; r < R; r++) bytes[r] = sizeof range[0];
+    range[m->rank][0] = m->share.on ? m->share.lo : m->layer_lo[m->rank];
+    range[m->rank][1] = m->share.on ? m->share.hi : m->layer_lo[m->rank + 1];
+    if ((st = nx_dist_allgather(m->dist, range, bytes, err)) != NX_OK) return st;
+    for (int r = 0; r < R; r++) {
+        const int32_t want = r ? range[r - 1][1] : 0;
+        if (range[r][0] != want || range[r][1] <= range[r][0] || (r == R - 1 && range[r][1] != N))
+            return nx_fail(err, NX_E_ARG, "the ranks' trunk layers do not join into 0-%d: rank %d runs %d-%d after "
+                           "layer %d (shares cut with other options than the job's, or mixed with a whole "
+                           "checkpoint?)", N - 1, r, range[r][0], range[r][1] - 1, want - 1);
+        m->layer_lo[r] = range[r][0];
+    }
     return NX_OK;
 }
 
