@@ -375,7 +375,7 @@ nx_status nx_share_check(const nx_model *m, const char *dir, nx_error *err) {
     const uint64_t d = nx_store_digest(m->store);
     if (d != m->share.digest)
         return nx_fail(err, NX_E_FORMAT, "%s/" SHARE_FILE ": the share's tensors (names, dtypes, shapes) are not the "
-                       "checkpoint's it was cut from (digest %016llx, recorded %016llx): a file was replaced or edited",
+                       "checkpoint's it was cut from (digest %016llx, \"source_digest\" %016llx): a file was replaced or edited",
                        dir, (unsigned long long)d, (unsigned long long)m->share.digest);
     return NX_OK;
 }

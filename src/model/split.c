@@ -110,8 +110,7 @@ nx_status nx_split_setup(nx_model *m, nx_error *err) {
     if (m->ranks > 64) return nx_fail(err, NX_E_UNSUPPORTED, "--split: at most 64 ranks, the job has %d", m->ranks);
     if (m->split == NX_SPLIT_EXPERTS && m->xc)
         return nx_fail(err, NX_E_UNSUPPORTED, "--split experts with streamed experts (--max-memory): use --split pipeline");
-    nx_status st = m->split == NX_SPLIT_PIPELINE ? plan_layers(m, err) : NX_OK;
-    if (st != NX_OK) return st;
+    nx_status st;
     uint64_t fp[64][2]; /* the model and options; the source checkpoint's tensors */
     int64_t bytes[64];
     for (int r = 0; r < m->ranks; r++) bytes[r] = sizeof fp[0];
@@ -121,12 +120,14 @@ nx_status nx_split_setup(nx_model *m, nx_error *err) {
     for (int r = 1; r < m->ranks; r++) {
         if (fp[r][1] != fp[0][1])
             return nx_fail(err, NX_E_ARG, "rank %d loaded another model than rank 0: its tensors (names, dtypes, "
-                           "shapes) are another checkpoint's (digest %016llx, rank 0's %016llx)", r,
-                           (unsigned long long)fp[r][1], (unsigned long long)fp[0][1]);
+                           "shapes) are another checkpoint's (digest %016llx, rank 0's %016llx; a share records its "
+                           "source's as \"source_digest\" in nextn-share.json)", r, (unsigned long long)fp[r][1],
+                           (unsigned long long)fp[0][1]);
         if (fp[r][0] != fp[0][0])
             return nx_fail(err, NX_E_ARG, "rank %d loaded another model or other options than rank 0 (shapes, "
                            "weight bytes, --kv-type, --draft-vocab, --no-mtp or --split differ)", r);
     }
+    if (m->split == NX_SPLIT_PIPELINE && (st = plan_layers(m, err)) != NX_OK) return st;
     if (m->rank == 0) {
         if (!(m->root = calloc(1, sizeof *m->root))) return nx_fail(err, NX_E_NOMEM, "out of memory");
         nx_dist_at_finish(m->dist, end_at_finish, m);

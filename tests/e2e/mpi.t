@@ -225,6 +225,11 @@ lo, hi = json.load(open(os.path.join(cut, "rank-1", "nextn-share.json")))["layer
 need = sorted(k for k in tensors(os.path.join(cut, "rank-1")) if k.endswith("self_attn.q_proj.weight"))[0]
 drop_tensor(os.path.join(cut, "rank-1"), need)
 refused(2, cut, "pipeline", f"missing tensor {need}", f"a share without {need} (its layers {lo}-{hi - 1})")
+mixed = os.path.join(tmp, "mixed")
+os.mkdir(mixed)
+os.symlink(os.path.join(sp2, "rank-0"), os.path.join(mixed, "rank-0"))
+os.symlink(os.path.join(shares[("glm4_moe mlx 4-bit", "pipeline", 2)], "rank-1"), os.path.join(mixed, "rank-1"))
+refused(2, mixed, "pipeline", "rank 1 loaded another model than rank 0", "shares cut from two checkpoints")
 r = shard(MODEL, "pipeline", 2, sp2)
 t.ok(r.returncode != 0 and "exists" in r.stderr, "nextn shard refuses to write over existing shares", r.stderr)
 
