@@ -322,6 +322,10 @@ nx_status nx_model_follow(nx_model *m, nx_error *err);
 /* Network traffic of a split model, summed over every rank so far: bytes and messages sent,
  * seconds ranks waited on the network. Rank 0; NX_OK and zeros for a single process. */
 nx_status nx_model_net(nx_model *m, double *bytes, int64_t *messages, double *seconds, nx_error *err);
+/* Whether the job of a model split across ranks has failed (a rank died or stopped answering):
+ * from then on every forward fails at once with NX_E_RANK, so a server should stop. err gets the
+ * failure's message. False for one process. Any thread may call it. */
+bool nx_model_failed(const nx_model *m, nx_error *err);
 /* Whether the checkpoint files the weights are mapped from are still the ones loaded (same size
  * and modification time of the loaded inode). A file overwritten or truncated in place is NX_E_IO
  * "model file X changed on disk since load; ... replace checkpoints by rename": its mapping no

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"     /* converter: reading and writing shards */
 #include "kernels/kernels.h"    /* bench: the dispatched ISA and activation width */
 #include "model/dense_timing.h" /* bench: dense-equivalent decode timing */
+#include "model/share.h"        /* nextn shard: cutting a checkpoint into per-rank shares */
 #include "serve/server.h"       /* nextn serve */
 #include "text/chat.h"          /* --chat: chat template rendering */
 

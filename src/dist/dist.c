@@ -3,6 +3,7 @@
  * a rank spinning in MPI_Wait takes the core the rank it waits for needs, so the poll backs off
  * to short sleeps after a brief spin. Errors return (MPI_ERRORS_RETURN) instead of aborting. */
 #include <mpi.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ struct nx_dist {
     void (*at_finish)(void *);
     void *at_finish_user;
     char failure[256];
+    atomic_bool failed; /* set once failure is written: other threads may read it then */
 };
 
 static int inited_here;
@@ -51,6 +53,7 @@ int nx_dist_rank(const nx_dist *d) { return d ? d->rank : 0; }
 int nx_dist_size(const nx_dist *d) { return d ? d->size : 1; }
 void nx_dist_net(const nx_dist *d, nx_net *out) { *out = d->net; }
 const char *nx_dist_failure(const nx_dist *d) { return d->failure; }
+bool nx_dist_has_failed(const nx_dist *d) { return d && atomic_load_explicit(&d->failed, memory_order_acquire); }
 
 void nx_dist_at_finish(nx_dist *d, void (*fn)(void *), void *user) {
     d->at_finish = fn;
@@ -84,6 +87,7 @@ static nx_status failed(nx_dist *d, nx_error *err, const char *what, int peer, i
             snprintf(d->failure, sizeof d->failure, "rank %d: %s %s: no answer within %.0f s (a rank died or hangs)",
                      d->rank, what, who, d->timeout_s);
         }
+        atomic_store_explicit(&d->failed, true, memory_order_release);
     }
     return nx_fail(err, NX_E_RANK, "%s", d->failure);
 }

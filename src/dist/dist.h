@@ -7,6 +7,7 @@
 #ifndef NX_DIST_H
 #define NX_DIST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,5 +36,7 @@ void nx_dist_net(const nx_dist *d, nx_net *out);
 void nx_dist_at_finish(nx_dist *d, void (*fn)(void *), void *user);
 /* The first failure's message (empty while none). */
 const char *nx_dist_failure(const nx_dist *d);
+/* Whether the run failed, from any thread (the message is complete once this is true). */
+bool nx_dist_has_failed(const nx_dist *d);
 
 #endif

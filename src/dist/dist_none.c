@@ -17,6 +17,7 @@ void nx_dist_finish(nx_dist *d, bool abort) { (void)d, (void)abort; }
 void nx_dist_at_finish(nx_dist *d, void (*fn)(void *), void *user) { (void)d, (void)fn, (void)user; }
 void nx_dist_net(const nx_dist *d, nx_net *out) { (void)d, *out = (nx_net){0}; }
 const char *nx_dist_failure(const nx_dist *d) { return (void)d, ""; }
+bool nx_dist_has_failed(const nx_dist *d) { return (void)d, false; }
 
 static nx_status none(nx_error *err) { return nx_fail(err, NX_E_UNSUPPORTED, "this build has no MPI"); }
 nx_status nx_dist_bcast(nx_dist *d, void *buf, size_t bytes, bool forever, nx_error *err) {

@@ -617,8 +617,10 @@ static bool is_mtp_name(const char *name, const char *layer_pre) {
 }
 
 /* "sidecar" if the MTP lives in a model-mtp*.safetensors file or in a file holding nothing
- * but MTP tensors; "inline" if it shares a file with the trunk. */
+ * but MTP tensors; "inline" if it shares a file with the trunk; "on another rank" if this rank's
+ * share of the checkpoint does not hold it. */
 static const char *mtp_location(const loader *L, const nx_tensor *t, const char *layer_pre) {
+    if (!nx_store_holds(L->st, t)) return "on another rank"; /* a share without the head */
     const char *fn = nx_store_file_of(L->st, t);
     if (fn && strncmp(fn, "model-mtp", 9) == 0) return "sidecar";
     for (size_t i = 0; i < nx_store_count(L->st); i++) {

@@ -318,6 +318,12 @@ struct nx_store {
     const nx_tensor **table; /* open addressing, cap is a power of two */
     size_t cap;
     uint64_t mapped, tensor_bytes;
+    /* declared tensors (nx_store_declare): the absent ones, and the reservation they all live in */
+    nx_tensor *absent;
+    size_t n_absent;
+    uint8_t *virt;
+    size_t virt_len;
+    char *decl_label;
 };
 
 static uint64_t hash_str(const char *s) {
@@ -341,6 +347,9 @@ void nx_store_free(nx_store *st) {
     free(st->all);
     free(st->table);
     free(st->dir);
+    nx_safetensors_free_parsed(st->absent, st->n_absent);
+    if (st->virt) munmap(st->virt, st->virt_len);
+    free(st->decl_label);
     free(st);
 }
 
@@ -627,6 +636,7 @@ const char *nx_store_file_name(const nx_store *st, int file) {
 }
 
 const char *nx_store_file_of(const nx_store *st, const nx_tensor *t) {
+    if (t && t->file < 0) return st->decl_label; /* declared absent */
     return t ? nx_store_file_name(st, t->file) : NULL;
 }
 
@@ -726,4 +736,142 @@ bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *fd, uint6
     *fd = f->fd;
     *off = (uint64_t)((const uint8_t *)p - f->map);
     return true;
+}
+
+/* ================================================================ declared tensors */
+
+/* Full size of a declared tensor, or false on a bad shape or overflow. */
+static bool decl_bytes(const nx_tensor_decl *d, uint64_t *out) {
+    if (d->n_dims < 1 || d->n_dims > NX_ST_MAX_DIMS || (int)d->dtype < 0 || (int)d->dtype >= NX_DTYPE_COUNT) return false;
+    uint64_t n = nx_dtype_size(d->dtype);
+    for (int i = 0; i < d->n_dims; i++) {
+        if (d->shape[i] < 0 || (d->shape[i] && n > UINT64_MAX / (uint64_t)d->shape[i] / 2)) return false;
+        n *= (uint64_t)d->shape[i];
+    }
+    *out = n;
+    return true;
+}
+
+/* Rows [lo, hi) of d held by the store as tensor t of hi - lo rows: t becomes the whole tensor at
+ * base, its rows mapped from the file where a whole tensor's would be (the mapping starts at the
+ * page holding the rows' first byte, so base is placed in its region with the rows' file offset
+ * modulo the page size). */
+static nx_status declare_rows(nx_store *st, nx_tensor *t, const nx_tensor_decl *d, uint64_t full, uint8_t *region,
+                              size_t ps, nx_error *err) {
+    const int64_t rows = d->rows_hi - d->rows_lo;
+    bool same = t->dtype == d->dtype && t->n_dims == d->n_dims && t->shape[0] == rows;
+    for (int i = 1; same && i < d->n_dims; i++) same = t->shape[i] == d->shape[i];
+    if (!same || d->rows_lo < 0 || d->rows_hi > d->shape[0] || rows <= 0 || t->nbytes == 0)
+        return nx_fail(err, NX_E_FORMAT, "tensor %s (%s): not rows %lld-%lld of the %s [%lld, ...] that %s declares",
+                       t->name, nx_store_file_of(st, t), (long long)d->rows_lo, (long long)d->rows_hi,
+                       nx_dtype_name(d->dtype), (long long)d->shape[0], st->decl_label);
+    const st_file *f = &st->files[t->file];
+    const size_t stride = t->nbytes / (size_t)rows, off = (size_t)(t->data - f->map), head = off % ps;
+    const size_t at = (size_t)d->rows_lo * stride, delta = (head + ps - at % ps) % ps;
+    uint8_t *base = region + delta, *page = base + at - head;
+    if (mmap(page, t->nbytes + head, PROT_READ, MAP_PRIVATE | MAP_FIXED, f->fd, (off_t)(off - head)) == MAP_FAILED)
+        return nx_fail(err, NX_E_IO, "%s/%s: mapping rows of %s failed: %s", st->dir, f->name, t->name, strerror(errno));
+    st->tensor_bytes += full - t->nbytes;
+    t->shape[0] = d->shape[0];
+    t->data = base;
+    t->nbytes = (size_t)full;
+    return NX_OK;
+}
+
+/* Every tensor (read and declared) into a fresh hash table. */
+static nx_status rebuild_table(nx_store *st, nx_error *err) {
+    size_t cap = 16;
+    while (cap < 2 * st->n_all) cap *= 2;
+    const nx_tensor **table = calloc(cap, sizeof *table);
+    if (!table) return nx_fail(err, NX_E_NOMEM, "out of memory for %zu tensors", st->n_all);
+    for (size_t i = 0; i < st->n_all; i++) {
+        size_t h = (size_t)hash_str(st->all[i]->name) & (cap - 1);
+        while (table[h]) h = (h + 1) & (cap - 1);
+        table[h] = st->all[i];
+    }
+    free(st->table);
+    st->table = table;
+    st->cap = cap;
+    return NX_OK;
+}
+
+nx_status nx_store_declare(nx_store *st, const nx_tensor_decl *d, size_t n, const char *label, nx_error *err) {
+    if (st->virt) return nx_fail(err, NX_E_STATE, "%s: the store's tensors were declared already", label);
+    if (!(st->decl_label = strdup(label))) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    const long pl = sysconf(_SC_PAGESIZE);
+    const size_t ps = (size_t)(pl > 0 ? pl : 4096);
+    uint64_t total = 0, b;
+    for (size_t i = 0; i < n; i++) {
+        if (!d[i].name || !decl_bytes(&d[i], &b) || b > UINT64_MAX / 4 - total)
+            return nx_fail(err, NX_E_FORMAT, "%s: tensor %s: a bad dtype or shape", label, d[i].name ? d[i].name : "?");
+        total += (b + 2 * ps - 1) / ps * ps;
+    }
+    if (!total) return NX_OK;
+    /* absent bytes read as zeros: untouched private anonymous pages cost no memory */
+    void *v = mmap(NULL, (size_t)total, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (v == MAP_FAILED) return nx_fail(err, NX_E_NOMEM, "%s: reserving %llu bytes of address space failed: %s",
+                                        label, (unsigned long long)total, strerror(errno));
+    st->virt = v;
+    st->virt_len = (size_t)total;
+    const nx_tensor **all = realloc(st->all, (st->n_all + n + 1) * sizeof *all);
+    if (!all || !(st->absent = calloc(n + 1, sizeof *st->absent))) {
+        if (all) st->all = all;
+        return nx_fail(err, NX_E_NOMEM, "out of memory");
+    }
+    st->all = all;
+    uint8_t *region = st->virt;
+    nx_status s = NX_OK;
+    for (size_t i = 0; i < n && s == NX_OK; i++) {
+        decl_bytes(&d[i], &b);
+        nx_tensor *t = (nx_tensor *)nx_store_find(st, d[i].name);
+        if (d[i].rows_hi > d[i].rows_lo) {
+            s = t ? declare_rows(st, t, &d[i], b, region, ps, err)
+                  : nx_fail(err, NX_E_FORMAT, "missing tensor %s (rows %lld-%lld of it, declared by %s)", d[i].name,
+                            (long long)d[i].rows_lo, (long long)d[i].rows_hi, label);
+        } else if (t) {
+            s = nx_fail(err, NX_E_FORMAT, "%s: declares tensor %s absent, but %s holds it", label, d[i].name,
+                        nx_store_file_of(st, t));
+        } else {
+            nx_tensor *a = &st->absent[st->n_absent];
+            if (!(a->name = strdup(d[i].name))) return nx_fail(err, NX_E_NOMEM, "out of memory");
+            st->n_absent++;
+            a->dtype = d[i].dtype;
+            a->n_dims = d[i].n_dims;
+            memcpy(a->shape, d[i].shape, sizeof a->shape);
+            a->data = region;
+            a->nbytes = (size_t)b;
+            a->file = -1;
+            st->all[st->n_all++] = a;
+            st->tensor_bytes += b;
+        }
+        region += (b + 2 * ps - 1) / ps * ps;
+    }
+    return s == NX_OK ? rebuild_table(st, err) : s;
+}
+
+bool nx_store_holds(const nx_store *st, const nx_tensor *t) {
+    (void)st;
+    return t && t->file >= 0;
+}
+
+static int cmp_tensor_name(const void *a, const void *b) {
+    return strcmp((*(const nx_tensor *const *)a)->name, (*(const nx_tensor *const *)b)->name);
+}
+
+uint64_t nx_store_digest(const nx_store *st) {
+    const nx_tensor **v = malloc((st->n_all + 1) * sizeof *v);
+    if (!v) return 0;
+    memcpy(v, st->all, st->n_all * sizeof *v);
+    qsort(v, st->n_all, sizeof *v, cmp_tensor_name);
+    uint64_t h = 1469598103934665603ull;
+#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
+    for (size_t i = 0; i < st->n_all; i++) {
+        for (const char *c = v[i]->name; *c; c++) MIX((uint8_t)*c);
+        MIX(0x100 + v[i]->dtype);
+        for (int k = 0; k < v[i]->n_dims; k++) MIX(v[i]->shape[k]);
+        MIX(0x200 + v[i]->n_dims);
+    }
+#undef MIX
+    free(v);
+    return h;
 }

@@ -100,6 +100,31 @@ nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *e
  * reading them with pread (it stays open as long as the store); false when no file does. */
 bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *fd, uint64_t *off);
 
+/* ---------------------------------------------------------------- one rank's share */
+
+/* A tensor of the checkpoint a share was cut from (docs/multinode.md) that the share does not hold
+ * whole: absent (rows_lo == rows_hi), or only rows [rows_lo, rows_hi) of its first dimension,
+ * stored under its own name with that many rows. */
+typedef struct nx_tensor_decl {
+    const char *name;
+    nx_dtype dtype;
+    int n_dims;
+    int64_t shape[NX_ST_MAX_DIMS]; /* the whole tensor's */
+    int64_t rows_lo, rows_hi;
+} nx_tensor_decl;
+
+/* Makes every declared tensor one of the store's at its whole shape, so a share loads as the
+ * checkpoint it was cut from: the bytes the share lacks read as zeros (read-only anonymous pages,
+ * which cost address space, not memory) and held rows are the file's pages, mapped where the
+ * whole tensor's rows would be. Errors (label names the declaring file): a tensor declared absent
+ * that a file holds, declared rows missing or of another shape. Once per store. */
+nx_status nx_store_declare(nx_store *st, const nx_tensor_decl *d, size_t n, const char *label, nx_error *err);
+/* Whether t's bytes come from a file (false: declared absent). */
+bool nx_store_holds(const nx_store *st, const nx_tensor *t);
+/* A digest of every tensor's name, dtype and shape (declared ones at their whole shapes),
+ * independent of file order: equal for a checkpoint and every share cut from it. */
+uint64_t nx_store_digest(const nx_store *st);
+
 /* Total bytes mapped (all files, headers included) and total tensor bytes. */
 uint64_t nx_store_mapped_bytes(const nx_store *st);
 uint64_t nx_store_tensor_bytes(const nx_store *st);

@@ -10,9 +10,11 @@
 
 #include "base/error.h"
 #include "base/file.h"
+#include "dist/dist.h"
 #include "io/config.h"
 #include "io/layout.h"
 #include "model/model_internal.h"
+#include "model/share.h"
 #include "model/split.h"
 #include "model/validate.h"
 #include "text/chat.h"
@@ -257,15 +259,19 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     if (!m) return nx_fail(err, NX_E_NOMEM, "out of memory");
     m->dist = p->dist;
     m->split = p->split;
-    char path[4096];
+    char path[4096], rank_dir[4096];
+    /* a directory of shares: this rank's (one process: rank 0's, which says how to run it) */
+    dir = nx_share_dir(dir, p->dist ? nx_dist_rank(p->dist) : 0, rank_dir, sizeof rank_dir);
 
     snprintf(path, sizeof path, "%s/config.json", dir);
     if ((st = nx_config_load(path, &m->cfg, err)) != NX_OK) goto fail;
     if (p->progress) p->progress(p->progress_user, 0.05);
     if ((st = nx_store_open_lazy(dir, &m->store, err)) != NX_OK) goto fail;
+    if ((st = nx_share_open(m, dir, p, err)) != NX_OK) goto fail;
     if (p->progress) p->progress(p->progress_user, 0.5);
     if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, p->act_bits == 16, &m->w, err)) != NX_OK) goto fail;
     if ((st = nx_weights_validate(&m->w, &m->cfg, err)) != NX_OK) goto fail;
+    if ((st = nx_share_check(m, dir, err)) != NX_OK) goto fail;
     if ((st = place_weights(m, p, err)) != NX_OK) goto fail;
     add_generation_eos(&m->cfg, dir);
 

@@ -36,6 +36,11 @@ struct nx_model {
     int rank, ranks;
     int32_t *layer_lo;          /* [ranks + 1] pipeline: rank r runs trunk layers [lo[r], lo[r+1]) */
     struct nx_split_root *root; /* rank 0: the queued operations, the contexts' ids */
+    struct {                    /* loaded from one rank's share (share.h) */
+        bool on, head;
+        uint64_t digest;        /* the source checkpoint's (nx_store_digest) */
+        int32_t lo, hi;         /* pipeline: the trunk layers it was cut for */
+    } share;
     char weight_dtype[96];
     char mtp_status[64];
 };

@@ -43,23 +43,48 @@ static uint64_t layer_bytes(const nx_layer *L) {
 /* Contiguous layer ranges balanced by bytes, the last rank's counting the head it also holds
  * (lm_head, MTP layer): rank r's range ends at the layer whose middle passes (r+1)/R of the whole,
  * each rank keeping at least one layer. */
-static nx_status plan_layers(nx_model *m, nx_error *err) {
-    const int32_t N = m->cfg.n_layers, R = m->ranks;
+nx_status nx_split_plan(const nx_model *m, int R, int32_t *lo, nx_error *err) {
+    const int32_t N = m->cfg.n_layers;
     if (N < R)
         return nx_fail(err, NX_E_ARG, "--split pipeline over %d ranks needs at least %d trunk layers; the model has %d",
                        R, R, N);
-    if (!(m->layer_lo = calloc((size_t)R + 1, sizeof *m->layer_lo))) return nx_fail(err, NX_E_NOMEM, "out of memory");
     double total = (double)nx_linear_bytes(&m->w.lm_head), cum = 0;
     if (m->w.has_mtp) total += (double)layer_bytes(&m->w.mtp.layer) + (double)nx_linear_bytes(&m->w.mtp.eh_proj);
     for (int32_t l = 0; l < N; l++) total += (double)layer_bytes(&m->w.layers[l]);
     int32_t l = 0;
+    lo[0] = 0;
     for (int r = 1; r < R; r++) {
         const double want = total * r / R;
         do cum += (double)layer_bytes(&m->w.layers[l++]);
         while (l < N - (R - r) && cum + 0.5 * (double)layer_bytes(&m->w.layers[l]) < want);
-        m->layer_lo[r] = l;
+        lo[r] = l;
     }
-    m->layer_lo[R] = N;
+    lo[R] = N;
+    return NX_OK;
+}
+
+/* The ranks' layer ranges: a rank loaded from a share runs the range it was cut for, any other
+ * the plan's (the same unless the shares were cut with other options, e.g. a head --no-mtp
+ * leaves out); the ranges must join into 0 .. n_layers. A collective. */
+static nx_status plan_layers(nx_model *m, nx_error *err) {
+    const int R = m->ranks, N = m->cfg.n_layers;
+    if (!(m->layer_lo = calloc((size_t)R + 1, sizeof *m->layer_lo))) return nx_fail(err, NX_E_NOMEM, "out of memory");
+    nx_status st = nx_split_plan(m, R, m->layer_lo, err);
+    if (st != NX_OK) return st;
+    int32_t range[64][2];
+    int64_t bytes[64];
+    for (int r = 0; r < R; r++) bytes[r] = sizeof range[0];
+    range[m->rank][0] = m->share.on ? m->share.lo : m->layer_lo[m->rank];
+    range[m->rank][1] = m->share.on ? m->share.hi : m->layer_lo[m->rank + 1];
+    if ((st = nx_dist_allgather(m->dist, range, bytes, err)) != NX_OK) return st;
+    for (int r = 0; r < R; r++) {
+        const int32_t want = r ? range[r - 1][1] : 0;
+        if (range[r][0] != want || range[r][1] <= range[r][0] || (r == R - 1 && range[r][1] != N))
+            return nx_fail(err, NX_E_ARG, "the ranks' trunk layers do not join into 0-%d: rank %d runs %d-%d after "
+                           "layer %d (shares cut with other options than the job's, or mixed with a whole "
+                           "checkpoint?)", N - 1, r, range[r][0], range[r][1] - 1, want - 1);
+        m->layer_lo[r] = range[r][0];
+    }
     return NX_OK;
 }
 
@@ -85,17 +110,24 @@ nx_status nx_split_setup(nx_model *m, nx_error *err) {
     if (m->ranks > 64) return nx_fail(err, NX_E_UNSUPPORTED, "--split: at most 64 ranks, the job has %d", m->ranks);
     if (m->split == NX_SPLIT_EXPERTS && m->xc)
         return nx_fail(err, NX_E_UNSUPPORTED, "--split experts with streamed experts (--max-memory): use --split pipeline");
-    nx_status st = m->split == NX_SPLIT_PIPELINE ? plan_layers(m, err) : NX_OK;
-    if (st != NX_OK) return st;
-    uint64_t fp[64];
+    nx_status st;
+    uint64_t fp[64][2]; /* the model and options; the source checkpoint's tensors */
     int64_t bytes[64];
     for (int r = 0; r < m->ranks; r++) bytes[r] = sizeof fp[0];
-    fp[m->rank] = fingerprint(m);
+    fp[m->rank][0] = fingerprint(m);
+    fp[m->rank][1] = nx_store_digest(m->store);
     if ((st = nx_dist_allgather(m->dist, fp, bytes, err)) != NX_OK) return st;
-    for (int r = 1; r < m->ranks; r++)
-        if (fp[r] != fp[0])
+    for (int r = 1; r < m->ranks; r++) {
+        if (fp[r][1] != fp[0][1])
+            return nx_fail(err, NX_E_ARG, "rank %d loaded another model than rank 0: its tensors (names, dtypes, "
+                           "shapes) are another checkpoint's (digest %016llx, rank 0's %016llx; a share records its "
+                           "source's as \"source_digest\" in nextn-share.json)", r, (unsigned long long)fp[r][1],
+                           (unsigned long long)fp[0][1]);
+        if (fp[r][0] != fp[0][0])
             return nx_fail(err, NX_E_ARG, "rank %d loaded another model or other options than rank 0 (shapes, "
                            "weight bytes, --kv-type, --draft-vocab, --no-mtp or --split differ)", r);
+    }
+    if (m->split == NX_SPLIT_PIPELINE && (st = plan_layers(m, err)) != NX_OK) return st;
     if (m->rank == 0) {
         if (!(m->root = calloc(1, sizeof *m->root))) return nx_fail(err, NX_E_NOMEM, "out of memory");
         nx_dist_at_finish(m->dist, end_at_finish, m);
@@ -251,6 +283,12 @@ void nx_split_exchange(nx_ctx *c, float *ye, const int32_t *rows) {
     nx_error e;
     for (int q = 0; q < c->m->ranks; q++) bytes[q] = (int64_t)rows[q] * (int64_t)row_bytes(c->m);
     (void)nx_dist_allgather(c->m->dist, ye, bytes, &e); /* a failure stays in the dist */
+}
+
+bool nx_model_failed(const nx_model *m, nx_error *err) {
+    if (!m->dist || !nx_dist_has_failed(m->dist)) return false;
+    nx_fail(err, NX_E_RANK, "%s", nx_dist_failure(m->dist));
+    return true;
 }
 
 nx_status nx_split_failed(const nx_ctx *c, nx_error *err) {

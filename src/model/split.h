@@ -19,6 +19,9 @@
 /* Computes the share of this rank (layer and expert ranges) and checks that every rank loaded
  * the same model; at the end of loading, on every rank (a collective). */
 nx_status nx_split_setup(nx_model *m, nx_error *err);
+/* Pipeline: rank r of R runs trunk layers [lo[r], lo[r + 1]) (lo has R + 1 entries): contiguous
+ * ranges balanced by weight bytes, as every rank and `nextn shard` compute them. */
+nx_status nx_split_plan(const nx_model *m, int R, int32_t *lo, nx_error *err);
 /* Rank 0: tells the other ranks to return from nx_model_follow; frees the split state. */
 void nx_split_end(nx_model *m);
 /* Whether this rank computes the final norm, lm_head and MTP head. */

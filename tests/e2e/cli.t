@@ -16,7 +16,8 @@ from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 t = Tap()
 tmp = scratch(prefix="nextn-cli-")
 
-for cmd in ("run", "eval", "probe", "bench", "tokenize", "detokenize", "inspect", "serve", "convert", "graft"):
+for cmd in ("run", "eval", "probe", "bench", "tokenize", "detokenize", "inspect", "serve", "convert", "graft",
+            "shard"):
     r = nextn(cmd, "--help", check=False)
     t.ok(r.returncode == 0 and "usage" in r.stdout.lower(), f"{cmd} --help", r.stderr)
 

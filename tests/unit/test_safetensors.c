@@ -238,6 +238,79 @@ static void test_store_single(void **state) {
     tmpdir_free(dir);
 }
 
+/* A share's store (nx_store_declare): rows of a stacked tensor mapped where the whole tensor's
+ * rows are, absent tensors reading as zeros, the digest of the whole checkpoint, and declarations
+ * that contradict the files refused. Rows of 8400 bytes after a 1-byte tensor (unpadded) start at
+ * offsets that are no multiple of the page size in the file or in the tensor. */
+static void test_store_declare(void **state) {
+    (void)state;
+    char *full = tmpdir_new(), *share = tmpdir_new();
+    const int64_t E = 5, R = 3, C = 700, lo = 1, hi = 4;
+    float *w = malloc(sizeof(float) * (size_t)(E * R * C));
+    for (int64_t i = 0; i < E * R * C; i++) w[i] = (float)i + 0.5f;
+    float n[4] = {1, 2, 3, 4};
+    uint8_t odd = 7;
+    const size_t row = sizeof(float) * (size_t)(R * C);
+    nx_tensor ts[3] = {
+        {.name = "odd", .dtype = NX_DTYPE_U8, .n_dims = 1, .shape = {1}, .data = &odd, .nbytes = 1},
+        {.name = "w", .dtype = NX_DTYPE_F32, .n_dims = 3, .shape = {E, R, C}, .data = (uint8_t *)w, .nbytes = row * E},
+        {.name = "n", .dtype = NX_DTYPE_F32, .n_dims = 1, .shape = {4}, .data = (uint8_t *)n, .nbytes = 16},
+    };
+    char p[1024];
+    nx_error e;
+    snprintf(p, sizeof p, "%s/model.safetensors", full);
+    assert_int_equal(nx_safetensors_write(p, ts, 3, 1, NULL, &e), NX_OK);
+    ts[1].shape[0] = hi - lo;
+    ts[1].data = (uint8_t *)w + row * lo;
+    ts[1].nbytes = row * (hi - lo);
+    snprintf(p, sizeof p, "%s/model.safetensors", share);
+    assert_int_equal(nx_safetensors_write(p, ts, 2, 1, NULL, &e), NX_OK);
+    nx_store *a, *b;
+    assert_int_equal(nx_store_open(full, &a, &e), NX_OK);
+    assert_int_equal(nx_store_open_lazy(share, &b, &e), NX_OK);
+    assert_true(nx_store_digest(a) != nx_store_digest(b));
+    const nx_tensor_decl d[2] = {{.name = "w", .dtype = NX_DTYPE_F32, .n_dims = 3, .shape = {E, R, C}, .rows_lo = lo,
+                                  .rows_hi = hi},
+                                 {.name = "n", .dtype = NX_DTYPE_F32, .n_dims = 1, .shape = {4}}};
+    assert_int_equal(nx_store_declare(b, d, 2, "nextn-share.json", &e), NX_OK);
+    assert_int_equal(nx_store_count(b), 3);
+    assert_true(nx_store_digest(a) == nx_store_digest(b));
+    assert_int_equal(nx_store_tensor_bytes(a), nx_store_tensor_bytes(b));
+    const nx_tensor *tw = nx_store_find(b, "w"), *tn = nx_store_find(b, "n");
+    assert_int_equal(tw->shape[0], E);
+    assert_int_equal(tw->nbytes, row * E);
+    assert_true(nx_store_holds(b, tw));
+    assert_memory_equal(tw->data + row * lo, (const uint8_t *)w + row * lo, row * (hi - lo));
+    assert_false(nx_store_holds(b, tn));
+    assert_string_equal(nx_store_file_of(b, tn), "nextn-share.json");
+    static const uint8_t zeros[16];
+    assert_memory_equal(tn->data, zeros, 16);
+    nx_store_free(b);
+
+    /* declarations the files contradict */
+    const nx_tensor_decl held = {.name = "odd", .dtype = NX_DTYPE_U8, .n_dims = 1, .shape = {1}};
+    assert_int_equal(nx_store_open_lazy(share, &b, &e), NX_OK);
+    assert_int_equal(nx_store_declare(b, &held, 1, "nextn-share.json", &e), NX_E_FORMAT);
+    assert_non_null(strstr(e.msg, "declares tensor odd absent"));
+    nx_store_free(b);
+    nx_tensor_decl other = d[0];
+    other.rows_hi = hi + 1;
+    assert_int_equal(nx_store_open_lazy(share, &b, &e), NX_OK);
+    assert_int_equal(nx_store_declare(b, &other, 1, "nextn-share.json", &e), NX_E_FORMAT);
+    assert_non_null(strstr(e.msg, "not rows 1-5"));
+    nx_store_free(b);
+    other = d[0];
+    other.name = "gone";
+    assert_int_equal(nx_store_open_lazy(share, &b, &e), NX_OK);
+    assert_int_equal(nx_store_declare(b, &other, 1, "nextn-share.json", &e), NX_E_FORMAT);
+    assert_non_null(strstr(e.msg, "missing tensor gone"));
+    nx_store_free(b);
+    nx_store_free(a);
+    free(w);
+    tmpdir_free(full);
+    tmpdir_free(share);
+}
+
 static void test_store_unaligned(void **state) {
     (void)state;
     /* MLX does not pad: with a 1-byte tensor first every later tensor sits at an odd address */
@@ -385,6 +458,7 @@ int main(void) {
         cmocka_unit_test(test_store_sharded_and_sidecar),
         cmocka_unit_test(test_store_duplicate),
         cmocka_unit_test(test_store_bad_files),
+        cmocka_unit_test(test_store_declare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

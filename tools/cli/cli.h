@@ -100,5 +100,6 @@ int cli_inspect(int argc, char **argv);
 int cli_probe(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_forge(int argc, char **argv);
+int cli_shard(int argc, char **argv);
 
 #endif

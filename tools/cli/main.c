@@ -548,6 +548,7 @@ static const char *usage_main =
     "  convert     make an MLX-layout affine-quantized checkpoint (MTP head in a sidecar)\n"
     "  graft       add or replace a checkpoint's MTP head with another checkpoint's\n"
     "  forge       train a checkpoint's MTP head on its own trunk (self-distillation)\n"
+    "  shard       cut a checkpoint into per-rank shares for a multi-node --split job\n"
     "\n"
     "`nextn COMMAND --help` describes each command. The default model is " DEFAULT_MODEL ".\n";
 
@@ -581,7 +582,7 @@ int main(int argc, char **argv) {
         {"run", cli_run},         {"eval", cli_eval},   {"probe", cli_probe},
         {"bench", cli_bench},     {"tokenize", cli_tokenize}, {"detokenize", cli_detokenize},
         {"inspect", cli_inspect}, {"serve", nx_cli_serve},   {"convert", cli_convert},
-        {"graft", cli_graft},     {"forge", cli_forge},
+        {"graft", cli_graft},     {"forge", cli_forge},   {"shard", cli_shard},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);

@@ -167,6 +167,27 @@ static char *dir_name(const char *dir) {
     return name;
 }
 
+/* Seconds a server whose split job failed keeps answering 503 before it stops: the requests in
+ * flight and those that arrive meanwhile get the error naming the failure, not a closed socket. */
+#define RANK_FAILURE_DRAIN_S 2
+
+/* Waits for SIGINT or SIGTERM (returned), or for the model's job to fail (a rank died or stopped
+ * answering; 0 returned after the drain): its forwards then fail at once, so the server says so
+ * and stops with a non-zero status, and a supervisor restarts the job. */
+static int wait_for_end(const sigset_t *set, nx_model *m) {
+    const struct timespec tick = {0, 200 * 1000 * 1000}, drain = {RANK_FAILURE_DRAIN_S, 0};
+    nx_error e = {0};
+    for (;;) {
+        const int sig = sigtimedwait(set, NULL, &tick);
+        if (sig > 0) return sig;
+        if (!nx_model_failed(m, &e)) continue;
+        fprintf(stderr, "nextn serve: %s; answering 503 for %d s, then exiting\n", e.msg, RANK_FAILURE_DRAIN_S);
+        fflush(stderr);
+        const int late = sigtimedwait(set, NULL, &drain);
+        return late > 0 ? late : 0;
+    }
+}
+
 int nx_cli_serve(int argc, char **argv) {
     nx_server_opts so;
     nx_server_opts_default(&so);
@@ -392,17 +413,16 @@ int nx_cli_serve(int argc, char **argv) {
                 nx_server_port(srv));
     fflush(stderr);
 
-    int sig = 0;
-    sigwait(&set, &sig);
-    if (!quiet) fprintf(stderr, "nextn serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
+    const int sig = wait_for_end(&set, m);
+    if (!quiet && sig) fprintf(stderr, "nextn serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
     if (!nx_server_stop(srv)) {
         /* the worker is inside one long step and still uses the model: exit without it */
         fprintf(stderr, "nextn serve: a request did not stop within the shutdown grace period; exiting anyway\n");
         fflush(stderr);
         _exit(1);
     }
-    int rc = 0;
-    if (lp.router_stats && nx_model_router_stats_save(m, lp.router_stats, &err) != NX_OK) {
+    int rc = nx_model_failed(m, &err) ? 1 : 0;
+    if (!rc && lp.router_stats && nx_model_router_stats_save(m, lp.router_stats, &err) != NX_OK) {
         fprintf(stderr, "nextn serve: --router-stats: %s\n", err.msg);
         rc = 1;
     }
