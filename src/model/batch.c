@@ -2,8 +2,7 @@
  * forward calls meet the other contexts' here. A call waits until every busy context has one
  * waiting; then one of the waiting threads (the leader) runs them — trunk requests as one
  * forward, MTP requests as another, each split only where the scratch's rows run out — on the
- * batch's scratch, and wakes the others. Hybrid models (recurrent DeltaNet states) run each
- * request on its own context instead: their state update is per sequence. */
+ * batch's scratch, and wakes the others. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +35,7 @@ nx_status nx_batch_new(nx_model *m, int32_t max_seqs, int32_t max_rows, nx_batch
     if (!b) return nx_fail(err, NX_E_NOMEM, "out of memory");
     b->m = m;
     b->max_seqs = max_seqs;
-    nx_status st = nx_ctx_new_scratch(m, max_rows, max_seqs * (NX_MAX_DRAFT + 1), &b->scratch, err);
+    nx_status st = nx_ctx_new_scratch(m, max_rows, max_seqs, max_seqs * (NX_MAX_DRAFT + 1), &b->scratch, err);
     if (st != NX_OK) {
         free(b);
         return st;
@@ -98,7 +97,7 @@ static int run_kind(nx_batch *b, nx_fwd_req **rq, int n, nx_batch_stats *st) {
             rows += rq[i++]->T;
         }
         const double t0 = nx_now_s();
-        if (b->m->cfg.n_linear > 0 || (g == 1 && grp[0].T > s->n_batch))
+        if (g == 1 && grp[0].T > s->n_batch)
             for (int k = 0; k < g; k++) nx_forward_run(grp[k].c, &grp[k], 1); /* on its own scratch */
         else
             nx_forward_run(s, grp, g);

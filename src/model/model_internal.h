@@ -139,7 +139,8 @@ struct nx_ctx {
     int32_t dn_marked;  /* the row whose states Sm / convm hold (-1: none) */
     int64_t dn_rewinds; /* truncations that took the states back, their seconds and state bytes */
     double dn_rewind_s, dn_rewind_bytes;
-    float *dn_x;        /* (conv_k - 1 + n_batch, channels) the convolution's inputs */
+    float *dn_x;        /* (seqs (conv_k - 1) + n_batch, channels) the convolution's inputs, each
+                         * sequence's window before its rows */
     float *dn_qkv;      /* (n_batch, channels) its outputs after SiLU */
     float *dn_z;        /* (n_batch, n_v_heads * v_dim) the output gate */
     float *dn_b, *dn_a; /* (n_batch, n_v_heads) */
@@ -208,9 +209,11 @@ typedef struct nx_fwd_req {
  * context) fails alone. */
 void nx_forward_run(nx_ctx *s, nx_fwd_req *rq, int n);
 
-/* A context that only lends its scratch to batches (batch.c): rows rows per forward, logits of
- * logit_rows rows gathered at once, caches of a single position (never attended). */
-nx_status nx_ctx_new_scratch(nx_model *m, int32_t rows, int32_t logit_rows, nx_ctx **out, nx_error *err);
+/* A context that only lends its scratch to batches (batch.c): rows rows of up to seqs sequences
+ * per forward, logits of logit_rows rows gathered at once, caches of a single position (never
+ * attended). */
+nx_status nx_ctx_new_scratch(nx_model *m, int32_t rows, int32_t seqs, int32_t logit_rows, nx_ctx **out,
+                             nx_error *err);
 
 /* Hands a request of a context in a batch to the batch (batch.c): it runs with the requests of
  * the batch's other contexts. Returns its status. */
