@@ -21,6 +21,7 @@ struct nx_batch {
     nx_fwd_req *pend[NX_BATCH_MAX_SEQS];   /* waiting requests, in arrival order */
     int n_pend;
     bool running;
+    pthread_t leader;                      /* the thread running the round (running) */
     nx_batch_stats stats;
 };
 
@@ -133,6 +134,26 @@ static void run_round(nx_batch *b, nx_fwd_req **rq, int n) {
     }
 }
 
+bool nx_batch_hold(nx_batch *b) {
+    pthread_mutex_lock(&b->mu);
+    if (b->running && pthread_equal(b->leader, pthread_self())) { /* within the round's own forward */
+        pthread_mutex_unlock(&b->mu);
+        return false;
+    }
+    while (b->running) pthread_cond_wait(&b->cv, &b->mu);
+    b->running = true;
+    b->leader = pthread_self();
+    pthread_mutex_unlock(&b->mu);
+    return true;
+}
+
+void nx_batch_release(nx_batch *b) {
+    pthread_mutex_lock(&b->mu);
+    b->running = false;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
 nx_status nx_batch_submit(nx_batch *b, nx_fwd_req *rq) {
     nx_ctx *c = rq->c;
     pthread_mutex_lock(&b->mu);
@@ -150,6 +171,7 @@ nx_status nx_batch_submit(nx_batch *b, nx_fwd_req *rq) {
             memcpy(mine, b->pend, sizeof(nx_fwd_req *) * (size_t)n);
             b->n_pend = 0;
             b->running = true;
+            b->leader = pthread_self();
             pthread_mutex_unlock(&b->mu);
             run_round(b, mine, n);
             pthread_mutex_lock(&b->mu);

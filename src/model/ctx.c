@@ -346,7 +346,11 @@ void nx_ctx_truncate(nx_ctx *c, int32_t n) {
     if (c->m->dist) nx_split_op(c, NX_SPLIT_TRUNCATE, n);
     if (n < 0 || !nx_dn_can_rewind(c, n)) n = 0; /* a state that cannot go back starts over */
     if (c->n_past > n) {
-        if (n > 0) nx_dn_rewind(c, n);
+        if (n > 0 && c->dn) { /* replays on the pool, which a batch's round may be using */
+            const bool held = c->batch && nx_batch_hold(c->batch);
+            nx_dn_rewind(c, n);
+            if (held) nx_batch_release(c->batch);
+        }
         c->n_past = n;
     }
     nx_mtp_commit(c, n);

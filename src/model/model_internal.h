@@ -219,6 +219,13 @@ nx_status nx_ctx_new_scratch(nx_model *m, int32_t rows, int32_t seqs, int32_t lo
  * the batch's other contexts. Returns its status. */
 nx_status nx_batch_submit(struct nx_batch *b, nx_fwd_req *rq);
 
+/* Waits until the batch runs no round and keeps the next one from starting until
+ * nx_batch_release: a context's own work on the model's thread pool (taking recurrent states back)
+ * needs it, as the pool runs one job at a time and a round's forward runs on it. Returns false,
+ * holding nothing, on the thread running the round (its forward's own truncation). */
+bool nx_batch_hold(struct nx_batch *b);
+void nx_batch_release(struct nx_batch *b);
+
 /* MTP rows: row r = (hidden[r], token[r], position pos0 + r); writes the MTP cache at those
  * positions (the cache must hold exactly pos0 rows), logits of rows [logits_from, R) into
  * logits if non-NULL, and the hidden to feed back when chaining into c->mtp_out (R, H).
