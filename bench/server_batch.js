@@ -5,7 +5,9 @@
 // decode tokens/s (after its first token), TTFT and the gaps between a stream's chunks (p50/p99);
 // then the gaps of running streams while a long prompt (about 2k tokens) is prefilled beside them.
 //
-//   node bench/server_batch.js [-m DIR] [--parallel 8] [--max-tokens 64] [--threads N] [--quick]
+//   node bench/server_batch.js [-m DIR] [--parallel 8] [--max-tokens 64] [--threads N] [--quick] [--conc 1,2,4]
+//
+// --conc: the concurrent request counts to load the servers with (default 1,2,4,8; --quick 1,4).
 //
 // DIR needs a tokenizer: a model without one (the generated bench models) is served through a
 // view in /tmp with the default model's tokenizer files linked beside its weights.
@@ -25,6 +27,7 @@ const P = Number(opt('--parallel', 8));
 const MAX_TOKENS = Number(opt('--max-tokens', 64));
 const THREADS = opt('--threads', null);
 const QUICK = args.includes('--quick');
+const CONC = opt('--conc', QUICK ? '1,4' : '1,2,4,8').split(',').map(Number);
 let NEXTN = process.env.NEXTN || path.join(ROOT, 'build', 'nextn');
 if (!path.isAbsolute(NEXTN)) NEXTN = path.join(ROOT, NEXTN);
 
@@ -154,7 +157,7 @@ async function main() {
     for (const draft of ['auto', 0]) {
       // every slot warm (its --draft auto measurements made), as a server that has been serving
       await Promise.all([...Array(parallel).keys()].map((i) => stream(srv.url, PROMPTS[i % PROMPTS.length], 48, draft)));
-      for (const C of QUICK ? [1, 4] : [1, 2, 4, 8]) {
+      for (const C of CONC) {
         const r = await load(srv.url, C, draft);
         results[`${parallel}/${draft}/${C}`] = r;
         console.log(`${(parallel === 1 ? 'one-at-a-time' : `--parallel ${parallel}`).padEnd(13)} ${String(draft).padEnd(5)} ` +
