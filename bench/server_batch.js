@@ -7,7 +7,8 @@
 //
 //   node bench/server_batch.js [-m DIR] [--parallel 8] [--max-tokens 64] [--threads N] [--quick] [--conc 1,2,4]
 //
-// --conc: the concurrent request counts to load the servers with (default 1,2,4,8; --quick 1,4).
+// --conc: the concurrent request counts to load the servers with (default 1,2,4,8; --quick 1,4;
+// none: only the long prompt's figures).
 //
 // DIR needs a tokenizer: a model without one (the generated bench models) is served through a
 // view in /tmp with the default model's tokenizer files linked beside its weights.
@@ -27,7 +28,7 @@ const P = Number(opt('--parallel', 8));
 const MAX_TOKENS = Number(opt('--max-tokens', 64));
 const THREADS = opt('--threads', null);
 const QUICK = args.includes('--quick');
-const CONC = opt('--conc', QUICK ? '1,4' : '1,2,4,8').split(',').map(Number);
+const CONC = opt('--conc', QUICK ? '1,4' : '1,2,4,8').split(',').filter((c) => c !== 'none').map(Number);
 let NEXTN = process.env.NEXTN || path.join(ROOT, 'build', 'nextn');
 if (!path.isAbsolute(NEXTN)) NEXTN = path.join(ROOT, NEXTN);
 
@@ -130,7 +131,9 @@ function firstByte(url, body) {
 
 // Gaps between chunks of 3 running streams while a ~2k-token prompt is prefilled beside them.
 async function longPrompt(url, draft) {
-  const longText = Array.from({ length: 170 }, (_, i) => `Item ${i}: a line of filler text.`).join('\n');
+  // its first line differs from every earlier long prompt's, so no slot holds a prefix of it
+  const longText = `Request ${draft} ${Date.now()}\n` +
+    Array.from({ length: 170 }, (_, i) => `Item ${i}: a line of filler text.`).join('\n');
   const running = [0, 1, 2].map((i) => stream(url, PROMPTS[i], 160, draft));
   await new Promise((r) => setTimeout(r, 1500));
   const tl = performance.now();
