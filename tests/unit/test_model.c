@@ -421,7 +421,7 @@ static void multi_context_hybrid(const char *family) {
     enum { N = 3, HV = 419 };
     char dir[] = "/tmp/nx_hybrid_XXXXXX", cmd[512];
     assert_non_null(mkdtemp(dir));
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/make_random_qwen35.py --family %s --out %s >/dev/null",
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/make_random_qwen35.py --family %s --out %s >/dev/null 2>&1",
              NX_SOURCE_ROOT, family, dir);
     assert_int_equal(system(cmd), 0);
     nx_load_params p;
