@@ -5,7 +5,10 @@
 // decode tokens/s (after its first token), TTFT and the gaps between a stream's chunks (p50/p99);
 // then the gaps of running streams while a long prompt (about 2k tokens) is prefilled beside them.
 //
-//   node bench/server_batch.js [-m DIR] [--parallel 8] [--max-tokens 64] [--threads N] [--quick]
+//   node bench/server_batch.js [-m DIR] [--parallel 8] [--max-tokens 64] [--threads N] [--quick] [--conc 1,2,4] [--drafts auto,0]
+//
+// --conc: the concurrent request counts to load the servers with (default 1,2,4,8; --quick 1,4;
+// none: only the long prompt's figures); --drafts: the streams' draft settings (default auto,0).
 //
 // DIR needs a tokenizer: a model without one (the generated bench models) is served through a
 // view in /tmp with the default model's tokenizer files linked beside its weights.
@@ -25,6 +28,8 @@ const P = Number(opt('--parallel', 8));
 const MAX_TOKENS = Number(opt('--max-tokens', 64));
 const THREADS = opt('--threads', null);
 const QUICK = args.includes('--quick');
+const DRAFTS = opt('--drafts', 'auto,0').split(',').map((d) => (d === 'auto' ? 'auto' : Number(d)));
+const CONC = opt('--conc', QUICK ? '1,4' : '1,2,4,8').split(',').filter((c) => c !== 'none').map(Number);
 let NEXTN = process.env.NEXTN || path.join(ROOT, 'build', 'nextn');
 if (!path.isAbsolute(NEXTN)) NEXTN = path.join(ROOT, NEXTN);
 
@@ -127,7 +132,9 @@ function firstByte(url, body) {
 
 // Gaps between chunks of 3 running streams while a ~2k-token prompt is prefilled beside them.
 async function longPrompt(url, draft) {
-  const longText = Array.from({ length: 170 }, (_, i) => `Item ${i}: a line of filler text.`).join('\n');
+  // its first line differs from every earlier long prompt's, so no slot holds a prefix of it
+  const longText = `Request ${draft} ${Date.now()}\n` +
+    Array.from({ length: 170 }, (_, i) => `Item ${i}: a line of filler text.`).join('\n');
   const running = [0, 1, 2].map((i) => stream(url, PROMPTS[i], 160, draft));
   await new Promise((r) => setTimeout(r, 1500));
   const tl = performance.now();
@@ -151,10 +158,10 @@ async function main() {
   const results = {};
   for (const parallel of [1, P]) {
     const srv = await startServer(dir, parallel);
-    for (const draft of ['auto', 0]) {
+    for (const draft of DRAFTS) {
       // every slot warm (its --draft auto measurements made), as a server that has been serving
       await Promise.all([...Array(parallel).keys()].map((i) => stream(srv.url, PROMPTS[i % PROMPTS.length], 48, draft)));
-      for (const C of QUICK ? [1, 4] : [1, 2, 4, 8]) {
+      for (const C of CONC) {
         const r = await load(srv.url, C, draft);
         results[`${parallel}/${draft}/${C}`] = r;
         console.log(`${(parallel === 1 ? 'one-at-a-time' : `--parallel ${parallel}`).padEnd(13)} ${String(draft).padEnd(5)} ` +
@@ -163,7 +170,7 @@ async function main() {
       }
     }
     if (parallel > 1) {
-      for (const draft of ['auto', 0]) {
+      for (const draft of DRAFTS) {
         const l = await longPrompt(srv.url, draft);
         console.log(`--parallel ${parallel}, draft ${draft}: a ~2k-token prompt prefilled beside 3 streams: its TTFT ` +
                     `${f(l.ttft, 0)} ms; the streams' inter-token gaps meanwhile p50 ${f(l.p50)} / p99 ${f(l.p99)} / max ` +
@@ -173,7 +180,7 @@ async function main() {
     srv.proc.kill('SIGTERM');
     await new Promise((r) => srv.proc.on('exit', r));
   }
-  for (const draft of ['auto', 0]) {
+  for (const draft of DRAFTS) {
     const solo = results[`1/${draft}/1`], one4 = results[`1/${draft}/4`], b4 = results[`${P}/${draft}/4`];
     if (solo && one4 && b4)
       console.log(`draft ${draft}, 4 concurrent: aggregate ${f(b4.agg / one4.agg, 2)}x one-at-a-time, ` +

@@ -2,8 +2,7 @@
  * forward calls meet the other contexts' here. A call waits until every busy context has one
  * waiting; then one of the waiting threads (the leader) runs them — trunk requests as one
  * forward, MTP requests as another, each split only where the scratch's rows run out — on the
- * batch's scratch, and wakes the others. Hybrid models (recurrent DeltaNet states) run each
- * request on its own context instead: their state update is per sequence. */
+ * batch's scratch, and wakes the others. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@ struct nx_batch {
     nx_fwd_req *pend[NX_BATCH_MAX_SEQS];   /* waiting requests, in arrival order */
     int n_pend;
     bool running;
+    pthread_t leader;                      /* the thread running the round (running) */
     nx_batch_stats stats;
 };
 
@@ -36,7 +36,7 @@ nx_status nx_batch_new(nx_model *m, int32_t max_seqs, int32_t max_rows, nx_batch
     if (!b) return nx_fail(err, NX_E_NOMEM, "out of memory");
     b->m = m;
     b->max_seqs = max_seqs;
-    nx_status st = nx_ctx_new_scratch(m, max_rows, max_seqs * (NX_MAX_DRAFT + 1), &b->scratch, err);
+    nx_status st = nx_ctx_new_scratch(m, max_rows, max_seqs, max_seqs * (NX_MAX_DRAFT + 1), &b->scratch, err);
     if (st != NX_OK) {
         free(b);
         return st;
@@ -98,7 +98,7 @@ static int run_kind(nx_batch *b, nx_fwd_req **rq, int n, nx_batch_stats *st) {
             rows += rq[i++]->T;
         }
         const double t0 = nx_now_s();
-        if (b->m->cfg.n_linear > 0 || (g == 1 && grp[0].T > s->n_batch))
+        if (g == 1 && grp[0].T > s->n_batch)
             for (int k = 0; k < g; k++) nx_forward_run(grp[k].c, &grp[k], 1); /* on its own scratch */
         else
             nx_forward_run(s, grp, g);
@@ -134,6 +134,26 @@ static void run_round(nx_batch *b, nx_fwd_req **rq, int n) {
     }
 }
 
+bool nx_batch_hold(nx_batch *b) {
+    pthread_mutex_lock(&b->mu);
+    if (b->running && pthread_equal(b->leader, pthread_self())) { /* within the round's own forward */
+        pthread_mutex_unlock(&b->mu);
+        return false;
+    }
+    while (b->running) pthread_cond_wait(&b->cv, &b->mu);
+    b->running = true;
+    b->leader = pthread_self();
+    pthread_mutex_unlock(&b->mu);
+    return true;
+}
+
+void nx_batch_release(nx_batch *b) {
+    pthread_mutex_lock(&b->mu);
+    b->running = false;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
 nx_status nx_batch_submit(nx_batch *b, nx_fwd_req *rq) {
     nx_ctx *c = rq->c;
     pthread_mutex_lock(&b->mu);
@@ -151,6 +171,7 @@ nx_status nx_batch_submit(nx_batch *b, nx_fwd_req *rq) {
             memcpy(mine, b->pend, sizeof(nx_fwd_req *) * (size_t)n);
             b->n_pend = 0;
             b->running = true;
+            b->leader = pthread_self();
             pthread_mutex_unlock(&b->mu);
             run_round(b, mine, n);
             pthread_mutex_lock(&b->mu);

@@ -101,8 +101,8 @@ static nx_kv layer_cache(char *base, size_t kper, const nx_config *cfg) {
     return (nx_kv){base, cfg->cache_v ? base + kper : NULL};
 }
 
-static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t logit_rows, nx_ctx **out,
-                         nx_error *err);
+static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t seqs, int32_t logit_rows,
+                         nx_ctx **out, nx_error *err);
 
 nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     *out = NULL;
@@ -111,16 +111,18 @@ nx_status nx_ctx_new(nx_model *m, int32_t n_ctx, nx_ctx **out, nx_error *err) {
     if (cfg->max_positions > 0 && n_ctx > cfg->max_positions)
         return nx_fail(err, NX_E_ARG, "context size %d exceeds the model's max_position_embeddings %lld",
                        n_ctx, (long long)cfg->max_positions);
-    return ctx_new(m, n_ctx, n_ctx < NX_DEFAULT_BATCH ? n_ctx : NX_DEFAULT_BATCH, 0, out, err);
+    return ctx_new(m, n_ctx, n_ctx < NX_DEFAULT_BATCH ? n_ctx : NX_DEFAULT_BATCH, 1, 0, out, err);
 }
 
-nx_status nx_ctx_new_scratch(nx_model *m, int32_t rows, int32_t logit_rows, nx_ctx **out, nx_error *err) {
+nx_status nx_ctx_new_scratch(nx_model *m, int32_t rows, int32_t seqs, int32_t logit_rows, nx_ctx **out,
+                             nx_error *err) {
     *out = NULL;
-    return ctx_new(m, 1, rows, logit_rows, out, err);
+    return ctx_new(m, 1, rows, seqs, logit_rows, out, err);
 }
 
-static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t logit_rows, nx_ctx **out,
-                         nx_error *err) {
+/* A context of n_ctx positions forwarding n_batch rows of up to seqs sequences at a time. */
+static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t seqs, int32_t logit_rows,
+                         nx_ctx **out, nx_error *err) {
     const nx_config *cfg = &m->cfg;
     nx_ctx *c = calloc(1, sizeof *c);
     if (!c) return nx_fail(err, NX_E_NOMEM, "out of memory");
@@ -177,7 +179,7 @@ static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t lo
     if (cfg->n_linear) {
         const nx_deltanet *g = &cfg->dn;
         const size_t C = (size_t)nx_deltanet_channels(g), vd = (size_t)g->n_v_heads * g->v_dim, nv = (size_t)g->n_v_heads;
-        c->dn_x = zalloc(((size_t)g->conv_k - 1 + B) * C, sizeof(float), &ok);
+        c->dn_x = zalloc(((size_t)g->conv_k - 1) * (size_t)seqs * C + B * C, sizeof(float), &ok);
         c->dn_qkv = zalloc(B * C, sizeof(float), &ok);
         c->dn_z = zalloc(B * vd, sizeof(float), &ok);
         c->dn_b = zalloc(B * nv, sizeof(float), &ok);
@@ -344,7 +346,11 @@ void nx_ctx_truncate(nx_ctx *c, int32_t n) {
     if (c->m->dist) nx_split_op(c, NX_SPLIT_TRUNCATE, n);
     if (n < 0 || !nx_dn_can_rewind(c, n)) n = 0; /* a state that cannot go back starts over */
     if (c->n_past > n) {
-        if (n > 0) nx_dn_rewind(c, n);
+        if (n > 0 && c->dn) { /* replays on the pool, which a batch's round may be using */
+            const bool held = c->batch && nx_batch_hold(c->batch);
+            nx_dn_rewind(c, n);
+            if (held) nx_batch_release(c->batch);
+        }
         c->n_past = n;
     }
     nx_mtp_commit(c, n);

@@ -37,24 +37,47 @@ static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* ---------------------------------------------------------------- one layer */
 
 typedef struct dn_job {
-    nx_ctx *c;
+    nx_ctx *c;          /* the scratch: every row's projections, convolution and head outputs */
     const nx_dn_layer *d;
-    nx_dn_state *s;
-    int32_t T, split;
+    const nx_seg *seg;  /* whose rows: each segment's rule runs over its own context's state */
+    int n_seg;
+    int32_t T;          /* rows of all segments */
+    bool place;         /* the input rows go through dn_f (fused, or several segments) */
     nx_matmul_task in[4], out;
     int n_in;
 } dn_job;
 
-/* Qwen3-Next's fused projections of row t into the split layout: per key head, in_proj_qkvz rows
- * hold q | k | v | z of its value heads, in_proj_ba rows b | a. */
-static void dn_unfuse(const dn_job *j, int32_t t) {
+/* Segment si's convolution inputs in c->dn_x: its context's window (conv_k - 1 rows), then its
+ * rows; the segments one after another. */
+static float *seg_x(const dn_job *j, int si) {
+    const nx_deltanet *g = &j->c->m->cfg.dn;
+    const size_t C = (size_t)nx_deltanet_channels(g), K1 = (size_t)g->conv_k - 1;
+    return j->c->dn_x + ((size_t)j->seg[si].r0 + (size_t)si * K1) * C;
+}
+
+/* The segment row t (of the whole call) belongs to. */
+static int seg_index(const dn_job *j, int32_t t) {
+    int i = 0;
+    while (i + 1 < j->n_seg && t >= j->seg[i + 1].r0) i++;
+    return i;
+}
+
+/* Row t's input projections from c->dn_f into its segment's convolution inputs: Qwen3-Next's
+ * fused rows into the split layout (per key head, in_proj_qkvz rows hold q | k | v | z of its
+ * value heads, in_proj_ba rows b | a), or Qwen3.5's q | k | v row as it is. */
+static void dn_place(const dn_job *j, int32_t t) {
     nx_ctx *c = j->c;
     const nx_deltanet *g = &c->m->cfg.dn;
     const int32_t nk = g->n_k_heads, dk = g->k_dim, r = g->n_v_heads / nk, rv = r * g->v_dim, kd = nk * dk;
     const int32_t C = nx_deltanet_channels(g), vd = g->n_v_heads * g->v_dim, K1 = g->conv_k - 1;
+    const int si = seg_index(j, t);
+    float *x = seg_x(j, si) + (size_t)(K1 + t - j->seg[si].r0) * C, *z = c->dn_z + (size_t)t * vd;
+    if (!j->d->qkvz.w) {
+        memcpy(x, c->dn_f + (size_t)t * C, sizeof(float) * (size_t)C);
+        return;
+    }
     const float *f = c->dn_f + (size_t)t * (size_t)(C + vd + 2 * g->n_v_heads);
     const float *ba = f + C + vd;
-    float *x = c->dn_x + (size_t)(K1 + t) * C, *z = c->dn_z + (size_t)t * vd;
     for (int32_t h = 0; h < nk; h++, f += 2 * dk + 2 * rv, ba += 2 * r) {
         memcpy(x + h * dk, f, sizeof(float) * (size_t)dk);
         memcpy(x + kd + h * dk, f + dk, sizeof(float) * (size_t)dk);
@@ -65,59 +88,64 @@ static void dn_unfuse(const dn_job *j, int32_t t) {
     }
 }
 
-/* The causal convolution and SiLU over channels [c0, c1) of every row. */
+/* The causal convolution and SiLU over channels [c0, c1) of every row, each segment's rows after
+ * its own window. */
 static void dn_conv(const dn_job *j, int64_t c0, int64_t c1) {
     const nx_ctx *c = j->c;
     const nx_deltanet *g = &c->m->cfg.dn;
     const int32_t C = nx_deltanet_channels(g), K = g->conv_k;
-    for (int32_t t = 0; t < j->T; t++) {
-        const float *x = c->dn_x + (size_t)t * C;
-        float *y = c->dn_qkv + (size_t)t * C;
-        for (int64_t ch = c0; ch < c1; ch++) {
-            const float *w = j->d->conv + ch * K;
-            float acc = 0.0f;
-            for (int32_t i = 0; i < K; i++) acc += w[i] * x[(size_t)i * C + ch];
-            y[ch] = acc * sigmoid(acc);
+    for (int si = 0; si < j->n_seg; si++)
+        for (int32_t t = 0; t < j->seg[si].T; t++) {
+            const float *x = seg_x(j, si) + (size_t)t * C;
+            float *y = c->dn_qkv + (size_t)(j->seg[si].r0 + t) * C;
+            for (int64_t ch = c0; ch < c1; ch++) {
+                const float *w = j->d->conv + ch * K;
+                float acc = 0.0f;
+                for (int32_t i = 0; i < K; i++) acc += w[i] * x[(size_t)i * C + ch];
+                y[ch] = acc * sigmoid(acc);
+            }
         }
-    }
 }
 
-/* Value head h over every row: the rule (states per the split, see nx_dn_begin), the rows the
- * rollback keeps, and the gated norm into c->dn_o. */
-static void dn_head(const dn_job *j, int32_t h) {
-    nx_ctx *c = j->c;
+/* Value head h over every row of segment si: the rule on its context's states (per the split,
+ * see nx_dn_begin), the rows the rollback keeps, and the gated norm into c->dn_o. */
+static void dn_head(const dn_job *j, int si, int32_t h) {
+    nx_ctx *c = j->c, *kc = j->seg[si].kc;
     const nx_deltanet *g = &c->m->cfg.dn;
     const nx_dn_layer *d = j->d;
-    nx_dn_state *s = j->s;
+    nx_dn_state *s = &kc->dn[d->slot];
     const int32_t dk = g->k_dim, dv = g->v_dim, nv = g->n_v_heads, r = nv / g->n_k_heads, kh = h / r;
     const int32_t C = nx_deltanet_channels(g), kd = g->n_k_heads * dk, vd = nv * dv;
+    const int32_t r0 = j->seg[si].r0, split = kc->dn_split;
     const size_t hs = (size_t)dk * dv;
-    float *cur = s->S[c->dn_cur] + (size_t)h * hs, *nxt = s->S[1 - c->dn_cur] + (size_t)h * hs;
+    float *cur = s->S[kc->dn_cur] + (size_t)h * hs, *nxt = s->S[1 - kc->dn_cur] + (size_t)h * hs;
     float q[NX_ATTN_MAX_HD], k[NX_ATTN_MAX_HD];
-    for (int32_t t = 0; t < j->T; t++) {
-        const float *x = c->dn_qkv + (size_t)t * C;
+    for (int32_t t = 0; t < j->seg[si].T; t++) {
+        const size_t row = (size_t)(r0 + t);
+        const float *x = c->dn_qkv + row * C;
         l2norm(x + kh * dk, q, dk, 1.0f / sqrtf((float)dk));
         l2norm(x + kd + kh * dk, k, dk, 1.0f);
         const float *v = x + 2 * kd + h * dv;
-        const float decay = expf(d->neg_A[h] * softplus(c->dn_a[(size_t)t * nv + h] + d->dt_bias[h]));
-        const float beta = sigmoid(c->dn_b[(size_t)t * nv + h]);
-        float *o = c->dn_o + (size_t)t * vd + h * dv;
-        nx_delta_rule_f32(t <= j->split ? cur : nxt, t < j->split ? cur : nxt, dk, dv, k, v, decay, beta, q, o);
-        if (t >= j->split) { /* what a replay of this row needs */
-            const int32_t rr = t - j->split;
+        const float decay = expf(d->neg_A[h] * softplus(c->dn_a[row * nv + h] + d->dt_bias[h]));
+        const float beta = sigmoid(c->dn_b[row * nv + h]);
+        float *o = c->dn_o + row * vd + h * dv;
+        nx_delta_rule_f32(t <= split ? cur : nxt, t < split ? cur : nxt, dk, dv, k, v, decay, beta, q, o);
+        if (t >= split) { /* what a replay of this row needs */
+            const int32_t rr = t - split;
             if (h % r == 0) memcpy(s->rk + (size_t)rr * kd + kh * dk, k, sizeof(float) * (size_t)dk);
             memcpy(s->rv + (size_t)rr * vd + h * dv, v, sizeof(float) * (size_t)dv);
             s->rd[(size_t)rr * nv + h] = decay;
             s->rb[(size_t)rr * nv + h] = beta;
         }
         nx_rmsnorm_f32(o, d->norm, c->m->cfg.rms_eps, dv, o);
-        const float *z = c->dn_z + (size_t)t * vd + h * dv;
+        const float *z = c->dn_z + row * vd + h * dv;
         for (int32_t i = 0; i < dv; i++) o[i] *= z[i] * sigmoid(z[i]);
     }
 }
 
-/* The layer as one pool job: the input projections as shares; (Qwen3-Next) the fused rows split
- * by row; the convolution split by channel; the value heads split evenly; out_proj as shares. */
+/* The layer as one pool job: the input projections as shares; the rows placed (fused, or several
+ * segments) split by row; the convolution split by channel; the (value head, segment) items split
+ * evenly, head-major so each thread gets its share of every segment's rows; out_proj as shares. */
 static void dn_worker(void *arg, int ith, int nth) {
     const dn_job *j = arg;
     nx_pool *pool = j->c->m->pool;
@@ -125,40 +153,41 @@ static void dn_worker(void *arg, int ith, int nth) {
     long long b, e;
     nx_matmul_shares_work(j->in, j->n_in, pool, ith, nth, NULL, 0);
     nx_pool_barrier(pool, nth);
-    if (j->d->qkvz.w) {
+    if (j->place) {
         nx_pool_split(j->T, ith, nth, &b, &e);
-        for (long long t = b; t < e; t++) dn_unfuse(j, (int32_t)t);
+        for (long long t = b; t < e; t++) dn_place(j, (int32_t)t);
         nx_pool_barrier(pool, nth);
     }
     nx_pool_split(nx_deltanet_channels(g), ith, nth, &b, &e);
     dn_conv(j, b, e);
     nx_pool_barrier(pool, nth);
-    nx_pool_split(g->n_v_heads, ith, nth, &b, &e);
-    for (long long h = b; h < e; h++) dn_head(j, (int32_t)h);
+    nx_pool_split((long long)g->n_v_heads * j->n_seg, ith, nth, &b, &e);
+    for (long long it = b; it < e; it++) dn_head(j, (int)(it % j->n_seg), (int32_t)(it / j->n_seg));
     if (ith == 0) nx_matmul_shares_reset(&j->out, 1, pool, nth);
     nx_pool_barrier(pool, nth);
     nx_matmul_shares_work(&j->out, 1, pool, ith, nth, NULL, 0);
 }
 
-void nx_dn_forward(nx_ctx *c, const nx_layer *L, int32_t T) {
+void nx_dn_forward(nx_ctx *c, const nx_layer *L, const nx_seg *seg, int n_seg) {
     const nx_config *cfg = &c->m->cfg;
     const nx_deltanet *g = &cfg->dn;
     const nx_dn_layer *d = &L->dn;
-    nx_dn_state *s = &c->dn[d->slot];
+    const int32_t T = seg[n_seg - 1].r0 + seg[n_seg - 1].T;
     const int64_t H = cfg->hidden_size, C = nx_deltanet_channels(g), vd = (int64_t)g->n_v_heads * g->v_dim;
     const int64_t nv = g->n_v_heads, K1 = g->conv_k - 1;
     nx_pool *pool = c->m->pool;
-    memcpy(c->dn_x, s->conv, sizeof(float) * (size_t)(K1 * C));
-    float *xr = c->dn_x + K1 * C;
-    dn_job j = {.c = c, .d = d, .s = s, .T = T, .split = c->dn_split,
+    dn_job j = {.c = c, .d = d, .seg = seg, .n_seg = n_seg, .T = T, .place = d->qkvz.w || n_seg > 1,
                 .out = {&d->out, c->dn_o, vd, T, c->y, H}};
+    for (int si = 0; si < n_seg; si++)
+        memcpy(seg_x(&j, si), seg[si].kc->dn[d->slot].conv, sizeof(float) * (size_t)(K1 * C));
     if (d->qkvz.w) {
         const int64_t fw = C + vd + 2 * nv;
         j.in[0] = (nx_matmul_task){&d->qkvz, c->xn, H, T, c->dn_f, fw};
         j.in[1] = (nx_matmul_task){&d->ba, c->xn, H, T, c->dn_f + C + vd, fw};
         j.n_in = 2;
     } else {
-        j.in[0] = (nx_matmul_task){&d->qkv, c->xn, H, T, xr, C};
+        /* one segment's rows go straight after its window; several segments' through dn_f */
+        j.in[0] = (nx_matmul_task){&d->qkv, c->xn, H, T, j.place ? c->dn_f : seg_x(&j, 0) + K1 * C, C};
         j.in[1] = (nx_matmul_task){&d->z, c->xn, H, T, c->dn_z, vd};
         j.in[2] = (nx_matmul_task){&d->b, c->xn, H, T, c->dn_b, nv};
         j.in[3] = (nx_matmul_task){&d->a, c->xn, H, T, c->dn_a, nv};
@@ -166,9 +195,15 @@ void nx_dn_forward(nx_ctx *c, const nx_layer *L, int32_t T) {
     }
     nx_matmul_shares_reset(j.in, j.n_in, pool, nx_pool_size(pool));
     nx_pool_run(pool, dn_worker, &j);
-    /* the window for the next row, and the inputs from the first recoverable row's window on */
-    memcpy(s->conv, c->dn_x + (size_t)T * C, sizeof(float) * (size_t)(K1 * C));
-    memcpy(s->hist, c->dn_x + (size_t)j.split * C, sizeof(float) * (size_t)((T - j.split + K1) * C));
+    /* each context's window for its next row, and its inputs from the first recoverable row's
+     * window on */
+    for (int si = 0; si < n_seg; si++) {
+        nx_dn_state *s = &seg[si].kc->dn[d->slot];
+        const float *x = seg_x(&j, si);
+        const int32_t Ts = seg[si].T, split = seg[si].kc->dn_split;
+        memcpy(s->conv, x + (size_t)Ts * C, sizeof(float) * (size_t)(K1 * C));
+        memcpy(s->hist, x + (size_t)split * C, sizeof(float) * (size_t)((Ts - split + K1) * C));
+    }
 }
 
 /* ---------------------------------------------------------------- state bookkeeping */

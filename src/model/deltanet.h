@@ -9,11 +9,15 @@
 
 #include "model/model_internal.h"
 
-/* Before a trunk forward of T rows: which of them stay recoverable (the last NX_DN_REWIND). */
+/* Before a trunk forward of T rows of context c: which of them stay recoverable (the last
+ * NX_DN_REWIND). */
 void nx_dn_begin(nx_ctx *c, int32_t T);
 
-/* The layer over c->xn (T, H) → c->y (T, H), advancing its state by T rows. */
-void nx_dn_forward(nx_ctx *c, const nx_layer *L, int32_t T);
+/* The layer over the rows of the segments (docs/design.md §15) in the scratch context s, s->xn
+ * (T, H) → s->y (T, H): the projections over all rows at once, the convolution and the rule of
+ * each segment over its own context's state, advancing it by the segment's rows (nx_dn_begin on
+ * each segment's context first). */
+void nx_dn_forward(nx_ctx *s, const nx_layer *L, const nx_seg *seg, int n_seg);
 
 /* After a trunk forward of T rows at pos0: the new state becomes current. */
 void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T);

@@ -1068,7 +1068,7 @@ void nx_layer_forward(nx_ctx *c, const nx_layer *L, const nx_seg *seg, int n_seg
     for (int32_t t = 0; t < T; t++)
         nx_rmsnorm_f32(c->x + (size_t)t * H, L->attn_norm, cfg->rms_eps, H, c->xn + (size_t)t * H);
     const double t0 = nx_now_s();
-    if (L->linear) nx_dn_forward(c, L, T); /* one segment: the scratch's own (nx_forward_run) */
+    if (L->linear) nx_dn_forward(c, L, seg, n_seg);
     else if (cfg->attention == NX_ATTN_MLA) mla_attention(c, L, seg, n_seg, mtp, layer_slot, T, window, theta);
     else attention(c, L, seg, n_seg, mtp, layer_slot, T, window, theta);
     const double t1 = nx_now_s();
@@ -1164,7 +1164,6 @@ static void trunk_run(nx_ctx *s, const nx_seg *seg, nx_fwd_req *const *live, int
     const nx_model *m = s->m;
     const nx_config *cfg = &m->cfg;
     const int32_t H = cfg->hidden_size, V = cfg->vocab_size, T = seg[ns - 1].r0 + seg[ns - 1].T;
-    const bool own = ns == 1 && seg[0].kc == s; /* recurrent states: a context's own forward only */
     nx_fwd_req *r0 = live[0];
     s->serial++;
     for (int i = 0; i < ns; i++) {
@@ -1173,14 +1172,16 @@ static void trunk_run(nx_ctx *s, const nx_seg *seg, nx_fwd_req *const *live, int
         memcpy(seg[i].kc->tokens + seg[i].pos0, live[i]->tokens, sizeof(int32_t) * (size_t)seg[i].T);
     }
     memset(&s->traffic, 0, sizeof s->traffic);
-    if (own) nx_dn_begin(s, T);
+    if (cfg->n_linear)
+        for (int i = 0; i < ns; i++) nx_dn_begin(seg[i].kc, seg[i].T);
     int32_t l0 = 0, l1 = cfg->n_layers; /* a split model's rank runs its own layers */
     if (m->dist && (r0->st = nx_split_trunk_in(s, r0->tokens, T, r0->logits ? r0->logits_from : T, &l0, &l1,
                                                r0->err)) != NX_OK)
         return;
     for (int32_t l = l0; l < l1; l++) nx_layer_forward(s, &m->w.layers[l], seg, ns, 0, cfg->rope_theta, l);
     if (m->dist && (r0->st = nx_split_trunk_pass(s, T, r0->err)) != NX_OK) return;
-    if (own) nx_dn_end(s, seg[0].pos0, T);
+    if (cfg->n_linear)
+        for (int i = 0; i < ns; i++) nx_dn_end(seg[i].kc, seg[i].pos0, seg[i].T);
     for (int i = 0; i < ns; i++) seg[i].kc->n_past += seg[i].T;
 
     const double t0 = nx_now_s();

@@ -144,7 +144,8 @@ struct nx_ctx {
     int32_t dn_marked;  /* the row whose states Sm / convm hold (-1: none) */
     int64_t dn_rewinds; /* truncations that took the states back, their seconds and state bytes */
     double dn_rewind_s, dn_rewind_bytes;
-    float *dn_x;        /* (conv_k - 1 + n_batch, channels) the convolution's inputs */
+    float *dn_x;        /* (seqs (conv_k - 1) + n_batch, channels) the convolution's inputs, each
+                         * sequence's window before its rows */
     float *dn_qkv;      /* (n_batch, channels) its outputs after SiLU */
     float *dn_z;        /* (n_batch, n_v_heads * v_dim) the output gate */
     float *dn_b, *dn_a; /* (n_batch, n_v_heads) */
@@ -213,13 +214,22 @@ typedef struct nx_fwd_req {
  * context) fails alone. */
 void nx_forward_run(nx_ctx *s, nx_fwd_req *rq, int n);
 
-/* A context that only lends its scratch to batches (batch.c): rows rows per forward, logits of
- * logit_rows rows gathered at once, caches of a single position (never attended). */
-nx_status nx_ctx_new_scratch(nx_model *m, int32_t rows, int32_t logit_rows, nx_ctx **out, nx_error *err);
+/* A context that only lends its scratch to batches (batch.c): rows rows of up to seqs sequences
+ * per forward, logits of logit_rows rows gathered at once, caches of a single position (never
+ * attended). */
+nx_status nx_ctx_new_scratch(nx_model *m, int32_t rows, int32_t seqs, int32_t logit_rows, nx_ctx **out,
+                             nx_error *err);
 
 /* Hands a request of a context in a batch to the batch (batch.c): it runs with the requests of
  * the batch's other contexts. Returns its status. */
 nx_status nx_batch_submit(struct nx_batch *b, nx_fwd_req *rq);
+
+/* Waits until the batch runs no round and keeps the next one from starting until
+ * nx_batch_release: a context's own work on the model's thread pool (taking recurrent states back)
+ * needs it, as the pool runs one job at a time and a round's forward runs on it. Returns false,
+ * holding nothing, on the thread running the round (its forward's own truncation). */
+bool nx_batch_hold(struct nx_batch *b);
+void nx_batch_release(struct nx_batch *b);
 
 /* MTP rows: row r = (hidden[r], token[r], position pos0 + r); writes the MTP cache at those
  * positions (the cache must hold exactly pos0 rows), logits of rows [logits_from, R) into

@@ -65,9 +65,9 @@ function longContextModel(positions = 16384) {
   return d;
 }
 
-function startServer(args = [], timeoutMs = 180000) {
+function startServer(args = [], timeoutMs = 180000, model = MODEL) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(NEXTN, ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', ...args],
+    const proc = spawn(NEXTN, ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', ...args],
                        { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     const srv = {

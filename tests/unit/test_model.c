@@ -1,6 +1,7 @@
 /* Forward-pass invariants on a tiny random hy_v3 checkpoint written by the test: the router
  * against brute force, batch invariance (one call over T rows == T single-row calls, bit for
- * bit), several contexts in one forward == each alone, thread-count invariance, KV truncation ==
+ * bit), several contexts in one forward == each alone (also on random Gated DeltaNet hybrids of
+ * tests/ref/make_random_qwen35.py), thread-count invariance, KV truncation ==
  * never appended, batched MTP == row by row,
  * and greedy speculative decoding == greedy plain decoding for k = 1, 2, 3, auto. */
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include <zlib.h>
 
 #include "io/safetensors.h"
+#include "model/deltanet.h"
 #include "model/dense_timing.h"
 #include "model/forward.h"
 #include "model/model_internal.h"
@@ -338,7 +340,7 @@ static void test_multi_context_forward(void **state) {
     float *ls[N + 1], *lb[N + 1];
     nx_error errs[N + 1];
     nx_fwd_req rq[N + 1];
-    assert_int_equal(nx_ctx_new_scratch(m, 32, 8, &scratch, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new_scratch(m, 32, 4, 8, &scratch, NULL), NX_OK);
     for (int i = 0; i <= N; i++) {
         for (int t = 0; t < 16; t++) toks[i][t] = (t * 7 + i * 13 + 3) % V;
         assert_int_equal(nx_ctx_new(m, 64, &solo[i], NULL), NX_OK);
@@ -392,6 +394,136 @@ static void test_multi_context_forward(void **state) {
     }
     nx_ctx_free(scratch);
     nx_model_free(m);
+}
+
+/* The recurrent states of every DeltaNet layer after the context's last row (nx_dn_save). */
+static float *dn_states(const nx_ctx *c) {
+    const int64_t n = nx_dn_saved_floats(c->m);
+    assert_true(n > 0);
+    float *f = malloc(sizeof(float) * (size_t)n);
+    nx_dn_save(c, c->n_past, f);
+    return f;
+}
+
+static void assert_same_states(const nx_ctx *a, const nx_ctx *b) {
+    float *sa = dn_states(a), *sb = dn_states(b);
+    assert_int_equal(a->n_past, b->n_past);
+    assert_memory_equal(sa, sb, sizeof(float) * (size_t)nx_dn_saved_floats(a->m));
+    free(sa), free(sb);
+}
+
+/* test_multi_context_forward on a hybrid model (Gated DeltaNet layers, tests/ref/
+ * make_random_qwen35.py): contexts with different histories (one rolled back in the middle of a
+ * verify pass) forwarded together get each its solo bits — trunk logits, recurrent states after
+ * the forward, after a batched verify pass rolled back to different rows, MTP logits and the head's
+ * hidden — and the next step alone matches. */
+static void multi_context_hybrid(const char *family) {
+    enum { N = 3, HV = 419 };
+    char dir[] = "/tmp/nx_hybrid_XXXXXX", cmd[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/make_random_qwen35.py --family %s --out %s >/dev/null 2>&1",
+             NX_SOURCE_ROOT, family, dir);
+    assert_int_equal(system(cmd), 0);
+    nx_load_params p;
+    nx_load_params_default(&p);
+    p.n_threads = 2;
+    nx_model *m = NULL;
+    nx_error err = {0};
+    assert_int_equal(nx_model_load(dir, &p, &m, &err), NX_OK);
+    assert_int_equal(nx_model_get_info(m)->vocab_size, HV);
+    const size_t H = (size_t)nx_model_get_info(m)->hidden_size;
+    nx_ctx *solo[N], *bat[N], *scratch = NULL;
+    const int32_t hist[N] = {5, 9, 2}, rows[N] = {3, 1, 4}, from[N] = {0, 0, 2}, keep[N] = {1, 2, 3};
+    int32_t toks[N][40];
+    float *ls[N], *lb[N];
+    nx_error errs[N];
+    nx_fwd_req rq[N];
+    assert_int_equal(nx_ctx_new_scratch(m, 32, N, 8, &scratch, NULL), NX_OK);
+    for (int i = 0; i < N; i++) {
+        for (int t = 0; t < 40; t++) toks[i][t] = (t * 7 + i * 13 + 3) % HV;
+        ls[i] = calloc((size_t)HV * 4, sizeof(float));
+        lb[i] = calloc((size_t)HV * 4, sizeof(float));
+        nx_ctx **pair[2] = {&solo[i], &bat[i]};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(nx_ctx_new(m, 64, pair[k], NULL), NX_OK);
+            nx_ctx *c = *pair[k];
+            if (i == 1) { /* a verify pass of 4 rows rolled back to its second */
+                assert_int_equal(nx_ctx_eval(c, toks[i], 7, 0, NULL, NULL), NX_OK);
+                assert_int_equal(nx_forward_trunk(c, toks[i] + 7, 4, NULL, 0, NULL), NX_OK);
+                nx_ctx_truncate(c, hist[i]);
+            } else {
+                assert_int_equal(nx_ctx_eval(c, toks[i], hist[i], 0, NULL, NULL), NX_OK);
+            }
+        }
+        assert_int_equal(nx_forward_trunk(solo[i], toks[i] + hist[i], rows[i], ls[i], from[i], NULL), NX_OK);
+        rq[i] = (nx_fwd_req){.c = bat[i], .tokens = toks[i] + hist[i], .T = rows[i], .logits = lb[i],
+                             .logits_from = from[i], .err = &errs[i]};
+    }
+    nx_forward_run(scratch, rq, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rq[i].st, NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * HV * (size_t)(rows[i] - from[i]));
+        assert_same_states(solo[i], bat[i]);
+    }
+    /* a verify pass of 3 rows each, together, rolled back to different rows */
+    for (int i = 0; i < N; i++) {
+        const int32_t at = hist[i] + rows[i];
+        assert_int_equal(nx_forward_trunk(solo[i], toks[i] + at, 3, ls[i], 0, NULL), NX_OK);
+        rq[i] = (nx_fwd_req){.c = bat[i], .tokens = toks[i] + at, .T = 3, .logits = lb[i], .err = &errs[i]};
+    }
+    nx_forward_run(scratch, rq, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rq[i].st, NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * HV * 3);
+        nx_ctx_truncate(solo[i], hist[i] + rows[i] + keep[i]);
+        nx_ctx_truncate(bat[i], hist[i] + rows[i] + keep[i]);
+        assert_same_states(solo[i], bat[i]);
+    }
+    /* the MTP head over every row so far, in one call */
+    for (int i = 0; i < N; i++) {
+        const int32_t n = solo[i]->n_past - 1;
+        assert_int_equal(nx_mtp_catch_up(solo[i], toks[i] + 1, n, ls[i], false, NULL), NX_OK);
+        rq[i] = (nx_fwd_req){.c = bat[i], .mtp = true, .tokens = toks[i] + 1, .hidden = bat[i]->hidden, .T = n,
+                             .logits = lb[i], .logits_from = n - 1, .err = &errs[i]};
+    }
+    nx_forward_run(scratch, rq, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rq[i].st, NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * HV);
+        assert_memory_equal(solo[i]->mtp_out, bat[i]->mtp_out, sizeof(float) * H);
+        /* the next step alone: the states and caches the batch left are the solo ones */
+        const int32_t at = solo[i]->n_past;
+        assert_int_equal(nx_forward_trunk(solo[i], toks[i] + at, 1, ls[i], 0, NULL), NX_OK);
+        assert_int_equal(nx_forward_trunk(bat[i], toks[i] + at, 1, lb[i], 0, NULL), NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * HV);
+        assert_same_states(solo[i], bat[i]);
+        assert_int_equal(nx_mtp_draft_next(solo[i], 1, ls[i], NULL), NX_OK);
+        assert_int_equal(nx_mtp_draft_next(bat[i], 1, lb[i], NULL), NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * HV);
+    }
+    /* the contexts' histories differ, so their states do */
+    float *s0 = dn_states(bat[0]), *s1 = dn_states(bat[1]);
+    assert_memory_not_equal(s0, s1, sizeof(float) * (size_t)nx_dn_saved_floats(m));
+    free(s0), free(s1);
+    for (int i = 0; i < N; i++) {
+        free(ls[i]), free(lb[i]);
+        nx_ctx_free(solo[i]);
+        nx_ctx_free(bat[i]);
+    }
+    nx_ctx_free(scratch);
+    nx_model_free(m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void test_multi_context_qwen35(void **state) {
+    (void)state;
+    multi_context_hybrid("qwen3_5_moe");
+}
+
+static void test_multi_context_qwen3_next(void **state) {
+    (void)state;
+    multi_context_hybrid("qwen3_next");
 }
 
 static void test_thread_invariance(void **state) {
@@ -1087,6 +1219,8 @@ int main(void) {
         cmocka_unit_test(test_router_groups),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_multi_context_forward),
+        cmocka_unit_test(test_multi_context_qwen35),
+        cmocka_unit_test(test_multi_context_qwen3_next),
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_truncate_equals_never_appended),
         cmocka_unit_test(test_greedy_mtp_equals_ar),
