@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server"))
-from chatlib import make_chat_checkpoint, sse_events, tokenize, valid_args, weather_tools  # noqa: E402
+from chatlib import make_chat_checkpoint, sse_events, streamed, tokenize, valid_args, weather_tools  # noqa: E402
 from chatlib import make_scripted as chatlib_scripted  # noqa: E402
 from serverlib import Server, curl, skip_all_unless_ready  # noqa: E402
 from tap import Tap  # noqa: E402
@@ -136,16 +136,7 @@ with tempfile.TemporaryDirectory(prefix="nextn-glm-") as d:
          calls[0].get("function", {}).get("name") == "get_weather" and
          calls[0]["function"].get("arguments") == '{"days":3}', "scripted: the tool call, typed", calls)
     r = curl(base, body={**req, "stream": True})
-    reasoning, content, args, names, finish = "", "", "", "", None
-    for e in sse_events(r.body) if r.status == 200 else []:
-        for c in e.get("choices", []):
-            dl = c.get("delta") or {}
-            finish = c.get("finish_reason") or finish
-            reasoning += dl.get("reasoning_content") or ""
-            content += dl.get("content") or ""
-            for tc in dl.get("tool_calls") or []:
-                names += (tc.get("function") or {}).get("name") or ""
-                args += (tc.get("function") or {}).get("arguments") or ""
+    reasoning, content, names, args, _, finish = streamed(r)
     t.ok((reasoning, content, names, args, finish) == ("Hmm", "Sure", "get_weather", '{"days":3}', "tool_calls"),
          "scripted, streamed: the same split", (reasoning, content, names, args, finish))
     r = curl(base, body={"model": "glm", "messages": user, "temperature": 0})
