@@ -12,8 +12,8 @@ const path = require('path');
 const fs = require('fs');
 const os = require('os');
 const lib = require(path.join(__dirname, '..', 'server', 'lib.js'));
-const { ok, is, note, done } = lib;
-const { CASES, ask, hangUp } = require(path.join(__dirname, '..', 'server', 'batch_cases.js'));
+const { ok, is, done } = lib;
+const { CASES, ask, sameAsAlone, batchedForwards } = require(path.join(__dirname, '..', 'server', 'batch_cases.js'));
 
 lib.skipAllUnlessReady();
 
@@ -32,31 +32,9 @@ async function main() {
   const props = await (await fetch(multi.base + '/props')).json();
   is(props.total_slots, 4, 'GET /props: total_slots 4');
 
-  for (let round = 0; round < 2; round++) {
-    const jobs = CASES.map((c) => ask(multi.base, c));
-    jobs.push(hangUp(multi.base));
-    const got = await Promise.all(jobs);
-    ok(got[CASES.length] === 200, `round ${round}: a client hangs up mid-stream`);
-    for (let i = 0; i < CASES.length; i++) {
-      const c = CASES[i];
-      ok(got[i].status === 200 && (c.stream === false || got[i].done), `round ${round}, case ${i}: answered`,
-         got[i].status);
-      const nChoices = c.n || 1;
-      for (let k = 0; k < nChoices; k++) {
-        is(got[i].text[k], alone[i].text[k], `round ${round}, case ${i}${nChoices > 1 ? ` choice ${k}` : ''}: ` +
-           `same text as alone (${c.temperature ? 'seeded' : 'greedy'}, draft ${JSON.stringify((c.speculative || {}).draft ?? 'auto')})`);
-        is(got[i].finish[k], alone[i].finish[k], `round ${round}, case ${i}: same finish_reason`);
-      }
-    }
-  }
-
-  // the forwards really held several sequences
-  const text = await (await fetch(multi.base + '/metrics')).text();
+  await sameAsAlone(multi.base, CASES, alone);
+  const text = await batchedForwards(multi.base);
   const val = (re) => { const m = text.match(re); return m ? Number(m[1]) : null; };
-  const one = val(/^nextn_batch_sequences_bucket\{le="1"\} (\d+)$/m);
-  const all = val(/^nextn_batch_sequences_count (\d+)$/m);
-  note(`batched forwards: ${all}, of which ${one} held one sequence`);
-  ok(all > 0 && one !== null && all - one > 10, 'many forwards held two or more sequences', text.slice(0, 200));
   is(val(/^nextn_slots (\d+)$/m), 4, '/metrics: nextn_slots 4');
   const perSlot = [...text.matchAll(/^nextn_slot_generations_total\{slot="(\d)"\} (\d+)$/gm)];
   ok(perSlot.length === 4 && perSlot.filter((m) => Number(m[2]) > 0).length >= 2,

@@ -12,8 +12,8 @@ const fs = require('fs');
 const os = require('os');
 const { execFileSync } = require('child_process');
 const lib = require(path.join(__dirname, '..', 'server', 'lib.js'));
-const { ok, is, note, done } = lib;
-const { LONG, CASES, ask, hangUp } = require(path.join(__dirname, '..', 'server', 'batch_cases.js'));
+const { ok, is, done } = lib;
+const { LONG, CASES, ask, sameAsAlone, batchedForwards } = require(path.join(__dirname, '..', 'server', 'batch_cases.js'));
 
 lib.skipAllUnlessReady();
 
@@ -51,28 +51,8 @@ async function main() {
   ok(alone.every((r) => r.status === 200), 'every request answers alone on one slot', alone.map((r) => r.status));
   ok(alone.some((r) => (r.text[0] || '').length > 0), 'the answers are not empty');
 
-  for (let round = 0; round < 2; round++) {
-    const jobs = HYBRID_CASES.map((c) => ask(multi.base, c));
-    jobs.push(hangUp(multi.base));
-    const got = await Promise.all(jobs);
-    ok(got[HYBRID_CASES.length] === 200, `round ${round}: a client hangs up mid-stream`);
-    for (let i = 0; i < HYBRID_CASES.length; i++) {
-      const c = HYBRID_CASES[i];
-      ok(got[i].status === 200, `round ${round}, case ${i}: answered`, got[i].status);
-      for (let k = 0; k < (c.n || 1); k++) {
-        is(got[i].text[k], alone[i].text[k], `round ${round}, case ${i}${c.n > 1 ? ` choice ${k}` : ''}: same text ` +
-           `as alone (${c.temperature ? 'seeded' : 'greedy'}, draft ${JSON.stringify((c.speculative || {}).draft ?? 'auto')})`);
-        is(got[i].finish[k], alone[i].finish[k], `round ${round}, case ${i}: same finish_reason`);
-      }
-    }
-  }
-
-  const text = await (await fetch(multi.base + '/metrics')).text();
-  const val = (re) => { const m = text.match(re); return m ? Number(m[1]) : null; };
-  const one = val(/^nextn_batch_sequences_bucket\{le="1"\} (\d+)$/m);
-  const all = val(/^nextn_batch_sequences_count (\d+)$/m);
-  note(`batched forwards: ${all}, of which ${one} held one sequence`);
-  ok(all > 0 && one !== null && all - one > 10, 'many forwards held two or more sequences', text.slice(0, 200));
+  await sameAsAlone(multi.base, HYBRID_CASES, alone);
+  await batchedForwards(multi.base);
 
   solo.stop();
   multi.stop();

@@ -2,6 +2,7 @@
 // slot (greedy, seeded `verify: match`, a fixed draft with residual verification, MTP on and off,
 // short and long prompts, chat and completions, streamed or not), and how they are sent.
 'use strict';
+const lib = require('./lib.js');
 
 const LONG = Array.from({ length: 24 }, (_, i) => `Line ${i}: the quick brown fox jumps over the lazy dog.`)
   .join('\n');
@@ -66,4 +67,38 @@ async function hangUp(base) {
   return res.status;
 }
 
-module.exports = { LONG, CASES, ask, hangUp };
+// Two rounds of every case sent at once to the server of several slots (base), beside a client that
+// hangs up mid-stream: each answer must be the one-slot server's (alone[i]), choice by choice.
+async function sameAsAlone(base, cases, alone) {
+  const { ok, is } = lib;
+  for (let round = 0; round < 2; round++) {
+    const jobs = cases.map((c) => ask(base, c));
+    jobs.push(hangUp(base));
+    const got = await Promise.all(jobs);
+    ok(got[cases.length] === 200, `round ${round}: a client hangs up mid-stream`);
+    for (let i = 0; i < cases.length; i++) {
+      const c = cases[i];
+      ok(got[i].status === 200 && (c.stream === false || got[i].done), `round ${round}, case ${i}: answered`,
+         got[i].status);
+      const nChoices = c.n || 1;
+      for (let k = 0; k < nChoices; k++) {
+        is(got[i].text[k], alone[i].text[k], `round ${round}, case ${i}${nChoices > 1 ? ` choice ${k}` : ''}: ` +
+           `same text as alone (${c.temperature ? 'seeded' : 'greedy'}, draft ${JSON.stringify((c.speculative || {}).draft ?? 'auto')})`);
+        is(got[i].finish[k], alone[i].finish[k], `round ${round}, case ${i}: same finish_reason`);
+      }
+    }
+  }
+}
+
+// /metrics of the server at base: the forwards really held several sequences. Returns the text.
+async function batchedForwards(base) {
+  const text = await (await fetch(base + '/metrics')).text();
+  const val = (re) => { const m = text.match(re); return m ? Number(m[1]) : null; };
+  const one = val(/^nextn_batch_sequences_bucket\{le="1"\} (\d+)$/m);
+  const all = val(/^nextn_batch_sequences_count (\d+)$/m);
+  lib.note(`batched forwards: ${all}, of which ${one} held one sequence`);
+  lib.ok(all > 0 && one !== null && all - one > 10, 'many forwards held two or more sequences', text.slice(0, 200));
+  return text;
+}
+
+module.exports = { LONG, CASES, ask, hangUp, sameAsAlone, batchedForwards };
