@@ -13,14 +13,12 @@
 // DIR needs a tokenizer: a model without one (the generated bench models) is served through a
 // view in /tmp with the default model's tokenizer files linked beside its weights.
 'use strict';
-const { spawn } = require('child_process');
-const fs = require('fs');
 const http = require('http');
 const os = require('os');
 const path = require('path');
 const { sseChunks } = require('./sse');
+const { startNextn, tokenizerView, pct } = require('./serve');
 
-const ROOT = path.resolve(__dirname, '..');
 const args = process.argv.slice(2);
 const opt = (name, def) => { const i = args.indexOf(name); return i >= 0 && i + 1 < args.length ? args[i + 1] : def; };
 const MODEL_DIR = opt('-m', '/tmp/nextn-bench-hy3shape-q4');
@@ -30,8 +28,6 @@ const THREADS = opt('--threads', null);
 const QUICK = args.includes('--quick');
 const DRAFTS = opt('--drafts', 'auto,0').split(',').map((d) => (d === 'auto' ? 'auto' : Number(d)));
 const CONC = opt('--conc', QUICK ? '1,4' : '1,2,4,8').split(',').filter((c) => c !== 'none').map(Number);
-let NEXTN = process.env.NEXTN || path.join(ROOT, 'build', 'nextn');
-if (!path.isAbsolute(NEXTN)) NEXTN = path.join(ROOT, NEXTN);
 
 const PROMPTS = [
   'The history of the printing press', 'def quicksort(items):', 'A recipe for bread:',
@@ -39,39 +35,7 @@ const PROMPTS = [
   'Dear Sir or Madam,', 'In 1969, astronauts',
 ];
 
-function modelView() {
-  if (fs.existsSync(path.join(MODEL_DIR, 'tokenizer.json'))) return MODEL_DIR;
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'nextn-batch-bench-'));
-  for (const f of fs.readdirSync(MODEL_DIR)) fs.symlinkSync(path.join(MODEL_DIR, f), path.join(d, f));
-  const tiny = path.join(ROOT, 'models', 'nextn-hy3-tiny');
-  for (const f of ['tokenizer.json', 'tokenizer_config.json'])
-    if (fs.existsSync(path.join(tiny, f))) fs.symlinkSync(path.join(tiny, f), path.join(d, f));
-  process.on('exit', () => fs.rmSync(d, { recursive: true, force: true }));
-  return d;
-}
 
-function startServer(dir, parallel) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(NEXTN, ['serve', '-m', dir, '--host', '127.0.0.1', '--port', '0', '--queue', '64',
-                               '--parallel', String(parallel), '--ctx', '4096', '--cache-ram', '0',
-                               ...(THREADS ? ['--threads', THREADS] : [])], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    const on = (d) => {
-      out += d;
-      const m = out.match(/listening on http:\/\/[^ ]*:(\d+)\//);
-      if (m) resolve({ proc, url: `http://127.0.0.1:${m[1]}` });
-    };
-    proc.stdout.on('data', on);
-    proc.stderr.on('data', on);
-    proc.on('exit', (code) => reject(new Error(`server exited (${code}):\n${out}`)));
-    process.on('exit', () => proc.kill('SIGTERM'));
-  });
-}
-
-const pct = (xs, p) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] : NaN;
-};
 
 // One streaming completion: the arrival time of each generated token (every token gets a chunk
 // with `logprobs`, text or not: the bench models' tokens past the borrowed tokenizer's vocabulary
@@ -150,14 +114,15 @@ async function longPrompt(url, draft) {
 }
 
 async function main() {
-  const dir = modelView();
+  const dir = tokenizerView(MODEL_DIR);
   const f = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '-');
   console.log(`server batching bench: model ${MODEL_DIR}, max_tokens ${MAX_TOKENS}, ${os.cpus().length} cores` +
               (THREADS ? `, server threads ${THREADS}` : ''));
   console.log('mode        draft  C  aggregate tok/s  per-stream tok/s  TTFT p50/p99 ms   inter-token p50/p99 ms');
   const results = {};
   for (const parallel of [1, P]) {
-    const srv = await startServer(dir, parallel);
+    const srv = await startNextn(['-m', dir, '--queue', '64', '--parallel', String(parallel), '--ctx', '4096',
+                                  '--cache-ram', '0', ...(THREADS ? ['--threads', THREADS] : [])]);
     for (const draft of DRAFTS) {
       // every slot warm (its --draft auto measurements made), as a server that has been serving
       await Promise.all([...Array(parallel).keys()].map((i) => stream(srv.url, PROMPTS[i % PROMPTS.length], 48, draft)));

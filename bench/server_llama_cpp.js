@@ -20,8 +20,8 @@ const net = require('net');
 const os = require('os');
 const path = require('path');
 const { sseChunks } = require('./sse');
+const { startNextn, tokenizerView, pct } = require('./serve');
 
-const ROOT = path.resolve(__dirname, '..');
 const args = process.argv.slice(2);
 const opt = (name, def) => { const i = args.indexOf(name); return i >= 0 && i + 1 < args.length ? args[i + 1] : def; };
 const LLAMA = opt('--llama-cpp', process.env.LLAMA_CPP_DIR);
@@ -32,23 +32,9 @@ const GGUF = path.join(WORK, `model-${opt('--gguf-type', 'Q4_0')}.gguf`);
 const MLX = path.join(WORK, `mlx-${opt('--bits', '4')}bit`);
 const THREADS = opt('--threads', String(os.cpus().length));
 const QUICK = args.includes('--quick');
-let NEXTN = process.env.NEXTN || path.join(ROOT, 'build', 'nextn');
-if (!path.isAbsolute(NEXTN)) NEXTN = path.join(ROOT, NEXTN);
 
 // Eight prompts of 24 token ids each, the same for both servers.
 const PROMPTS = [...Array(8).keys()].map((p) => [...Array(24).keys()].map((i) => 300 + ((p * 24 + i) * 7919) % 31000));
-
-// The MLX conversion has no tokenizer files; nextn serve needs one: a view of it in /tmp with the
-// default model's tokenizer linked beside its weights (the prompts are ids all the same).
-function modelView() {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), 'nextn-llama-bench-'));
-  for (const f of fs.readdirSync(MLX)) fs.symlinkSync(path.join(MLX, f), path.join(d, f));
-  const tiny = path.join(ROOT, 'models', 'nextn-hy3-tiny');
-  for (const f of ['tokenizer.json', 'tokenizer_config.json'])
-    if (!fs.existsSync(path.join(d, f))) fs.symlinkSync(path.join(tiny, f), path.join(d, f));
-  process.on('exit', () => fs.rmSync(d, { recursive: true, force: true }));
-  return d;
-}
 
 function freePort() {
   return new Promise((resolve) => {
@@ -57,34 +43,31 @@ function freePort() {
   });
 }
 
-// Starts a server and resolves once it answers /health with 200.
+// A server with `slots` slots: nextn on the MLX conversion (through a tokenizer view: the prompts
+// are ids all the same), llama-server on the GGUF, resolved once it answers /health with 200.
+let view = null; // made once for both nextn servers
 async function start(engine, slots) {
+  if (engine === 'nextn')
+    return startNextn(['-m', view || (view = tokenizerView(MLX)), '--queue', '64', '--parallel', String(slots), '--ctx', '4096',
+                       '--cache-ram', '0', '--threads', THREADS]);
   const port = await freePort();
-  const argv = engine === 'nextn'
-    ? [NEXTN, ['serve', '-m', modelView(), '--host', '127.0.0.1', '--port', String(port), '--queue', '64',
-               '--parallel', String(slots), '--ctx', '4096', '--cache-ram', '0', '--threads', THREADS]]
-    : [path.join(LLAMA, 'build', 'bin', 'llama-server'),
-       ['-m', GGUF, '--host', '127.0.0.1', '--port', String(port), '-np', String(slots), '-c', String(4096 * slots),
-        '-t', THREADS, '-tb', THREADS, '--cont-batching', '--no-warmup']];
-  const proc = spawn(argv[0], argv[1], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn(path.join(LLAMA, 'build', 'bin', 'llama-server'),
+                     ['-m', GGUF, '--host', '127.0.0.1', '--port', String(port), '-np', String(slots),
+                      '-c', String(4096 * slots), '-t', THREADS, '-tb', THREADS, '--cont-batching', '--no-warmup'],
+                     { stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
   proc.stderr.on('data', (d) => { err = (err + d).slice(-4000); });
   process.on('exit', () => proc.kill('SIGTERM'));
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 600; i++) {
-    if (proc.exitCode !== null) throw new Error(`${engine} exited (${proc.exitCode}):\n${err}`);
+    if (proc.exitCode !== null) throw new Error(`llama-server exited (${proc.exitCode}):\n${err}`);
     try {
       if ((await fetch(url + '/health')).status === 200) return { proc, url };
     } catch { /* not listening yet */ }
     await new Promise((r) => setTimeout(r, 250));
   }
-  throw new Error(`${engine} did not come up:\n${err}`);
+  throw new Error(`llama-server did not come up:\n${err}`);
 }
-
-const pct = (xs, p) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] : NaN;
-};
 
 // One streaming completion: each chunk's arrival time for each token it carries (nextn: its
 // logprobs' tokens, accepted drafts arriving together; llama-server: one chunk a token), and the

@@ -9,9 +9,9 @@
 // The client runs on the same machine: on a small box give the server fewer compute threads
 // than cores (--threads) so the two do not fight over CPUs.
 'use strict';
-const { spawn } = require('child_process');
 const path = require('path');
 const { sseChunks } = require('./sse');
+const { startNextn, pct } = require('./serve');
 
 const ROOT = path.resolve(__dirname, '..');
 const args = process.argv.slice(2);
@@ -25,8 +25,6 @@ const MAX_TOKENS = Math.max(1, Number(opt('--max-tokens', 32)));
 const DRAFT = opt('--draft', 'auto');
 const MODEL_DIR = opt('-m', path.join(ROOT, 'models', 'nextn-hy3-tiny'));
 const THREADS = opt('--threads', null);
-let NEXTN = process.env.NEXTN || path.join(ROOT, 'build', 'nextn');
-if (!path.isAbsolute(NEXTN)) NEXTN = path.join(ROOT, NEXTN);
 
 const PROMPTS = [
   'Write a haiku about the sea.', 'Explain recursion to a child.', 'List three prime numbers.',
@@ -34,29 +32,7 @@ const PROMPTS = [
   'Why is the sky blue?', 'Summarize the plot of a heist movie.',
 ];
 
-function startServer() {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(NEXTN, ['serve', '-m', MODEL_DIR, '--host', '127.0.0.1', '--port', '0',
-                               '--queue', String(C + 8), ...(THREADS ? ['--threads', THREADS] : [])],
-                       { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    const on = (d) => {
-      out += d;
-      const m = out.match(/listening on http:\/\/[^ ]*:(\d+)\//);
-      if (m) resolve({ proc, url: `http://127.0.0.1:${m[1]}` });
-    };
-    proc.stdout.on('data', on);
-    proc.stderr.on('data', on);
-    proc.on('exit', (code) => reject(new Error(`server exited (${code}):\n${out}`)));
-    process.on('exit', () => proc.kill('SIGTERM'));
-  });
-}
 
-function pct(sorted, p) {
-  if (!sorted.length) return NaN;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[i];
-}
 
 async function one(url, model, i) {
   const body = {
@@ -80,7 +56,7 @@ async function one(url, model, i) {
 async function main() {
   for (const u of [opt('--url', null)].filter(Boolean))
     if (!/^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?\/?$/.test(u)) throw new Error('--url must be loopback');
-  const srv = opt('--url', null) ? { url: opt('--url').replace(/\/$/, '') } : await startServer();
+  const srv = opt('--url', null) ? { url: opt('--url').replace(/\/$/, '') } : await startNextn(['-m', MODEL_DIR, '--queue', String(C + 8), ...(THREADS ? ['--threads', THREADS] : [])]);
   const model = (await (await fetch(srv.url + '/v1/models')).json()).data[0].id;
   await one(srv.url, model, 0); // warm-up, not counted
 
