@@ -436,9 +436,21 @@ nx_status nx_ctx_eval_mtp(nx_ctx *c, const int32_t *tokens, int32_t n, float *lo
  * head is trained on (`nextn forge`). The rows must be in the trunk cache. */
 nx_status nx_ctx_mtp_hidden(const nx_ctx *c, int32_t from, int32_t n, float *out, nx_error *err);
 /* Drops every cached row at or after position n (rollback). A hybrid model's recurrent states go
- * back only to the rows of the last forward call (a verify pass's); further back, the context
- * starts over (n_past 0). */
+ * back only to the rows of the last forward call (a verify pass's) and to the context's
+ * checkpoints (nx_ctx_set_checkpoints); to any other row the context starts over (n_past 0). */
 void nx_ctx_truncate(nx_ctx *c, int32_t n);
+/* Recurrent-state checkpoints (hybrid models: Qwen3.5/3.6, Qwen3-Next; llama.cpp's
+ * --ctx-checkpoints): copies of every recurrent layer's state after some row, so that a later
+ * prompt sharing a prefix with the context (a chat's next turn, another question about the same
+ * document) prefills from the last checkpoint at or below the shared prefix rather than from
+ * the start. nx_generate makes one at the prompt's last row but one and, while prefilling, one
+ * every `every` prompt rows (0: none of these); the context keeps the `max` of the highest rows
+ * (0..64; 0: none at all). Each costs the model's recurrent states (nx_model_info's
+ * linear_state_bytes: ~63 MiB for Qwen3.6-35B-A3B). Defaults 4 and 2048. No effect on other models. */
+#define NX_CTX_CHECKPOINTS_DEFAULT 4
+#define NX_CTX_CHECKPOINTS_MAX 64
+#define NX_CHECKPOINT_EVERY_DEFAULT 2048
+nx_status nx_ctx_set_checkpoints(nx_ctx *c, int32_t max, int32_t every, nx_error *err);
 /* Forgets what --draft auto has measured on this context (step costs, acceptance per draft
  * position), which otherwise carries over from one generation to the next. */
 void nx_ctx_reset_auto(nx_ctx *c);
@@ -491,6 +503,9 @@ typedef struct nx_gen_params {
     const int32_t *stop_ids; /* extra stop tokens */
     size_t n_stop_ids;
     int32_t min_tokens; /* end-of-sequence and stop tokens are masked before this many tokens */
+    int32_t checkpoint_at; /* hybrid models: a prompt row to make a checkpoint at besides the
+                            * others (nx_ctx_set_checkpoints), such as where a chat prompt's
+                            * generation prompt begins, which the next turn re-renders; 0: none */
 } nx_gen_params;
 
 void nx_gen_params_default(nx_gen_params *p);

@@ -364,16 +364,29 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
 }
 
 /* The trunk forward over prompt tokens [from, n_prompt) (the rows before are in the cache). */
+/* The next prompt row after `done` to make a checkpoint at (n: none before the prompt's end): a
+ * multiple of the context's spacing, or the caller's row. */
+static int32_t next_checkpoint(const gen *g, int32_t done, int32_t n) {
+    const int32_t every = nx_ctx_checkpoint_every(g->c), own = g->p->checkpoint_at;
+    if (every < 0) return n;
+    int32_t at = every > 0 ? (done / every + 1) * every : n;
+    if (own > done && own < at) at = own;
+    return at < n ? at : n;
+}
+
+/* The prompt's rows [from, n_prompt) through the trunk in chunks of the context's batch. A hybrid
+ * model's chunks also end at the rows checkpoints are made at (next_checkpoint). */
 static nx_status prefill(gen *g, int32_t from, size_t n_prompt, nx_error *err) {
     nx_ctx *c = g->c;
     int32_t done = from, n = (int32_t)n_prompt;
     while (done < n) {
-        const int32_t B = nx_ctx_n_batch(c);
-        int32_t T = n - done < B ? n - done : B;
+        const int32_t B = nx_ctx_n_batch(c), at = next_checkpoint(g, done, n);
+        const int32_t T = at - done < B ? at - done : B;
         bool last = done + T == n;
         nx_status s = nx_forward_trunk(c, g->toks + done, T, last ? g->logits : NULL, T - 1, err);
         if (s != NX_OK) return s;
         done += T;
+        if (done == at && !last) nx_ctx_checkpoint(c);
     }
     return NX_OK;
 }

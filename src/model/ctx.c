@@ -66,7 +66,7 @@ static void *zalloc(size_t n, size_t size, bool *ok) {
 }
 
 /* Bytes of one DeltaNet layer's state block in the arena (nx_dn_state's arrays, in order). */
-static size_t dn_block_floats(const nx_deltanet *g, size_t f[10]) {
+static size_t dn_block_floats(const nx_deltanet *g, size_t f[8]) {
     const size_t C = (size_t)nx_deltanet_channels(g), K1 = (size_t)g->conv_k - 1, R = NX_DN_REWIND;
     f[0] = f[1] = (size_t)nx_deltanet_state_floats(g);
     f[2] = K1 * C;
@@ -74,22 +74,20 @@ static size_t dn_block_floats(const nx_deltanet *g, size_t f[10]) {
     f[4] = R * (size_t)g->n_k_heads * (size_t)g->k_dim;
     f[5] = R * (size_t)g->n_v_heads * (size_t)g->v_dim;
     f[6] = f[7] = R * (size_t)g->n_v_heads;
-    f[8] = f[0];
-    f[9] = f[2];
     size_t n = 0;
-    for (int i = 0; i < 10; i++) n += (f[i] + 15) / 16 * 16; /* 64-byte aligned arrays */
+    for (int i = 0; i < 8; i++) n += (f[i] + 15) / 16 * 16; /* 64-byte aligned arrays */
     return n;
 }
 
 /* The DeltaNet layers' states at base (n_linear blocks of dn_block_floats). */
 static void dn_states_at(nx_ctx *c, float *base) {
-    size_t f[10];
+    size_t f[8];
     const size_t per = dn_block_floats(&c->m->cfg.dn, f);
     for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
         float *p = base + (size_t)l * per;
-        float **arr[10] = {&c->dn[l].S[0], &c->dn[l].S[1], &c->dn[l].conv, &c->dn[l].hist, &c->dn[l].rk,
-                           &c->dn[l].rv,   &c->dn[l].rd,   &c->dn[l].rb,   &c->dn[l].Sm,   &c->dn[l].convm};
-        for (int i = 0; i < 10; i++) {
+        float **arr[8] = {&c->dn[l].S[0], &c->dn[l].S[1], &c->dn[l].conv, &c->dn[l].hist,
+                          &c->dn[l].rk,   &c->dn[l].rv,   &c->dn[l].rd,   &c->dn[l].rb};
+        for (int i = 0; i < 8; i++) {
             *arr[i] = p;
             p += (f[i] + 15) / 16 * 16;
         }
@@ -128,6 +126,8 @@ static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t se
     if (!c) return nx_fail(err, NX_E_NOMEM, "out of memory");
     c->m = m;
     c->n_ctx = n_ctx;
+    c->dn_max_ckpts = NX_CTX_CHECKPOINTS_DEFAULT;
+    c->dn_every = NX_CHECKPOINT_EVERY_DEFAULT;
     c->n_batch = n_batch;
 
     const size_t H = (size_t)cfg->hidden_size, B = (size_t)c->n_batch, N = (size_t)n_ctx;
@@ -153,7 +153,7 @@ static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t se
     const size_t kper = N * (size_t)cfg->cache_heads * (size_t)cfg->cache_k * nx_dtype_size(m->kv_dtype);
     const size_t per = N * nx_kv_pos_bytes(m);
     const size_t n_caches = (size_t)(cfg->n_layers - cfg->n_linear) + (m->w.has_mtp ? 1 : 0);
-    size_t dnf[10];
+    size_t dnf[8];
     const size_t dn_bytes = cfg->n_linear ? (size_t)cfg->n_linear * dn_block_floats(&cfg->dn, dnf) * sizeof(float) : 0;
     const size_t hidden_at = (n_caches * per + 63) / 64 * 64, dn_at = hidden_at + (N * H * sizeof(float) + 63) / 64 * 64;
     const size_t arena_bytes = dn_at + dn_bytes;
@@ -236,6 +236,7 @@ void nx_ctx_free(nx_ctx *c) {
     if (c->kv_arena) munmap(c->kv_arena, c->kv_arena_bytes);
     free(c->kv);
     free(c->dn);
+    nx_dn_ckpts_free(c);
     float *bufs[] = {c->mtp_in, c->mtp_out, c->x,      c->xn,     c->q,     c->k,     c->v,    c->att,
                      c->y,      c->g,       c->u,      c->hpre,   c->hpost, c->scores, c->router, c->selw,
                      c->rows_w, c->xe,      c->ye,     c->rope,   c->lat_q, c->lat_o, c->dn_x,  c->dn_qkv,
@@ -292,7 +293,8 @@ size_t nx_ctx_bytes(const nx_ctx *c) {
     const size_t F = (size_t)(cfg->intermediate_size > cfg->expert_dim ? cfg->intermediate_size : cfg->expert_dim);
     /* per row: the residual stream and its norms, hiddens, q/k/v/att, the experts' rows */
     const size_t per_row = 9 * H + (size_t)cfg->n_heads * (size_t)cfg->head_dim * 3 + 2 * (K + 1) * F + (2 * K + 1) * H;
-    return c->kv_arena_bytes + (size_t)c->n_batch * per_row * sizeof(float);
+    return c->kv_arena_bytes + (size_t)c->n_batch * per_row * sizeof(float) +
+           (size_t)c->dn_max_ckpts * (size_t)nx_dn_saved_floats(c->m) * sizeof(float);
 }
 int32_t nx_ctx_n_batch(const nx_ctx *c) { return c->n_batch; }
 bool nx_model_has_mtp(const nx_model *m) { return m->w.has_mtp; }
@@ -305,13 +307,30 @@ void nx_ctx_rewind_cost(const nx_ctx *c, int64_t *count, double *seconds, double
 
 void nx_ctx_keep_state_at(nx_ctx *c, int32_t n) {
     if (c->m->dist) nx_split_op(c, NX_SPLIT_KEEP_STATE, n);
-    c->dn_mark = c->dn ? n : -1;
+    c->dn_mark = c->dn && c->dn_max_ckpts > 0 ? n : -1;
+}
+
+nx_status nx_ctx_set_checkpoints(nx_ctx *c, int32_t max, int32_t every, nx_error *err) {
+    if (max < 0 || max > NX_CTX_CHECKPOINTS_MAX)
+        return nx_fail(err, NX_E_ARG, "checkpoints %d: must be 0..%d", max, NX_CTX_CHECKPOINTS_MAX);
+    if (every < 0) return nx_fail(err, NX_E_ARG, "checkpoint spacing %d: must be >= 0 (0: none while prefilling)", every);
+    nx_dn_ckpts_limit(c, max);
+    c->dn_every = every;
+    return NX_OK;
+}
+
+void nx_ctx_checkpoint(nx_ctx *c) {
+    if (!c->m->dist) nx_dn_checkpoint(c);
+}
+
+int32_t nx_ctx_checkpoint_every(const nx_ctx *c) {
+    return c->dn && c->dn_max_ckpts > 0 && !c->m->dist ? c->dn_every : -1;
 }
 
 int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n) {
     int32_t k = 0;
     while (k < c->n_past && k < n && c->tokens[k] == tokens[k]) k++;
-    return nx_dn_can_rewind(c, k) ? k : 0; /* recurrent states go back only so far */
+    return nx_dn_rewind_floor(c, k); /* recurrent states go back only to some rows */
 }
 
 /* ---------------------------------------------------------------- the MTP head's cache */

@@ -16,6 +16,7 @@
 #include "model/deltanet.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -215,8 +216,12 @@ void nx_dn_begin(nx_ctx *c, int32_t T) { c->dn_split = T > NX_DN_REWIND ? T - NX
 typedef struct replay_job {
     nx_ctx *c;
     int32_t keep; /* rows after the checkpoint */
-    bool to_mark;
+    float *to;    /* a checkpoint's states (nx_dn_save's layout), or NULL: S[1 - dn_ckb] and conv */
 } replay_job;
+
+/* Floats of one layer's state, and of its window. */
+static size_t state_floats(const nx_ctx *c) { return (size_t)nx_deltanet_state_floats(&c->m->cfg.dn); }
+static size_t conv_floats(const nx_ctx *c) { return (size_t)nx_deltanet_conv_floats(&c->m->cfg.dn); }
 
 /* Value head it % n_v_heads of DeltaNet layer it / n_v_heads, for every item of the thread's
  * share: the rule replayed from the checkpoint over the rows kept (with none, the kept copy is
@@ -227,32 +232,95 @@ static void replay_worker(void *arg, int ith, int nth) {
     const nx_deltanet *g = &c->m->cfg.dn;
     const int32_t dk = g->k_dim, dv = g->v_dim, nv = g->n_v_heads, r = nv / g->n_k_heads;
     const int32_t kd = g->n_k_heads * dk, vd = nv * dv;
-    const size_t hs = (size_t)dk * dv;
+    const size_t hs = (size_t)dk * dv, per = state_floats(c) + conv_floats(c);
     long long b, e;
     nx_pool_split((long long)c->m->cfg.n_linear * nv, ith, nth, &b, &e);
     for (long long it = b; it < e; it++) {
         const nx_dn_state *s = &c->dn[it / nv];
         const int32_t h = (int32_t)(it % nv);
         const float *ck = s->S[c->dn_ckb] + (size_t)h * hs;
-        float *to = (j->to_mark ? s->Sm : s->S[1 - c->dn_ckb]) + (size_t)h * hs;
-        if (j->keep == 0 && j->to_mark) memcpy(to, ck, sizeof(float) * hs);
+        float *to = (j->to ? j->to + (size_t)(it / nv) * per : s->S[1 - c->dn_ckb]) + (size_t)h * hs;
+        if (j->keep == 0 && j->to) memcpy(to, ck, sizeof(float) * hs);
         for (int32_t t = 0; t < j->keep; t++)
             nx_delta_rule_f32(t ? to : ck, to, dk, dv, s->rk + (size_t)t * kd + (h / r) * dk, s->rv + (size_t)t * vd + h * dv,
                               s->rd[(size_t)t * nv + h], s->rb[(size_t)t * nv + h], NULL, NULL);
     }
 }
 
-/* The states after row n (dn_ck <= n <= the last row) of every layer, into the kept copy (Sm,
- * convm) when to_mark, else into S[1 - dn_ckb] and conv (replay_worker on the pool). */
-static void dn_replay(nx_ctx *c, int32_t n, bool to_mark) {
+/* The states after row n (dn_ck <= n <= the last row) of every layer, into the checkpoint
+ * states `to` when given, else into S[1 - dn_ckb] and conv (replay_worker on the pool). */
+static void dn_replay(nx_ctx *c, int32_t n, float *to) {
     const nx_deltanet *g = &c->m->cfg.dn;
-    const replay_job j = {c, n - c->dn_ck, to_mark};
+    const replay_job j = {c, n - c->dn_ck, to};
     nx_pool_run(c->m->pool, replay_worker, (void *)&j);
-    const size_t C = (size_t)nx_deltanet_channels(g), K1 = (size_t)g->conv_k - 1;
+    const size_t C = (size_t)nx_deltanet_channels(g), K1 = (size_t)g->conv_k - 1, per = state_floats(c) + conv_floats(c);
     for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
         nx_dn_state *s = &c->dn[l];
-        memcpy(to_mark ? s->convm : s->conv, s->hist + (size_t)j.keep * C, sizeof(float) * K1 * C);
+        memcpy(to ? to + (size_t)l * per + state_floats(c) : s->conv, s->hist + (size_t)j.keep * C, sizeof(float) * K1 * C);
     }
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+/* The checkpoint at row n, or NULL. */
+static nx_dn_ckpt *ckpt_at(const nx_ctx *c, int32_t n) {
+    for (int i = 0; i < c->dn_n_ckpts; i++)
+        if (c->dn_ckpts[i].row == n) return &c->dn_ckpts[i];
+    return NULL;
+}
+
+/* Room for a checkpoint of row n (its states to be written): the one already at n, a new one, or
+ * when all are in use the one of the lowest row, taken over; kept in ascending rows. NULL when
+ * the context keeps none or memory is short (a checkpoint only saves work). */
+static nx_dn_ckpt *ckpt_room(nx_ctx *c, int32_t n) {
+    nx_dn_ckpt *k = ckpt_at(c, n);
+    if (k || c->dn_max_ckpts == 0) return k;
+    if (!c->dn_ckpts && !(c->dn_ckpts = calloc((size_t)c->dn_max_ckpts, sizeof *c->dn_ckpts))) return NULL;
+    if (c->dn_n_ckpts == c->dn_max_ckpts) { /* the oldest row's goes to the back */
+        const nx_dn_ckpt first = c->dn_ckpts[0];
+        memmove(c->dn_ckpts, c->dn_ckpts + 1, sizeof *c->dn_ckpts * (size_t)(c->dn_n_ckpts - 1));
+        c->dn_ckpts[--c->dn_n_ckpts] = first;
+    }
+    nx_dn_ckpt *slot = &c->dn_ckpts[c->dn_n_ckpts];
+    if (!slot->st && !(slot->st = malloc(sizeof(float) * (size_t)nx_dn_saved_floats(c->m)))) return NULL;
+    int i = c->dn_n_ckpts++;
+    const nx_dn_ckpt fresh = {n, slot->st};
+    for (; i > 0 && c->dn_ckpts[i - 1].row > n; i--) c->dn_ckpts[i] = c->dn_ckpts[i - 1];
+    c->dn_ckpts[i] = fresh;
+    return &c->dn_ckpts[i];
+}
+
+/* Forgets the checkpoints of rows above n (their memory stays for the next ones). */
+static void ckpts_drop_above(nx_ctx *c, int32_t n) {
+    int keep = 0;
+    while (keep < c->dn_n_ckpts && c->dn_ckpts[keep].row <= n) keep++;
+    c->dn_n_ckpts = keep;
+}
+
+void nx_dn_ckpts_limit(nx_ctx *c, int max) {
+    if (max == c->dn_max_ckpts) return;
+    nx_dn_ckpts_free(c);
+    c->dn_max_ckpts = max;
+    if (max == 0) c->dn_mark = -1;
+}
+
+void nx_dn_ckpts_free(nx_ctx *c) {
+    for (int i = 0; c->dn_ckpts && i < c->dn_max_ckpts; i++) free(c->dn_ckpts[i].st);
+    free(c->dn_ckpts);
+    c->dn_ckpts = NULL;
+    c->dn_n_ckpts = 0;
+}
+
+void nx_dn_checkpoint(nx_ctx *c) {
+    if (!c->dn || c->n_past <= 0) return;
+    nx_dn_ckpt *k = ckpt_room(c, c->n_past);
+    if (k) nx_dn_save(c, c->n_past, k->st);
+}
+
+void nx_dn_ckpt_put(nx_ctx *c, int32_t n, const float *src) {
+    if (!c->dn || n <= 0 || n > c->n_past) return;
+    nx_dn_ckpt *k = ckpt_room(c, n);
+    if (k) memcpy(k->st, src, sizeof(float) * (size_t)nx_dn_saved_floats(c->m));
 }
 
 void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T) {
@@ -261,8 +329,10 @@ void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T) {
     c->dn_cur = 1 - c->dn_cur;
     c->dn_ck = pos0 + c->dn_split;
     if (c->dn_mark >= c->dn_ck && c->dn_mark <= pos0 + T) { /* the row to keep states of was passed */
-        dn_replay(c, c->dn_mark, true);
-        c->dn_marked = c->dn_mark;
+        if (c->dn_mark > 0) {
+            nx_dn_ckpt *k = ckpt_room(c, c->dn_mark);
+            if (k) dn_replay(c, c->dn_mark, k->st);
+        }
         c->dn_mark = -1;
     } else if (c->dn_mark >= 0 && c->dn_mark < c->dn_ck) {
         c->dn_mark = -1; /* passed, but not among the rows kept */
@@ -270,7 +340,14 @@ void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T) {
 }
 
 bool nx_dn_can_rewind(const nx_ctx *c, int32_t n) {
-    return !c->dn || n >= c->n_past || n >= c->dn_ck || (n > 0 && n == c->dn_marked);
+    return !c->dn || n >= c->n_past || n >= c->dn_ck || (n > 0 && ckpt_at(c, n));
+}
+
+int32_t nx_dn_rewind_floor(const nx_ctx *c, int32_t n) {
+    if (nx_dn_can_rewind(c, n)) return n;
+    for (int i = c->dn_n_ckpts - 1; i >= 0; i--)
+        if (c->dn_ckpts[i].row <= n) return c->dn_ckpts[i].row;
+    return 0;
 }
 
 void nx_dn_rewind(nx_ctx *c, int32_t n) {
@@ -287,12 +364,13 @@ void nx_dn_rewind(nx_ctx *c, int32_t n) {
 
 /* nx_dn_rewind's work. */
 static void dn_rewind_to(nx_ctx *c, int32_t n) {
-    if (c->dn_marked > n) c->dn_marked = -1;
-    if (n < c->dn_ck) { /* the kept copy (nx_dn_can_rewind) */
-        const nx_deltanet *g = &c->m->cfg.dn;
-        for (int32_t l = 0; l < c->m->cfg.n_linear; l++) {
-            memcpy(c->dn[l].S[c->dn_cur], c->dn[l].Sm, sizeof(float) * (size_t)nx_deltanet_state_floats(g));
-            memcpy(c->dn[l].conv, c->dn[l].convm, sizeof(float) * (size_t)nx_deltanet_conv_floats(g));
+    ckpts_drop_above(c, n);
+    if (n < c->dn_ck) { /* a checkpoint's (nx_dn_can_rewind) */
+        const nx_dn_ckpt *k = ckpt_at(c, n);
+        const size_t sf = state_floats(c), cf = conv_floats(c);
+        for (int32_t l = 0; k && l < c->m->cfg.n_linear; l++) {
+            memcpy(c->dn[l].S[c->dn_cur], k->st + (size_t)l * (sf + cf), sizeof(float) * sf);
+            memcpy(c->dn[l].conv, k->st + (size_t)l * (sf + cf) + sf, sizeof(float) * cf);
         }
         c->dn_ck = n;
         c->dn_ckb = c->dn_cur;
@@ -300,11 +378,11 @@ static void dn_rewind_to(nx_ctx *c, int32_t n) {
     }
     if (n == c->dn_ck) {
         for (int32_t l = 0; l < c->m->cfg.n_linear; l++)
-            memcpy(c->dn[l].conv, c->dn[l].hist, sizeof(float) * (size_t)nx_deltanet_conv_floats(&c->m->cfg.dn));
+            memcpy(c->dn[l].conv, c->dn[l].hist, sizeof(float) * conv_floats(c));
         c->dn_cur = c->dn_ckb;
         return;
     }
-    dn_replay(c, n, false);
+    dn_replay(c, n, NULL);
     c->dn_cur = 1 - c->dn_ckb;
 }
 
@@ -317,7 +395,8 @@ void nx_dn_reset(nx_ctx *c) {
     }
     c->dn_cur = c->dn_ckb = 0;
     c->dn_ck = 0;
-    c->dn_marked = c->dn_mark = -1;
+    c->dn_mark = -1;
+    c->dn_n_ckpts = 0;
 }
 
 int64_t nx_dn_saved_floats(const nx_model *m) {
@@ -327,27 +406,31 @@ int64_t nx_dn_saved_floats(const nx_model *m) {
 
 int32_t nx_dn_savable(const nx_ctx *c, int32_t n) {
     if (!c->dn || n >= c->n_past) return n < c->n_past ? n : c->n_past;
-    return c->dn_marked >= 0 && c->dn_marked <= n ? c->dn_marked : c->n_past;
+    for (int i = c->dn_n_ckpts - 1; i >= 0; i--)
+        if (c->dn_ckpts[i].row <= n) return c->dn_ckpts[i].row;
+    return c->n_past;
 }
 
 void nx_dn_save(const nx_ctx *c, int32_t n, float *dst) {
-    const nx_deltanet *g = &c->m->cfg.dn;
-    const size_t sf = (size_t)nx_deltanet_state_floats(g), cf = (size_t)nx_deltanet_conv_floats(g);
-    const bool mark = n < c->n_past;
+    const size_t sf = state_floats(c), cf = conv_floats(c);
+    const nx_dn_ckpt *k = n < c->n_past ? ckpt_at(c, n) : NULL;
+    if (k) {
+        memcpy(dst, k->st, sizeof(float) * (size_t)c->m->cfg.n_linear * (sf + cf));
+        return;
+    }
     for (int32_t l = 0; l < c->m->cfg.n_linear; l++, dst += sf + cf) {
-        memcpy(dst, mark ? c->dn[l].Sm : c->dn[l].S[c->dn_cur], sizeof(float) * sf);
-        memcpy(dst + sf, mark ? c->dn[l].convm : c->dn[l].conv, sizeof(float) * cf);
+        memcpy(dst, c->dn[l].S[c->dn_cur], sizeof(float) * sf);
+        memcpy(dst + sf, c->dn[l].conv, sizeof(float) * cf);
     }
 }
 
 void nx_dn_load(nx_ctx *c, const float *src, int32_t n) {
-    const nx_deltanet *g = &c->m->cfg.dn;
-    const size_t sf = (size_t)nx_deltanet_state_floats(g), cf = (size_t)nx_deltanet_conv_floats(g);
+    const size_t sf = state_floats(c), cf = conv_floats(c);
     for (int32_t l = 0; l < c->m->cfg.n_linear; l++, src += sf + cf) {
         memcpy(c->dn[l].S[0], src, sizeof(float) * sf);
         memcpy(c->dn[l].conv, src + sf, sizeof(float) * cf);
     }
     c->dn_cur = c->dn_ckb = 0;
     c->dn_ck = n;
-    c->dn_marked = -1;
+    c->dn_n_ckpts = 0;
 }

@@ -22,8 +22,12 @@ void nx_dn_forward(nx_ctx *s, const nx_layer *L, const nx_seg *seg, int n_seg);
 /* After a trunk forward of T rows at pos0: the new state becomes current. */
 void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T);
 
-/* Whether the states can be taken back to row n (n_past ≥ n ≥ the oldest recoverable row). */
+/* Whether the states can be taken back to row n: n ≥ the oldest row of the last forward that
+ * stays recoverable, or a checkpoint's row. */
 bool nx_dn_can_rewind(const nx_ctx *c, int32_t n);
+
+/* The largest row ≤ n the states can be taken back to (0 when none). */
+int32_t nx_dn_rewind_floor(const nx_ctx *c, int32_t n);
 
 /* Takes the states back from row n_past to row n (nx_dn_can_rewind must hold). */
 void nx_dn_rewind(nx_ctx *c, int32_t n);
@@ -31,9 +35,8 @@ void nx_dn_rewind(nx_ctx *c, int32_t n);
 /* Floats of every DeltaNet layer's state and convolution window (what a saved context carries). */
 int64_t nx_dn_saved_floats(const nx_model *m);
 
-/* The rows a saved context of (at most) n rows can hold: n when the states after row n are at
- * hand (n = n_past, or the row nx_ctx_keep_state_at kept), else the kept row when it is below n,
- * else n_past (all rows: the states exist only there). */
+/* The rows a saved context of (at most) n rows can hold: n_past when n ≥ n_past, else the row of
+ * the last checkpoint at or below n, else n_past (all rows: the states exist only there). */
 int32_t nx_dn_savable(const nx_ctx *c, int32_t n);
 
 /* The states after row n (nx_dn_savable's) into dst (nx_dn_saved_floats), layer by layer: state,
@@ -43,7 +46,19 @@ void nx_dn_save(const nx_ctx *c, int32_t n, float *dst);
 /* States saved by nx_dn_save become the current ones, at row n (the context's n_past). */
 void nx_dn_load(nx_ctx *c, const float *src, int32_t n);
 
-/* Zero states (an empty sequence). */
+/* Zero states (an empty sequence), no checkpoints. */
 void nx_dn_reset(nx_ctx *c);
+
+/* Checkpoints (model_internal.h, nx_dn_ckpt): a context keeps up to dn_max_ckpts, made when a
+ * forward passes the row nx_ctx_keep_state_at names, by nx_dn_checkpoint and by nx_dn_ckpt_put;
+ * when all are in use a new one takes the lowest row's place. A truncation forgets those above
+ * its row. Their memory is allocated at first use. */
+/* A checkpoint of the current states, at row n_past. */
+void nx_dn_checkpoint(nx_ctx *c);
+/* A checkpoint at row n (0 < n ≤ n_past) from states saved by nx_dn_save. */
+void nx_dn_ckpt_put(nx_ctx *c, int32_t n, const float *src);
+/* Keeps at most max checkpoints from now on (dropping the ones it has). */
+void nx_dn_ckpts_limit(nx_ctx *c, int max);
+void nx_dn_ckpts_free(nx_ctx *c);
 
 #endif

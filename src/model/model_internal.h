@@ -71,8 +71,15 @@ typedef struct nx_dn_state {
     float *rv;   /* [NX_DN_REWIND][n_v_heads * v_dim] values */
     float *rd;   /* [NX_DN_REWIND][n_v_heads] decays exp(g) */
     float *rb;   /* [NX_DN_REWIND][n_v_heads] betas */
-    float *Sm, *convm; /* the state and window after row c->dn_marked (nx_ctx_keep_state_at) */
 } nx_dn_state;
+
+/* A checkpoint: every DeltaNet layer's state and window after row `row` (nx_dn_save's layout), so
+ * that a context can go back to that row later without computing the rows before it again. */
+typedef struct nx_dn_ckpt {
+    int32_t row;
+    float *st; /* nx_dn_saved_floats */
+} nx_dn_ckpt;
+
 
 struct nx_ctx {
     nx_model *m;
@@ -141,7 +148,9 @@ struct nx_ctx {
     int32_t dn_ck;      /* the oldest row a truncation can go back to */
     int32_t dn_split;   /* the running forward's first recoverable row (relative) */
     int32_t dn_mark;    /* a row whose states to keep when a forward passes it (-1: none) */
-    int32_t dn_marked;  /* the row whose states Sm / convm hold (-1: none) */
+    nx_dn_ckpt *dn_ckpts; /* [dn_max_ckpts]; the first dn_n_ckpts in use, rows ascending */
+    int dn_n_ckpts, dn_max_ckpts;
+    int32_t dn_every;   /* prompt rows between checkpoints taken while prefilling (0: none) */
     int64_t dn_rewinds; /* truncations that took the states back, their seconds and state bytes */
     double dn_rewind_s, dn_rewind_bytes;
     float *dn_x;        /* (seqs (conv_k - 1) + n_batch, channels) the convolution's inputs, each

@@ -7,9 +7,10 @@
  *
  * Rows are copied bit for bit, so by the numerics contract a restored prefix is what a fresh
  * prefill computes; the head's cache is rebuilt from the hidden states by nx_generate, as after
- * any prefix reuse. A hybrid model's entry also holds its recurrent states, which are those of its
- * last row only: it serves prompts that extend all of its rows. Entries are evicted least
- * recently used first to keep within the budget. */
+ * any prefix reuse. A hybrid model's entry also holds its recurrent states after its last row and
+ * its context's checkpoints (nx_ctx_set_checkpoints): it serves a prompt that extends all of its
+ * rows, else the rows up to its last checkpoint within the shared prefix. Entries are evicted
+ * least recently used first to keep within the budget. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,9 @@ typedef struct entry {
     uint8_t *kv;      /* per cached layer: k rows then v rows, n · kv row bytes each */
     float *hidden;    /* [n, H] */
     float *dn;        /* the DeltaNet states after row n (nx_dn_save), NULL without such layers */
+    int n_ck;         /* the context's checkpoints: rows ascending, each below n, and their states */
+    int32_t *ck_rows;
+    float *ck;        /* [n_ck][nx_dn_saved_floats] */
 } entry;
 
 struct nx_prompt_cache {
@@ -39,8 +43,8 @@ struct nx_prompt_cache {
 
 static size_t kv_row_bytes(const nx_model *m) { return nx_kv_pos_bytes(m); }
 
-static size_t entry_bytes(const nx_model *m, int32_t n) {
-    return sizeof(entry) + (size_t)nx_dn_saved_floats(m) * sizeof(float) +
+static size_t entry_bytes(const nx_model *m, int32_t n, int n_ck) {
+    return sizeof(entry) + (size_t)(1 + n_ck) * (size_t)nx_dn_saved_floats(m) * sizeof(float) +
            (size_t)n * (sizeof(int32_t) + (size_t)nx_kv_layers(m) * kv_row_bytes(m) + (size_t)m->cfg.hidden_size * sizeof(float));
 }
 
@@ -74,6 +78,8 @@ static void drop(nx_prompt_cache *pc, entry *e) {
     free(e->kv);
     free(e->hidden);
     free(e->dn);
+    free(e->ck_rows);
+    free(e->ck);
     free(e);
 }
 
@@ -102,16 +108,49 @@ static int32_t common(const int32_t *a, const int32_t *b, int32_t n) {
     return i;
 }
 
+/* The rows of e a prompt sharing k leading tokens with it can take: k for an entry without
+ * recurrent states; else all of them when k reaches its end, else its last checkpoint at or
+ * below k (0: none). */
+static int32_t usable_rows(const entry *e, int32_t k) {
+    if (!e->dn || k >= e->n) return k < e->n ? k : e->n;
+    for (int i = e->n_ck - 1; i >= 0; i--)
+        if (e->ck_rows[i] <= k) return e->ck_rows[i];
+    return 0;
+}
+
+/* Whether e can give all the rows of o (o's tokens being a prefix of e's). */
+static bool covers(const entry *e, const entry *o) {
+    return usable_rows(e, o->n) == o->n;
+}
+
+/* The context's checkpoints copied into e (rows below e->n); false when memory is short. */
+static bool copy_ckpts(entry *e, const nx_ctx *c) {
+    const size_t f = (size_t)nx_dn_saved_floats(c->m);
+    int n = 0;
+    while (n < c->dn_n_ckpts && c->dn_ckpts[n].row < e->n) n++;
+    if (n == 0) return true;
+    if (!(e->ck_rows = malloc(sizeof(int32_t) * (size_t)n)) || !(e->ck = malloc(sizeof(float) * f * (size_t)n)))
+        return false;
+    for (int i = 0; i < n; i++) {
+        e->ck_rows[i] = c->dn_ckpts[i].row;
+        memcpy(e->ck + (size_t)i * f, c->dn_ckpts[i].st, sizeof(float) * f);
+    }
+    e->n_ck = n;
+    return true;
+}
+
 /* A copy of the context's rows [0, n_past), or NULL when an entry already holds them (it is
  * made the most recently used), when they exceed the budget, or when memory is short: the
  * cache is an optimisation, never a reason to fail a request. */
 static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     const nx_model *m = c->m;
     const int32_t n = c->n_past;
-    const size_t bytes = entry_bytes(m, n);
+    int n_ck = 0;
+    while (c->dn && n_ck < c->dn_n_ckpts && c->dn_ckpts[n_ck].row < n) n_ck++;
+    const size_t bytes = entry_bytes(m, n, n_ck);
     if (bytes > pc->budget) return NULL;
     for (entry *e = pc->head; e; e = e->next)
-        if (e->m == m && (e->dn ? e->n == n : e->n >= n) && common(e->tokens, c->tokens, n) == n) {
+        if (e->m == m && e->n >= n && usable_rows(e, n) == n && common(e->tokens, c->tokens, n) == n) {
             unlink_entry(pc, e);
             push_front(pc, e);
             return NULL;
@@ -119,19 +158,23 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     entry *e = calloc(1, sizeof *e);
     const size_t row = kv_row_bytes(m), H = (size_t)m->cfg.hidden_size, L = (size_t)nx_kv_layers(m);
     const size_t dnf = (size_t)nx_dn_saved_floats(m);
+    if (e) e->n = n;
     if (!e || !(e->tokens = malloc(sizeof(int32_t) * (size_t)n)) || !(e->kv = malloc(L * row * (size_t)n + 1)) ||
-        !(e->hidden = malloc(sizeof(float) * H * (size_t)n)) || (dnf && !(e->dn = malloc(sizeof(float) * dnf)))) {
+        !(e->hidden = malloc(sizeof(float) * H * (size_t)n)) || (dnf && !(e->dn = malloc(sizeof(float) * dnf))) ||
+        (dnf && !copy_ckpts(e, c))) {
         if (e) {
             free(e->tokens);
             free(e->kv);
             free(e->hidden);
+            free(e->dn);
+            free(e->ck_rows);
+            free(e->ck);
         }
         free(e);
         return NULL;
     }
     e->m = m;
-    e->n = n;
-    e->bytes = bytes;
+    e->bytes = entry_bytes(m, n, e->n_ck);
     memcpy(e->tokens, c->tokens, sizeof(int32_t) * (size_t)n);
     for (int32_t l = 0, i = 0; l < m->cfg.n_layers; l++)
         if (c->kv[l].k) nx_kv_copy_rows(c, c->kv[l], e->kv + (size_t)i++ * row * (size_t)n, n, n, true);
@@ -145,8 +188,8 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
 static void insert(nx_prompt_cache *pc, entry *e) {
     for (entry *o = pc->head, *nx; o; o = nx) {
         nx = o->next;
-        if (o->m == e->m && (o->dn ? o->n == e->n : o->n <= e->n) && common(o->tokens, e->tokens, o->n) == o->n)
-            drop(pc, o); /* (a hybrid's entry serves its own length only) */
+        if (o->m == e->m && o->n <= e->n && covers(e, o) && common(o->tokens, e->tokens, o->n) == o->n)
+            drop(pc, o); /* (a hybrid's entry serves its own length and its checkpoints' only) */
     }
     while (pc->tail && pc->bytes + e->bytes > pc->budget) {
         drop(pc, pc->tail);
@@ -157,16 +200,23 @@ static void insert(nx_prompt_cache *pc, entry *e) {
     pc->st.saves++;
 }
 
-/* Loads the first n rows of e into the context (which then holds exactly those rows). */
+/* Loads the first n rows of e into the context (which then holds exactly those rows; for a hybrid
+ * model n is e's length or one of its checkpoints' rows, whose states come along with the
+ * checkpoints below them). */
 static void restore(nx_ctx *c, const entry *e, int32_t n) {
-    const size_t row = kv_row_bytes(c->m), H = (size_t)c->m->cfg.hidden_size;
+    const size_t row = kv_row_bytes(c->m), H = (size_t)c->m->cfg.hidden_size, f = (size_t)nx_dn_saved_floats(c->m);
     nx_ctx_truncate(c, 0);
     memcpy(c->tokens, e->tokens, sizeof(int32_t) * (size_t)n);
     for (int32_t l = 0, i = 0; l < c->m->cfg.n_layers; l++)
         if (c->kv[l].k) nx_kv_copy_rows(c, c->kv[l], e->kv + (size_t)i++ * row * (size_t)e->n, e->n, n, false);
     memcpy(c->hidden, e->hidden, sizeof(float) * H * (size_t)n);
-    if (e->dn) nx_dn_load(c, e->dn, n);
     c->n_past = n;
+    if (!e->dn) return;
+    int at = e->n_ck;
+    for (int i = 0; i < e->n_ck; i++)
+        if (e->ck_rows[i] == n) at = i;
+    nx_dn_load(c, n == e->n ? e->dn : e->ck + (size_t)at * f, n);
+    for (int i = 0; i < e->n_ck && e->ck_rows[i] < n; i++) nx_dn_ckpt_put(c, e->ck_rows[i], e->ck + (size_t)i * f);
 }
 
 void nx_prompt_cache_keep(nx_prompt_cache *pc, const nx_ctx *c) {
@@ -179,14 +229,14 @@ int32_t nx_prompt_cache_prepare(nx_prompt_cache *pc, nx_ctx *c, const int32_t *p
     /* what nx_generate keeps: the shared prefix, less the prompt's last token */
     const int32_t usable = n_prompt > 0 && n_prompt <= (size_t)c->n_ctx ? (int32_t)n_prompt - 1 : 0;
     int32_t live = common(c->tokens, prompt, c->n_past < usable ? c->n_past : usable);
-    if (!nx_dn_can_rewind(c, live)) live = 0; /* recurrent states go back only so far */
+    live = nx_dn_rewind_floor(c, live); /* recurrent states go back only to some rows */
     if (c->m->dist) return live; /* a split model keeps only the live prefix */
     entry *best = NULL;
     int32_t best_n = live;
     for (entry *e = pc->head; e; e = e->next) {
         if (e->m != c->m || e->n > c->n_ctx) continue;
-        const int32_t k = common(e->tokens, prompt, e->n < usable ? e->n : usable);
-        if (k > best_n && (!e->dn || k == e->n)) best = e, best_n = k; /* states: of row e->n only */
+        const int32_t k = usable_rows(e, common(e->tokens, prompt, e->n < usable ? e->n : usable));
+        if (k > best_n) best = e, best_n = k;
     }
     /* the rows the context is about to lose are copied first (unless they are few), and go into
      * the cache once the best entry is loaded, so that making room for them cannot evict it */

@@ -44,11 +44,17 @@ void nx_ctx_set_sink(nx_ctx *c, const nx_fwd_sink *sink);
 nx_model *nx_ctx_model(const nx_ctx *c);
 /* Rows one forward call takes at most. */
 int32_t nx_ctx_n_batch(const nx_ctx *c);
-/* A hybrid model's recurrent states can go back only to the rows of the last forward call; this
- * asks the context to keep a copy of them as they are after row n when a forward passes it (the
- * prompt's last row but one: what a later request with the same prompt keeps), so a truncation
- * to n, a shared prefix of n and a state file of n rows stay possible. No-op for other models. */
+/* A hybrid model's recurrent states can go back only to the rows of the last forward call and to
+ * its checkpoints; this asks the context to make a checkpoint of row n when a forward passes it
+ * (the prompt's last row but one: what a later request with the same prompt, or a chat's next
+ * turn, keeps), so a truncation to n, a shared prefix of n and a state file of n rows stay
+ * possible. No-op for other models and for contexts that keep no checkpoints. */
 void nx_ctx_keep_state_at(nx_ctx *c, int32_t n);
+/* Prompt rows between the checkpoints a prefill makes (0: none but the caller's); -1 when the
+ * context makes none at all (models without recurrent states, split models, no checkpoints). */
+int32_t nx_ctx_checkpoint_every(const nx_ctx *c);
+/* A checkpoint of the recurrent states at row n_past (no-op for other models). */
+void nx_ctx_checkpoint(nx_ctx *c);
 
 /* What taking recurrent states back (truncations replaying rows) has cost this context so far:
  * count, wall seconds, state bytes read and written (all 0 for other models). */

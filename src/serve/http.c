@@ -236,6 +236,25 @@ static nx_status encode(nx_server *s, const char *text, size_t len, int32_t **id
     return NX_OK;
 }
 
+/* A hybrid model's chat prompt (ids, n): the row where its generation prompt begins, where the
+ * next turn, which renders this turn's answer in its own form, parts from it — a checkpoint
+ * there lets that turn keep the conversation's rows (nx_gen_params.checkpoint_at). 0 when the
+ * model has no recurrent states or the rendering without the generation prompt is not a prefix. */
+static int32_t chat_checkpoint_at(nx_server *s, const nx_oai_request *r, const int32_t *ids, size_t n) {
+    if (!s->info->linear_state_bytes || !r->add_generation_prompt) return 0;
+    char *text = NULL;
+    int32_t *bare = NULL;
+    size_t nb = 0, k = 0;
+    nx_error err = {0};
+    if (nx_chat_render_parsed(s->tmpl, r->messages, r->tools, false, r->template_kwargs, s->bos, s->eos, &text,
+                              &err) == NX_OK &&
+        nx_tokenizer_encode(s->tok, text, strlen(text), true, &bare, &nb, &err) == NX_OK)
+        while (k < nb && k < n && bare[k] == ids[k]) k++;
+    free(text);
+    free(bare);
+    return k == nb && k + 1 < n ? (int32_t)k : 0;
+}
+
 /* With "n" > 1: the prompts' ids repeated so that choice c = p·n + k runs prompt p (OpenAI's
  * order of completions choices), each choice with its own ids and output. */
 static nx_status expand_choices(job *j, nx_oai_error *e) {
@@ -377,6 +396,7 @@ static nx_status prepare(nx_server *s, job *j, nx_oai_error *e) {
         st = encode(s, text, strlen(text), &j->ids[0], &j->n_ids[0], e);
         free(text);
         if (st != NX_OK) goto done;
+        if (!r->tool_required) j->checkpoint_at = chat_checkpoint_at(s, r, j->ids[0], j->n_ids[0]);
     } else {
         for (size_t i = 0; i < j->n_prompts; i++) {
             nx_oai_prompt *p = &r->prompts[i];
@@ -1314,6 +1334,8 @@ void nx_server_opts_default(nx_server_opts *o) {
     o->verify = NX_VERIFY_RESIDUAL;
     o->split_reasoning = true;
     o->cache_ram = (size_t)1024 << 20;
+    o->ctx_checkpoints = NX_CTX_CHECKPOINTS_DEFAULT;
+    o->checkpoint_every = NX_CHECKPOINT_EVERY_DEFAULT;
     o->slot_save_quota = NX_SLOT_SAVE_QUOTA_DEFAULT;
     o->header_timeout = 10;
     o->body_timeout = 60;
@@ -1368,6 +1390,8 @@ static nx_status slots_new(nx_server *s, nx_model *m, const nx_server_opts *o, n
                        NX_MAX_SLOTS);
     nx_ctx *first;
     nx_status st = nx_ctx_new(m, o->n_ctx, &first, err);
+    if (st == NX_OK && (st = nx_ctx_set_checkpoints(first, o->ctx_checkpoints, o->checkpoint_every, err)) != NX_OK)
+        nx_ctx_free(first);
     if (st != NX_OK) return st;
     const int n = o->parallel > 0 ? o->parallel : default_slots(nx_ctx_bytes(first));
     if (!(s->slots = calloc((size_t)n, sizeof *s->slots))) {
@@ -1379,7 +1403,9 @@ static nx_status slots_new(nx_server *s, nx_model *m, const nx_server_opts *o, n
         s->slots[k].srv = s;
         s->slots[k].id = k;
         if (k == 0) s->slots[k].ctx = first;
-        else if ((st = nx_ctx_new(m, o->n_ctx, &s->slots[k].ctx, err)) != NX_OK) return st;
+        else if ((st = nx_ctx_new(m, o->n_ctx, &s->slots[k].ctx, err)) != NX_OK ||
+                 (st = nx_ctx_set_checkpoints(s->slots[k].ctx, o->ctx_checkpoints, o->checkpoint_every, err)) != NX_OK)
+            return st;
     }
     if (n == 1) return NX_OK;
     if ((st = nx_batch_new(m, n, batch_rows(first, n), &s->batch, err)) != NX_OK) return st;

@@ -53,6 +53,8 @@ typedef struct nx_server_opts {
     bool split_reasoning; /* chat: <think>…</think> as reasoning_content (default) or left in the
                            * content */
     size_t cache_ram;     /* bytes of saved prompt prefixes (nx_prompt_cache); 0 = none */
+    int32_t ctx_checkpoints;  /* hybrid models: recurrent-state checkpoints per slot, and the */
+    int32_t checkpoint_every; /* prompt rows between them (nx_ctx_set_checkpoints) */
     const char *slot_save_path; /* an existing directory for POST /slots/0?action=save|restore
                                  * (nx_state_save / nx_state_load files); NULL = slot actions
                                  * answer 501 */

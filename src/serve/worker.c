@@ -573,6 +573,7 @@ static nx_status run_prompt(nx_server *s, job *j, size_t i, nx_gen_stats *st, nx
     p.stop_ids = j->req.stop_token_ids;
     p.n_stop_ids = j->req.n_stop_token_ids;
     p.min_tokens = j->req.min_tokens;
+    p.checkpoint_at = j->checkpoint_at;
     if (i % j->n_per == 0) { /* the first choice of a prompt; the others share its rows anyway */
         pthread_mutex_lock(&s->pc_mu);
         nx_prompt_cache_prepare(s->pcache, j->ctx, j->ids[i], j->n_ids[i]);

@@ -52,6 +52,7 @@ typedef struct job {
     char *forced;       /* tool_choice required / named: the tool-call text the prompt ends with
                          * (after <tool_calls>), where each answer's tool section starts */
     nx_tool_grammar *tool_grammar; /* and what the answer may say from there */
+    int32_t checkpoint_at; /* chat on a hybrid model: where the generation prompt begins (0: -) */
     int32_t draft;
     nx_verify verify;
     char id[48];

@@ -672,6 +672,115 @@ static int64_t drafts_give_ref(nx_ctx *c, nx_gen_params *gp, const collect *ref)
     return accepted;
 }
 
+/* Recurrent-state checkpoints (nx_ctx_set_checkpoints) on a hybrid model: a prefill makes them
+ * every `every` prompt rows and at the prompt's last row but one, the context keeps the highest
+ * `max`; a later prompt sharing a prefix with the context, or with a prompt cache entry, keeps
+ * the rows up to the last checkpoint within the shared prefix (none without checkpoints), and
+ * its greedy tokens and their probabilities are a fresh context's, with MTP drafting on. */
+static collect ckpt_turn(nx_ctx *c, const int32_t *p, int32_t n, int32_t want_cached) {
+    nx_gen_params gp;
+    nx_gen_params_default(&gp);
+    gp.max_tokens = 8;
+    gp.ignore_eos = true;
+    gp.draft = 2;
+    collect got = {0};
+    nx_gen_stats st;
+    nx_error err = {0};
+    assert_int_equal(nx_generate(c, p, (size_t)n, &gp, on_tok, &got, &st, &err), NX_OK);
+    assert_int_equal(st.n_cached, want_cached);
+    assert_true(st.n_drafted > 0);
+    return got;
+}
+
+static void ckpt_rows_are(const nx_ctx *c, const int32_t *rows, int n) {
+    assert_int_equal(c->dn_n_ckpts, n);
+    for (int i = 0; i < n; i++) assert_int_equal(c->dn_ckpts[i].row, rows[i]);
+}
+
+static void test_checkpoints_qwen35(void **state) {
+    (void)state;
+    char dir[] = "/tmp/nx_ckpt_XXXXXX", cmd[512];
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/make_random_qwen35.py --family qwen3_5_moe --out %s >/dev/null 2>&1",
+             NX_SOURCE_ROOT, dir);
+    assert_int_equal(system(cmd), 0);
+    nx_load_params lp;
+    nx_load_params_default(&lp);
+    lp.n_threads = 2;
+    nx_model *m = NULL;
+    assert_int_equal(nx_model_load(dir, &lp, &m, NULL), NX_OK);
+    const int32_t HV = nx_model_get_info(m)->vocab_size;
+    nx_ctx *c = NULL, *fresh = NULL, *none = NULL;
+    nx_error err = {0};
+    assert_int_equal(nx_ctx_new(m, 256, &c, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m, 256, &fresh, NULL), NX_OK);
+    assert_int_equal(nx_ctx_new(m, 256, &none, NULL), NX_OK);
+    assert_int_equal(nx_ctx_set_checkpoints(c, -1, 16, &err), NX_E_ARG);
+    assert_non_null(strstr(err.msg, "checkpoints -1"));
+    assert_int_equal(nx_ctx_set_checkpoints(c, NX_CTX_CHECKPOINTS_MAX + 1, 16, &err), NX_E_ARG);
+    assert_int_equal(nx_ctx_set_checkpoints(c, 4, -1, &err), NX_E_ARG);
+    assert_int_equal(nx_ctx_set_checkpoints(c, 4, 16, NULL), NX_OK);
+    assert_int_equal(nx_ctx_set_checkpoints(none, 0, 16, NULL), NX_OK);
+    int32_t p[200], q[200];
+    for (int i = 0; i < 200; i++) p[i] = (31 * i + 7) % HV, q[i] = (17 * i + 3) % HV;
+    /* a 70-token prompt: checkpoints at 16, 32, 48, 64 while prefilling and 69 at its end; the
+     * highest four stay */
+    ckpt_turn(c, p, 70, 0);
+    ckpt_rows_are(c, (const int32_t[]){32, 48, 64, 69}, 4);
+    /* another question after the first 50 tokens: kept up to the checkpoint at 48 */
+    int32_t r[200];
+    memcpy(r, p, sizeof(int32_t) * 50);
+    memcpy(r + 50, q, sizeof(int32_t) * 20);
+    collect a = ckpt_turn(c, r, 70, 48);
+    nx_ctx_truncate(fresh, 0);
+    collect b = ckpt_turn(fresh, r, 70, 0);
+    assert_memory_equal(a.ids, b.ids, sizeof(int32_t) * 8);
+    assert_memory_equal(a.p, b.p, sizeof(float) * 8);
+    ckpt_rows_are(c, (const int32_t[]){32, 48, 64, 69}, 4);
+    /* a context without checkpoints starts over */
+    ckpt_turn(none, p, 70, 0);
+    assert_int_equal(none->dn_n_ckpts, 0);
+    ckpt_turn(none, r, 70, 0);
+    /* a chat's next turn that re-renders the answer: the prompt, two tokens of it, new ones —
+     * kept up to the prompt's last row but one */
+    int32_t t2[200];
+    memcpy(t2, r, sizeof(int32_t) * 70);
+    memcpy(t2 + 70, a.ids, sizeof(int32_t) * 2);
+    memcpy(t2 + 72, q + 40, sizeof(int32_t) * 30);
+    t2[72] = (a.ids[2] + 1) % HV;
+    a = ckpt_turn(c, t2, 102, 69);
+    nx_ctx_truncate(fresh, 0);
+    b = ckpt_turn(fresh, t2, 102, 0);
+    assert_memory_equal(a.ids, b.ids, sizeof(int32_t) * 8);
+    assert_memory_equal(a.p, b.p, sizeof(float) * 8);
+    /* the prompt cache keeps the checkpoints with the rows: an unrelated prompt takes the context,
+     * then the first prompt's neighbour comes back from the entry's checkpoint at 96 */
+    nx_prompt_cache *pc = NULL;
+    assert_int_equal(nx_prompt_cache_new((size_t)256 << 20, &pc, NULL), NX_OK);
+    assert_int_equal(nx_prompt_cache_prepare(pc, c, q, 40), 0);
+    ckpt_turn(c, q, 40, 0);
+    int32_t t3[200];
+    memcpy(t3, t2, sizeof(int32_t) * 100);
+    memcpy(t3 + 100, p + 100, sizeof(int32_t) * 20);
+    assert_int_equal(nx_prompt_cache_prepare(pc, c, t3, 120), 96);
+    a = ckpt_turn(c, t3, 120, 96);
+    nx_ctx_truncate(fresh, 0);
+    b = ckpt_turn(fresh, t3, 120, 0);
+    assert_memory_equal(a.ids, b.ids, sizeof(int32_t) * 8);
+    assert_memory_equal(a.p, b.p, sizeof(float) * 8);
+    nx_prompt_cache_stats pst;
+    nx_prompt_cache_get_stats(pc, &pst);
+    assert_int_equal(pst.restores, 1);
+    assert_int_equal(pst.restored_tokens, 96);
+    nx_prompt_cache_free(pc);
+    nx_ctx_free(c);
+    nx_ctx_free(fresh);
+    nx_ctx_free(none);
+    nx_model_free(m);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* Match verification draws every token, drafts included, with the noise the seed assigns to its
  * output position: seeded sampling then gives plain decoding's tokens, with the same
  * probabilities, whatever the draft length (auto included), under plain and filtered,
@@ -1220,6 +1329,7 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_multi_context_forward),
         cmocka_unit_test(test_multi_context_qwen35),
+        cmocka_unit_test(test_checkpoints_qwen35),
         cmocka_unit_test(test_multi_context_qwen3_next),
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_truncate_equals_never_appended),

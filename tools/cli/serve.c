@@ -63,6 +63,13 @@ static const char *usage =
     "      --cache-ram MIB     memory for saved prompt prefixes, so requests that alternate\n"
     "                          between conversations keep each one's cache (default 1024;\n"
     "                          0 = off)\n"
+    "      --ctx-checkpoints N  hybrid models (Qwen3.5/3.6, Qwen3-Next): recurrent-state\n"
+    "                          checkpoints each slot keeps, so a chat's next turn or another\n"
+    "                          question on the same document prefills from the last one within\n"
+    "                          the shared prefix, not from the start (default 4, 0..64; each\n"
+    "                          holds the model's recurrent state, ~63 MiB on Qwen3.6-35B-A3B)\n"
+    "      --checkpoint-every N  prompt tokens between the checkpoints a prefill makes\n"
+    "                          (default 2048; 0 = only the one at the prompt's end)\n"
     "      --slot-save-path DIR  POST /slots/0?action=save|restore with {\"filename\": NAME}\n"
     "                          writes / loads the context's rows as DIR/NAME (an existing\n"
     "                          directory); action=erase empties the context (default: off,\n"
@@ -90,7 +97,7 @@ static const char *usage =
 enum { O_HOST = 1000, O_PORT, O_KEY, O_BODY, O_TIMEOUT, O_QUEUE, O_CTX, O_DRAFT, O_VERIFY,
        O_NOMTP, O_ID, O_MAXCONN, O_ACT, O_KV, O_REASONING, O_CACHE, O_SLOTS, O_PERIP, O_HEADT,
        O_BODYT, O_MAXTOK, O_UNSENT, O_GRACE, O_HOSTS, O_CORS, O_QUOTA, O_NOWEB, O_MAXMEM, O_MLOCK, O_SPLIT,
-       O_SPLIT_TIMEOUT, O_PARALLEL, O_ROUTER_STATS, O_SSEKA };
+       O_SPLIT_TIMEOUT, O_PARALLEL, O_ROUTER_STATS, O_SSEKA, O_CKPTS, O_CKEVERY };
 
 static const struct option opts[] = {
     {"model", required_argument, 0, 'm'},     {"model-id", required_argument, 0, O_ID},
@@ -109,6 +116,7 @@ static const struct option opts[] = {
     {"max-conns-per-ip", required_argument, 0, O_PERIP}, {"header-timeout", required_argument, 0, O_HEADT},
     {"body-timeout", required_argument, 0, O_BODYT}, {"max-request-tokens", required_argument, 0, O_MAXTOK},
     {"sse-keepalive", required_argument, 0, O_SSEKA},
+    {"ctx-checkpoints", required_argument, 0, O_CKPTS}, {"checkpoint-every", required_argument, 0, O_CKEVERY},
     {"max-unsent", required_argument, 0, O_UNSENT}, {"shutdown-grace", required_argument, 0, O_GRACE},
     {"host-allow", required_argument, 0, O_HOSTS}, {"cors", required_argument, 0, O_CORS},
     {"no-webui", no_argument, 0, O_NOWEB},    {"parallel", required_argument, 0, O_PARALLEL},
@@ -260,6 +268,15 @@ int nx_cli_serve(int argc, char **argv) {
             so.cache_ram = (size_t)v << 20;
             break;
         case O_SLOTS: so.slot_save_path = optarg; break;
+        case O_CKPTS:
+            if (!cli_parse_int(optarg, 0, NX_CTX_CHECKPOINTS_MAX, &v))
+                BAD("--ctx-checkpoints %s: expected 0..%d", optarg, NX_CTX_CHECKPOINTS_MAX);
+            so.ctx_checkpoints = (int32_t)v;
+            break;
+        case O_CKEVERY:
+            if (!cli_parse_int(optarg, 0, 1 << 30, &v)) BAD("--checkpoint-every %s: expected tokens >= 0", optarg);
+            so.checkpoint_every = (int32_t)v;
+            break;
         case O_PERIP:
             if (!cli_parse_int(optarg, 0, 100000, &v)) BAD("--max-conns-per-ip %s: expected 0..100000", optarg);
             so.max_conns_per_ip = v == 0 ? -1 : (int)v;
