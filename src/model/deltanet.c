@@ -343,12 +343,14 @@ bool nx_dn_can_rewind(const nx_ctx *c, int32_t n) {
     return !c->dn || n >= c->n_past || n >= c->dn_ck || (n > 0 && ckpt_at(c, n));
 }
 
-int32_t nx_dn_rewind_floor(const nx_ctx *c, int32_t n) {
-    if (nx_dn_can_rewind(c, n)) return n;
+/* The row of the last checkpoint at or below n (0: none). */
+static int32_t ckpt_floor(const nx_ctx *c, int32_t n) {
     for (int i = c->dn_n_ckpts - 1; i >= 0; i--)
         if (c->dn_ckpts[i].row <= n) return c->dn_ckpts[i].row;
     return 0;
 }
+
+int32_t nx_dn_rewind_floor(const nx_ctx *c, int32_t n) { return nx_dn_can_rewind(c, n) ? n : ckpt_floor(c, n); }
 
 void nx_dn_rewind(nx_ctx *c, int32_t n) {
     if (!c->dn || n >= c->n_past) return;
@@ -406,9 +408,8 @@ int64_t nx_dn_saved_floats(const nx_model *m) {
 
 int32_t nx_dn_savable(const nx_ctx *c, int32_t n) {
     if (!c->dn || n >= c->n_past) return n < c->n_past ? n : c->n_past;
-    for (int i = c->dn_n_ckpts - 1; i >= 0; i--)
-        if (c->dn_ckpts[i].row <= n) return c->dn_ckpts[i].row;
-    return c->n_past;
+    const int32_t k = ckpt_floor(c, n);
+    return k > 0 ? k : c->n_past;
 }
 
 void nx_dn_save(const nx_ctx *c, int32_t n, float *dst) {

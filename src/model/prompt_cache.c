@@ -118,16 +118,17 @@ static int32_t usable_rows(const entry *e, int32_t k) {
     return 0;
 }
 
-/* Whether e can give all the rows of o (o's tokens being a prefix of e's). */
-static bool covers(const entry *e, const entry *o) {
-    return usable_rows(e, o->n) == o->n;
+/* How many of the context's checkpoints are of rows below n. */
+static int ckpts_below(const nx_ctx *c, int32_t n) {
+    int k = 0;
+    while (c->dn && k < c->dn_n_ckpts && c->dn_ckpts[k].row < n) k++;
+    return k;
 }
 
 /* The context's checkpoints copied into e (rows below e->n); false when memory is short. */
 static bool copy_ckpts(entry *e, const nx_ctx *c) {
     const size_t f = (size_t)nx_dn_saved_floats(c->m);
-    int n = 0;
-    while (n < c->dn_n_ckpts && c->dn_ckpts[n].row < e->n) n++;
+    const int n = ckpts_below(c, e->n);
     if (n == 0) return true;
     if (!(e->ck_rows = malloc(sizeof(int32_t) * (size_t)n)) || !(e->ck = malloc(sizeof(float) * f * (size_t)n)))
         return false;
@@ -145,9 +146,7 @@ static bool copy_ckpts(entry *e, const nx_ctx *c) {
 static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     const nx_model *m = c->m;
     const int32_t n = c->n_past;
-    int n_ck = 0;
-    while (c->dn && n_ck < c->dn_n_ckpts && c->dn_ckpts[n_ck].row < n) n_ck++;
-    const size_t bytes = entry_bytes(m, n, n_ck);
+    const size_t bytes = entry_bytes(m, n, ckpts_below(c, n));
     if (bytes > pc->budget) return NULL;
     for (entry *e = pc->head; e; e = e->next)
         if (e->m == m && e->n >= n && usable_rows(e, n) == n && common(e->tokens, c->tokens, n) == n) {
@@ -188,7 +187,7 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
 static void insert(nx_prompt_cache *pc, entry *e) {
     for (entry *o = pc->head, *nx; o; o = nx) {
         nx = o->next;
-        if (o->m == e->m && o->n <= e->n && covers(e, o) && common(o->tokens, e->tokens, o->n) == o->n)
+        if (o->m == e->m && o->n <= e->n && usable_rows(e, o->n) == o->n && common(o->tokens, e->tokens, o->n) == o->n)
             drop(pc, o); /* (a hybrid's entry serves its own length and its checkpoints' only) */
     }
     while (pc->tail && pc->bytes + e->bytes > pc->budget) {
