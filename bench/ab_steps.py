@@ -8,7 +8,7 @@ Write the change in the working tree guarded by a flag, e.g. in src/model/forwar
     if (nx_exp_flag) { ...old... } else { ...new... }
 (other files declare `extern int nx_exp_flag;`). This script copies the tree, adds to the copy's
 forward.c the flag's definition and a timer that flips the flag every one-row trunk step and
-records each step's attention, feed-forward, head and total time, builds it apart
+records each one-row trunk step's attention, feed-forward, head and total time, builds it apart
 (build-ab/), and runs `nextn bench --modes ar` RUNS times. Each run prints the ratio of the
 medians, flag 1 over flag 0 (above 1: the flag-0 variant is faster), and the median of the
 per-pair ratios; the last line is the median over runs. An A/A run (no flag used) shows the
@@ -56,30 +56,32 @@ static void xab_dump(void) {
 
 def patch(src):
     anchor = "/* ---------------------------------------------------------------- attention */"
-    start = """    memset(&c->traffic, 0, sizeof c->traffic);
-    const int32_t pos0 = c->n_past;"""
-    end = """    c->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
-    if (c->sink.forward) c->sink.forward(c->sink.user, false, T, &c->traffic);
-    return NX_OK;"""
+    start = """    memset(&s->traffic, 0, sizeof s->traffic);
+    if (cfg->n_linear)"""
+    end = """    for (int i = 0; i < ns; i++)
+        if (live[i]->st == NX_OK && live[i]->c->sink.forward)
+            live[i]->c->sink.forward(live[i]->c->sink.user, false, seg[i].T, &s->traffic);
+}"""
     for piece in (anchor, start, end):
         if piece not in src:
             sys.exit(f"ab_steps: {FORWARD} no longer has the lines this script hooks into:\n{piece}")
     src = src.replace(anchor, TIMER + anchor, 1)
-    src = src.replace(start, """    memset(&c->traffic, 0, sizeof c->traffic);
+    src = src.replace(start, """    memset(&s->traffic, 0, sizeof s->traffic);
     static long xab_calls;
     if (xab_calls == 0) atexit(xab_dump);
     if (T == 1) nx_exp_flag = (int)(xab_calls++ & 1);
     const double xab_t0 = nx_now_s();
-    const int32_t pos0 = c->n_past;""", 1)
-    return src.replace(end, """    c->traffic.phase_s[NX_PHASE_HEAD] += nx_now_s() - t0;
-    if (c->sink.forward) c->sink.forward(c->sink.user, false, T, &c->traffic);
+    if (cfg->n_linear)""", 1)
+    return src.replace(end, """    for (int i = 0; i < ns; i++)
+        if (live[i]->st == NX_OK && live[i]->c->sink.forward)
+            live[i]->c->sink.forward(live[i]->c->sink.user, false, seg[i].T, &s->traffic);
     if (T == 1 && xab_n[nx_exp_flag] < XAB_MAX) {
         const int f = nx_exp_flag;
         const long k = xab_n[f]++;
-        for (int q = 0; q < 3; q++) xab_s[f][q][k] = (float)(c->traffic.phase_s[q] * 1e6);
+        for (int q = 0; q < 3; q++) xab_s[f][q][k] = (float)(s->traffic.phase_s[q] * 1e6);
         xab_s[f][3][k] = (float)((nx_now_s() - xab_t0) * 1e6);
     }
-    return NX_OK;""", 1)
+}""", 1)
 
 
 def main():
@@ -91,7 +93,7 @@ def main():
     if not os.path.exists(os.path.join(o.model, "config.json")):
         sys.exit(f"ab_steps: no model at {o.model} (make bench generates it)")
     tree = os.path.join(ROOT, "build-ab", "tree")
-    for d in ("src", "include", "tools"):
+    for d in ("src", "include", "tools", "web"):
         shutil.rmtree(os.path.join(tree, d), ignore_errors=True)
         shutil.copytree(os.path.join(ROOT, d), os.path.join(tree, d))
     shutil.copy(os.path.join(ROOT, "Makefile"), tree)
