@@ -582,11 +582,12 @@ AI __m256 swiglu8(__m256 g, __m256 u) {
 }
 
 static void avx2_swiglu_f32(float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, swiglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(g + i, swiglu8(_mm256_loadu_ps(g + i), u ? _mm256_loadu_ps(u + i) : one));
     if (i < n) {
         const __m256i mk = lanes8(n - i);
-        _mm256_maskstore_ps(g + i, mk, swiglu8(_mm256_maskload_ps(g + i, mk), _mm256_maskload_ps(u + i, mk)));
+        _mm256_maskstore_ps(g + i, mk, swiglu8(_mm256_maskload_ps(g + i, mk), u ? _mm256_maskload_ps(u + i, mk) : one));
     }
 }
 

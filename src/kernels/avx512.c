@@ -731,11 +731,13 @@ AI __m512 swiglu16(__m512 g, __m512 u) {
 }
 
 void nx_avx512_swiglu_f32(float *g, const float *u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(g + i, swiglu16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(g + i, swiglu16(_mm512_loadu_ps(g + i), u ? _mm512_loadu_ps(u + i) : one));
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(g + i, m, swiglu16(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i)));
+        _mm512_mask_storeu_ps(g + i, m, swiglu16(_mm512_maskz_loadu_ps(m, g + i), u ? _mm512_maskz_loadu_ps(m, u + i) : one));
     }
 }
 

@@ -190,7 +190,7 @@ void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dty
 void nx_softmax_f32(float *x, int64_t n);
 
 /* g[i] ← silu(g[i])·u[i] = g[i] / (1 + e^-g[i]) · u[i] (SwiGLU), with the same exp as
- * nx_softmax_f32. */
+ * nx_softmax_f32; u NULL: silu(g[i]) alone (the product with 1 is exact). */
 void nx_swiglu_f32(float *g, const float *u, int64_t n);
 
 /* out[i] ← x[i]·r·w[i] (w NULL: 1) with r = 1/sqrt(mean(x²) + eps), the sum of squares taken in

@@ -383,12 +383,13 @@ AI float32x4_t swiglu4(float32x4_t g, float32x4_t u) {
 }
 
 void nx_neon_swiglu_f32(float *g, const float *u, int64_t n) {
+    const float32x4_t one = vdupq_n_f32(1.0f);
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(g + i, swiglu4(vld1q_f32(g + i), vld1q_f32(u + i)));
+    for (; i + 4 <= n; i += 4) vst1q_f32(g + i, swiglu4(vld1q_f32(g + i), u ? vld1q_f32(u + i) : one));
     if (i < n) {
-        float bg[4] = {0}, bu[4] = {0};
+        float bg[4] = {0}, bu[4] = {1.0f, 1.0f, 1.0f, 1.0f};
         memcpy(bg, g + i, (size_t)(n - i) * 4);
-        memcpy(bu, u + i, (size_t)(n - i) * 4);
+        if (u) memcpy(bu, u + i, (size_t)(n - i) * 4);
         vst1q_f32(bg, swiglu4(vld1q_f32(bg), vld1q_f32(bu)));
         memcpy(g + i, bg, (size_t)(n - i) * 4);
     }

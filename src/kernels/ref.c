@@ -101,7 +101,7 @@ static void ref_softmax_f32(float *x, int64_t n) {
 }
 
 static void ref_swiglu_f32(float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * (u ? u[i] : 1.0f);
 }
 
 static void ref_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out) {

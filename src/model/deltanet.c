@@ -12,7 +12,9 @@
  * pair, so the state before them survives as a checkpoint, and keeps what the rule needs to redo
  * them (normalised k, v, decay, β; the convolution's inputs). A truncation to one of those rows
  * replays the rule from the checkpoint over the rows kept — the same arithmetic in the same order,
- * so the state is the one a forward over exactly those rows leaves. */
+ * so the state is the one a forward over exactly those rows leaves. A one-row forward (plain
+ * decoding, never taken back) updates the state in place instead; further back a context goes to
+ * its checkpoints (nx_dn_ckpt). */
 #include "model/deltanet.h"
 
 #include <math.h>
@@ -103,8 +105,9 @@ static void dn_conv(const dn_job *j, int64_t c0, int64_t c1) {
                 const float *w = j->d->conv + ch * K;
                 float acc = 0.0f;
                 for (int32_t i = 0; i < K; i++) acc += w[i] * x[(size_t)i * C + ch];
-                y[ch] = acc * sigmoid(acc);
+                y[ch] = acc;
             }
+            nx_swiglu_f32(y + c0, NULL, c1 - c0); /* SiLU */
         }
 }
 
@@ -139,8 +142,9 @@ static void dn_head(const dn_job *j, int si, int32_t h) {
             s->rb[(size_t)rr * nv + h] = beta;
         }
         nx_rmsnorm_f32(o, d->norm, c->m->cfg.rms_eps, dv, o);
-        const float *z = c->dn_z + row * vd + h * dv;
-        for (int32_t i = 0; i < dv; i++) o[i] *= z[i] * sigmoid(z[i]);
+        float *z = c->dn_z + row * vd + h * dv; /* read by this head only */
+        nx_swiglu_f32(z, o, dv);
+        memcpy(o, z, sizeof(float) * (size_t)dv);
     }
 }
 
@@ -211,7 +215,10 @@ void nx_dn_forward(nx_ctx *c, const nx_layer *L, const nx_seg *seg, int n_seg) {
 
 static void dn_rewind_to(nx_ctx *c, int32_t n);
 
-void nx_dn_begin(nx_ctx *c, int32_t T) { c->dn_split = T > NX_DN_REWIND ? T - NX_DN_REWIND : 0; }
+void nx_dn_begin(nx_ctx *c, int32_t T) {
+    const bool in_place = T == 1 && c->dn_mark != c->n_past; /* unless the state before it is wanted */
+    c->dn_split = in_place ? 1 : T > NX_DN_REWIND ? T - NX_DN_REWIND : 0;
+}
 
 typedef struct replay_job {
     nx_ctx *c;
@@ -326,7 +333,7 @@ void nx_dn_ckpt_put(nx_ctx *c, int32_t n, const float *src) {
 void nx_dn_end(nx_ctx *c, int32_t pos0, int32_t T) {
     if (!c->dn) return;
     c->dn_ckb = c->dn_cur;
-    c->dn_cur = 1 - c->dn_cur;
+    if (c->dn_split < T) c->dn_cur = 1 - c->dn_cur; /* the recoverable rows' states went to the other buffer */
     c->dn_ck = pos0 + c->dn_split;
     if (c->dn_mark >= c->dn_ck && c->dn_mark <= pos0 + T) { /* the row to keep states of was passed */
         if (c->dn_mark > 0) {

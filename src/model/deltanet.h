@@ -10,7 +10,9 @@
 #include "model/model_internal.h"
 
 /* Before a trunk forward of T rows of context c: which of them stay recoverable (the last
- * NX_DN_REWIND). */
+ * NX_DN_REWIND; none of a single row, which plain decoding never takes back: its states are
+ * updated in place, read and written once — unless a checkpoint of the state before it is
+ * asked for, nx_ctx_keep_state_at). */
 void nx_dn_begin(nx_ctx *c, int32_t T);
 
 /* The layer over the rows of the segments (docs/design.md §15) in the scratch context s, s->xn
