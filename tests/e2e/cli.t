@@ -112,6 +112,9 @@ expect_error("KV cache type not f32 or f16", ["run", "-m", good, "--prompt-token
 expect_error("serve: KV cache type not f32 or f16", ["serve", "-m", good, "--kv-type", "F16"], "--kv-type F16")
 expect_error("serve: negative prompt cache size", ["serve", "-m", good, "--cache-ram", "-5"], "--cache-ram -5")
 expect_error("serve: prompt cache size not a number", ["serve", "-m", good, "--cache-ram", "lots"], "--cache-ram lots")
+expect_error("serve: too many checkpoints", ["serve", "-m", good, "--ctx-checkpoints", "65"], "--ctx-checkpoints 65: expected 0..64")
+expect_error("serve: negative checkpoint spacing", ["serve", "-m", good, "--checkpoint-every", "-1"],
+             "--checkpoint-every -1")
 expect_error("serve: reasoning format not split or none", ["serve", "-m", good, "--reasoning-format", "deepseek"],
              "--reasoning-format deepseek")
 expect_error("malformed token list", ["run", "-m", good, "--prompt-tokens", "1,x,3"], "token")
