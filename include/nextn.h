@@ -520,6 +520,7 @@ enum { NX_PHASE_ATTN, NX_PHASE_FFN, NX_PHASE_HEAD, NX_PHASES };
 typedef struct nx_gen_stats {
     int64_t n_prompt, n_generated;
     int64_t n_cached;                   /* prompt tokens whose cache rows were kept (prefix reuse) */
+    int64_t n_mtp_prompt;               /* prompt rows the MTP head was fed (not already in its cache) */
     double t_prefill, t_decode;         /* seconds */
     double t_draft, t_verify, t_sample; /* seconds, split of t_decode */
     int64_t n_steps;                    /* trunk forwards during decode (AR steps + verifies) */
@@ -573,7 +574,8 @@ typedef int (*nx_token_fn)(void *user, int32_t id, const float *probs);
  * turn, or another sample of the same prompt, prefills only what is new. The kept rows are the
  * ones a fresh prefill would compute (the numerics contract), so the output is the same bits as
  * from an empty context; nx_ctx_truncate(c, 0) beforehand forces a full prefill. The MTP head's
- * cache is rebuilt from the trunk's stored hidden states. */
+ * cache keeps its rows of the kept prefix (they too are what a fresh prefill computes) and is
+ * fed the rest from the trunk's stored hidden states. */
 nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const nx_gen_params *p,
                       nx_token_fn on_token, void *user, nx_gen_stats *stats, nx_error *err);
 
@@ -614,7 +616,7 @@ void nx_prompt_cache_get_stats(const nx_prompt_cache *pc, nx_prompt_cache_stats 
 /* A context's rows written to a file and read back, across processes (llama.cpp's
  * --prompt-cache and its server's slot save/restore): the tokens, every trunk layer's key and
  * value rows and the hidden states the MTP head is fed (its own cache is rebuilt from them by
- * nx_generate, as after any prefix reuse), behind a header with the model's shape, a fingerprint
+ * nx_generate), behind a header with the model's shape, a fingerprint
  * of its weights and the KV element type, and a CRC-32 of the rows. Restored rows are the saved
  * bits, so generation continues as from the context that saved them. */
 

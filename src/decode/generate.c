@@ -461,7 +461,11 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     /* keep the cached rows of the longest common prefix, less the prompt's last token */
     int32_t keep = nx_ctx_shared_prefix(c, prompt, (int32_t)n_prompt - 1);
     nx_ctx_truncate(c, keep);
-    nx_mtp_reset(c); /* the head's rows are rebuilt below, as after a fresh prefill */
+    /* The head's rows that pair a kept hidden state with a kept next token are the ones its prefill
+     * below would compute again (the numerics contract), so they stay; the rest is rebuilt. A
+     * head that attends from a later row (nx_mtp_skip_to) starts over, as a fresh prefill does. */
+    if (nx_mtp_first(c) > 0) nx_mtp_reset(c);
+    else nx_mtp_commit(c, keep > 0 ? keep - 1 : 0);
     nx_ctx_keep_state_at(c, (int32_t)n_prompt - 1); /* what the same prompt keeps next time */
     const nx_fwd_sink sink = {on_forward, &g};
     nx_ctx_set_sink(c, &sink);
@@ -479,13 +483,16 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     if (p->max_tokens == 0) goto done;
     nx_sampler_probs(g.s, g.logits, NULL, 0, g.probs);
     emit(&g, target_draw(&g, g.probs), g.probs);
-    /* The head's prefill: teacher-forced rows (h_p, t[p+1]) over the whole prompt, so its cache
-     * holds the full context before the first draft (row n-1 waits for the sampled token). The
+    /* The head's prefill: teacher-forced rows (h_p, t[p+1]) over the prompt rows its cache does not
+     * hold, so it holds the full context before the first draft (row n-1 waits for the sampled
+     * token). The
      * first token needs only the trunk's logits, so it goes out before these rows run (they
      * take neither the sampler's draws nor the trunk's rows); their time counts as prefill. */
     if (can_draft && p->max_tokens > 1 && !g.stop) {
         const double tm = nx_now_s();
-        if ((s = nx_mtp_catch_up(c, g.toks + 1, (int32_t)n_prompt - 1, NULL, false, err)) != NX_OK) goto done;
+        st->n_mtp_prompt = (int32_t)n_prompt - 1 - nx_mtp_n_past(c);
+        if ((s = nx_mtp_catch_up(c, g.toks + nx_mtp_n_past(c) + 1, (int32_t)n_prompt - 1, NULL, false, err)) != NX_OK)
+            goto done;
         t1 = nx_now_s();
         st->t_prefill += t1 - tm;
     }

@@ -336,6 +336,7 @@ int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n) 
 /* ---------------------------------------------------------------- the MTP head's cache */
 
 int32_t nx_mtp_n_past(const nx_ctx *c) { return c->mtp_past; }
+int32_t nx_mtp_first(const nx_ctx *c) { return c->mtp_lo; }
 
 nx_status nx_mtp_draft_next(nx_ctx *c, int32_t token, float *logits, nx_error *err) {
     if (c->mtp_rows <= 0) return nx_fail(err, NX_E_STATE, "MTP draft: the head has no output row to chain on");

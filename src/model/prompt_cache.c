@@ -6,8 +6,7 @@
  * evict each other's rows and prefill from scratch.
  *
  * Rows are copied bit for bit, so by the numerics contract a restored prefix is what a fresh
- * prefill computes; the head's cache is rebuilt from the hidden states by nx_generate, as after
- * any prefix reuse. A hybrid model's entry also holds its recurrent states after its last row and
+ * prefill computes; the head's cache is rebuilt from the hidden states by nx_generate. A hybrid model's entry also holds its recurrent states after its last row and
  * its context's checkpoints (nx_ctx_set_checkpoints): it serves a prompt that extends all of its
  * rows, else the rows up to its last checkpoint within the shared prefix. Entries are evicted
  * least recently used first to keep within the budget. */

@@ -99,6 +99,9 @@ void nx_mtp_skip_to(nx_ctx *c, int32_t first);
 /* Empties the MTP cache (attention from row 0 again). */
 void nx_mtp_reset(nx_ctx *c);
 
+/* The row the head's attention starts at (0 unless nx_mtp_skip_to moved it). */
+int32_t nx_mtp_first(const nx_ctx *c);
+
 /* ---------------------------------------------------------------- the decoder's slot */
 
 /* A zeroed block of `size` bytes kept with the context across generations for the decoder's

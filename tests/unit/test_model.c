@@ -686,8 +686,12 @@ static collect ckpt_turn(nx_ctx *c, const int32_t *p, int32_t n, int32_t want_ca
     collect got = {0};
     nx_gen_stats st;
     nx_error err = {0};
+    const bool head_held = nx_mtp_n_past(c) > 0; /* the head's cache followed the context */
     assert_int_equal(nx_generate(c, p, (size_t)n, &gp, on_tok, &got, &st, &err), NX_OK);
     assert_int_equal(st.n_cached, want_cached);
+    /* the head is fed only the prompt rows past the kept ones (less the last, whose next token
+     * changed) */
+    assert_int_equal(st.n_mtp_prompt, head_held && want_cached > 0 ? n - want_cached : n - 1);
     assert_true(st.n_drafted > 0);
     return got;
 }
