@@ -6,7 +6,8 @@
  * evict each other's rows and prefill from scratch.
  *
  * Rows are copied bit for bit, so by the numerics contract a restored prefix is what a fresh
- * prefill computes; the head's cache is rebuilt from the hidden states by nx_generate. A hybrid model's entry also holds its recurrent states after its last row and
+ * prefill computes; so are the MTP head's cache rows, also kept (those of a head attending from
+ * row 0), and nx_generate feeds the head the rest from the hidden states. A hybrid model's entry also holds its recurrent states after its last row and
  * its context's checkpoints (nx_ctx_set_checkpoints): it serves a prompt that extends all of its
  * rows, else the rows up to its last checkpoint within the shared prefix. Entries are evicted
  * least recently used first to keep within the budget. */
@@ -32,6 +33,8 @@ typedef struct entry {
     int n_ck;         /* the context's checkpoints: rows ascending, each below n, and their states */
     int32_t *ck_rows;
     float *ck;        /* [n_ck][nx_dn_saved_floats] */
+    int32_t mtp_n;    /* the MTP head's cache rows [0, mtp_n) (0: none kept) */
+    uint8_t *mtp_kv;  /* its key rows then value rows, mtp_n · kv row bytes each */
 } entry;
 
 struct nx_prompt_cache {
@@ -42,8 +45,9 @@ struct nx_prompt_cache {
 
 static size_t kv_row_bytes(const nx_model *m) { return nx_kv_pos_bytes(m); }
 
-static size_t entry_bytes(const nx_model *m, int32_t n, int n_ck) {
+static size_t entry_bytes(const nx_model *m, int32_t n, int n_ck, int32_t mtp_n) {
     return sizeof(entry) + (size_t)(1 + n_ck) * (size_t)nx_dn_saved_floats(m) * sizeof(float) +
+           (size_t)mtp_n * kv_row_bytes(m) +
            (size_t)n * (sizeof(int32_t) + (size_t)nx_kv_layers(m) * kv_row_bytes(m) + (size_t)m->cfg.hidden_size * sizeof(float));
 }
 
@@ -79,6 +83,7 @@ static void drop(nx_prompt_cache *pc, entry *e) {
     free(e->dn);
     free(e->ck_rows);
     free(e->ck);
+    free(e->mtp_kv);
     free(e);
 }
 
@@ -139,13 +144,21 @@ static bool copy_ckpts(entry *e, const nx_ctx *c) {
     return true;
 }
 
+/* The MTP head's cache rows a copy of the context keeps: all it holds when its attention starts at
+ * row 0 (nx_generate keeps such rows of a reused prefix), else none. */
+static int32_t head_rows(const nx_ctx *c) {
+    if (!c->m->w.has_mtp || c->mtp_lo > 0) return 0;
+    return c->mtp_past < c->n_past ? c->mtp_past : c->n_past;
+}
+
 /* A copy of the context's rows [0, n_past), or NULL when an entry already holds them (it is
  * made the most recently used), when they exceed the budget, or when memory is short: the
  * cache is an optimisation, never a reason to fail a request. */
 static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     const nx_model *m = c->m;
     const int32_t n = c->n_past;
-    const size_t bytes = entry_bytes(m, n, ckpts_below(c, n));
+    const int32_t hn = head_rows(c);
+    const size_t bytes = entry_bytes(m, n, ckpts_below(c, n), hn);
     if (bytes > pc->budget) return NULL;
     for (entry *e = pc->head; e; e = e->next)
         if (e->m == m && e->n >= n && usable_rows(e, n) == n && common(e->tokens, c->tokens, n) == n) {
@@ -156,10 +169,10 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     entry *e = calloc(1, sizeof *e);
     const size_t row = kv_row_bytes(m), H = (size_t)m->cfg.hidden_size, L = (size_t)nx_kv_layers(m);
     const size_t dnf = (size_t)nx_dn_saved_floats(m);
-    if (e) e->n = n;
+    if (e) e->n = n, e->mtp_n = hn;
     if (!e || !(e->tokens = malloc(sizeof(int32_t) * (size_t)n)) || !(e->kv = malloc(L * row * (size_t)n + 1)) ||
         !(e->hidden = malloc(sizeof(float) * H * (size_t)n)) || (dnf && !(e->dn = malloc(sizeof(float) * dnf))) ||
-        (dnf && !copy_ckpts(e, c))) {
+        (dnf && !copy_ckpts(e, c)) || (hn && !(e->mtp_kv = malloc(row * (size_t)hn)))) {
         if (e) {
             free(e->tokens);
             free(e->kv);
@@ -167,16 +180,18 @@ static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
             free(e->dn);
             free(e->ck_rows);
             free(e->ck);
+            free(e->mtp_kv);
         }
         free(e);
         return NULL;
     }
     e->m = m;
-    e->bytes = entry_bytes(m, n, e->n_ck);
+    e->bytes = entry_bytes(m, n, e->n_ck, hn);
     memcpy(e->tokens, c->tokens, sizeof(int32_t) * (size_t)n);
     for (int32_t l = 0, i = 0; l < m->cfg.n_layers; l++)
         if (c->kv[l].k) nx_kv_copy_rows(c, c->kv[l], e->kv + (size_t)i++ * row * (size_t)n, n, n, true);
     memcpy(e->hidden, c->hidden, sizeof(float) * H * (size_t)n);
+    if (hn) nx_kv_copy_rows(c, c->mtp_kv, e->mtp_kv, hn, hn, true);
     if (e->dn) nx_dn_save(c, n, e->dn);
     return e;
 }
@@ -209,6 +224,11 @@ static void restore(nx_ctx *c, const entry *e, int32_t n) {
         if (c->kv[l].k) nx_kv_copy_rows(c, c->kv[l], e->kv + (size_t)i++ * row * (size_t)e->n, e->n, n, false);
     memcpy(c->hidden, e->hidden, sizeof(float) * H * (size_t)n);
     c->n_past = n;
+    const int32_t hn = e->mtp_n < n - 1 ? e->mtp_n : n - 1; /* the head's rows whose next token is kept */
+    if (hn > 0) {
+        nx_kv_copy_rows(c, c->mtp_kv, e->mtp_kv, e->mtp_n, hn, false);
+        c->mtp_past = hn;
+    }
     if (!e->dn) return;
     int at = e->n_ck;
     for (int i = 0; i < e->n_ck; i++)
