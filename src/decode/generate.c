@@ -363,7 +363,6 @@ static nx_status spec_cycle(gen *g, int32_t k, nx_error *err) {
     return NX_OK;
 }
 
-/* The trunk forward over prompt tokens [from, n_prompt) (the rows before are in the cache). */
 /* The next prompt row after `done` to make a checkpoint at (n: none before the prompt's end): a
  * multiple of the context's spacing, or the caller's row. */
 static int32_t next_checkpoint(const gen *g, int32_t done, int32_t n) {
@@ -374,8 +373,9 @@ static int32_t next_checkpoint(const gen *g, int32_t done, int32_t n) {
     return at < n ? at : n;
 }
 
-/* The prompt's rows [from, n_prompt) through the trunk in chunks of the context's batch. A hybrid
- * model's chunks also end at the rows checkpoints are made at (next_checkpoint). */
+/* The prompt's rows [from, n_prompt) through the trunk (the rows before are in the cache) in chunks
+ * of the context's batch; a hybrid model's chunks also end at the rows checkpoints are made at
+ * (next_checkpoint). */
 static nx_status prefill(gen *g, int32_t from, size_t n_prompt, nx_error *err) {
     nx_ctx *c = g->c;
     int32_t done = from, n = (int32_t)n_prompt;
@@ -485,9 +485,8 @@ nx_status nx_generate(nx_ctx *c, const int32_t *prompt, size_t n_prompt, const n
     emit(&g, target_draw(&g, g.probs), g.probs);
     /* The head's prefill: teacher-forced rows (h_p, t[p+1]) over the prompt rows its cache does not
      * hold, so it holds the full context before the first draft (row n-1 waits for the sampled
-     * token). The
-     * first token needs only the trunk's logits, so it goes out before these rows run (they
-     * take neither the sampler's draws nor the trunk's rows); their time counts as prefill. */
+     * token). The first token needs only the trunk's logits, so it goes out before these rows run
+     * (they take neither the sampler's draws nor the trunk's rows); their time counts as prefill. */
     if (can_draft && p->max_tokens > 1 && !g.stop) {
         const double tm = nx_now_s();
         st->n_mtp_prompt = (int32_t)n_prompt - 1 - nx_mtp_n_past(c);
