@@ -338,6 +338,11 @@ int32_t nx_ctx_shared_prefix(const nx_ctx *c, const int32_t *tokens, int32_t n) 
 int32_t nx_mtp_n_past(const nx_ctx *c) { return c->mtp_past; }
 int32_t nx_mtp_first(const nx_ctx *c) { return c->mtp_lo; }
 
+int32_t nx_mtp_rows_for(const nx_ctx *c, int32_t n) {
+    if (!c->m->w.has_mtp || c->mtp_lo > 0 || n < 2) return 0;
+    return c->mtp_past < n - 1 ? c->mtp_past : n - 1;
+}
+
 nx_status nx_mtp_draft_next(nx_ctx *c, int32_t token, float *logits, nx_error *err) {
     if (c->mtp_rows <= 0) return nx_fail(err, NX_E_STATE, "MTP draft: the head has no output row to chain on");
     const float *h = c->mtp_out + (size_t)(c->mtp_rows - 1) * (size_t)c->m->cfg.hidden_size;

@@ -188,6 +188,10 @@ static inline size_t nx_kv_pos_bytes(const nx_model *m) {
 /* Rows [0, n) of one layer's cache to (to_saved) or from a block laid out [k, v][kv head][stride
  * rows][cache_k] (the prompt cache's entries, state files; no v part without value rows). */
 void nx_kv_copy_rows(const nx_ctx *c, nx_kv kv, void *saved, int32_t stride, int32_t n, bool to_saved);
+/* The MTP head's cache rows that a copy of the context's first n rows keeps: those it holds whose
+ * next token is among the n (row p pairs hidden p with token p + 1), when its attention starts at
+ * row 0 (nx_generate keeps such rows of a reused prefix); else none. */
+int32_t nx_mtp_rows_for(const nx_ctx *c, int32_t n);
 
 /* Contexts one forward runs together at most. */
 #define NX_BATCH_MAX_SEQS 64

@@ -144,20 +144,13 @@ static bool copy_ckpts(entry *e, const nx_ctx *c) {
     return true;
 }
 
-/* The MTP head's cache rows a copy of the context keeps: all it holds when its attention starts at
- * row 0 (nx_generate keeps such rows of a reused prefix), else none. */
-static int32_t head_rows(const nx_ctx *c) {
-    if (!c->m->w.has_mtp || c->mtp_lo > 0) return 0;
-    return c->mtp_past < c->n_past ? c->mtp_past : c->n_past;
-}
-
 /* A copy of the context's rows [0, n_past), or NULL when an entry already holds them (it is
  * made the most recently used), when they exceed the budget, or when memory is short: the
  * cache is an optimisation, never a reason to fail a request. */
 static entry *snapshot(nx_prompt_cache *pc, const nx_ctx *c) {
     const nx_model *m = c->m;
     const int32_t n = c->n_past;
-    const int32_t hn = head_rows(c);
+    const int32_t hn = nx_mtp_rows_for(c, n);
     const size_t bytes = entry_bytes(m, n, ckpts_below(c, n), hn);
     if (bytes > pc->budget) return NULL;
     for (entry *e = pc->head; e; e = e->next)

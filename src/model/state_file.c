@@ -1,9 +1,10 @@
 /* State files: a context's rows on disk (llama.cpp's --prompt-cache, its server's slot
  * save/restore). The rows are the prompt cache's (prompt_cache.c): tokens, every trunk layer's
- * key and value rows, the hidden states the MTP head is fed. Little-endian throughout:
+ * key and value rows, the hidden states the MTP head is fed, the head's own cache rows.
+ * Little-endian throughout:
  *
  *   0  "NXSTATE\n"                 8 bytes
- *   8  u32 version (1)             12 u32 header bytes (96)
+ *   8  u32 version (2; 1 is read)  12 u32 header bytes (96)
  *   16 u32 KV element (1 f32, 2 f16)
  *   20 u32 model fingerprint       CRC-32 of the shape, the weight dtype and samples of the
  *                                  embedding, lm_head and final norm (another checkpoint of
@@ -12,10 +13,12 @@
  *   44 i32 rows n
  *   48 u64 payload bytes           56 u32 payload CRC-32
  *   60 u32 header CRC-32 (bytes 0..59)
- *   64 char[32] the kernels' ISA that computed the rows (informational)
+ *   64 char[28] the kernels' ISA that computed the rows (informational)
+ *   92 u32 the MTP head's cache rows m (m < n; version 1: none, 0)
  *   96 payload: tokens i32[n]; per layer with a cache, keys then values (none for latent
  *      attention), per cached head n rows of the row width in KV elements; hidden f32[n][hidden];
- *      per Gated DeltaNet layer, its recurrent state and convolution window after row n (f32)
+ *      the MTP head's cache as a layer's, m rows; per Gated DeltaNet layer, its recurrent state
+ *      and convolution window after row n (f32)
  *
  * A load checks everything (header, sizes, checksum, token range) on a read-only mapping before
  * it touches the context, so a bad file leaves the context as it was. */
@@ -35,7 +38,7 @@
 #include "model/model_internal.h"
 
 #define STATE_MAGIC "NXSTATE\n"
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u
 #define STATE_HEADER 96u
 #define SAMPLE_BYTES 65536u
 
@@ -97,24 +100,32 @@ static size_t kv_head_bytes(const nx_model *m) {
     return (size_t)m->cfg.cache_k * nx_dtype_size(m->kv_dtype);
 }
 
-/* Payload bytes of n rows. */
-static uint64_t payload_bytes(const nx_model *m, int32_t n) {
+/* Payload bytes of n rows and mh rows of the head's cache. */
+static uint64_t payload_bytes(const nx_model *m, int32_t n, int32_t mh) {
     const uint64_t per_row = sizeof(int32_t) + (uint64_t)nx_kv_layers(m) * nx_kv_pos_bytes(m) +
                              sizeof(float) * (uint64_t)m->cfg.hidden_size;
-    return per_row * (uint64_t)n + sizeof(float) * (uint64_t)nx_dn_saved_floats(m);
+    return per_row * (uint64_t)n + nx_kv_pos_bytes(m) * (uint64_t)mh + sizeof(float) * (uint64_t)nx_dn_saved_floats(m);
 }
 
-/* Calls piece(user, p, len) on the payload of rows [0, n) of c, in file order. */
-static int each_piece(const nx_ctx *c, int32_t n, const float *dn, int (*piece)(void *, const void *, size_t),
-                      void *user) {
+/* Calls piece(user, p, len) on rows [0, n) of one layer's cache kv, in file order. */
+static int kv_pieces(const nx_ctx *c, nx_kv kv, int32_t n, int (*piece)(void *, const void *, size_t), void *user) {
     const nx_model *m = c->m;
-    const size_t hb = kv_head_bytes(m);
+    for (int kind = 0; kind < (m->cfg.cache_v ? 2 : 1); kind++)
+        for (int32_t h = 0; h < m->cfg.cache_heads; h++)
+            if (piece(user, nx_kv_row(c, kind ? kv.v : kv.k, h, 0), kv_head_bytes(m) * (size_t)n)) return -1;
+    return 0;
+}
+
+/* Calls piece(user, p, len) on the payload of rows [0, n) of c and mh rows of its head's cache, in
+ * file order. */
+static int each_piece(const nx_ctx *c, int32_t n, int32_t mh, const float *dn,
+                      int (*piece)(void *, const void *, size_t), void *user) {
+    const nx_model *m = c->m;
     if (piece(user, c->tokens, sizeof(int32_t) * (size_t)n)) return -1;
     for (int32_t l = 0; l < m->cfg.n_layers; l++)
-        for (int kind = 0; kind < (m->cfg.cache_v ? 2 : 1) && c->kv[l].k; kind++)
-            for (int32_t h = 0; h < m->cfg.cache_heads; h++)
-                if (piece(user, nx_kv_row(c, kind ? c->kv[l].v : c->kv[l].k, h, 0), hb * (size_t)n)) return -1;
+        if (c->kv[l].k && kv_pieces(c, c->kv[l], n, piece, user)) return -1;
     if (piece(user, c->hidden, sizeof(float) * (size_t)m->cfg.hidden_size * (size_t)n)) return -1;
+    if (mh && kv_pieces(c, c->mtp_kv, mh, piece, user)) return -1;
     return dn ? piece(user, dn, sizeof(float) * (size_t)nx_dn_saved_floats(m)) : 0;
 }
 
@@ -136,8 +147,8 @@ static uint32_t kv_code(const nx_model *m) {
     return m->kv_dtype == NX_DTYPE_F16 ? 2u : 1u;
 }
 
-static nx_status save_rows(const nx_ctx *c, const char *path, int32_t n, const float *dn, int32_t *n_saved,
-                           int64_t *bytes, nx_error *err);
+static nx_status save_rows(const nx_ctx *c, const char *path, int32_t n, int32_t mh, const float *dn,
+                           int32_t *n_saved, int64_t *bytes, nx_error *err);
 
 nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n_saved, int64_t *bytes,
                         nx_error *err) {
@@ -150,14 +161,14 @@ nx_status nx_state_save(const nx_ctx *c, const char *path, int32_t n, int32_t *n
     if (nx_dn_saved_floats(m) && !(dn = malloc(sizeof(float) * (size_t)nx_dn_saved_floats(m))))
         return nx_fail(err, NX_E_NOMEM, "state file %s: out of memory", path);
     if (dn) nx_dn_save(c, n, dn);
-    const nx_status s = save_rows(c, path, n, dn, n_saved, bytes, err);
+    const nx_status s = save_rows(c, path, n, nx_mtp_rows_for(c, n), dn, n_saved, bytes, err);
     free(dn);
     return s;
 }
 
-/* nx_state_save of n rows with the DeltaNet states dn (NULL: none). */
-static nx_status save_rows(const nx_ctx *c, const char *path, int32_t n, const float *dn, int32_t *n_saved,
-                           int64_t *bytes, nx_error *err) {
+/* nx_state_save of n rows, mh rows of the head's cache and the DeltaNet states dn (NULL: none). */
+static nx_status save_rows(const nx_ctx *c, const char *path, int32_t n, int32_t mh, const float *dn,
+                           int32_t *n_saved, int64_t *bytes, nx_error *err) {
     const nx_model *m = c->m;
     uint8_t h[STATE_HEADER] = {0};
     memcpy(h, STATE_MAGIC, 8);
@@ -168,13 +179,14 @@ static nx_status save_rows(const nx_ctx *c, const char *path, int32_t n, const f
     const int32_t dims[] = {m->cfg.n_layers, m->cfg.cache_heads, m->cfg.cache_k, m->cfg.hidden_size,
                             m->cfg.vocab_size, n};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) put_u32(h + 24 + 4 * i, (uint32_t)dims[i]);
-    const uint64_t pb = payload_bytes(m, n);
+    const uint64_t pb = payload_bytes(m, n, mh);
     put_u64(h + 48, pb);
     uint32_t crc = (uint32_t)crc32(0, Z_NULL, 0);
-    each_piece(c, n, dn, crc_piece, &crc);
+    each_piece(c, n, mh, dn, crc_piece, &crc);
     put_u32(h + 56, crc);
     put_u32(h + 60, crc_of((uint32_t)crc32(0, Z_NULL, 0), h, 60));
-    snprintf((char *)h + 64, 32, "%s", nx_kernels_isa());
+    snprintf((char *)h + 64, 28, "%s", nx_kernels_isa());
+    put_u32(h + 92, (uint32_t)mh);
 
     const size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
@@ -186,7 +198,7 @@ static nx_status save_rows(const nx_ctx *c, const char *path, int32_t n, const f
         free(tmp);
         return s;
     }
-    int bad = fwrite(h, 1, sizeof h, f) != sizeof h || each_piece(c, n, dn, write_piece, f) || fflush(f) != 0 ||
+    int bad = fwrite(h, 1, sizeof h, f) != sizeof h || each_piece(c, n, mh, dn, write_piece, f) || fflush(f) != 0 ||
               fsync(fileno(f)) != 0;
     const int saved_errno = errno;
     bad |= fclose(f) != 0;
@@ -206,16 +218,19 @@ static nx_status save_rows(const nx_ctx *c, const char *path, int32_t n, const f
 int64_t nx_state_file_bytes(const nx_ctx *c, int32_t n) {
     if (n < 0 || n > c->n_past) n = c->n_past;
     n = nx_dn_savable(c, n);
-    return (int64_t)(STATE_HEADER + payload_bytes(c->m, n));
+    return (int64_t)(STATE_HEADER + payload_bytes(c->m, n, nx_mtp_rows_for(c, n)));
 }
+
+/* The head's cache rows a file holds (version 1: none). */
+static int32_t head_rows_of(const uint8_t *p) { return get_u32(p + 8) == 1u ? 0 : (int32_t)get_u32(p + 92); }
 
 /* Checks a mapped file of size len against c's model; NX_OK or the problem. */
 static nx_status check(const nx_ctx *c, const char *path, const uint8_t *p, size_t len, nx_error *err) {
     const nx_model *m = c->m;
     if (len < STATE_HEADER || memcmp(p, STATE_MAGIC, 8) != 0)
         return nx_fail(err, NX_E_FORMAT, "state file %s: not a nextn state file", path);
-    if (get_u32(p + 8) != STATE_VERSION)
-        return nx_fail(err, NX_E_FORMAT, "state file %s: version %u (this build reads version %u)", path,
+    if (get_u32(p + 8) != 1u && get_u32(p + 8) != STATE_VERSION)
+        return nx_fail(err, NX_E_FORMAT, "state file %s: version %u (this build reads versions 1 and %u)", path,
                        get_u32(p + 8), STATE_VERSION);
     if (get_u32(p + 12) != STATE_HEADER || get_u32(p + 60) != crc_of((uint32_t)crc32(0, Z_NULL, 0), p, 60))
         return nx_fail(err, NX_E_FORMAT, "state file %s: corrupt header", path);
@@ -243,8 +258,12 @@ static nx_status check(const nx_ctx *c, const char *path, const uint8_t *p, size
     if (nx_dn_saved_floats(m) && n > c->n_ctx)
         return nx_fail(err, NX_E_ARG, "state file %s: %d rows do not fit the context of %d (a hybrid model's "
                        "recurrent states are those after its last row)", path, n, c->n_ctx);
+    const int32_t mh = head_rows_of(p);
+    if (mh < 0 || (mh > 0 && mh >= n))
+        return nx_fail(err, NX_E_FORMAT, "state file %s: corrupt header (%d rows of the MTP head's cache for %d rows)",
+                       path, mh, n);
     const uint64_t pb = get_u64(p + 48);
-    if (pb != payload_bytes(m, n))
+    if (pb != payload_bytes(m, n, mh))
         return nx_fail(err, NX_E_FORMAT, "state file %s: corrupt header (%llu payload bytes for %d rows)", path,
                        (unsigned long long)pb, n);
     if ((uint64_t)len != STATE_HEADER + pb)
@@ -262,8 +281,10 @@ static nx_status check(const nx_ctx *c, const char *path, const uint8_t *p, size
     return NX_OK;
 }
 
-/* Rows [0, k) of a checked file's n rows into c (the layers' blocks are the prompt cache's). */
+/* Rows [0, k) of a checked file's n rows into c (the layers' blocks are the prompt cache's), and
+ * the head's rows whose next token is among them (a context of a model with its head). */
 static void apply(nx_ctx *c, const uint8_t *p, int32_t n, int32_t k) {
+    const int32_t mh = head_rows_of(p), hk = mh < k - 1 ? mh : k - 1;
     const nx_model *m = c->m;
     const size_t layer = nx_kv_pos_bytes(m) * (size_t)n;
     nx_ctx_truncate(c, 0);
@@ -277,8 +298,11 @@ static void apply(nx_ctx *c, const uint8_t *p, int32_t n, int32_t k) {
         }
     memcpy(c->hidden, at, sizeof(float) * (size_t)m->cfg.hidden_size * (size_t)k);
     at += sizeof(float) * (size_t)m->cfg.hidden_size * (size_t)n;
+    if (hk > 0 && m->w.has_mtp) nx_kv_copy_rows(c, c->mtp_kv, (void *)at, mh, hk, false);
+    at += nx_kv_pos_bytes(m) * (size_t)mh;
     if (nx_dn_saved_floats(m)) nx_dn_load(c, (const float *)(const void *)at, k); /* k = n (check) */
     c->n_past = k;
+    if (hk > 0 && m->w.has_mtp) c->mtp_past = hk;
 }
 
 nx_status nx_state_load(nx_ctx *c, const char *path, int32_t *n_loaded, int64_t *bytes, nx_error *err) {

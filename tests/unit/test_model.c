@@ -1091,6 +1091,9 @@ static void test_state_file(void **state) {
     assert_int_equal(n_loaded, 35);
     assert_int_equal(read_bytes, bytes);
     assert_int_equal(nx_ctx_n_past(b), 35);
+    /* the head's cache rows came along (the next turn's sampled MTP output below shows their bits) */
+    assert_true(nx_mtp_n_past(b) > 0);
+    assert_int_equal(nx_mtp_n_past(b), nx_mtp_rows_for(a, 35));
     /* the next turn: the prompt, the answer, three new tokens */
     memcpy(p + 20, first.ids, sizeof(int32_t) * 16);
     for (int i = 36; i < 39; i++) p[i] = (5 * i) % V;
@@ -1201,10 +1204,27 @@ static void test_state_file_errors(void **state) {
     write_all(bad, t, n);
     expect_load_error(c, bad, NX_E_FORMAT, "corrupt header");
     t[24] ^= 1;
-    t[8] = 2; /* version 2, consistently */
+    t[8] = 3; /* version 3, consistently */
     fix_header_crc(t);
     write_all(bad, t, n);
-    expect_load_error(c, bad, NX_E_FORMAT, "version 2");
+    expect_load_error(c, bad, NX_E_FORMAT, "version 3");
+    memcpy(t, g, (size_t)n);
+    t[92] = 12; /* as many of the head's rows as rows (at most one fewer) */
+    write_all(bad, t, n);
+    expect_load_error(c, bad, NX_E_FORMAT, "12 rows of the MTP head's cache for 12 rows");
+    t[92] = 1; /* one, where the payload holds none */
+    write_all(bad, t, n);
+    expect_load_error(c, bad, NX_E_FORMAT, "corrupt header");
+    /* version 1 (no head rows) is still read */
+    memcpy(t, g, (size_t)n);
+    assert_int_equal(t[92], 0); /* this context's head holds no rows */
+    t[8] = 1;
+    fix_header_crc(t);
+    write_all(bad, t, n);
+    int32_t n1 = -1;
+    assert_int_equal(nx_state_load(c, bad, &n1, NULL, &err), NX_OK);
+    assert_int_equal(n1, 12);
+    nx_ctx_truncate(c, 5);
     memcpy(t, g, (size_t)n);
     t[36] ^= 1; /* hidden size 33 */
     fix_header_crc(t);
