@@ -13,15 +13,18 @@ the shared prefix k of the two prompts taken from the server's own /tokenize:
   greedy tokens;
 - a second question about the same document keeps the rows up to the last multiple of
   --checkpoint-every within k, and answers as a server that prefilled it all;
+- two conversations at once on two slots (their steps batched) each keep their rows on the next
+  turn and answer as one slot alone does;
 - two conversations alternating on one slot come back from the prompt cache at a checkpoint.
 Each kept count is usage.prompt_tokens_details.cached_tokens."""
+import concurrent.futures
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
 from chatlib import first_choice, make_chat_checkpoint  # noqa: E402
-from serverlib import Server, curl, skip_all_unless_ready  # noqa: E402
+from serverlib import Server, curl, metric, skip_all_unless_ready  # noqa: E402
 from tap import Tap, scratch  # noqa: E402
 
 skip_all_unless_ready()
@@ -91,6 +94,37 @@ t.ok(0 < g1 <= k < p1 - 1 and c2 == g1,
 t.ok(runs["none"][3] == 0 and runs["none"][7] == a2,
      "chat: with --ctx-checkpoints 0 the next turn prefills from the start, and answers the same tokens",
      (runs["none"], a2))
+
+# ---- two conversations at once on two slots, their steps batched: each next turn keeps the rows
+# before its first turn's generation prompt and answers what one slot alone answers
+turn1b = [{"role": "system", "content": DOC.replace("river", "canal")},
+          {"role": "user", "content": "What do the farmers grow?"}]
+
+
+def two_turns(srv, conv, answer_of):
+    st, a, _, _, _ = ask(srv, "/v1/chat/completions", {"messages": conv})
+    nxt = conv + [{"role": "assistant", "content": a.split("|", 1)[1]}, {"role": "user", "content": "Say more."}]
+    answer_of.append(nxt)
+    return st, ask(srv, "/v1/chat/completions", {"messages": nxt})
+
+
+alone = []
+for conv in (turn1, turn1b):
+    srv = serve("--checkpoint-every", "0")
+    alone.append(two_turns(srv, conv, []))
+    srv.stop()
+srv = serve("--checkpoint-every", "0", "--parallel", "2")
+with concurrent.futures.ThreadPoolExecutor(2) as ex:
+    nexts = [[], []]
+    both = list(ex.map(two_turns, [srv, srv], [turn1, turn1b], nexts))
+gens = [len(tokens(srv, messages=conv, add_generation_prompt=False)) for conv in (turn1, turn1b)]
+one, allf = (metric(srv.base, name) or 0 for name in ('nextn_batch_sequences_bucket{le="1"}',
+                                                    "nextn_batch_sequences_count"))
+srv.stop()
+t.ok(all(b[0] == 200 and b[1][0] == 200 and b[1][2] == g for b, g in zip(both, gens)) and
+     [b[1][1] for b in both] == [a[1][1] for a in alone] and allf - one > 0,
+     f"--parallel 2: two conversations' next turns keep {gens} rows each and answer as one slot alone "
+     f"({allf - one:.0f} of {allf:.0f} forwards held both)", (both, alone, gens))
 
 # ---- a second question about the same document (completions: the prompts are the texts)
 qa, qb = DOC + "Question: what do farmers grow?", DOC + "Question: how many channels has the delta?"
