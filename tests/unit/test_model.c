@@ -330,6 +330,45 @@ static void test_batch_invariance(void **state) {
  * of several sequences in one call, each attending over its own caches) get the bits each gets
  * alone, logits and MTP logits alike, and their caches hold the same rows afterwards (the next
  * step alone matches); a refused request fails alone. */
+static void assert_same_states(const nx_ctx *a, const nx_ctx *b);
+
+/* The MTP head over every row of n pairs of contexts holding the same rows (toks[i] and one more
+ * token each): solo[i] alone, the bat contexts in one forward of scratch; each pair's last-row
+ * logits and output hidden are the same bits. Then the next trunk step (a hybrid's states too)
+ * and a chained draft, each context alone, still agree: what the batch left is the solo caches. */
+static void mtp_together_then_alone(nx_ctx *scratch, nx_ctx **solo, nx_ctx **bat, const int32_t *const *toks, int n,
+                                    bool hybrid) {
+    const nx_model_info *in = nx_model_get_info(solo[0]->m);
+    const size_t Vn = (size_t)in->vocab_size, H = (size_t)in->hidden_size;
+    float *ls[8], *lb[8];
+    nx_error errs[8];
+    nx_fwd_req rq[8];
+    assert_true(n <= 8);
+    for (int i = 0; i < n; i++) {
+        const int32_t T = solo[i]->n_past - 1;
+        ls[i] = calloc(Vn, sizeof(float));
+        lb[i] = calloc(Vn, sizeof(float));
+        assert_int_equal(nx_mtp_catch_up(solo[i], toks[i] + 1, T, ls[i], false, NULL), NX_OK);
+        rq[i] = (nx_fwd_req){.c = bat[i], .mtp = true, .tokens = toks[i] + 1, .hidden = bat[i]->hidden, .T = T,
+                             .logits = lb[i], .logits_from = T - 1, .err = &errs[i]};
+    }
+    nx_forward_run(scratch, rq, n);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(rq[i].st, NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * Vn);
+        assert_memory_equal(solo[i]->mtp_out, bat[i]->mtp_out, sizeof(float) * H);
+        const int32_t at = solo[i]->n_past;
+        assert_int_equal(nx_forward_trunk(solo[i], toks[i] + at, 1, ls[i], 0, NULL), NX_OK);
+        assert_int_equal(nx_forward_trunk(bat[i], toks[i] + at, 1, lb[i], 0, NULL), NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * Vn);
+        if (hybrid) assert_same_states(solo[i], bat[i]);
+        assert_int_equal(nx_mtp_draft_next(solo[i], 1, ls[i], NULL), NX_OK);
+        assert_int_equal(nx_mtp_draft_next(bat[i], 1, lb[i], NULL), NX_OK);
+        assert_memory_equal(ls[i], lb[i], sizeof(float) * Vn);
+        free(ls[i]), free(lb[i]);
+    }
+}
+
 static void test_multi_context_forward(void **state) {
     (void)state;
     enum { N = 3 };
@@ -367,26 +406,8 @@ static void test_multi_context_forward(void **state) {
     assert_non_null(strstr(errs[N].msg, "out of range"));
     assert_int_equal(nx_ctx_n_past(bat[N]), hist[N]);
     /* the MTP head over every row so far, three contexts in one call */
-    for (int i = 0; i < N; i++) {
-        const int32_t n = hist[i] + rows[i] - 1;
-        assert_int_equal(nx_mtp_catch_up(solo[i], toks[i] + 1, n, ls[i], false, NULL), NX_OK);
-        rq[i] = (nx_fwd_req){.c = bat[i], .mtp = true, .tokens = toks[i] + 1, .hidden = bat[i]->hidden, .T = n,
-                             .logits = lb[i], .logits_from = n - 1, .err = &errs[i]};
-    }
-    nx_forward_run(scratch, rq, N);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(rq[i].st, NX_OK);
-        assert_memory_equal(ls[i], lb[i], sizeof(float) * (size_t)V);
-        assert_memory_equal(solo[i]->mtp_out, bat[i]->mtp_out, sizeof(float) * HID);
-        /* the next step alone: the caches the batch wrote are the solo caches */
-        const int32_t at = hist[i] + rows[i];
-        assert_int_equal(nx_forward_trunk(solo[i], toks[i] + at, 1, ls[i], 0, NULL), NX_OK);
-        assert_int_equal(nx_forward_trunk(bat[i], toks[i] + at, 1, lb[i], 0, NULL), NX_OK);
-        assert_memory_equal(ls[i], lb[i], sizeof(float) * V);
-        assert_int_equal(nx_mtp_draft_next(solo[i], 1, ls[i], NULL), NX_OK);
-        assert_int_equal(nx_mtp_draft_next(bat[i], 1, lb[i], NULL), NX_OK);
-        assert_memory_equal(ls[i], lb[i], sizeof(float) * V);
-    }
+    const int32_t *tk[N] = {toks[0], toks[1], toks[2]};
+    mtp_together_then_alone(scratch, solo, bat, tk, N, false);
     for (int i = 0; i <= N; i++) {
         free(ls[i]), free(lb[i]);
         nx_ctx_free(solo[i]);
@@ -412,14 +433,10 @@ static void assert_same_states(const nx_ctx *a, const nx_ctx *b) {
     free(sa), free(sb);
 }
 
-/* test_multi_context_forward on a hybrid model (Gated DeltaNet layers, tests/ref/
- * make_random_qwen35.py): contexts with different histories (one rolled back in the middle of a
- * verify pass) forwarded together get each its solo bits — trunk logits, recurrent states after
- * the forward, after a batched verify pass rolled back to different rows, MTP logits and the head's
- * hidden — and the next step alone matches. */
-static void multi_context_hybrid(const char *family) {
-    enum { N = 3, HV = 419 };
-    char dir[] = "/tmp/nx_hybrid_XXXXXX", cmd[512];
+/* A random checkpoint of the hybrid family (tests/ref/make_random_qwen35.py) written into a new
+ * directory made from the template dir, loaded on 2 threads. */
+static nx_model *load_hybrid(const char *family, char *dir) {
+    char cmd[512];
     assert_non_null(mkdtemp(dir));
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/make_random_qwen35.py --family %s --out %s >/dev/null 2>&1",
              NX_SOURCE_ROOT, family, dir);
@@ -428,10 +445,26 @@ static void multi_context_hybrid(const char *family) {
     nx_load_params_default(&p);
     p.n_threads = 2;
     nx_model *m = NULL;
-    nx_error err = {0};
-    assert_int_equal(nx_model_load(dir, &p, &m, &err), NX_OK);
+    assert_int_equal(nx_model_load(dir, &p, &m, NULL), NX_OK);
+    return m;
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* test_multi_context_forward on a hybrid model (Gated DeltaNet layers, tests/ref/
+ * make_random_qwen35.py): contexts with different histories (one rolled back in the middle of a
+ * verify pass) forwarded together get each its solo bits — trunk logits, recurrent states after
+ * the forward, after a batched verify pass rolled back to different rows, MTP logits and the head's
+ * hidden — and the next step alone matches. */
+static void multi_context_hybrid(const char *family) {
+    enum { N = 3, HV = 419 };
+    char dir[] = "/tmp/nx_hybrid_XXXXXX";
+    nx_model *m = load_hybrid(family, dir);
     assert_int_equal(nx_model_get_info(m)->vocab_size, HV);
-    const size_t H = (size_t)nx_model_get_info(m)->hidden_size;
     nx_ctx *solo[N], *bat[N], *scratch = NULL;
     const int32_t hist[N] = {5, 9, 2}, rows[N] = {3, 1, 4}, from[N] = {0, 0, 2}, keep[N] = {1, 2, 3};
     int32_t toks[N][40];
@@ -480,27 +513,8 @@ static void multi_context_hybrid(const char *family) {
         assert_same_states(solo[i], bat[i]);
     }
     /* the MTP head over every row so far, in one call */
-    for (int i = 0; i < N; i++) {
-        const int32_t n = solo[i]->n_past - 1;
-        assert_int_equal(nx_mtp_catch_up(solo[i], toks[i] + 1, n, ls[i], false, NULL), NX_OK);
-        rq[i] = (nx_fwd_req){.c = bat[i], .mtp = true, .tokens = toks[i] + 1, .hidden = bat[i]->hidden, .T = n,
-                             .logits = lb[i], .logits_from = n - 1, .err = &errs[i]};
-    }
-    nx_forward_run(scratch, rq, N);
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(rq[i].st, NX_OK);
-        assert_memory_equal(ls[i], lb[i], sizeof(float) * HV);
-        assert_memory_equal(solo[i]->mtp_out, bat[i]->mtp_out, sizeof(float) * H);
-        /* the next step alone: the states and caches the batch left are the solo ones */
-        const int32_t at = solo[i]->n_past;
-        assert_int_equal(nx_forward_trunk(solo[i], toks[i] + at, 1, ls[i], 0, NULL), NX_OK);
-        assert_int_equal(nx_forward_trunk(bat[i], toks[i] + at, 1, lb[i], 0, NULL), NX_OK);
-        assert_memory_equal(ls[i], lb[i], sizeof(float) * HV);
-        assert_same_states(solo[i], bat[i]);
-        assert_int_equal(nx_mtp_draft_next(solo[i], 1, ls[i], NULL), NX_OK);
-        assert_int_equal(nx_mtp_draft_next(bat[i], 1, lb[i], NULL), NX_OK);
-        assert_memory_equal(ls[i], lb[i], sizeof(float) * HV);
-    }
+    const int32_t *tk[N] = {toks[0], toks[1], toks[2]};
+    mtp_together_then_alone(scratch, solo, bat, tk, N, true);
     /* the contexts' histories differ, so their states do */
     float *s0 = dn_states(bat[0]), *s1 = dn_states(bat[1]);
     assert_memory_not_equal(s0, s1, sizeof(float) * (size_t)nx_dn_saved_floats(m));
@@ -512,8 +526,7 @@ static void multi_context_hybrid(const char *family) {
     }
     nx_ctx_free(scratch);
     nx_model_free(m);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    remove_dir(dir);
 }
 
 static void test_multi_context_qwen35(void **state) {
@@ -703,16 +716,8 @@ static void ckpt_rows_are(const nx_ctx *c, const int32_t *rows, int n) {
 
 static void test_checkpoints_qwen35(void **state) {
     (void)state;
-    char dir[] = "/tmp/nx_ckpt_XXXXXX", cmd[512];
-    assert_non_null(mkdtemp(dir));
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/make_random_qwen35.py --family qwen3_5_moe --out %s >/dev/null 2>&1",
-             NX_SOURCE_ROOT, dir);
-    assert_int_equal(system(cmd), 0);
-    nx_load_params lp;
-    nx_load_params_default(&lp);
-    lp.n_threads = 2;
-    nx_model *m = NULL;
-    assert_int_equal(nx_model_load(dir, &lp, &m, NULL), NX_OK);
+    char dir[] = "/tmp/nx_ckpt_XXXXXX";
+    nx_model *m = load_hybrid("qwen3_5_moe", dir);
     const int32_t HV = nx_model_get_info(m)->vocab_size;
     nx_ctx *c = NULL, *fresh = NULL, *none = NULL;
     nx_error err = {0};
@@ -781,8 +786,7 @@ static void test_checkpoints_qwen35(void **state) {
     nx_ctx_free(fresh);
     nx_ctx_free(none);
     nx_model_free(m);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    remove_dir(dir);
 }
 
 /* Match verification draws every token, drafts included, with the noise the seed assigns to its
