@@ -108,7 +108,7 @@ echo "memory-bound model: $($NEXTN run -m "$BIG" --prompt-tokens "$(seq 1 512 | 
 echo "== memory-bound model: AR vs MTP with synthetic acceptance 0.8"
 # This machine's bandwidth drifts from minute to minute (on shared VMs it can switch between two
 # levels within a second). `nextn bench --membw` reads it on the decoding threads before every
-# other step and pairs each reading with the step after it (a 1 GB pass in each of membw's
+# third step and pairs each reading with the second step after it (a 1 GB pass in each of membw's
 # patterns: smaller buffers partly stay in the last-level cache and read high; on the Zen 5 VM
 # 256 MB read 86-97 GB/s while 1 and 4 GB read 80-84 in the same minutes), so both
 # sides of each ratio see the same level. ROUNDS separate runs; the median round is reported

@@ -235,15 +235,17 @@ except (KeyError, ValueError):
     huge = None
 t.ok(huge is not None and 0.0 <= huge <= 1.0, f"bench: share of the weights on 2 MB pages {huge}", r.stdout)
 
-# --membw: a bandwidth reading before every other plain step, each paired with the step after
-# it: 9 tokens are 8 steps after the prefill's token, so 4 pairs
+# --membw: a bandwidth reading before every third plain step, each paired with the second step
+# after it (the first timed apart as the settling step): 9 tokens are 8 steps after the
+# prefill's token, so pairs at steps 2, 5 and 8
 r = nextn("bench", "-m", good, "-n", "9", "--modes", "ar", "--membw", "64", check=False)
 try:
     ar = dict(kv.split("=", 1) for kv in [ln for ln in r.stdout.splitlines() if ln.startswith("mode=ar")][0].split())
     bw = {k: float(ar[k]) for k in ("membw_pairs", "membw_GB_s", "membw_lo_GB_s", "membw_hi_GB_s", "weight_frac",
-                                    "weight_frac_top", "pairs_top", "tok_s")}
-    ok = bw["membw_pairs"] == 4 and 0 < bw["membw_lo_GB_s"] <= bw["membw_GB_s"] <= bw["membw_hi_GB_s"]
-    ok = ok and bw["weight_frac"] > 0 and bw["weight_frac_top"] > 0 and 1 <= bw["pairs_top"] <= 4
+                                    "weight_frac_top", "pairs_top", "tok_s", "settle_step/step")}
+    ok = bw["membw_pairs"] == 3 and 0 < bw["membw_lo_GB_s"] <= bw["membw_GB_s"] <= bw["membw_hi_GB_s"]
+    ok = ok and bw["weight_frac"] > 0 and bw["weight_frac_top"] > 0 and 1 <= bw["pairs_top"] <= 3
+    ok = ok and bw["settle_step/step"] > 0
 except (KeyError, ValueError, IndexError):
     bw, ok = None, False
 t.ok(r.returncode == 0 and ok, f"bench --membw: paired readings {bw}", r.stdout + r.stderr)

@@ -28,10 +28,11 @@ static const char *usage =
     "--membw MB reads the machine's bandwidth on the decoding threads (an MB-megabyte pass in\n"
     "each pattern of build/bench/membw, the best one; MB well above the last-level cache, 1024\n"
     "or more: on a Zen 5 VM 256 MB passes read 6-15% above 1 and 4 GB ones, partly from cache)\n"
-    "before every other step of the ar mode, and pairs each reading with the step that follows:\n"
-    "weight_frac is the median over the pairs of the step's weight read rate over the reading,\n"
-    "so a machine whose bandwidth shifts from second to second is measured at one level on\n"
-    "both sides of each ratio. membw_GB_s is the median reading (membw_lo/hi_GB_s the range),\n"
+    "before every third step of the ar mode, and pairs each reading with the second step after\n"
+    "it (the first, slowed by the reading, is timed apart: settle_step/step is the ratio of the\n"
+    "two medians): weight_frac is the median over the pairs of the step's weight read rate over\n"
+    "the reading, so a machine whose bandwidth shifts from second to second is measured at one\n"
+    "level on both sides of each ratio. membw_GB_s is the median reading (membw_lo/hi_GB_s the range),\n"
     "weight_frac_top the median over the pairs whose reading is at least 3/4 of the highest\n"
     "(pairs_top of them). Reading time is left out of tok_s.\n"
     "Under mpirun with --split, net_* give rank 0's network traffic per step and per verify cycle\n"
@@ -136,23 +137,26 @@ static void print_ar_split(const nx_gen_stats *a, double decode_s, bool plain) {
     if (plain) printf(" outside_us=%.1f", (decode_s / n - step) * 1e6);
 }
 
-/* --membw: bandwidth readings taken from the token callback (one plain step per token), each
- * paired with the step after it. Step times are kept per generation and turned into weight
- * rates once the generation's bytes per step are known. */
+/* --membw: bandwidth readings taken from the token callback (one plain step per token). A
+ * reading is paired with the second step after it, not the first: the step right after a
+ * reading runs slower (its caches were emptied by the pass, and an idle decoding thread's core
+ * was handed back; a sleep in place of the reading slows it too), so it is timed apart as the
+ * settling step. Step times are kept per generation and turned into weight rates once the
+ * generation's bytes per step are known. */
 typedef struct bw_pairs {
     nx_model *m;
     nx_membw *b;
-    double t_mark;      /* end of the last callback: the running step started there */
-    bool after_reading; /* the running step follows a reading */
-    double reading;     /* that reading, GB/s */
+    double t_mark;    /* end of the last callback: the running step started there */
+    int phase;        /* the running step: 0 other, 1 settling (after a reading), 2 paired */
+    double reading;   /* the last reading, GB/s */
     int64_t calls;
     double reading_s; /* seconds spent reading, summed */
     /* this generation's pairs: step seconds and reading */
     double *step_s, *gen_bw;
     int n_gen;
-    /* all pairs: weight rate over reading, and the reading */
-    double *frac, *bw;
-    int n, cap;
+    /* all pairs: weight rate over reading, and the reading; settling and paired step seconds */
+    double *frac, *bw, *settle_s, *paired_s;
+    int n, cap, n_settle, n_paired;
 } bw_pairs;
 
 static int bw_pairs_token(void *user, int32_t id, const float *probs) {
@@ -160,12 +164,14 @@ static int bw_pairs_token(void *user, int32_t id, const float *probs) {
     (void)probs;
     bw_pairs *P = user;
     const double t = nx_now_s();
-    if (P->after_reading && P->n_gen < P->cap) {
+    if (P->phase == 1 && P->n_settle < P->cap) P->settle_s[P->n_settle++] = t - P->t_mark;
+    if (P->phase == 2 && P->n_gen < P->cap) {
         P->step_s[P->n_gen] = t - P->t_mark;
         P->gen_bw[P->n_gen++] = P->reading;
+        if (P->n_paired < P->cap) P->paired_s[P->n_paired++] = t - P->t_mark;
     }
-    P->after_reading = P->calls++ % 2 == 0;
-    if (P->after_reading) {
+    P->phase = (int)(P->calls++ % 3 == 0 ? 1 : P->phase == 1 ? 2 : 0);
+    if (P->phase == 1) {
         P->reading = nx_model_read_bandwidth(P->m, P->b);
         P->reading_s += nx_now_s() - t;
     }
@@ -180,7 +186,7 @@ static void bw_pairs_close(bw_pairs *P, double bytes_per_step) {
         P->bw[P->n++] = P->gen_bw[i];
     }
     P->n_gen = 0;
-    P->after_reading = false;
+    P->phase = 0;
     P->calls = 0;
 }
 
@@ -195,7 +201,7 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static void bw_pairs_print(const bw_pairs *P) {
+static void bw_pairs_print(bw_pairs *P) {
     const int n = P->n;
     double *w = n ? malloc(sizeof(double) * (size_t)n * 3) : NULL;
     if (!w) {
@@ -212,6 +218,8 @@ static void bw_pairs_print(const bw_pairs *P) {
     printf(" membw_pairs=%d membw_GB_s=%.2f membw_lo_GB_s=%.2f membw_hi_GB_s=%.2f weight_frac=%.3f"
            " weight_frac_top=%.3f pairs_top=%d",
            n, median(w, n), lo, hi, median(w + n, n), median(w + 2 * n, nt), nt);
+    if (P->n_settle && P->n_paired) /* medians sort these buffers: their order is not used again */
+        printf(" settle_step/step=%.3f", median(P->settle_s, P->n_settle) / median(P->paired_s, P->n_paired));
     free(w);
 }
 
@@ -275,7 +283,9 @@ int cli_bench(int argc, char **argv) {
         pairs.gen_bw = malloc(sizeof(double) * (size_t)pairs.cap);
         pairs.frac = malloc(sizeof(double) * (size_t)pairs.cap);
         pairs.bw = malloc(sizeof(double) * (size_t)pairs.cap);
-        if (!pairs.b || !pairs.step_s || !pairs.gen_bw || !pairs.frac || !pairs.bw) {
+        pairs.settle_s = malloc(sizeof(double) * (size_t)pairs.cap);
+        pairs.paired_s = malloc(sizeof(double) * (size_t)pairs.cap);
+        if (!pairs.b || !pairs.step_s || !pairs.gen_bw || !pairs.frac || !pairs.bw || !pairs.settle_s || !pairs.paired_s) {
             fprintf(stderr, "nextn bench: out of memory for a %d MB bandwidth buffer (--membw)\n", o.membw_mb);
             nx_ctx_free(ctx);
             goto done;
@@ -307,7 +317,7 @@ int cli_bench(int argc, char **argv) {
         }
         nx_ctx_reset_auto(ctx); /* each mode starts from nothing measured (auto learns within it) */
         mode_result *r = &res[nres++];
-        pairs.n = 0; /* a mode's own pairs */
+        pairs.n = pairs.n_settle = pairs.n_paired = 0; /* a mode's own pairs */
         double net0[2] = {0, 0}, nsec;
         int64_t nmsg = 0;
         nx_error nerr = {0};
@@ -427,6 +437,8 @@ done:
     free(pairs.gen_bw);
     free(pairs.frac);
     free(pairs.bw);
+    free(pairs.settle_s);
+    free(pairs.paired_s);
     for (int i = 0; i < 8; i++) free(prompts[i]);
     nx_model_free(m);
     return rc;
