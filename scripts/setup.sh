@@ -10,7 +10,7 @@ pkgs=(build-essential pkg-config clang libclang-rt-14-dev
       libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libcmocka-dev zlib1g-dev
       libopenmpi-dev openmpi-bin
       python3 python3-numpy python3-torch python3-regex libopenblas0-pthread
-      curl perl chromium
+      curl perl chromium strace
       gcc-aarch64-linux-gnu qemu-user
       libjansson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libmicrohttpd-dev:arm64
       libcmocka-dev:arm64 zlib1g-dev:arm64)

@@ -730,9 +730,10 @@ nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *e
     return NX_OK;
 }
 
-bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *fd, uint64_t *off) {
+bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *file, int *fd, uint64_t *off) {
     const st_file *f = file_of_ptr(st, p, n);
     if (!f) return false;
+    *file = (int)(f - st->files);
     *fd = f->fd;
     *off = (uint64_t)((const uint8_t *)p - f->map);
     return true;

@@ -96,9 +96,10 @@ nx_status nx_store_check(const nx_store *st, nx_error *err);
 void nx_store_use(const nx_store *st, const void *p, size_t n);
 void nx_store_prefault(const nx_store *st, const void *p, size_t n);
 nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *err);
-/* The descriptor of the file that holds mapped bytes [p, p + n) and their offset in it, for
- * reading them with pread (it stays open as long as the store); false when no file does. */
-bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *fd, uint64_t *off);
+/* The file that holds mapped bytes [p, p + n): its index (nx_store_file_name), its descriptor
+ * and their offset in it, for reading them with pread (it stays open as long as the store);
+ * false when no file does. */
+bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *file, int *fd, uint64_t *off);
 
 /* ---------------------------------------------------------------- one rank's share */
 

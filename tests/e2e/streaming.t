@@ -176,4 +176,41 @@ for name, args in MODELS:
     st = nextn("run", "-m", d, "--prompt-tokens", prompt, "-n", 4, "--stats").stderr
     t.ok("streamed experts" not in st, f"{name}: nothing streams without a cap", st)
 
+# ---------------------------------------------------------------- how the slots are read
+
+# Slots are read with O_DIRECT where the file system takes it (a descriptor reopened through
+# /proc/self/fd), else, and with NX_DIRECT_IO=0, through the page cache; the bits are the same
+# either way. strace shows which reads were made: direct ones on the reopened descriptor, in
+# whole 4 KB blocks at block offsets.
+d = os.path.join(tmp, "mlx-q4")
+cap = str(min_cap(d))
+wfile = os.path.join(d, "model.safetensors")
+try:
+    os.close(os.open(wfile, os.O_RDONLY | os.O_DIRECT))
+    fs_direct = True
+except OSError:
+    fs_direct = False
+
+
+def traced(extra_env):
+    log = os.path.join(tmp, "strace.log")
+    out = os.path.join(tmp, "traced.npy")
+    r = run(["strace", "-f", "-qq", "-e", "trace=openat,pread64", "-o", log, NEXTN, "eval", "-m", d, "--tokens", ids,
+             "--logits", out, "--max-memory", cap], env={**os.environ, **extra_env})
+    text = open(log).read()
+    dfds = set(re.findall(r'openat\(AT_FDCWD, "/proc/self/fd/\d+", O_RDONLY\|O_DIRECT\|O_CLOEXEC\) = (\d+)', text))
+    direct = [m for m in re.finditer(r"pread64\((\d+), .*?, (\d+), (\d+)\) = (\d+)", text) if m.group(1) in dfds]
+    aligned = all(int(m.group(2)) % 4096 == 0 and int(m.group(3)) % 4096 == 0 for m in direct)
+    return np.array_equal(np.load(out), np.load(os.path.join(tmp, "mlx-q4-ref.npy"))), len(dfds), len(direct), aligned
+
+
+same, n_open, n_direct, aligned = traced({})
+t.ok(same and ((fs_direct and n_open >= 1 and n_direct > 0 and aligned) or (not fs_direct and n_direct == 0)),
+     f"experts read {'directly' if fs_direct else 'through the page cache'} (the file system "
+     f"{'takes' if fs_direct else 'refuses'} O_DIRECT): {n_direct} direct reads on {n_open} descriptors, whole blocks "
+     f"{aligned}, logits the same bits {same}")
+same, n_open, n_direct, _ = traced({"NX_DIRECT_IO": "0"})
+t.ok(same and n_open == 0 and n_direct == 0,
+     f"NX_DIRECT_IO=0: through the page cache ({n_direct} direct reads), logits the same bits {same}")
+
 t.done()
