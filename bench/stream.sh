@@ -2,7 +2,8 @@
 # Bigger than memory (docs/design.md, "Bigger than memory"): decoding a model in a memory cgroup
 # of 60% and 40% of its weights, by plain mmap paging (the kernel evicts and faults pages) and by
 # streaming the routed experts (--max-memory: the rest resident, experts through the expert
-# cache), against the same model unconstrained; AR and MTP (synthetic acceptance 0.8). Needs
+# cache, read directly and, as a control, through the page cache), against the same model
+# unconstrained; AR and MTP (synthetic acceptance 0.8). Needs
 # root (it creates a child memory cgroup, v2 or v1). Usage: bench/stream.sh [MODEL]
 # (default: the 4-bit Hy3-shaped bench model bench/run.sh generates).
 set -euo pipefail
@@ -73,7 +74,8 @@ declare -A AR MTP
 measure() { # LABEL LIMIT [nextn options...]
     local label=$1 lim=$2 out
     shift 2
-    out=$(run_limited "$lim" $NEXTN bench -m "$MODEL" -n "$N" --modes ar,2 --synthetic-accept 0.8 "$@" 2>&1) || {
+    out=$(run_limited "$lim" ${MEASURE_ENV:+env $MEASURE_ENV} $NEXTN bench -m "$MODEL" -n "$N" --modes ar,2 \
+        --synthetic-accept 0.8 "$@" 2>&1) || {
         echo "$label: failed (exit $?)"
         echo "$out" | tail -3
         AR[$label]=0 MTP[$label]=0
@@ -94,6 +96,8 @@ for pct in 60 40; do
     fi
     echo "$plan" | grep -E "^(residency|disk reads)" | sed 's/^/  /'
     measure "cgroup $pct%: --max-memory $((cap >> 20))M" "$lim" --max-memory "$cap"
+    # the same reads through the page cache instead of direct I/O
+    MEASURE_ENV=NX_DIRECT_IO=0 measure "cgroup $pct%: --max-memory, page cache" "$lim" --max-memory "$cap"
     st=$(run_limited "$lim" $NEXTN run -m "$MODEL" --prompt-tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n "$N" \
         --ignore-eos --draft 2 --synthetic-accept 0.8 --stats --max-memory "$cap" 2>&1 >/dev/null | grep "^streamed" || true)
     echo "  $st"
