@@ -231,7 +231,7 @@ static nx_status place_weights(nx_model *m, const nx_load_params *p, bool read_i
     /* described, not run; or split: each rank pages in only the tensors it touches */
     if (p->prefault == NX_PREFAULT_NEVER || p->dist) return NX_OK;
     const uint64_t resident = m->plan.slots > 0 ? m->plan.resident : total;
-    const bool lock = p->prefault == NX_PREFAULT_LOCK, fill = lock || resident <= nx_mem_available();
+    const bool lock = p->prefault == NX_PREFAULT_LOCK, fill = read_in || lock || resident <= nx_mem_available();
     /* Every span is marked before any is read: a span marked (2 MB pages) beside one not yet
      * marked is a mapping of its own, and the 2 MB across their border, read then, would stay
      * mapped in 4 KB pages after the two merge. */
