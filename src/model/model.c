@@ -197,20 +197,20 @@ static void fill_info(nx_model *m) {
  * they fit in the memory available, or are to be locked), known from the headers alone. */
 static bool reads_all(const nx_model *m, const nx_load_params *p) {
     const uint64_t total = nx_store_tensor_bytes(m->store);
-    if (p->prefault == NX_PREFAULT_NEVER || p->dist || (p->max_memory > 0 && p->max_memory < total)) return false;
+    if (p->prefault == NX_PREFAULT_NEVER || p->dist) return false;
+    if (p->max_memory > 0 && p->max_memory < total) return false;
     return p->prefault == NX_PREFAULT_LOCK || total <= nx_mem_available();
 }
 
-/* Every weight read in before the loader touches any: the mapping (2 MB pages wanted) then
- * reads each 2 MB of the file as one folio the kernel maps with one page-table entry. The
- * loader's reads of small tensors (norms, biases) on the lazy mapping otherwise cache their
- * pages alone, and no 2 MB around them can be mapped whole again while they stay cached: on the
- * Qwen3.6-shaped bench model that left 8% of the file on 4 KB pages, which costs the experts
- * that live there a page walk every 4 KB (in a VM, two levels of them). */
-static void read_all_first(nx_model *m) {
-    for (int pass = 0; pass < 2; pass++) /* every span marked first (see place_weights) */
+/* Marks every weight kept mapped (not the streamed experts') for readahead and 2 MB pages, then,
+ * with read, reads them in. Every span is marked before any is read: a span marked beside one not
+ * yet marked is a mapping of its own, and the 2 MB across their border, read then, would stay
+ * mapped in 4 KB pages after the two merge. */
+static void mark_then_read(nx_model *m, bool read) {
+    for (int pass = 0; pass < (read ? 2 : 1); pass++)
         for (size_t i = 0; i < nx_store_count(m->store); i++) {
             const nx_tensor *t = nx_store_tensor(m->store, i);
+            if (nx_xcache_covers(m->xc, t->data, t->nbytes)) continue; /* streams: never touched */
             if (pass == 0) nx_store_use(m->store, t->data, t->nbytes);
             else nx_store_prefault(m->store, t->data, t->nbytes);
         }
@@ -232,17 +232,12 @@ static nx_status place_weights(nx_model *m, const nx_load_params *p, bool read_i
     if (p->prefault == NX_PREFAULT_NEVER || p->dist) return NX_OK;
     const uint64_t resident = m->plan.slots > 0 ? m->plan.resident : total;
     const bool lock = p->prefault == NX_PREFAULT_LOCK, fill = read_in || lock || resident <= nx_mem_available();
-    /* Every span is marked before any is read: a span marked (2 MB pages) beside one not yet
-     * marked is a mapping of its own, and the 2 MB across their border, read then, would stay
-     * mapped in 4 KB pages after the two merge. */
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < nx_store_count(m->store); i++) {
-            const nx_tensor *t = nx_store_tensor(m->store, i);
-            if (nx_xcache_covers(m->xc, t->data, t->nbytes)) continue; /* streams: never touched */
-            if (pass == 0) nx_store_use(m->store, t->data, t->nbytes);
-            else if (fill && !read_in) nx_store_prefault(m->store, t->data, t->nbytes);
-            if (pass == 1 && lock && (st = nx_store_lock(m->store, t->data, t->nbytes, err)) != NX_OK) return st;
-        }
+    if (!read_in) mark_then_read(m, fill);
+    for (size_t i = 0; lock && i < nx_store_count(m->store); i++) {
+        const nx_tensor *t = nx_store_tensor(m->store, i);
+        if (nx_xcache_covers(m->xc, t->data, t->nbytes)) continue;
+        if ((st = nx_store_lock(m->store, t->data, t->nbytes, err)) != NX_OK) return st;
+    }
     m->info.prefaulted = fill;
     return NX_OK;
 }
@@ -295,8 +290,12 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     if (p->progress) p->progress(p->progress_user, 0.05);
     if ((st = nx_store_open_lazy(dir, &m->store, err)) != NX_OK) goto fail;
     if ((st = nx_share_open(m, dir, p, err)) != NX_OK) goto fail;
+    /* Read in first when it is all to be read (known from the headers alone): the loader's reads
+     * of small tensors (norms, biases) on the lazy mapping would cache their pages alone, and no
+     * 2 MB page forms around them while they stay cached (on the Qwen3.6-shaped bench model, 8% of
+     * the file on 4 KB pages: a page walk every 4 KB of the experts that live there). */
     const bool read_in = reads_all(m, p);
-    if (read_in) read_all_first(m);
+    if (read_in) mark_then_read(m, true);
     if (p->progress) p->progress(p->progress_user, 0.5);
     if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, p->act_bits == 16, &m->w, err)) != NX_OK) goto fail;
     if ((st = nx_weights_validate(&m->w, &m->cfg, err)) != NX_OK) goto fail;
