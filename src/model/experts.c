@@ -15,10 +15,10 @@
 
 #define XC_IO_THREADS 4
 #define XC_REGIONS 9 /* weight, scales, biases of gate, up and down */
-/* Slots are read with direct I/O where the file system has it (no page-cache copy: buffered
- * reads cost ~0.4 s of a core per GB in copies and page-cache work, on a machine whose cores
- * are decoding), which reads whole aligned blocks into aligned memory: each region of a slot
- * starts on a block, room for its bytes at their offset within their first block. */
+/* Slots are read with direct I/O where the file system has it: a buffered read spends the
+ * decoding cores' time copying every byte through the page cache. Direct I/O reads whole aligned
+ * blocks into aligned memory, so each region of a slot starts on a block, with room for its
+ * bytes at their offset within their first block. */
 #define XC_DIO 4096
 
 /* ---------------------------------------------------------------- regions of an expert */

@@ -292,8 +292,8 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
     if ((st = nx_share_open(m, dir, p, err)) != NX_OK) goto fail;
     /* Read in first when it is all to be read (known from the headers alone): the loader's reads
      * of small tensors (norms, biases) on the lazy mapping would cache their pages alone, and no
-     * 2 MB page forms around them while they stay cached (on the Qwen3.6-shaped bench model, 8% of
-     * the file on 4 KB pages: a page walk every 4 KB of the experts that live there). */
+     * 2 MB page forms around them while they stay cached, so the experts stored near them would
+     * cost a page walk every 4 KB (docs/kernels.md, "Model files and huge pages"). */
     const bool read_in = reads_all(m, p);
     if (read_in) mark_then_read(m, true);
     if (p->progress) p->progress(p->progress_user, 0.5);
