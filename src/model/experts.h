@@ -28,7 +28,7 @@ typedef struct nx_xplan {
     uint64_t routed;     /* bytes of the routed experts, trunk and MTP layers */
     int64_t n_routed;    /* routed experts, trunk and MTP layers */
     int n_pools;
-    size_t slot_bytes[NX_XCACHE_POOLS]; /* a pool's slot: its experts' regions, 64-byte aligned */
+    size_t slot_bytes[NX_XCACHE_POOLS]; /* a pool's slot: its experts' regions, each in whole 4 KB blocks */
     int64_t pool_experts[NX_XCACHE_POOLS];
     int64_t pool_slots[NX_XCACHE_POOLS];
     int64_t slots;       /* all pools'; 0: no cap or everything fits, nothing streams */
