@@ -741,26 +741,46 @@ void nx_avx512_swiglu_f32(float *g, const float *u, int64_t n) {
     }
 }
 
-/* nx_delta_rule_f32 on 16 columns of the state at a time (lanes past dv masked): each lane runs
- * the reference's loop for its column, products and sums rounded separately as it does. */
+/* nx_delta_rule_f32 on blocks of 8 vectors (128 columns; lanes past dv masked), each lane
+ * running the reference's loop for its column, products and sums rounded separately as it does.
+ * A block's rows are read whole, in order, and its 8 sums are independent chains, so neither the
+ * add latency nor strided reads bound it; the second pass recomputes decay·S from src (the same
+ * bits) rather than storing it twice. The first pass hints the block DR_PF rows ahead (past the
+ * end: the next head's state, which follows): a state comes cold from memory every token, and
+ * the hardware's streams restart at every 4 KB page. */
+#define DR_V 8
+#define DR_PF 16
+static inline __mmask16 dr_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+}
+
 void nx_avx512_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
                               float decay, float beta, const float *q, float *o) {
     const __m512 dc = _mm512_set1_ps(decay), bt = _mm512_set1_ps(beta);
-    for (int64_t j = 0; j < dv; j += 16) {
-        const __mmask16 m = dv - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (dv - j)) - 1u);
-        __m512 kv = _mm512_setzero_ps(), acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < dv; j += 16 * DR_V) {
+        __mmask16 m[DR_V];
+        __m512 kv[DR_V], d[DR_V], acc[DR_V];
+        for (int u = 0; u < DR_V; u++) m[u] = dr_mask(dv - j - 16 * u), kv[u] = acc[u] = _mm512_setzero_ps();
         for (int64_t i = 0; i < dk; i++) {
-            const __m512 t = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + i * dv + j), dc);
-            _mm512_mask_storeu_ps(dst + i * dv + j, m, t);
-            kv = _mm512_add_ps(kv, _mm512_mul_ps(t, _mm512_set1_ps(k[i])));
+            const __m512 ki = _mm512_set1_ps(k[i]);
+            const float *s = src + i * dv + j;
+            for (int u = 0; u < DR_V; u++) _mm_prefetch((const char *)(s + DR_PF * dv + 16 * u), _MM_HINT_T0);
+            for (int u = 0; u < DR_V; u++)
+                kv[u] = _mm512_add_ps(kv[u], _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m[u], s + 16 * u), dc), ki));
         }
-        const __m512 d = _mm512_mul_ps(bt, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, v + j), kv));
+        for (int u = 0; u < DR_V; u++) d[u] = _mm512_mul_ps(bt, _mm512_sub_ps(_mm512_maskz_loadu_ps(m[u], v + j + 16 * u), kv[u]));
         for (int64_t i = 0; i < dk; i++) {
-            const __m512 t = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + i * dv + j), _mm512_mul_ps(_mm512_set1_ps(k[i]), d));
-            _mm512_mask_storeu_ps(dst + i * dv + j, m, t);
-            if (o) acc = _mm512_add_ps(acc, _mm512_mul_ps(t, _mm512_set1_ps(q[i])));
+            const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q ? q[i] : 0.0f);
+            const float *s = src + i * dv + j;
+            float *w = dst + i * dv + j;
+            for (int u = 0; u < DR_V; u++) {
+                const __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m[u], s + 16 * u), dc), _mm512_mul_ps(ki, d[u]));
+                _mm512_mask_storeu_ps(w + 16 * u, m[u], t);
+                acc[u] = _mm512_add_ps(acc[u], _mm512_mul_ps(t, qi));
+            }
         }
-        if (o) _mm512_mask_storeu_ps(o + j, m, acc);
+        if (o)
+            for (int u = 0; u < DR_V; u++) _mm512_mask_storeu_ps(o + j + 16 * u, m[u], acc[u]);
     }
 }
 

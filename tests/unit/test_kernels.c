@@ -462,7 +462,7 @@ static void test_rmsnorm(void **state) {
  * the rule in long double. Shapes around the vector width. */
 static void test_delta_rule(void **state) {
     (void)state;
-    static const int64_t dks[] = {1, 3, 16, 24}, dvs[] = {1, 7, 16, 17, 32, 45};
+    static const int64_t dks[] = {1, 3, 16, 24}, dvs[] = {1, 7, 16, 17, 32, 45, 128, 131, 272};
     for (int k = 0; k < n_isas; k++) {
         assert_int_equal(use_isa(isas[k]), 0);
         for (size_t a = 0; a < sizeof dks / sizeof *dks; a++)
@@ -472,8 +472,8 @@ static void test_delta_rule(void **state) {
                 float *want = malloc(sizeof(float) * (size_t)n), *wo = calloc((size_t)dv, sizeof(float));
                 float *out = malloc(sizeof(float) * (size_t)(n + 1)), *o = malloc(sizeof(float) * (size_t)(dv + 1));
                 const float decay = 0.8125f, beta = 0.625f;
-                float kv[64] = {0}, d[64];
-                long double Se[24 * 45], ke[64] = {0}, oe[64] = {0};
+                float kv[272] = {0}, d[272];
+                long double Se[24 * 272], ke[272] = {0}, oe[272] = {0};
                 for (int64_t i = 0; i < dk; i++)
                     for (int64_t j = 0; j < dv; j++) {
                         want[i * dv + j] = S[i * dv + j] * decay;
