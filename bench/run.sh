@@ -90,7 +90,8 @@ $NEXTN bench -n "$N" --modes ar,auto,1 --temp 0.9 --seed 1
 # A model's files flushed and dropped from the page cache, as `nextn convert` does with its
 # outputs: read back fresh (by the next load), the weights can be mapped with 2 MB pages (docs/kernels.md,
 # huge pages; `nextn bench` prints the share it got as weights_on_2MB_pages). Files read with
-# read() or partly evicted since they were written can otherwise stay cached in 4 KB pages.
+# read() or partly evicted since they were written can otherwise stay cached in 4 KB pages in
+# part (the loader re-reads a file only when most of it is).
 drop_from_cache() {
     sync
     /usr/bin/python3 -c 'import os, sys

@@ -386,9 +386,16 @@ typedef struct nx_model_info {
      * layer's most often routed experts in its share of the slots, tokens taken as independent */
     bool plan_from_stats;
     bool prefaulted; /* the resident weights were read in at load */
+    /* files read in a second time at load, to be cached in 2 MB pages (they were cached in 4 KB
+     * ones: downloaded or copied just before, say) */
+    int recached_files;
 } nx_model_info;
 
 const nx_model_info *nx_model_get_info(const nx_model *m);
+/* The share of the model's resident weights this process maps with 2 MB page-table entries, now
+ * (-1 where the system does not say): decoding streams every weight each token, and on 4 KB pages
+ * pays a page walk per 4 KB (docs/kernels.md, "Model files and huge pages"). */
+double nx_model_huge_share(const nx_model *m);
 
 /* Writes how often each routed expert was chosen to path (JSON; docs/design.md §14): the counts
  * of nx_load_params.router_stats's file plus every forward's choices since loading, so a file

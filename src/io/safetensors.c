@@ -730,6 +730,90 @@ nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *e
     return NX_OK;
 }
 
+#define HUGE_2MB ((size_t)2 << 20)
+
+#ifdef __linux__
+/* Resident and 2 MB-mapped kilobytes of this process's mappings that overlap [a, a + len), from
+ * /proc/self/smaps (each such mapping counted whole); false where it cannot be read. */
+static bool smaps_kb(const uint8_t *a, size_t len, uint64_t *rss, uint64_t *pmd) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return false;
+    char line[4352]; /* a mapping's line ends with its path (PATH_MAX) */
+    bool in = false, seen = false;
+    unsigned long long lo, hi, v;
+    *rss = *pmd = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = (uintptr_t)lo < (uintptr_t)(a + len) && (uintptr_t)hi > (uintptr_t)a;
+            seen |= in;
+        } else if (in && sscanf(line, "Rss: %llu kB", &v) == 1) {
+            *rss += v;
+        } else if (in && sscanf(line, "FilePmdMapped: %llu kB", &v) == 1) {
+            *pmd += v;
+        }
+    }
+    fclose(f);
+    return seen;
+}
+#endif
+
+double nx_store_huge_share(const nx_store *st, int file) {
+#ifdef __linux__
+    uint64_t rss = 0, pmd = 0, r, p;
+    if (!st || file < -1 || file >= st->n_files) return -1;
+    for (int i = file < 0 ? 0 : file; i < (file < 0 ? st->n_files : file + 1); i++) {
+        const st_file *f = &st->files[i];
+        if (f->map && smaps_kb(f->map, f->size, &r, &p)) rss += r, pmd += p;
+    }
+    return rss ? (double)pmd / (double)rss : -1;
+#else
+    (void)st, (void)file;
+    return -1;
+#endif
+}
+
+#ifdef __linux__
+/* Drops window [w, w + n) of file f from this mapping and from the page cache (its dirty pages
+ * written first: a dirty page is not dropped) and reads it again through the mapping. */
+static void drop_and_read(const st_file *f, uint8_t *w, size_t n) {
+    const off_t off = (off_t)(w - f->map);
+    (void)sync_file_range(f->fd, off, (off_t)n,
+                          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    (void)madvise(w, n, MADV_DONTNEED);
+    (void)posix_fadvise(f->fd, off, (off_t)n, POSIX_FADV_DONTNEED);
+#ifdef MADV_POPULATE_READ
+    if (madvise(w, n, MADV_POPULATE_READ) == 0) return;
+#endif
+    const volatile uint8_t *b = w;
+    for (size_t o = 0; o < n; o += 4096) (void)b[o];
+}
+#endif
+
+bool nx_store_recache(const nx_store *st, int file) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (!st || file < 0 || file >= st->n_files || !st->files[file].map) return false;
+    const st_file *f = &st->files[file];
+    /* a window in the middle: the header's pages at the start are mapped without huge pages */
+    uint8_t *w = (uint8_t *)(((uintptr_t)f->map + f->size / 2) & ~(uintptr_t)(HUGE_2MB - 1));
+    if (w < f->map || w + HUGE_2MB > f->map + f->size) return false;
+    /* the probe window as a mapping of its own (another read-ahead advice splits it off; the
+     * border is 2 MB-aligned, so no 2 MB page straddles it), so smaps counts it alone */
+    uint64_t rss, before, after;
+    bool can = madvise(w, HUGE_2MB, MADV_SEQUENTIAL) == 0 && smaps_kb(w, HUGE_2MB, &rss, &before) &&
+               before < HUGE_2MB / 1024;
+    if (can) {
+        drop_and_read(f, w, HUGE_2MB);
+        can = smaps_kb(w, HUGE_2MB, &rss, &after) && after >= HUGE_2MB / 1024;
+    }
+    (void)madvise(w, HUGE_2MB, MADV_NORMAL);
+    if (can) drop_and_read(f, f->map, f->size);
+    return can;
+#else
+    (void)st, (void)file;
+    return false;
+#endif
+}
+
 bool nx_store_locate(const nx_store *st, const void *p, size_t n, int *file, int *fd, uint64_t *off) {
     const st_file *f = file_of_ptr(st, p, n);
     if (!f) return false;

@@ -216,6 +216,22 @@ static void mark_then_read(nx_model *m, bool read) {
         }
 }
 
+/* Files read in whose pages the kernel mapped mostly 4 KB at a time (cached so by a download, a
+ * copy or another reader) are cached anew, where the system then gives them 2 MB pages
+ * (nx_store_recache): decoding streams every weight each token, and on 4 KB pages it pays a page
+ * walk per 4 KB (docs/kernels.md, "Model files and huge pages"). NX_RECACHE=0 leaves them be.
+ * Returns the files re-read. */
+static int recache_small_pages(nx_model *m) {
+    const char *env = getenv("NX_RECACHE");
+    if (env && !strcmp(env, "0")) return 0;
+    int n = 0;
+    for (int i = 0; i < nx_store_n_files(m->store); i++) {
+        const double share = nx_store_huge_share(m->store, i);
+        if (share >= 0 && share < 0.8 && nx_store_recache(m->store, i)) n++;
+    }
+    return n;
+}
+
 /* The residency plan, the expert cache when experts stream, and the resident weights read in
  * (docs/design.md, "Bigger than memory"): loading itself reads only headers, and the weights
  * are prefaulted only when they fit in the memory the system has available (or on request,
@@ -295,7 +311,10 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
      * 2 MB page forms around them while they stay cached, so the experts stored near them would
      * cost a page walk every 4 KB (docs/kernels.md, "Model files and huge pages"). */
     const bool read_in = reads_all(m, p);
-    if (read_in) mark_then_read(m, true);
+    if (read_in) {
+        mark_then_read(m, true);
+        m->info.recached_files = recache_small_pages(m);
+    }
     if (p->progress) p->progress(p->progress_user, 0.5);
     if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, p->act_bits == 16, &m->w, err)) != NX_OK) goto fail;
     if ((st = nx_weights_validate(&m->w, &m->cfg, err)) != NX_OK) goto fail;
@@ -369,6 +388,8 @@ void nx_model_free(nx_model *m) {
 }
 
 const nx_model_info *nx_model_get_info(const nx_model *m) { return &m->info; }
+
+double nx_model_huge_share(const nx_model *m) { return nx_store_huge_share(m->store, -1); }
 
 nx_status nx_model_router_stats_save(const nx_model *m, const char *path, nx_error *err) {
     return nx_route_stats_save(&m->routes, m->cfg.family->model_type, path, err);

@@ -44,24 +44,6 @@ static const char *builtin_prompts[] = {
     "The history of the city begins in the early years of the century, when",
 };
 
-/* The share of this process's file-backed memory (the mapped weights) that the kernel maps
- * with 2 MB pages, from /proc/self/smaps_rollup, or -1 where that is not available. Decode
- * streams a few percent faster from a file cached in 2 MB folios (docs/kernels.md), so the
- * figure belongs beside the speeds. */
-static double weights_on_huge_pages(void) {
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f) return -1;
-    char line[256];
-    double rss = -1, anon = -1, pmd = -1, v;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "Rss: %lf", &v) == 1) rss = v;
-        else if (sscanf(line, "Anonymous: %lf", &v) == 1) anon = v;
-        else if (sscanf(line, "FilePmdMapped: %lf", &v) == 1) pmd = v;
-    }
-    fclose(f);
-    return rss > anon && anon >= 0 && pmd >= 0 ? pmd / (rss - anon) : -1;
-}
-
 typedef struct mode_result {
     char name[16];
     double tokens, seconds;
@@ -297,8 +279,8 @@ int cli_bench(int argc, char **argv) {
            info->weight_dtype, info->kv_type, nx_kernels_isa(), o.load.act_bits != 16 ? " (int8 activations)" : "", o.threads > 0 ? "set" : "all cores", np, n_gen,
            (double)o.gen.sampling.temperature,
            o.gen.synthetic_accept >= 0 ? " | synthetic acceptance" : "");
-    const double huge = weights_on_huge_pages();
-    if (huge >= 0) printf("weights_on_2MB_pages=%.2f\n", huge);
+    const double huge = nx_model_huge_share(m);
+    if (huge >= 0) printf("weights_on_2MB_pages=%.2f recached_files=%d\n", huge, info->recached_files);
     for (char *save = NULL, *tokm = strtok_r(modes, ",", &save); tokm && nres < 16; tokm = strtok_r(NULL, ",", &save)) {
         nx_gen_params gp = o.gen;
         gp.max_tokens = n_gen;
