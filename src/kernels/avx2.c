@@ -591,6 +591,50 @@ static void avx2_swiglu_f32(float *g, const float *u, int64_t n) {
     }
 }
 
+/* nx_delta_rule_f32 on blocks of 4 vectors (32 columns; lanes past dv masked), each lane running
+ * the reference's loop for its column, products and sums rounded separately as it does: 4
+ * independent sums per block, and the first pass hints the block's rows DR_PF ahead (past the
+ * end: the next head's state, which follows), as avx512.c's kernel does. The second pass
+ * recomputes decay·S from src (the same bits) rather than storing it twice. */
+#define DR_V 4
+#define DR_PF 16
+static void avx2_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
+                                float decay, float beta, const float *q, float *o) {
+    const __m256 dc = _mm256_set1_ps(decay), bt = _mm256_set1_ps(beta);
+    for (int64_t j = 0; j < dv; j += 8 * DR_V) {
+        __m256i m[DR_V];
+        __m256 kv[DR_V], d[DR_V], acc[DR_V];
+        for (int u = 0; u < DR_V; u++) {
+            const int64_t left = dv - j - 8 * u;
+            m[u] = lanes8(left < 0 ? 0 : left > 8 ? 8 : left);
+            kv[u] = acc[u] = _mm256_setzero_ps();
+        }
+        for (int64_t i = 0; i < dk; i++) {
+            const __m256 ki = _mm256_set1_ps(k[i]);
+            const float *s = src + i * dv + j;
+            _mm_prefetch((const char *)(s + DR_PF * dv), _MM_HINT_T0);
+            _mm_prefetch((const char *)(s + DR_PF * dv + 16), _MM_HINT_T0);
+            for (int u = 0; u < DR_V; u++)
+                kv[u] = _mm256_add_ps(kv[u], _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(s + 8 * u, m[u]), dc), ki));
+        }
+        for (int u = 0; u < DR_V; u++)
+            d[u] = _mm256_mul_ps(bt, _mm256_sub_ps(_mm256_maskload_ps(v + j + 8 * u, m[u]), kv[u]));
+        for (int64_t i = 0; i < dk; i++) {
+            const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q ? q[i] : 0.0f);
+            const float *s = src + i * dv + j;
+            float *w = dst + i * dv + j;
+            for (int u = 0; u < DR_V; u++) {
+                const __m256 t = _mm256_add_ps(_mm256_mul_ps(_mm256_maskload_ps(s + 8 * u, m[u]), dc),
+                                               _mm256_mul_ps(ki, d[u]));
+                _mm256_maskstore_ps(w + 8 * u, m[u], t);
+                acc[u] = _mm256_add_ps(acc[u], _mm256_mul_ps(t, qi));
+            }
+        }
+        if (o)
+            for (int u = 0; u < DR_V; u++) _mm256_maskstore_ps(o + j + 8 * u, m[u], acc[u]);
+    }
+}
+
 /* The avx2 table with AVX-VNNI's integer kernels in front. */
 static int avx2vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx, int64_t T, float *y, int64_t ldy,
                                 int64_t o0, int64_t o1, const nx_rows *next, nx_kscratch *s) {
@@ -601,7 +645,7 @@ static int avx2vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx,
 #define AVX2_VECTOR_HELPERS                                                                    \
     .to_f32 = avx2_to_f32, .dot_f32 = avx2_dot_f32, .axpy_f32 = avx2_axpy_f32,                 \
     .attn_scores = avx2_attn_scores, .attn_accum = avx2_attn_accum, .softmax_f32 = avx2_softmax_f32, \
-    .swiglu_f32 = avx2_swiglu_f32
+    .swiglu_f32 = avx2_swiglu_f32, .delta_rule_f32 = avx2_delta_rule_f32
 
 const nx_kernel_table nx_kernels_avx2vnni = {
     .name = "avx2vnni",
@@ -619,4 +663,5 @@ const nx_kernel_table nx_kernels_avx2 = {
     .attn_accum = avx2_attn_accum,
     .softmax_f32 = avx2_softmax_f32,
     .swiglu_f32 = avx2_swiglu_f32,
+    .delta_rule_f32 = avx2_delta_rule_f32,
 };
