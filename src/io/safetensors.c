@@ -733,41 +733,62 @@ nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *e
 #define HUGE_2MB ((size_t)2 << 20)
 
 #ifdef __linux__
-/* Resident and 2 MB-mapped kilobytes of this process's mappings that overlap [a, a + len), from
- * /proc/self/smaps (each such mapping counted whole); false where it cannot be read. */
-static bool smaps_kb(const uint8_t *a, size_t len, uint64_t *rss, uint64_t *pmd) {
+/* Resident and 2 MB-mapped kilobytes of this process's mappings that overlap each of n ranges
+ * [a[i], a[i] + len[i]) (a mapping counted whole in every range it overlaps; in: n flags of
+ * scratch), from one pass over /proc/self/smaps (reading it walks the page tables of every
+ * mapping); false where it cannot be read or no mapping overlaps any range. */
+static bool smaps_kb(int n, uint8_t *const *a, const size_t *len, bool *in, uint64_t *rss, uint64_t *pmd) {
     FILE *f = fopen("/proc/self/smaps", "r");
     if (!f) return false;
     char line[4352]; /* a mapping's line ends with its path (PATH_MAX) */
-    bool in = false, seen = false;
+    bool seen = false;
     unsigned long long lo, hi, v;
-    *rss = *pmd = 0;
+    for (int i = 0; i < n; i++) rss[i] = pmd[i] = 0, in[i] = false;
     while (fgets(line, sizeof line, f)) {
         if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-            in = (uintptr_t)lo < (uintptr_t)(a + len) && (uintptr_t)hi > (uintptr_t)a;
-            seen |= in;
-        } else if (in && sscanf(line, "Rss: %llu kB", &v) == 1) {
-            *rss += v;
-        } else if (in && sscanf(line, "FilePmdMapped: %llu kB", &v) == 1) {
-            *pmd += v;
+            for (int i = 0; i < n; i++) {
+                in[i] = (uintptr_t)lo < (uintptr_t)(a[i] + len[i]) && (uintptr_t)hi > (uintptr_t)a[i];
+                seen |= in[i];
+            }
+        } else if (sscanf(line, "Rss: %llu kB", &v) == 1) {
+            for (int i = 0; i < n; i++) rss[i] += in[i] ? v : 0;
+        } else if (sscanf(line, "FilePmdMapped: %llu kB", &v) == 1) {
+            for (int i = 0; i < n; i++) pmd[i] += in[i] ? v : 0;
         }
     }
     fclose(f);
     return seen;
 }
+
+/* Every file's resident and 2 MB-mapped kilobytes (arrays of st->n_files); false where unknown. */
+static bool store_kb(const nx_store *st, uint64_t **rss, uint64_t **pmd) {
+    const int n = st ? st->n_files : 0;
+    uint8_t **a = malloc(sizeof *a * (size_t)(n + 1));
+    size_t *len = malloc(sizeof *len * (size_t)(n + 1));
+    bool *in = malloc(sizeof *in * (size_t)(n + 1));
+    *rss = malloc(sizeof **rss * (size_t)(n + 1));
+    *pmd = malloc(sizeof **pmd * (size_t)(n + 1));
+    bool ok = n > 0 && a && len && in && *rss && *pmd;
+    for (int i = 0; ok && i < n; i++) a[i] = st->files[i].map, len[i] = st->files[i].map ? st->files[i].size : 0;
+    ok = ok && smaps_kb(n, a, len, in, *rss, *pmd);
+    free(a), free(len), free(in);
+    if (!ok) free(*rss), free(*pmd), *rss = *pmd = NULL;
+    return ok;
+}
 #endif
 
-double nx_store_huge_share(const nx_store *st, int file) {
+double nx_store_huge_share(const nx_store *st, double *share) {
 #ifdef __linux__
-    uint64_t rss = 0, pmd = 0, r, p;
-    if (!st || file < -1 || file >= st->n_files) return -1;
-    for (int i = file < 0 ? 0 : file; i < (file < 0 ? st->n_files : file + 1); i++) {
-        const st_file *f = &st->files[i];
-        if (f->map && smaps_kb(f->map, f->size, &r, &p)) rss += r, pmd += p;
+    uint64_t *rss, *pmd, r = 0, p = 0;
+    if (!store_kb(st, &rss, &pmd)) return -1;
+    for (int i = 0; i < st->n_files; i++) {
+        r += rss[i], p += pmd[i];
+        if (share) share[i] = rss[i] ? (double)pmd[i] / (double)rss[i] : -1;
     }
-    return rss ? (double)pmd / (double)rss : -1;
+    free(rss), free(pmd);
+    return r ? (double)p / (double)r : -1;
 #else
-    (void)st, (void)file;
+    (void)st, (void)share;
     return -1;
 #endif
 }
@@ -799,11 +820,13 @@ bool nx_store_recache(const nx_store *st, int file) {
     /* the probe window as a mapping of its own (another read-ahead advice splits it off; the
      * border is 2 MB-aligned, so no 2 MB page straddles it), so smaps counts it alone */
     uint64_t rss, before, after;
-    bool can = madvise(w, HUGE_2MB, MADV_SEQUENTIAL) == 0 && smaps_kb(w, HUGE_2MB, &rss, &before) &&
+    const size_t wl = HUGE_2MB;
+    bool in;
+    bool can = madvise(w, HUGE_2MB, MADV_SEQUENTIAL) == 0 && smaps_kb(1, &w, &wl, &in, &rss, &before) &&
                before < HUGE_2MB / 1024;
     if (can) {
         drop_and_read(f, w, HUGE_2MB);
-        can = smaps_kb(w, HUGE_2MB, &rss, &after) && after >= HUGE_2MB / 1024;
+        can = smaps_kb(1, &w, &wl, &in, &rss, &after) && after >= HUGE_2MB / 1024;
     }
     (void)madvise(w, HUGE_2MB, MADV_NORMAL);
     if (can) drop_and_read(f, f->map, f->size);

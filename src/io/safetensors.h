@@ -96,11 +96,13 @@ nx_status nx_store_check(const nx_store *st, nx_error *err);
 void nx_store_use(const nx_store *st, const void *p, size_t n);
 void nx_store_prefault(const nx_store *st, const void *p, size_t n);
 nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *err);
-/* The share of file `file`'s resident pages (-1: every file's) this process maps with 2 MB
- * page-table entries (-1 where the system does not say). Decoding streams the weights, and each 4 KB page costs a
- * page walk the 2 MB ones do not; a file written or read before (a download, a copy) can sit in
- * the page cache in 4 KB pages, which it keeps while cached. */
-double nx_store_huge_share(const nx_store *st, int file);
+/* The share of the store's resident pages this process maps with 2 MB page-table entries, over
+ * every file (-1 where the system does not say); with share, each file's too (share[i]: -1 for a
+ * file with none resident), from one reading of the process's mappings. Decoding streams the
+ * weights, and each 4 KB page costs a page walk the 2 MB ones do not; a file written or read
+ * before (a download, a copy) can sit in the page cache in 4 KB pages, which it keeps while
+ * cached. */
+double nx_store_huge_share(const nx_store *st, double *share);
 /* Caches file `file` anew where that gives it 2 MB pages: first one 2 MB window of it is dropped
  * from the page cache and read again through the mapping; only if that comes back mapped whole
  * is the whole file (its dirty pages written first), so a system that cannot cache files in 2 MB

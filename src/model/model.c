@@ -224,11 +224,12 @@ static void mark_then_read(nx_model *m, bool read) {
 static int recache_small_pages(nx_model *m) {
     const char *env = getenv("NX_RECACHE");
     if (env && !strcmp(env, "0")) return 0;
+    const int nf = nx_store_n_files(m->store);
+    double *share = malloc(sizeof *share * (size_t)(nf + 1));
     int n = 0;
-    for (int i = 0; i < nx_store_n_files(m->store); i++) {
-        const double share = nx_store_huge_share(m->store, i);
-        if (share >= 0 && share < 0.8 && nx_store_recache(m->store, i)) n++;
-    }
+    if (share && nx_store_huge_share(m->store, share) >= 0)
+        for (int i = 0; i < nf; i++) n += share[i] >= 0 && share[i] < 0.8 && nx_store_recache(m->store, i);
+    free(share);
     return n;
 }
 
@@ -389,7 +390,7 @@ void nx_model_free(nx_model *m) {
 
 const nx_model_info *nx_model_get_info(const nx_model *m) { return &m->info; }
 
-double nx_model_huge_share(const nx_model *m) { return nx_store_huge_share(m->store, -1); }
+double nx_model_huge_share(const nx_model *m) { return nx_store_huge_share(m->store, NULL); }
 
 nx_status nx_model_router_stats_save(const nx_model *m, const char *path, nx_error *err) {
     return nx_route_stats_save(&m->routes, m->cfg.family->model_type, path, err);
