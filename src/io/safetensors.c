@@ -698,25 +698,27 @@ void nx_store_use(const nx_store *st, const void *p, size_t n) {
 #endif
 }
 
+/* Reads the pages of [a, a + len) (whole pages) in and maps them. Kernels without
+ * MADV_POPULATE_READ (before 5.14) get the same by one read per page, as do other systems. */
+static void populate(uint8_t *a, size_t len) {
+#if defined(__linux__) && !defined(MADV_POPULATE_READ)
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+#ifdef MADV_POPULATE_READ
+    if (madvise(a, len, MADV_POPULATE_READ) == 0) return;
+#endif
+    const long pg = sysconf(_SC_PAGESIZE);
+    const volatile uint8_t *b = a;
+    for (size_t o = 0; o < len; o += (size_t)(pg > 0 ? pg : 4096)) (void)b[o];
+}
+
 void nx_store_prefault(const nx_store *st, const void *p, size_t n) {
     if (!n || !file_of_ptr(st, p, n)) return;
     uint8_t *a;
     size_t len;
     nx_store_use(st, p, n);
     page_span(p, n, &a, &len);
-    /* kernels without MADV_POPULATE_READ (before 5.14) get the same by one read per page, as
-     * do other systems */
-#if defined(__linux__) && !defined(MADV_POPULATE_READ)
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
-#ifdef MADV_POPULATE_READ
-    if (madvise(a, len, MADV_POPULATE_READ) != 0)
-#endif
-    {
-        const long pg = sysconf(_SC_PAGESIZE);
-        const volatile uint8_t *b = a;
-        for (size_t o = 0; o < len; o += (size_t)(pg > 0 ? pg : 4096)) (void)b[o];
-    }
+    populate(a, len);
 }
 
 nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *err) {
@@ -793,20 +795,55 @@ double nx_store_huge_share(const nx_store *st, double *share) {
 #endif
 }
 
+/* The first 2 MB boundary of file f's mapping at or past its header, whose pages the loader
+ * maps apart (their length was checked when the file was opened). */
+static uint8_t *past_header(const st_file *f) {
+    return (uint8_t *)(((uintptr_t)f->map + 8 + (uintptr_t)read_le64(f->map) + HUGE_2MB - 1) &
+                       ~(uintptr_t)(HUGE_2MB - 1));
+}
+
+void nx_store_read_in(const nx_store *st, int file) {
+    if (!st || file < 0 || file >= st->n_files || !st->files[file].map) return;
+    const st_file *f = &st->files[file];
+    uint8_t *lo = past_header(f);
+    if (lo > f->map + f->size) lo = f->map + f->size;
+    populate(lo, (size_t)(f->map + f->size - lo));
+    populate(f->map, (size_t)(lo - f->map));
+}
+
 #ifdef __linux__
-/* Drops window [w, w + n) of file f from this mapping and from the page cache (its dirty pages
- * written first: a dirty page is not dropped) and reads it again through the mapping. */
-static void drop_and_read(const st_file *f, uint8_t *w, size_t n) {
+/* Drops [w, w + n) of file f from this mapping and from the page cache (its dirty pages written
+ * first: a dirty page is not dropped). */
+static void drop(const st_file *f, uint8_t *w, size_t n) {
     const off_t off = (off_t)(w - f->map);
     (void)sync_file_range(f->fd, off, (off_t)n,
                           SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
     (void)madvise(w, n, MADV_DONTNEED);
     (void)posix_fadvise(f->fd, off, (off_t)n, POSIX_FADV_DONTNEED);
-#ifdef MADV_POPULATE_READ
-    if (madvise(w, n, MADV_POPULATE_READ) == 0) return;
+}
 #endif
-    const volatile uint8_t *b = w;
-    for (size_t o = 0; o < n; o += 4096) (void)b[o];
+
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+/* The probe of window [w, w + 2 MB) of file f, made a mapping of its own for the time (another
+ * read-ahead advice splits it off; its borders are 2 MB-aligned, so no 2 MB page straddles them)
+ * so smaps counts it alone: 1 when it was on 4 KB pages and comes back on one 2 MB page once
+ * dropped and read again, 0 when it does not, -1 when it already was on a 2 MB page. */
+static int probe_window(const st_file *f, uint8_t *w) {
+    const size_t wl = HUGE_2MB;
+    uint64_t rss, before, after;
+    bool in;
+    int r = 0;
+    if (madvise(w, HUGE_2MB, MADV_SEQUENTIAL) == 0 && smaps_kb(1, &w, &wl, &in, &rss, &before)) {
+        if (before >= HUGE_2MB / 1024) {
+            r = -1;
+        } else {
+            drop(f, w, HUGE_2MB);
+            populate(w, HUGE_2MB);
+            r = smaps_kb(1, &w, &wl, &in, &rss, &after) && after >= HUGE_2MB / 1024;
+        }
+    }
+    (void)madvise(w, HUGE_2MB, MADV_NORMAL);
+    return r;
 }
 #endif
 
@@ -814,23 +851,21 @@ bool nx_store_recache(const nx_store *st, int file) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (!st || file < 0 || file >= st->n_files || !st->files[file].map) return false;
     const st_file *f = &st->files[file];
-    /* a window in the middle: the header's pages at the start are mapped without huge pages */
-    uint8_t *w = (uint8_t *)(((uintptr_t)f->map + f->size / 2) & ~(uintptr_t)(HUGE_2MB - 1));
-    if (w < f->map || w + HUGE_2MB > f->map + f->size) return false;
-    /* the probe window as a mapping of its own (another read-ahead advice splits it off; the
-     * border is 2 MB-aligned, so no 2 MB page straddles it), so smaps counts it alone */
-    uint64_t rss, before, after;
-    const size_t wl = HUGE_2MB;
-    bool in;
-    bool can = madvise(w, HUGE_2MB, MADV_SEQUENTIAL) == 0 && smaps_kb(1, &w, &wl, &in, &rss, &before) &&
-               before < HUGE_2MB / 1024;
-    if (can) {
-        drop_and_read(f, w, HUGE_2MB);
-        can = smaps_kb(1, &w, &wl, &in, &rss, &after) && after >= HUGE_2MB / 1024;
+    /* windows at 1/2, 1/4, 3/4, 1/8, ... of the file until one on 4 KB pages is found (a file
+     * partly evicted and read back holds its 4 KB pages in places), past the header, whose pages
+     * the loader maps apart (map_file checked its length fits the file) */
+    const uint8_t *lo = past_header(f);
+    int r = -1;
+    for (int d = 2; d <= 16 && r < 0; d *= 2)
+        for (int j = 1; j < d && r < 0; j += 2) {
+            uint8_t *w = (uint8_t *)(((uintptr_t)f->map + f->size / (size_t)d * (size_t)j) & ~(uintptr_t)(HUGE_2MB - 1));
+            if (w >= lo && w + HUGE_2MB <= f->map + f->size) r = probe_window(f, w);
+        }
+    if (r == 1) {
+        drop(f, f->map, f->size);
+        nx_store_read_in(st, file);
     }
-    (void)madvise(w, HUGE_2MB, MADV_NORMAL);
-    if (can) drop_and_read(f, f->map, f->size);
-    return can;
+    return r == 1;
 #else
     (void)st, (void)file;
     return false;

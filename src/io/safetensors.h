@@ -96,6 +96,11 @@ nx_status nx_store_check(const nx_store *st, nx_error *err);
 void nx_store_use(const nx_store *st, const void *p, size_t n);
 void nx_store_prefault(const nx_store *st, const void *p, size_t n);
 nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *err);
+/* Reads file `file`'s pages in through its mapping (nx_store_use marked its tensors first), the
+ * part from the first 2 MB boundary past the header first: the page cache grows its folios as a
+ * read goes on, so a read that begins at the header leaves the next 2 MB in 4 KB pages, and one
+ * that begins on a boundary gets 2 MB ones from there on. */
+void nx_store_read_in(const nx_store *st, int file);
 /* The share of the store's resident pages this process maps with 2 MB page-table entries, over
  * every file (-1 where the system does not say); with share, each file's too (share[i]: -1 for a
  * file with none resident), from one reading of the process's mappings. Decoding streams the
@@ -103,11 +108,11 @@ nx_status nx_store_lock(const nx_store *st, const void *p, size_t n, nx_error *e
  * before (a download, a copy) can sit in the page cache in 4 KB pages, which it keeps while
  * cached. */
 double nx_store_huge_share(const nx_store *st, double *share);
-/* Caches file `file` anew where that gives it 2 MB pages: first one 2 MB window of it is dropped
- * from the page cache and read again through the mapping; only if that comes back mapped whole
- * is the whole file (its dirty pages written first), so a system that cannot cache files in 2 MB
- * pages pays one 2 MB read. Before any lock (nx_store_lock). Returns whether the file was
- * re-read. */
+/* Caches file `file` anew where that gives it 2 MB pages: first a 2 MB window of it mapped in 4 KB
+ * pages (up to 15 places tried) is dropped from the page cache and read again through the
+ * mapping; only if that comes back on one 2 MB page is the whole file (its dirty pages written
+ * first), so a system that cannot cache files in 2 MB pages pays one 2 MB read. Before any lock
+ * (nx_store_lock). Returns whether the file was re-read. */
 bool nx_store_recache(const nx_store *st, int file);
 /* The file that holds mapped bytes [p, p + n): its index (nx_store_file_name), its descriptor
  * and their offset in it, for reading them with pread (it stays open as long as the store);

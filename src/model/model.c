@@ -228,9 +228,18 @@ static int recache_small_pages(nx_model *m) {
     double *share = malloc(sizeof *share * (size_t)(nf + 1));
     int n = 0;
     if (share && nx_store_huge_share(m->store, share) >= 0)
-        for (int i = 0; i < nf; i++) n += share[i] >= 0 && share[i] < 0.8 && nx_store_recache(m->store, i);
+        for (int i = 0; i < nf; i++) n += share[i] >= 0 && share[i] < 0.95 && nx_store_recache(m->store, i);
     free(share);
     return n;
+}
+
+/* Every weight read in at load (reads_all): every span marked first, then each file read whole
+ * from its first 2 MB boundary past the header on (nx_store_read_in), then the files the page
+ * cache held in 4 KB pages cached anew. */
+static void read_all_in(nx_model *m) {
+    mark_then_read(m, false);
+    for (int i = 0; i < nx_store_n_files(m->store); i++) nx_store_read_in(m->store, i);
+    m->info.recached_files = recache_small_pages(m);
 }
 
 /* The residency plan, the expert cache when experts stream, and the resident weights read in
@@ -312,10 +321,7 @@ nx_status nx_model_load(const char *dir, const nx_load_params *p, nx_model **out
      * 2 MB page forms around them while they stay cached, so the experts stored near them would
      * cost a page walk every 4 KB (docs/kernels.md, "Model files and huge pages"). */
     const bool read_in = reads_all(m, p);
-    if (read_in) {
-        mark_then_read(m, true);
-        m->info.recached_files = recache_small_pages(m);
-    }
+    if (read_in) read_all_in(m);
     if (p->progress) p->progress(p->progress_user, 0.5);
     if ((st = nx_weights_load(m->store, &m->cfg, !p->no_mtp, p->act_bits == 16, &m->w, err)) != NX_OK) goto fail;
     if ((st = nx_weights_validate(&m->w, &m->cfg, err)) != NX_OK) goto fail;
