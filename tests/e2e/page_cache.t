@@ -6,9 +6,11 @@ is cached anew at load, so it is mapped with 2 MB pages as a model read fresh fr
 The default model copied (the copy's pages are the ones its writes cached) and loaded by `nextn
 bench`: with NX_RECACHE=0 the share of its weights on 2 MB pages is what the writes left; by
 default the loader re-reads the file when that share is low and the kernel caches a window read
-again in 2 MB pages, and then the share is that of a copy dropped from the cache and read fresh;
-the next load finds it cached so and reads nothing again. Where the kernel caches files in 4 KB
-pages whatever happens, the loader leaves the file be. Greedy output is the same either way."""
+again in 2 MB pages, and then the share is that of a copy dropped from the cache and read fresh,
+which itself is not re-read (the loader reads a file from its first 2 MB boundary on, so a fresh
+read leaves no 4 KB window for the probe to find); the next load finds it cached so and reads
+nothing again. Where the kernel caches files in 4 KB pages whatever happens, the loader leaves
+the file be. Greedy output is the same either way."""
 import os
 import shutil
 import sys
@@ -59,15 +61,17 @@ s_on, r_on = load(written)
 s_again, r_again = load(written)
 t.note(f"2 MB share: read fresh {s_fresh:.2f}, as written {s_off:.2f}, re-read {s_on:.2f} ({r_on} files), "
        f"next load {s_again:.2f} ({r_again} files)")
-if s_fresh >= 0.5 and s_off < 0.8:
-    # the kernel caches files read from disk in 2 MB pages, and the copy's writes left 4 KB ones
-    t.ok(r_on == 1 and s_on >= s_fresh - 0.1, f"a written copy is re-read and mapped as one read fresh is "
-         f"({s_on:.2f} against {s_fresh:.2f}; {s_off:.2f} left as written)")
-    t.ok(r_again == 0 and s_again >= s_fresh - 0.1, f"the next load reads nothing again ({s_again:.2f})")
+if s_fresh >= 0.5:
+    # the kernel caches files read from disk in 2 MB pages: the copy's load must end as well mapped,
+    # re-reading the file when its writes left it worse (here: 4 KB pages throughout)
+    t.ok(s_on >= s_fresh - 0.1, f"a written copy is mapped as one read fresh is ({s_on:.2f} against {s_fresh:.2f}; "
+         f"{s_off:.2f} as written)")
+    t.ok(r_on == 1 or s_off >= s_fresh - 0.1, f"the copy was re-read ({r_on} files; as written: {s_off:.2f})")
 else:
-    # 4 KB pages either way, or the writes already left 2 MB ones: nothing to gain from a re-read
+    # 4 KB pages whatever happens: a re-read gains nothing, and the probe declines
     t.ok(r_on == 0, f"no re-read where it gains nothing (fresh {s_fresh:.2f}, written {s_off:.2f}, re-read {r_on})")
-    t.ok(r_again == 0, "nor on the next load")
+    t.ok(abs(s_on - s_off) < 0.1, f"the copy left as it was ({s_on:.2f})")
+t.ok(r_again == 0 and s_again >= s_on - 0.05, f"the next load reads nothing again ({s_again:.2f}, {r_again} files)")
 
 want = nextn("run", "-m", model, "-p", "def fib(n):", "-n", "12", "--temp", "0").stdout
 got = nextn("run", "-m", copy("run"), "-p", "def fib(n):", "-n", "12", "--temp", "0").stdout
