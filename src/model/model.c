@@ -216,8 +216,9 @@ static void mark_then_read(nx_model *m, bool read) {
         }
 }
 
-/* Files read in whose pages the kernel mapped mostly 4 KB at a time (cached so by a download, a
- * copy or another reader) are cached anew, where the system then gives them 2 MB pages
+/* Files read in with more than a twentieth of their pages mapped 4 KB at a time (cached so by a
+ * download, a copy, an eviction of part of them) are cached anew, where the system then gives
+ * them 2 MB pages
  * (nx_store_recache): decoding streams every weight each token, and on 4 KB pages it pays a page
  * walk per 4 KB (docs/kernels.md, "Model files and huge pages"). NX_RECACHE=0 leaves them be.
  * Returns the files re-read. */
