@@ -218,10 +218,9 @@ static void mark_then_read(nx_model *m, bool read) {
 
 /* Files read in with more than a twentieth of their pages mapped 4 KB at a time (cached so by a
  * download, a copy, an eviction of part of them) are cached anew, where the system then gives
- * them 2 MB pages
- * (nx_store_recache): decoding streams every weight each token, and on 4 KB pages it pays a page
- * walk per 4 KB (docs/kernels.md, "Model files and huge pages"). NX_RECACHE=0 leaves them be.
- * Returns the files re-read. */
+ * them 2 MB pages (nx_store_recache): decoding streams every weight each token, and on 4 KB
+ * pages it pays a page walk per 4 KB (docs/kernels.md, "Model files and huge pages").
+ * NX_RECACHE=0 leaves them be. Returns the files re-read. */
 static int recache_small_pages(nx_model *m) {
     const char *env = getenv("NX_RECACHE");
     if (env && !strcmp(env, "0")) return 0;
