@@ -374,7 +374,7 @@ static void avx2_axpy_f32(float a, const float *x, float *y, int64_t n) {
 
 /* ------------------------------------------------------------------ attention over the cache */
 
-/* Lanes [0, n) of 8 (n <= 8). */
+/* Lanes [0, n) of 8: none for n <= 0, all from 8 on (n within int). */
 AI __m256i lanes8(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -604,11 +604,7 @@ static void avx2_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_
     for (int64_t j = 0; j < dv; j += 8 * DR_V) {
         __m256i m[DR_V];
         __m256 kv[DR_V], d[DR_V], acc[DR_V];
-        for (int u = 0; u < DR_V; u++) {
-            const int64_t left = dv - j - 8 * u;
-            m[u] = lanes8(left < 0 ? 0 : left > 8 ? 8 : left);
-            kv[u] = acc[u] = _mm256_setzero_ps();
-        }
+        for (int u = 0; u < DR_V; u++) m[u] = lanes8(dv - j - 8 * u), kv[u] = acc[u] = _mm256_setzero_ps();
         for (int64_t i = 0; i < dk; i++) {
             const __m256 ki = _mm256_set1_ps(k[i]);
             const float *s = src + i * dv + j;

@@ -610,6 +610,11 @@ void nx_avx512_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kv
     else scores(0, q, g, K, stride, n, hd, scale, out, ldo);
 }
 
+/* The first `left` lanes of 16 (none for left <= 0, all from 16 on). */
+AI __mmask16 lanes16(int64_t left) {
+    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+}
+
 /* o_h += Σ_p w_h[p]·V_p for up to 4 heads and 64 elements of o at a time, kept in registers
  * while all rows pass: each row's slice is loaded once for the heads, and each element takes the
  * same fused multiply-adds in the same order as nx_avx512_axpy_f32 calls would. All four
@@ -626,7 +631,7 @@ AI void accum4(const int F16, const float *w, int64_t ldw, const int G, const vo
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
         const int64_t left = len - 16 * v;
-        mk[v] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
+        mk[v] = lanes16(left);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) acc[h][v] = _mm512_maskz_loadu_ps(mk[v], o + h * hd + c0 + 16 * v);
     }
@@ -750,9 +755,6 @@ void nx_avx512_swiglu_f32(float *g, const float *u, int64_t n) {
  * the hardware's streams restart at every 4 KB page. */
 #define DR_V 8
 #define DR_PF 16
-static inline __mmask16 dr_mask(int64_t left) {
-    return left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
-}
 
 void nx_avx512_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
                               float decay, float beta, const float *q, float *o) {
@@ -760,7 +762,7 @@ void nx_avx512_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t 
     for (int64_t j = 0; j < dv; j += 16 * DR_V) {
         __mmask16 m[DR_V];
         __m512 kv[DR_V], d[DR_V], acc[DR_V];
-        for (int u = 0; u < DR_V; u++) m[u] = dr_mask(dv - j - 16 * u), kv[u] = acc[u] = _mm512_setzero_ps();
+        for (int u = 0; u < DR_V; u++) m[u] = lanes16(dv - j - 16 * u), kv[u] = acc[u] = _mm512_setzero_ps();
         for (int64_t i = 0; i < dk; i++) {
             const __m512 ki = _mm512_set1_ps(k[i]);
             const float *s = src + i * dv + j;

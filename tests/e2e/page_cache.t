@@ -16,7 +16,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tap import ROOT, Tap, nextn, run, scratch  # noqa: E402
+from tap import NEXTN, ROOT, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
 tmp = scratch(prefix="nextn-pagecache-")
@@ -39,8 +39,7 @@ def drop(d):
 
 def load(d, **env):
     """(share of the weights on 2 MB pages, files re-read at load) of one `nextn bench` load."""
-    r = run([os.environ.get("NEXTN", os.path.join(ROOT, "build", "nextn")), "bench", "-m", d, "-n", "2",
-             "--modes", "ar"], env={**os.environ, **env})
+    r = run([NEXTN, "bench", "-m", d, "-n", "2", "--modes", "ar"], env={**os.environ, **env})
     for ln in r.stdout.splitlines():
         if ln.startswith("weights_on_2MB_pages="):
             kv = dict(x.split("=", 1) for x in ln.split())
