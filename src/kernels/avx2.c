@@ -547,8 +547,8 @@ AI __m256 exp8(__m256 x) {
     return _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
 }
 
-/* Softmax as avx512.c's: the max, e^(x - max) by exp8 summed in 8 lanes, then · 1/sum. */
-static void avx2_softmax_f32(float *x, int64_t n) {
+/* As avx512.c's: the max, e^(x - max) by exp8 summed in 8 lanes. */
+static float avx2_exp_shift_f32(float *x, int64_t n, float *mx_out) {
     const int64_t full = n & ~(int64_t)7;
     const __m256i mk = lanes8(n - full);
     __m256 mx = _mm256_set1_ps(-INFINITY);
@@ -558,7 +558,8 @@ static void avx2_softmax_f32(float *x, int64_t n) {
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const __m256 mv = _mm256_set1_ps(_mm_cvtss_f32(m4));
+    *mx_out = _mm_cvtss_f32(m4);
+    const __m256 mv = _mm256_set1_ps(*mx_out);
     __m256 sum = _mm256_setzero_ps();
     for (i = 0; i < full; i += 8) {
         const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
@@ -570,9 +571,7 @@ static void avx2_softmax_f32(float *x, int64_t n) {
         _mm256_maskstore_ps(x + i, mk, e);
         sum = _mm256_add_ps(sum, e);
     }
-    const __m256 inv = _mm256_set1_ps(1.0f / hsum8(sum));
-    for (i = 0; i < full; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
-    if (i < n) _mm256_maskstore_ps(x + i, mk, _mm256_mul_ps(_mm256_maskload_ps(x + i, mk), inv));
+    return hsum8(sum);
 }
 
 /* g / (1 + e^-g) · u, 8 lanes at a time, as avx512.c's swiglu16. */
@@ -640,7 +639,7 @@ static int avx2vnni_matmul_rows(const nx_linear *W, const float *x, int64_t ldx,
 
 #define AVX2_VECTOR_HELPERS                                                                    \
     .to_f32 = avx2_to_f32, .dot_f32 = avx2_dot_f32, .axpy_f32 = avx2_axpy_f32,                 \
-    .attn_scores = avx2_attn_scores, .attn_accum = avx2_attn_accum, .softmax_f32 = avx2_softmax_f32, \
+    .attn_scores = avx2_attn_scores, .attn_accum = avx2_attn_accum, .exp_shift_f32 = avx2_exp_shift_f32, \
     .swiglu_f32 = avx2_swiglu_f32, .delta_rule_f32 = avx2_delta_rule_f32
 
 const nx_kernel_table nx_kernels_avx2vnni = {
@@ -657,7 +656,7 @@ const nx_kernel_table nx_kernels_avx2 = {
     .axpy_f32 = avx2_axpy_f32,
     .attn_scores = avx2_attn_scores,
     .attn_accum = avx2_attn_accum,
-    .softmax_f32 = avx2_softmax_f32,
+    .exp_shift_f32 = avx2_exp_shift_f32,
     .swiglu_f32 = avx2_swiglu_f32,
     .delta_rule_f32 = avx2_delta_rule_f32,
 };

@@ -518,61 +518,69 @@ AI __m512 kv_load(const int F16, const void *row, int64_t i, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, (const float *)row + i);
 }
 
-/* Scores of up to 4 heads (q, q + hd, ...) against rows k0 and, when TWO, k1: each
- * accumulated exactly as nx_avx512_dot_f32 does it, then reduced in hsum16's order (four at
- * once). Two rows at a time: two independent chains per head, each q slice loaded once for
- * both. With the row blocks below, 8 heads of 128 over 3000 cached rows in L3 (one thread):
- * 430-440 -> 395-413 us; the scores stay ~2x their multiply-adds' own time (the reductions). */
-AI void dots4(const int F16, const int TWO, const float *q, int G, const void *k0, const void *k1, int64_t hd,
-              int64_t full, __mmask16 m, __m128 *s0, __m128 *s1) {
-    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    __m512 b[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+/* Scores of up to 4 heads (q, q + hd, ...) against R consecutive rows from k (R <= 4): each
+ * accumulated exactly as nx_avx512_dot_f32 does it, then reduced in hsum16's order (four heads
+ * at once). R x G independent chains; each q slice is loaded once for the R rows and each row
+ * slice once for the G heads, so a 4 x 4 tile takes 8 loads per 16 multiply-adds. */
+AI void dots_tile(const int F16, const int R, const int G, const float *q, const void *k, size_t rstride,
+                  int64_t hd, int64_t full, __mmask16 m, __m128 s[4]) {
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int h = 0; h < 4; h++) a[r][h] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i < full; i += 16) {
-        const __m512 kv = kv_load(F16, k0, i, (__mmask16)0xffff);
-        const __m512 kw = TWO ? kv_load(F16, k1, i, (__mmask16)0xffff) : kv;
+        __m512 kv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) kv[r] = kv_load(F16, (const char *)k + r * rstride, i, (__mmask16)0xffff);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
             const __m512 qv = _mm512_loadu_ps(q + h * hd + i);
-            a[h] = _mm512_fmadd_ps(qv, kv, a[h]);
-            if (TWO) b[h] = _mm512_fmadd_ps(qv, kw, b[h]);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) a[r][h] = _mm512_fmadd_ps(qv, kv[r], a[r][h]);
         }
     }
     if (i < hd) {
-        const __m512 kv = kv_load(F16, k0, i, m);
-        const __m512 kw = TWO ? kv_load(F16, k1, i, m) : kv;
+        __m512 kv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) kv[r] = kv_load(F16, (const char *)k + r * rstride, i, m);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
             const __m512 qv = _mm512_maskz_loadu_ps(m, q + h * hd + i);
-            a[h] = _mm512_fmadd_ps(qv, kv, a[h]);
-            if (TWO) b[h] = _mm512_fmadd_ps(qv, kw, b[h]);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) a[r][h] = _mm512_fmadd_ps(qv, kv[r], a[r][h]);
         }
     }
-    *s0 = hsum16x4(a[0], a[1], a[2], a[3]);
-    if (TWO) *s1 = hsum16x4(b[0], b[1], b[2], b[3]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) s[r] = hsum16x4(a[r][0], a[r][1], a[r][2], a[r][3]);
 }
 
-/* Rows p (and p + 1 when TWO) of scores for G heads. */
-AI void scores_at(const int F16, const int TWO, const float *qh, int G, const void *K, int64_t stride, size_t es,
-                  int64_t p, int64_t hd, int64_t full, __mmask16 m, __m128 sc, float *oh, int64_t ldo) {
-    const void *k0 = (const char *)K + (size_t)(p * stride) * es, *k1 = (const char *)k0 + (size_t)stride * es;
-    __m128 s0, s1 = _mm_setzero_ps();
+/* Rows [p, p + R) of scores for G heads. */
+AI void scores_tile(const int F16, const int R, const int G, const float *qh, const void *K, int64_t stride,
+                    size_t es, int64_t p, int64_t hd, int64_t full, __mmask16 m, __m128 sc, float *oh, int64_t ldo) {
+    __m128 s[4];
+    dots_tile(F16, R, G, qh, (const char *)K + (size_t)(p * stride) * es, (size_t)stride * es, hd, full, m, s);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        float v[4];
+        _mm_storeu_ps(v, _mm_mul_ps(s[r], sc));
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) oh[h * ldo + p + r] = v[h];
+    }
+}
+
+AI void scores_rows(const int F16, const int R, int G, const float *qh, const void *K, int64_t stride, size_t es,
+                    int64_t p, int64_t hd, int64_t full, __mmask16 m, __m128 sc, float *oh, int64_t ldo) {
     switch (G) {
-    case 1: dots4(F16, TWO, qh, 1, k0, k1, hd, full, m, &s0, &s1); break;
-    case 2: dots4(F16, TWO, qh, 2, k0, k1, hd, full, m, &s0, &s1); break;
-    case 3: dots4(F16, TWO, qh, 3, k0, k1, hd, full, m, &s0, &s1); break;
-    default: dots4(F16, TWO, qh, 4, k0, k1, hd, full, m, &s0, &s1); break;
-    }
-    float v[8];
-    _mm_storeu_ps(v, _mm_mul_ps(s0, sc));
-    _mm_storeu_ps(v + 4, _mm_mul_ps(s1, sc));
-    for (int h = 0; h < G; h++) {
-        oh[h * ldo + p] = v[h];
-        if (TWO) oh[h * ldo + p + 1] = v[4 + h];
+    case 1: scores_tile(F16, R, 1, qh, K, stride, es, p, hd, full, m, sc, oh, ldo); break;
+    case 2: scores_tile(F16, R, 2, qh, K, stride, es, p, hd, full, m, sc, oh, ldo); break;
+    case 3: scores_tile(F16, R, 3, qh, K, stride, es, p, hd, full, m, sc, oh, ldo); break;
+    default: scores_tile(F16, R, 4, qh, K, stride, es, p, hd, full, m, sc, oh, ldo); break;
     }
 }
 
-/* Each cached row is loaded once for up to 4 heads at a time, two rows at a time, a block of
+/* Each cached row is loaded once for up to 4 heads at a time, four rows at a time, a block of
  * rows at a time. */
 AI void scores(const int F16, const float *q, int64_t g, const void *K, int64_t stride, int64_t n, int64_t hd,
                float scale, float *out, int64_t ldo) {
@@ -589,16 +597,18 @@ AI void scores(const int F16, const float *q, int64_t g, const void *K, int64_t 
             const float *qh = q + h0 * hd;
             float *oh = out + h0 * ldo;
             int64_t p = p0;
-            for (; p + 2 <= p1; p += 2) {
-                if (h0 == 0) {
-                    attn_prefetch_row(K, es, stride, p, ahead, n, hd);
-                    attn_prefetch_row(K, es, stride, p + 1, ahead, n, hd);
-                }
-                scores_at(F16, 1, qh, G, K, stride, es, p, hd, full, m, sc, oh, ldo);
+            for (; p + 4 <= p1; p += 4) {
+                if (h0 == 0)
+                    for (int r = 0; r < 4; r++) attn_prefetch_row(K, es, stride, p + r, ahead, n, hd);
+                scores_rows(F16, 4, G, qh, K, stride, es, p, hd, full, m, sc, oh, ldo);
             }
-            if (p < p1) {
-                if (h0 == 0) attn_prefetch_row(K, es, stride, p, ahead, n, hd);
-                scores_at(F16, 0, qh, G, K, stride, es, p, hd, full, m, sc, oh, ldo);
+            if (h0 == 0)
+                for (int64_t r = p; r < p1; r++) attn_prefetch_row(K, es, stride, r, ahead, n, hd);
+            switch (p1 - p) {
+            case 1: scores_rows(F16, 1, G, qh, K, stride, es, p, hd, full, m, sc, oh, ldo); break;
+            case 2: scores_rows(F16, 2, G, qh, K, stride, es, p, hd, full, m, sc, oh, ldo); break;
+            case 3: scores_rows(F16, 3, G, qh, K, stride, es, p, hd, full, m, sc, oh, ldo); break;
+            default: break;
             }
         }
     }
@@ -704,14 +714,15 @@ AI __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(p, k);
 }
 
-void nx_avx512_softmax_f32(float *x, int64_t n) {
+float nx_avx512_exp_shift_f32(float *x, int64_t n, float *mx_out) {
     const int64_t full = n & ~(int64_t)15;
     const __mmask16 m = (__mmask16)((1u << (n - full)) - 1u);
     __m512 mx = _mm512_set1_ps(-INFINITY);
     int64_t i = 0;
     for (; i < full; i += 16) mx = _mm512_max_ps(_mm512_loadu_ps(x + i), mx);
     if (i < n) mx = _mm512_mask_max_ps(mx, m, _mm512_maskz_loadu_ps(m, x + i), mx);
-    const __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    *mx_out = _mm512_reduce_max_ps(mx);
+    const __m512 mv = _mm512_set1_ps(*mx_out);
     __m512 sum = _mm512_setzero_ps();
     for (i = 0; i < full; i += 16) {
         const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
@@ -723,9 +734,7 @@ void nx_avx512_softmax_f32(float *x, int64_t n) {
         _mm512_mask_storeu_ps(x + i, m, e);
         sum = _mm512_add_ps(sum, e);
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / hsum16(sum));
-    for (i = 0; i < full; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
-    if (i < n) _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+    return hsum16(sum);
 }
 
 /* g / (1 + e^-g) · u, 16 lanes at a time (e^-g past exp16's clamp is huge or 0: the silu

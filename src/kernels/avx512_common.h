@@ -173,7 +173,7 @@ void nx_avx512_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kv
                            float scale, float *out, int64_t ldo);
 void nx_avx512_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride, int64_t n,
                           int64_t hd, float *o);
-void nx_avx512_softmax_f32(float *x, int64_t n);
+float nx_avx512_exp_shift_f32(float *x, int64_t n, float *mx);
 void nx_avx512_swiglu_f32(float *g, const float *u, int64_t n);
 void nx_avx512_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out);
 int64_t nx_avx512_argmax_f32(float *x, int64_t n, float *max);
@@ -185,7 +185,7 @@ void nx_avx512_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t 
 #define NX_AVX512_VECTOR_HELPERS                                                               \
     .to_f32 = nx_avx512_to_f32, .dot_f32 = nx_avx512_dot_f32, .axpy_f32 = nx_avx512_axpy_f32, \
     .attn_scores = nx_avx512_attn_scores, .attn_accum = nx_avx512_attn_accum,                  \
-    .softmax_f32 = nx_avx512_softmax_f32, .swiglu_f32 = nx_avx512_swiglu_f32,                 \
+    .exp_shift_f32 = nx_avx512_exp_shift_f32, .swiglu_f32 = nx_avx512_swiglu_f32,                 \
     .rmsnorm_f32 = nx_avx512_rmsnorm_f32, .argmax_f32 = nx_avx512_argmax_f32,                 \
     .exp_weights = nx_avx512_exp_weights, .delta_rule_f32 = nx_avx512_delta_rule_f32
 

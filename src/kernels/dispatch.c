@@ -438,8 +438,15 @@ void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dty
     KT(attn_accum)->attn_accum(w, ldw, g, V, kvt, stride, n, hd, o);
 }
 
+float nx_exp_shift_f32(float *x, int64_t n, float *mx) {
+    return KT(exp_shift_f32)->exp_shift_f32(x, n, mx);
+}
+
 void nx_softmax_f32(float *x, int64_t n) {
-    if (n > 0) KT(softmax_f32)->softmax_f32(x, n);
+    if (n <= 0) return;
+    float mx;
+    const float inv = 1.0f / nx_exp_shift_f32(x, n, &mx);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
 double nx_exp_weights(const float *x, int64_t n, float m, double inv_t, double *w) {

@@ -185,8 +185,11 @@ void nx_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kvt, int6
 void nx_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride, int64_t n,
                    int64_t hd, float *o);
 
-/* x[0..n) ← softmax(x): max, exp(x - max), normalised by the sum. Deterministic per ISA
- * (the SIMD exp is a fixed polynomial within 2 ulp of expf). */
+/* x[0..n) ← exp(x - max x); returns their sum and sets *mx to the max (n >= 1). Deterministic
+ * per ISA (the SIMD exp is a fixed polynomial within 2 ulp of expf). */
+float nx_exp_shift_f32(float *x, int64_t n, float *mx);
+
+/* x[0..n) ← softmax(x): nx_exp_shift_f32, then each times 1/sum. */
 void nx_softmax_f32(float *x, int64_t n);
 
 /* g[i] ← silu(g[i])·u[i] = g[i] / (1 + e^-g[i]) · u[i] (SwiGLU), with the same exp as

@@ -51,7 +51,7 @@ typedef struct nx_kernel_table {
                         int64_t hd, float scale, float *out, int64_t ldo);
     void (*attn_accum)(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride,
                        int64_t n, int64_t hd, float *o);
-    void (*softmax_f32)(float *x, int64_t n);
+    float (*exp_shift_f32)(float *x, int64_t n, float *mx); /* nx_exp_shift_f32, n >= 1 */
     void (*swiglu_f32)(float *g, const float *u, int64_t n);
     void (*rmsnorm_f32)(const float *x, const float *w, float eps, int64_t n, float *out);
     int64_t (*argmax_f32)(float *x, int64_t n, float *max);

@@ -347,13 +347,14 @@ AI float32x4_t exp4(float32x4_t x) {
     return vmulq_f32(vmulq_f32(p, f1), f2);
 }
 
-/* The max, e^(x - max) by exp4 summed in 4 lanes (tail lanes 0), then · 1/sum. */
-void nx_neon_softmax_f32(float *x, int64_t n) {
+/* The max, e^(x - max) by exp4 summed in 4 lanes (tail lanes 0). */
+float nx_neon_exp_shift_f32(float *x, int64_t n, float *mx_out) {
     const int64_t full = n & ~(int64_t)3, tail = n - full;
     float32x4_t mx = vdupq_n_f32(-INFINITY);
     for (int64_t i = 0; i < full; i += 4) mx = vmaxq_f32(vld1q_f32(x + i), mx);
     float m = vmaxvq_f32(mx);
     for (int64_t i = full; i < n; i++) m = isnan(x[i]) || isnan(m) ? NAN : x[i] > m ? x[i] : m;
+    *mx_out = m;
     const float32x4_t mv = vdupq_n_f32(m);
     float32x4_t sum = vdupq_n_f32(0.0f);
     for (int64_t i = 0; i < full; i += 4) {
@@ -370,10 +371,7 @@ void nx_neon_softmax_f32(float *x, int64_t n) {
         sum = vaddq_f32(sum, vld1q_f32(b));
     }
     const float32x2_t h = vadd_f32(vget_low_f32(sum), vget_high_f32(sum));
-    const float32x4_t inv = vdupq_n_f32(1.0f / vget_lane_f32(vpadd_f32(h, h), 0));
-    int64_t i = 0;
-    for (; i < full; i += 4) vst1q_f32(x + i, vmulq_f32(vld1q_f32(x + i), inv));
-    for (; i < n; i++) x[i] *= vgetq_lane_f32(inv, 0);
+    return vget_lane_f32(vpadd_f32(h, h), 0);
 }
 
 /* g / (1 + e^-g) · u, 4 lanes at a time (the tail through a zero-padded buffer). */

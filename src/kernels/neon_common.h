@@ -20,7 +20,7 @@ void nx_neon_attn_scores(const float *q, int64_t g, const void *K, nx_dtype kvt,
                          int64_t hd, float scale, float *out, int64_t ldo);
 void nx_neon_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V, nx_dtype kvt, int64_t stride,
                         int64_t n, int64_t hd, float *o);
-void nx_neon_softmax_f32(float *x, int64_t n);
+float nx_neon_exp_shift_f32(float *x, int64_t n, float *mx);
 void nx_neon_swiglu_f32(float *g, const float *u, int64_t n);
 void nx_neon_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, float *out);
 void nx_neon_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
@@ -31,7 +31,7 @@ double nx_neon_exp_weights(const float *x, int64_t n, float m, double inv_t, dou
 #define NX_NEON_VECTOR_HELPERS                                                                   \
     .to_f32 = nx_neon_to_f32, .dot_f32 = nx_neon_dot_f32, .axpy_f32 = nx_neon_axpy_f32,          \
     .attn_scores = nx_neon_attn_scores, .attn_accum = nx_neon_attn_accum,                        \
-    .softmax_f32 = nx_neon_softmax_f32, .swiglu_f32 = nx_neon_swiglu_f32,                        \
+    .exp_shift_f32 = nx_neon_exp_shift_f32, .swiglu_f32 = nx_neon_swiglu_f32,                        \
     .rmsnorm_f32 = nx_neon_rmsnorm_f32, .argmax_f32 = nx_neon_argmax_f32,                        \
     .exp_weights = nx_neon_exp_weights, .delta_rule_f32 = nx_neon_delta_rule_f32
 

@@ -87,7 +87,7 @@ static void ref_attn_accum(const float *w, int64_t ldw, int64_t g, const void *V
     }
 }
 
-static void ref_softmax_f32(float *x, int64_t n) {
+static float ref_exp_shift_f32(float *x, int64_t n, float *mx_out) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++)
         if (x[i] > mx) mx = x[i];
@@ -96,8 +96,8 @@ static void ref_softmax_f32(float *x, int64_t n) {
         x[i] = expf(x[i] - mx);
         sum += x[i];
     }
-    const float inv = 1.0f / sum;
-    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+    *mx_out = mx;
+    return sum;
 }
 
 static void ref_swiglu_f32(float *g, const float *u, int64_t n) {
@@ -162,7 +162,7 @@ const nx_kernel_table nx_kernels_ref = {
     .axpy_f32 = ref_axpy_f32,
     .attn_scores = ref_attn_scores,
     .attn_accum = ref_attn_accum,
-    .softmax_f32 = ref_softmax_f32,
+    .exp_shift_f32 = ref_exp_shift_f32,
     .swiglu_f32 = ref_swiglu_f32,
     .rmsnorm_f32 = ref_rmsnorm_f32,
     .argmax_f32 = ref_argmax_f32,

@@ -34,12 +34,15 @@ AI int64_t attn_pf_rows(size_t es, int64_t stride) {
     return r > 0 ? r : 1;
 }
 
-/* Cached rows the attention helpers take a block at a time (~16 KB of rows of hd elements of
- * es bytes): every pass over the block (query heads by fours, a slice of a row's elements at a
- * time) finds its rows in L1 or L2, so each row comes from memory once rather than once per
- * pass (twice or four times for 8 heads of 128 on AVX-512, more on AVX2). */
+/* Cached rows the attention helpers take a block at a time (~256 KB of rows, at least 8): every
+ * pass over the block (query heads by fours, a slice of a row's elements at a time) finds its
+ * rows in L2, so each row comes from memory once rather than once per pass, and the passes'
+ * running sums are loaded and stored once per block. */
+#ifndef ATTN_BLOCK_BYTES
+#define ATTN_BLOCK_BYTES 131072
+#endif
 AI int64_t attn_block_rows(size_t es, int64_t hd) {
-    const int64_t r = 16384 / ((int64_t)es * hd);
+    const int64_t r = ATTN_BLOCK_BYTES / ((int64_t)es * hd);
     return r > 8 ? r : 8;
 }
 

@@ -296,16 +296,17 @@ static void test_dot_axpy(void **state) {
  * widened to f32. */
 static void test_attn_helpers(void **state) {
     (void)state;
-    const int64_t hds[] = {1, 15, 16, 17, 64, 100, 128, 130, 200, 256};
-    const int64_t gs[] = {1, 3, 4, 6};
+    const int64_t hds[] = {1, 15, 16, 17, 64, 100, 128, 130, 200, 256, 576};
+    const int64_t gs[] = {1, 3, 4, 6, 10};
     const nx_dtype kvts[] = {NX_DTYPE_F32, NX_DTYPE_F16};
     for (int k = 0; k < n_isas; k++) {
         assert_int_equal(use_isa(isas[k]), 0);
         for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
             for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
-                for (int ni = 0; ni < 4; ni++) /* 70 rows: several of the kernels' row blocks */
+                for (int ni = 0; ni < 5; ni++) /* row counts of every remainder by 4; 300 rows of 256 or
+                                                   576 values: several of the kernels' row blocks */
                     for (int kt = 0; kt < 2; kt++) {
-                        const int64_t n = (int64_t[]){1, 6, 11, 70}[ni];
+                        const int64_t n = (int64_t[]){1, 6, 11, 70, 300}[ni];
                         const int64_t hd = hds[h], g = gs[gi], stride = hd + 7, ld = n + 2;
                         const nx_dtype kvt = kvts[kt];
                         float *q = rnd_vec(g * hd), *K = rnd_vec(n * stride), *w = rnd_vec(g * ld);
@@ -345,7 +346,8 @@ static void test_attn_helpers(void **state) {
 
 /* Softmax on every ISA against a double-precision one: each probability within a few ulp
  * (plus what rounding x - max to float costs, and 1e-37 absolute for those that underflow),
- * whatever the length; a NaN input makes the row NaN. */
+ * whatever the length, and exactly its unnormalised form (nx_exp_shift_f32: max, e^(x - max)
+ * and their sum, checked the same way) times 1/sum; a NaN input makes the row NaN. */
 static void test_softmax(void **state) {
     (void)state;
     for (int k = 0; k < n_isas; k++) {
@@ -362,14 +364,29 @@ static void test_softmax(void **state) {
                 d[i] = fabs((double)x[i] - mx);
                 sum += e[i] = exp((double)x[i] - mx);
             }
+            /* the unnormalised form: the max exactly, each e^(x - max) and their sum as close */
+            float *u = malloc((size_t)n * sizeof *u), umx = 0.0f;
+            memcpy(u, x, (size_t)n * sizeof *u);
+            const float usum = nx_exp_shift_f32(u, n, &umx);
+            if (umx != (float)mx) fail_msg("%s n %lld: max %.9g, want %.9g", isas[k], (long long)n, umx, mx);
+            if (!(fabs(usum - sum) <= 2e-6 * sum))
+                fail_msg("%s n %lld: sum %.9g, want %.9g", isas[k], (long long)n, usum, sum);
+            for (int64_t i = 0; i < n; i++)
+                if (!(fabs(u[i] - e[i]) <= (2e-6 + 1.2e-7 * d[i]) * e[i] + 1e-37))
+                    fail_msg("%s n %lld: e[%lld] = %.9g, want %.9g", isas[k], (long long)n, (long long)i, u[i], e[i]);
             nx_softmax_f32(x, n);
             for (int64_t i = 0; i < n; i++) {
+                /* the softmax is that, times 1/sum: the same bits */
+                if (x[i] != u[i] * (1.0f / usum))
+                    fail_msg("%s n %lld: p[%lld] = %.9g, not e·(1/sum) %.9g", isas[k], (long long)n, (long long)i, x[i],
+                             u[i] * (1.0f / usum));
                 double want = e[i] / sum;
                 /* x - max is rounded to float first: a relative error up to |x - max|·2^-24 */
                 if (!(fabs(x[i] - want) <= (2e-6 + 1.2e-7 * d[i]) * want + 1e-37))
                     fail_msg("%s n %lld: p[%lld] = %.9g, want %.9g", isas[k], (long long)n, (long long)i, x[i], want);
             }
             assert_true(x[n] == 777.0f);
+            free(u);
             free(d);
             free(e);
             free(x);
