@@ -199,6 +199,10 @@ static nx_status ctx_new(nx_model *m, int32_t n_ctx, int32_t n_batch, int32_t se
     if (mla) {
         c->lat_q = zalloc(B * nh * (size_t)cfg->cache_k, sizeof(float), &ok);
         c->lat_o = zalloc(B * nh * (size_t)cfg->mla.kv_lora_rank, sizeof(float), &ok);
+        const size_t row = (size_t)NX_MLA_MAX_BLOCKS * nh * ((size_t)cfg->mla.kv_lora_rank + 2);
+        const size_t rows = NX_MLA_PART_BYTES / (row * sizeof(float));
+        c->lat_part_rows = (int32_t)(rows < 1 ? 1 : rows > B ? B : rows);
+        c->lat_part = zalloc((size_t)c->lat_part_rows * row, sizeof(float), &ok);
     }
     c->y = zalloc(B * H, sizeof(float), &ok);
     c->g = zalloc(B * (K + 1) * (size_t)F, sizeof(float), &ok);
@@ -239,7 +243,7 @@ void nx_ctx_free(nx_ctx *c) {
     nx_dn_ckpts_free(c);
     float *bufs[] = {c->mtp_in, c->mtp_out, c->x,      c->xn,     c->q,     c->k,     c->v,    c->att,
                      c->y,      c->g,       c->u,      c->hpre,   c->hpost, c->scores, c->router, c->selw,
-                     c->rows_w, c->xe,      c->ye,     c->rope,   c->lat_q, c->lat_o, c->dn_x,  c->dn_qkv,
+                     c->rows_w, c->xe,      c->ye,     c->rope,   c->lat_q, c->lat_o, c->lat_part, c->dn_x, c->dn_qkv,
                      c->dn_z,   c->dn_b,    c->dn_a,   c->dn_f,   c->dn_o,  c->qg,    c->sgate, c->blogits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->tokens);

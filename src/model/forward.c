@@ -318,52 +318,141 @@ static void mla_rows(const mla_job *j, int32_t t) {
               cfg->cache_k);
 }
 
-/* Heads [h0, h1) of every row: the queries into the latent space, attention over its segment's
- * cache, and the results out of it, with thread ith's scratch s and score rows. Each head's rows of
- * wk_b (wv_b) multiply that head's own input: block-diagonal products, one call over the
- * thread's heads each (nx_matmul_blocks: the same bits as a call per head). */
-static void mla_heads(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s, int ith) {
+/* Heads [h0, h1) of every row: the queries into the latent space, with thread scratch s. Each
+ * head's rows of wk_b (wv_b) multiply that head's own input: block-diagonal products, one call
+ * over the thread's heads each (nx_matmul_blocks: the same bits as a call per head). */
+static void mla_queries(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s) {
     nx_ctx *c = j->c;
     const nx_config *cfg = &c->m->cfg;
     const nx_mla *m = &cfg->mla;
-    const nx_mla_layer *a = &j->L->mla;
     const int64_t nh = cfg->n_heads, qk = cfg->head_dim, ck = cfg->cache_k, r = m->kv_lora_rank;
-    const int64_t vd = m->v_head_dim, g = h1 - h0;
-    const nx_blocks kb = {&a->wk_b, r, r, c->q, qk, nh * qk, j->T, c->lat_q, ck, nh * ck};
+    const nx_blocks kb = {&j->L->mla.wk_b, r, r, c->q, qk, nh * qk, j->T, c->lat_q, ck, nh * ck};
     nx_matmul_blocks(&kb, h0, h1, NULL, s);
-    for (int64_t h = h0; h < h1; h++) {
+    for (int64_t h = h0; h < h1; h++)
         for (int32_t t = 0; t < j->T; t++) {
             float *pe = c->lat_q + (size_t)t * nh * ck + h * ck + r;
             memcpy(pe, c->q + (size_t)t * nh * qk + h * qk + m->qk_nope, sizeof(float) * (size_t)m->qk_rope);
             rope_apply(pe, m->qk_rope, j->rope + (size_t)t * qk, cfg->rope_pairs);
         }
-    }
-    const nx_dtype kt = c->m->kv_dtype;
-    for (int32_t t = 0; t < j->T; t++) {
-        const nx_seg *sg = seg_of(j->seg, j->n_seg, t);
-        nx_ctx *kc = sg->kc;
-        const int32_t pos = sg->pos0 + (t - sg->r0), lo = attn_lo_of(j->window, seg_lo_min(sg, j->mtp), pos);
-        const int32_t n = pos + 1 - lo;
-        const void *rows = nx_kv_row(kc, seg_kv(sg, j->mtp, j->layer_slot)->k, 0, lo);
-        float *sc = thread_scores(kc, (int32_t)nh, ith);
-        nx_attn_scores(c->lat_q + ((size_t)t * nh + h0) * ck, g, rows, kt, ck, n, ck, m->scale, sc, kc->n_ctx);
-        for (int64_t h = 0; h < g; h++) nx_softmax_f32(sc + h * kc->n_ctx, n);
-        float *o = c->lat_o + ((size_t)t * nh + h0) * r;
-        memset(o, 0, sizeof(float) * (size_t)(g * r));
-        nx_attn_accum(sc, kc->n_ctx, g, rows, kt, ck, n, r, o);
-    }
+}
+
+/* The heads' results out of the latent space (heads [h0, h1) of every row). */
+static void mla_values(const mla_job *j, int64_t h0, int64_t h1, nx_kscratch *s) {
+    nx_ctx *c = j->c;
+    const nx_config *cfg = &c->m->cfg;
+    const nx_mla_layer *a = &j->L->mla;
+    const int64_t nh = cfg->n_heads, r = cfg->mla.kv_lora_rank, vd = cfg->mla.v_head_dim;
     const nx_linear wv = nx_linear_rows(&a->wv_b, a->wv_b_off, a->wv_b.out - a->wv_b_off);
     const nx_blocks vb = {&wv, a->wv_b_stride, vd, c->lat_o, r, nh * r, j->T, c->att, vd, nh * vd};
     nx_matmul_blocks(&vb, h0, h1, NULL, s);
 }
 
+/* Position blocks. Every head of a row attends to the same cached rows, so a row's positions are
+ * split into blocks, each read once for all the heads (one thread's share of a long context is
+ * a part of it, not all of it once per thread); a block's scores give its max m, sum z of
+ * e^(s - m) and partial result o = Σ e^(s - m)·row, and the blocks are folded in order. A row
+ * attending to n positions has blocks of mla_block_len(n): NX_MLA_BLOCK, or a multiple so there
+ * are at most NX_MLA_MAX_BLOCKS. Only n decides them, and each head's partial is the same
+ * whichever heads share the call (nx_attn_scores/accum), so a row gets the same bits in any
+ * batch and on any number of threads. */
+static int32_t mla_block_len(int32_t n) {
+    const int32_t span = NX_MLA_BLOCK * NX_MLA_MAX_BLOCKS;
+    return NX_MLA_BLOCK * ((n + span - 1) / span);
+}
+
+/* Row t's attended positions: the first cached row, their count, and its segment's context. */
+static const void *mla_span(const mla_job *j, int32_t t, int32_t *n, nx_ctx **kc) {
+    const nx_seg *sg = seg_of(j->seg, j->n_seg, t);
+    const int32_t pos = sg->pos0 + (t - sg->r0), lo = attn_lo_of(j->window, seg_lo_min(sg, j->mtp), pos);
+    *n = pos + 1 - lo;
+    *kc = sg->kc;
+    return nx_kv_row(sg->kc, seg_kv(sg, j->mtp, j->layer_slot)->k, 0, lo);
+}
+
+static int32_t mla_blocks_of(const mla_job *j, int32_t t) {
+    int32_t n;
+    nx_ctx *kc;
+    (void)mla_span(j, t, &n, &kc);
+    const int32_t len = mla_block_len(n);
+    return (n + len - 1) / len;
+}
+
+/* Block b of row t for heads [h0, h1): its partials into pass slot `slot` of c->lat_part. */
+static void mla_block(const mla_job *j, int32_t t, int32_t slot, int32_t b, int64_t h0, int64_t h1, int ith) {
+    nx_ctx *c = j->c, *kc;
+    const nx_config *cfg = &c->m->cfg;
+    const int64_t nh = cfg->n_heads, ck = cfg->cache_k, r = cfg->mla.kv_lora_rank, g = h1 - h0;
+    int32_t n;
+    const void *rows = mla_span(j, t, &n, &kc);
+    const int32_t len = mla_block_len(n), p0 = b * len, np = n - p0 < len ? n - p0 : len;
+    const nx_dtype kt = c->m->kv_dtype;
+    rows = (const char *)rows + (size_t)p0 * (size_t)ck * nx_dtype_size(kt);
+    float *part = c->lat_part + (size_t)slot * NX_MLA_MAX_BLOCKS * nh * (r + 2);
+    float *o = part + ((size_t)b * nh + h0) * r, *mz = part + (size_t)NX_MLA_MAX_BLOCKS * nh * r;
+    float *sc = thread_scores(kc, (int32_t)nh, ith);
+    nx_attn_scores(c->lat_q + ((size_t)t * nh + h0) * ck, g, rows, kt, ck, np, ck, cfg->mla.scale, sc, kc->n_ctx);
+    for (int64_t h = 0; h < g; h++) {
+        float *st = mz + ((size_t)b * nh + h0 + h) * 2;
+        st[1] = nx_exp_shift_f32(sc + h * kc->n_ctx, np, &st[0]);
+    }
+    memset(o, 0, sizeof(float) * (size_t)(g * r));
+    nx_attn_accum(sc, kc->n_ctx, g, rows, kt, ck, np, r, o);
+}
+
+/* Thread ith's share of the blocks of rows [t0, t1) (slots 0..): the (row, block) items in
+ * order, each split into the same number of head groups when there are fewer items than
+ * threads (a short context's one block), a thread computing its consecutive groups of a block
+ * in one call. */
+static void mla_pass_blocks(const mla_job *j, int32_t t0, int32_t t1, int ith, int nth) {
+    const int64_t nh = j->c->m->cfg.n_heads;
+    int64_t items = 0;
+    for (int32_t t = t0; t < t1; t++) items += mla_blocks_of(j, t);
+    const int64_t groups = items >= nth ? 1 : ((nth + items - 1) / items < nh ? (nth + items - 1) / items : nh);
+    long long lo, hi;
+    nx_pool_split(items * groups, ith, nth, &lo, &hi);
+    int64_t at = 0; /* the first (group) index of the current block */
+    for (int32_t t = t0; t < t1 && at < hi; t++) {
+        const int32_t nb = mla_blocks_of(j, t);
+        for (int32_t b = 0; b < nb && at < hi; b++, at += groups) {
+            const int64_t g0 = lo > at ? lo - at : 0, g1 = hi - at < groups ? hi - at : groups;
+            if (g0 < g1) mla_block(j, t, t - t0, b, g0 * nh / groups, g1 * nh / groups, ith);
+        }
+    }
+}
+
+/* Row t's heads [h0, h1) from its blocks' partials (pass slot `slot`), folded in block order:
+ * each block weighted by e^(m_b - max m), the sum divided by the weighted sums z_b. */
+static void mla_fold(const mla_job *j, int32_t t, int32_t slot, int64_t h0, int64_t h1) {
+    nx_ctx *c = j->c;
+    const int64_t nh = c->m->cfg.n_heads, r = c->m->cfg.mla.kv_lora_rank;
+    const int32_t nb = mla_blocks_of(j, t);
+    const float *part = c->lat_part + (size_t)slot * NX_MLA_MAX_BLOCKS * nh * (r + 2);
+    const float *mz = part + (size_t)NX_MLA_MAX_BLOCKS * nh * r;
+    for (int64_t h = h0; h < h1; h++) {
+        float mx = -INFINITY, z = 0.0f, *o = c->lat_o + ((size_t)t * nh + h) * r;
+        for (int32_t b = 0; b < nb; b++)
+            if (mz[((size_t)b * nh + h) * 2] > mx) mx = mz[((size_t)b * nh + h) * 2];
+        memset(o, 0, sizeof(float) * (size_t)r);
+        for (int32_t b = 0; b < nb; b++) {
+            const float *st = mz + ((size_t)b * nh + h) * 2, w = expf(st[0] - mx);
+            nx_axpy_f32(w, part + ((size_t)b * nh + h) * r, o, r);
+            z += w * st[1];
+        }
+        const float inv = 1.0f / z;
+        for (int64_t i = 0; i < r; i++) o[i] *= inv;
+    }
+}
+
 /* The layer's latent attention as one pool job: the q (or q LoRA) and latent projections as
- * shares; the new cache rows split by row; q_b_proj as shares; the heads split evenly (a thread
- * reads each cache row once for all its heads); the output projection as shares. */
+ * shares; the new cache rows split by row; q_b_proj as shares; the queries into the latent space
+ * split by head; the position blocks of as many rows as c->lat_part holds, then their folds by
+ * head, pass after pass; the values out of it by head (the same heads: each thread folded its
+ * own); the output projection as shares. */
 static void mla_worker(void *arg, int ith, int nth) {
     const mla_job *j = arg;
-    nx_pool *pool = j->c->m->pool;
-    const bool lora = j->c->m->cfg.mla.q_lora_rank > 0;
+    nx_ctx *c = j->c;
+    nx_pool *pool = c->m->pool;
+    const bool lora = c->m->cfg.mla.q_lora_rank > 0;
     long long b, e;
     nx_matmul_shares_work(j->in, 2, pool, ith, nth, NULL, 0);
     nx_pool_barrier(pool, nth); /* every row's projections */
@@ -375,9 +464,18 @@ static void mla_worker(void *arg, int ith, int nth) {
         nx_matmul_shares_work(&j->qb, 1, pool, ith, nth, NULL, 0);
         nx_pool_barrier(pool, nth);
     }
-    const int32_t nh = j->c->m->cfg.n_heads;
-    nx_pool_split(nh, ith, nth, &b, &e);
-    if (b < e) mla_heads(j, b, e, nx_kscratch_of(pool, ith), ith);
+    nx_kscratch *s = nx_kscratch_of(pool, ith);
+    nx_pool_split(c->m->cfg.n_heads, ith, nth, &b, &e);
+    if (b < e) mla_queries(j, b, e, s);
+    nx_pool_barrier(pool, nth); /* every head's query */
+    for (int32_t t0 = 0; t0 < j->T; t0 += c->lat_part_rows) {
+        const int32_t t1 = j->T - t0 < c->lat_part_rows ? j->T : t0 + c->lat_part_rows;
+        mla_pass_blocks(j, t0, t1, ith, nth);
+        nx_pool_barrier(pool, nth); /* every block's partials */
+        for (int32_t t = t0; t < t1 && b < e; t++) mla_fold(j, t, t - t0, b, e);
+        if (t1 < j->T) nx_pool_barrier(pool, nth); /* folded before the next pass's blocks */
+    }
+    if (b < e) mla_values(j, b, e, s);
     if (ith == 0) nx_matmul_shares_reset(&j->wo, 1, pool, nth);
     nx_pool_barrier(pool, nth); /* every head's result, and the output projection's shares */
     nx_matmul_shares_work(&j->wo, 1, pool, ith, nth, NULL, 0);

@@ -81,6 +81,13 @@ typedef struct nx_dn_ckpt {
 } nx_dn_ckpt;
 
 
+/* Latent attention splits a row's positions into at most NX_MLA_MAX_BLOCKS blocks of
+ * NX_MLA_BLOCK positions (or a multiple; forward.c); the partial results of a pass's rows take at
+ * most NX_MLA_PART_BYTES, or one row's. */
+#define NX_MLA_BLOCK 256
+#define NX_MLA_MAX_BLOCKS 32
+#define NX_MLA_PART_BYTES (16u << 20)
+
 struct nx_ctx {
     nx_model *m;
     int32_t n_ctx;   /* positions the caches hold */
@@ -113,6 +120,9 @@ struct nx_ctx {
     float *att;   /* (n_batch, n_heads*head_dim), MLA: (n_batch, n_heads*v_head_dim) */
     float *lat_q; /* MLA: (n_batch, n_heads*cache_k) queries in the latent space */
     float *lat_o; /* MLA: (n_batch, n_heads*kv_lora_rank) attention results in it */
+    float *lat_part;      /* MLA: (lat_part_rows, NX_MLA_MAX_BLOCKS, n_heads, kv_lora_rank + 2) each position
+                             block's partial result, max and sum (forward.c) */
+    int32_t lat_part_rows; /* rows whose blocks it holds at once */
     float *y;     /* (n_batch, H) sub-block output */
     float *g;     /* (n_batch * (top_k + 1), F) FFN gate of every expert row, F = max width */
     float *u;     /* (n_batch * (top_k + 1), F) FFN up */

@@ -13,7 +13,9 @@ and MLX affine 2/3/4/8-bit (group 64 leaves embed_q unquantized), and as `nextn 
   checkpoint whose head agrees with its trunk; the HF and MLX layouts of one seed giving the same
   bits; decoding after a prefill (`nextn run`, latent cache) picking what one prefill over the whole
   sequence (`nextn eval`) ranks first; and `nextn inspect --json` reporting the MLA shapes, the rope,
-  the latent cache size against full keys and values, the router and the MTP wiring.
+  the latent cache size against full keys and values, the router and the MTP wiring;
+  at 700 and 8300 positions of context (attention by position blocks, folded): the logits against
+  the reference, greedy MTP equal to greedy AR on 1 and 2 threads, decoding after the prefill.
 Quantized models run at --act-bits 16 (the reference multiplies exact float inputs).
 
   NEXTN=build/nextn prove -v tests/e2e/parity_mla.t
@@ -26,8 +28,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paritylib import Parity, ids, inspect  # noqa: E402
-from tap import Tap, nextn, scratch  # noqa: E402
+from paritylib import TOL, Parity, ids, inspect  # noqa: E402
+from tap import PY, Tap, nextn, run, scratch  # noqa: E402
 
 t = Tap()
 tmp = scratch(prefix="nextn-parity-mla-")
@@ -153,6 +155,26 @@ with open(os.path.join(tmp, f"{fam}-grafted", "model-mtp.safetensors"), "rb") as
         open(os.path.join(grafted_part, "model-mtp.safetensors"), "rb") as f2:
     same = f1.read() == f2.read()
 t.ok(same, f"{fam}: graft from the MTP shards alone writes the same head as from the whole checkpoint")
+
+# long contexts: a row's positions are attended in blocks of 256 (of 512 past 8192 positions, so a
+# row has at most 32), each block's partial result folded in order. Teacher-forced logits against
+# the reference over 700 positions (3 blocks) and 8300 (17 blocks of 512); greedy MTP equal to greedy
+# AR after prompts that long, on 1 and 2 threads (the blocks of a short context are split by head
+# between the threads, of a long one by block); decoding after them picking one prefill's top logit
+PL = Parity(t, tmp, "tools/ref/mla.py", "tests/ref/make_random_mla.py", drafts=("auto",), threads=(1, 2))
+for fi, (fam, n) in enumerate((("deepseek_v3", 700), ("glm4_moe_lite", 8300))):
+    d = P.gen(f"{fam}-long", ["--family", fam, "--layout", "hf", "--agree", "0.05", "--max-pos", "16384",
+                              "--seed", str(31 + fi)])
+    seq = rng.integers(4, 419, size=n).tolist()
+    ref_l, ref_m, eng_l, eng_m = (os.path.join(tmp, f"{fam}-long{sfx}.npy") for sfx in ("-ref", "-refm", "-eng", "-engm"))
+    run([PY, "tools/ref/mla.py", "--model", d, "--tokens", ids(seq), "--logits", ref_l, "--mtp-logits", ref_m])
+    nextn("eval", "-m", d, "--tokens", ids(seq), "--logits", eng_l, "--mtp-logits", eng_m, "--act-bits", 16)
+    t.logits_close(f"{fam}-long ({n} positions) trunk logits", np.load(eng_l), np.load(ref_l), TOL)
+    t.logits_close(f"{fam}-long ({n} positions) MTP logits", np.load(eng_m), np.load(ref_m), TOL)
+    ar = PL.greedy_ar(d, ids(seq[:-20]), 20)
+    PL.decode_matches_prefill(f"{fam}-long", d, seq[:-20], [int(x) for x in ar])
+    acc = PL.greedy_mtp(f"{fam}-long", d, ids(seq[:-20]), ar, 20)
+    t.ok(acc >= 4, f"{fam}-long: drafts accepted after {n - 20} positions ({acc})")
 
 shutil.rmtree(tmp, ignore_errors=True)
 t.done()
