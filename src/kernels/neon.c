@@ -415,30 +415,43 @@ void nx_neon_rmsnorm_f32(const float *x, const float *w, float eps, int64_t n, f
     for (; i < n; i++) out[i] = x[i] * r * (w ? w[i] : 1.0f);
 }
 
-/* nx_delta_rule_f32 on 4 columns of the state at a time, each lane running the reference's loop
- * for its column (products and sums rounded separately); the last dv mod 4 columns as it does. */
-AI void delta_cols(const float *src, float *dst, int64_t dk, int64_t dv, int64_t j, const float *k,
+/* nx_delta_rule_f32 on U vectors (4U columns) of the state at a time, each lane running the
+ * reference's loop for its column (products and sums rounded separately); the last dv mod 4
+ * columns as it does. U independent sums per pass rather than one: the add latency bound the
+ * single-vector version. The first pass hints the block DR_PF rows ahead (past the end: the next
+ * head's state, which follows): a state comes cold from memory every token. */
+#define DR_PF 16
+AI void delta_cols(const int U, const float *src, float *dst, int64_t dk, int64_t dv, int64_t j, const float *k,
                    const float *v, float decay, float beta, const float *q, float *o) {
     const float32x4_t dc = vdupq_n_f32(decay);
-    float32x4_t kv = vdupq_n_f32(0.0f), acc = vdupq_n_f32(0.0f);
+    float32x4_t kv[8], d[8], acc[8];
+    for (int u = 0; u < U; u++) kv[u] = acc[u] = vdupq_n_f32(0.0f);
     for (int64_t i = 0; i < dk; i++) {
-        const float32x4_t t = vmulq_f32(vld1q_f32(src + i * dv + j), dc);
-        vst1q_f32(dst + i * dv + j, t);
-        kv = vaddq_f32(kv, vmulq_f32(t, vdupq_n_f32(k[i])));
+        const float32x4_t ki = vdupq_n_f32(k[i]);
+        const float *s = src + i * dv + j;
+        __builtin_prefetch(s + DR_PF * dv);
+        for (int u = 0; u < U; u++) kv[u] = vaddq_f32(kv[u], vmulq_f32(vmulq_f32(vld1q_f32(s + 4 * u), dc), ki));
     }
-    const float32x4_t d = vmulq_f32(vdupq_n_f32(beta), vsubq_f32(vld1q_f32(v + j), kv));
+    for (int u = 0; u < U; u++) d[u] = vmulq_f32(vdupq_n_f32(beta), vsubq_f32(vld1q_f32(v + j + 4 * u), kv[u]));
     for (int64_t i = 0; i < dk; i++) {
-        const float32x4_t t = vaddq_f32(vld1q_f32(dst + i * dv + j), vmulq_f32(vdupq_n_f32(k[i]), d));
-        vst1q_f32(dst + i * dv + j, t);
-        if (o) acc = vaddq_f32(acc, vmulq_f32(t, vdupq_n_f32(q[i])));
+        const float32x4_t ki = vdupq_n_f32(k[i]), qi = vdupq_n_f32(o ? q[i] : 0.0f);
+        const float *s = src + i * dv + j;
+        float *w = dst + i * dv + j;
+        for (int u = 0; u < U; u++) {
+            const float32x4_t t = vaddq_f32(vmulq_f32(vld1q_f32(s + 4 * u), dc), vmulq_f32(ki, d[u]));
+            vst1q_f32(w + 4 * u, t);
+            acc[u] = vaddq_f32(acc[u], vmulq_f32(t, qi));
+        }
     }
-    if (o) vst1q_f32(o + j, acc);
+    if (o)
+        for (int u = 0; u < U; u++) vst1q_f32(o + j + 4 * u, acc[u]);
 }
 
 void nx_neon_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t dv, const float *k, const float *v,
                             float decay, float beta, const float *q, float *o) {
     int64_t j = 0;
-    for (; j + 4 <= dv; j += 4) delta_cols(src, dst, dk, dv, j, k, v, decay, beta, q, o);
+    for (; j + 32 <= dv; j += 32) delta_cols(8, src, dst, dk, dv, j, k, v, decay, beta, q, o);
+    for (; j + 4 <= dv; j += 4) delta_cols(1, src, dst, dk, dv, j, k, v, decay, beta, q, o);
     for (; j < dv; j++) { /* the reference's loops on one column */
         float kv = 0.0f;
         for (int64_t i = 0; i < dk; i++) {
