@@ -286,8 +286,8 @@ static void attention(nx_ctx *c, const nx_layer *L, const nx_seg *seg, int n_seg
  * head's query is taken into that space, q_lat = [wk_b_h · q_nope | rope(q_pe)], so a score is
  * one dot product with a cache row, and the weighted sum of the cached latents leaves it through
  * wv_b_h. Scratch: c->q (T, heads·(nope + rope)) the query, c->k (T, q_lora) its LoRA, c->v
- * (T, cache_k) the new cache rows, c->lat_q (T, heads·cache_k), c->lat_o (T, heads·kv_lora),
- * c->att (T, heads·v) the heads' outputs. */
+ * (T, cache_k) the new cache rows, c->lat_q (T, heads·cache_k), c->lat_part the position blocks'
+ * partial results, c->lat_o (T, heads·kv_lora), c->att (T, heads·v) the heads' outputs. */
 typedef struct mla_job {
     nx_ctx *c;
     const nx_layer *L;
