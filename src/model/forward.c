@@ -399,29 +399,34 @@ static void mla_block(const mla_job *j, int32_t t, int32_t slot, int32_t b, int6
     nx_attn_accum(sc, kc->n_ctx, g, rows, kt, ck, np, r, o);
 }
 
-/* Thread ith's share of the blocks of rows [t0, t1) (slots 0..): the (row, block, head group)
- * items in order, weighted by positions x heads, each to the thread whose share of the total
- * weight holds the item's middle; a block is split into head groups when the blocks are few
- * (a short context's one block), so that the shares come out even. A thread's items are
+/* Thread ith's share of the blocks of rows [t0, t1) (slots 0..): the (block, row, head group)
+ * items in that order (the rows of a prefill pass take each block in turn while it is in L2),
+ * weighted by positions x heads, each to the thread whose share of the total weight holds the
+ * item's middle; the blocks are split into head groups when there are fewer than 8 a thread (a
+ * short context's one block), so that the shares come out even. A thread's items are
  * consecutive: its groups of a block make one call. */
 static void mla_pass_blocks(const mla_job *j, int32_t t0, int32_t t1, int ith, int nth) {
     const int64_t nh = j->c->m->cfg.n_heads;
     int64_t items = 0, total = 0;
+    int32_t most = 0;
     for (int32_t t = t0; t < t1; t++) {
         int32_t n;
         nx_ctx *kc;
         (void)mla_span(j, t, &n, &kc);
-        items += mla_blocks_of(j, t);
+        const int32_t nb = mla_blocks_of(j, t);
+        items += nb;
+        most = nb > most ? nb : most;
         total += (int64_t)n * nh;
     }
     const int64_t want = (8 * (int64_t)nth + items - 1) / items, groups = want < nh ? want : nh;
     int64_t at = 0; /* weight before the current item */
-    for (int32_t t = t0; t < t1; t++) {
-        int32_t n;
-        nx_ctx *kc;
-        (void)mla_span(j, t, &n, &kc);
-        const int32_t len = mla_block_len(n), nb = (n + len - 1) / len;
-        for (int32_t b = 0; b < nb; b++) {
+    for (int32_t b = 0; b < most; b++)
+        for (int32_t t = t0; t < t1; t++) {
+            int32_t n;
+            nx_ctx *kc;
+            (void)mla_span(j, t, &n, &kc);
+            const int32_t len = mla_block_len(n);
+            if ((int64_t)b * len >= n) continue;
             const int64_t np = n - b * len < len ? n - b * len : len;
             int64_t g0 = -1, g1 = -1;
             for (int64_t g = 0; g < groups; g++) {
@@ -434,7 +439,6 @@ static void mla_pass_blocks(const mla_job *j, int32_t t0, int32_t t1, int ith, i
             }
             if (g0 >= 0) mla_block(j, t, t - t0, b, g0 * nh / groups, g1 * nh / groups, ith);
         }
-    }
 }
 
 /* Row t's heads [h0, h1) from its blocks' partials (pass slot `slot`), folded in block order:
