@@ -369,13 +369,15 @@ static const void *mla_span(const mla_job *j, int32_t t, int32_t *n, nx_ctx **kc
     return nx_kv_row(sg->kc, seg_kv(sg, j->mtp, j->layer_slot)->k, 0, lo);
 }
 
-static int32_t mla_blocks_of(const mla_job *j, int32_t t) {
+/* How many positions row t attends to, and in how many blocks. */
+static int32_t mla_n(const mla_job *j, int32_t t) {
     int32_t n;
     nx_ctx *kc;
     (void)mla_span(j, t, &n, &kc);
-    const int32_t len = mla_block_len(n);
-    return (n + len - 1) / len;
+    return n;
 }
+
+static int32_t mla_blocks_of(int32_t n) { return (n + mla_block_len(n) - 1) / mla_block_len(n); }
 
 /* Block b of row t for heads [h0, h1): its partials into pass slot `slot` of c->lat_part. */
 static void mla_block(const mla_job *j, int32_t t, int32_t slot, int32_t b, int64_t h0, int64_t h1, int ith) {
@@ -410,10 +412,7 @@ static void mla_pass_blocks(const mla_job *j, int32_t t0, int32_t t1, int ith, i
     int64_t items = 0, total = 0;
     int32_t most = 0;
     for (int32_t t = t0; t < t1; t++) {
-        int32_t n;
-        nx_ctx *kc;
-        (void)mla_span(j, t, &n, &kc);
-        const int32_t nb = mla_blocks_of(j, t);
+        const int32_t n = mla_n(j, t), nb = mla_blocks_of(n);
         items += nb;
         most = nb > most ? nb : most;
         total += (int64_t)n * nh;
@@ -422,10 +421,7 @@ static void mla_pass_blocks(const mla_job *j, int32_t t0, int32_t t1, int ith, i
     int64_t at = 0; /* weight before the current item */
     for (int32_t b = 0; b < most; b++)
         for (int32_t t = t0; t < t1; t++) {
-            int32_t n;
-            nx_ctx *kc;
-            (void)mla_span(j, t, &n, &kc);
-            const int32_t len = mla_block_len(n);
+            const int32_t n = mla_n(j, t), len = mla_block_len(n);
             if ((int64_t)b * len >= n) continue;
             const int64_t np = n - b * len < len ? n - b * len : len;
             int64_t g0 = -1, g1 = -1;
@@ -446,7 +442,7 @@ static void mla_pass_blocks(const mla_job *j, int32_t t0, int32_t t1, int ith, i
 static void mla_fold(const mla_job *j, int32_t t, int32_t slot, int64_t h0, int64_t h1) {
     nx_ctx *c = j->c;
     const int64_t nh = c->m->cfg.n_heads, r = c->m->cfg.mla.kv_lora_rank;
-    const int32_t nb = mla_blocks_of(j, t);
+    const int32_t nb = mla_blocks_of(mla_n(j, t));
     const float *part = c->lat_part + (size_t)slot * NX_MLA_MAX_BLOCKS * nh * (r + 2);
     const float *mz = part + (size_t)NX_MLA_MAX_BLOCKS * nh * r;
     for (int64_t h = h0; h < h1; h++) {
