@@ -28,8 +28,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paritylib import TOL, Parity, ids, inspect  # noqa: E402
-from tap import PY, Tap, nextn, run, scratch  # noqa: E402
+from paritylib import Parity, ids, inspect  # noqa: E402
+from tap import Tap, nextn, scratch  # noqa: E402
 
 t = Tap()
 tmp = scratch(prefix="nextn-parity-mla-")
@@ -168,11 +168,7 @@ for fi, (fam, n, layers) in enumerate((("deepseek_v3", 700, 4), ("glm4_moe_lite"
     d = P.gen(f"{fam}-long", ["--family", fam, "--layout", "hf", "--agree", "0.05", "--max-pos", "16384",
                               "--layers", str(layers), "--seed", str(31 + fi)])
     seq = rng.integers(4, 419, size=n).tolist()
-    ref_l, ref_m, eng_l, eng_m = (os.path.join(tmp, f"{fam}-long{sfx}.npy") for sfx in ("-ref", "-refm", "-eng", "-engm"))
-    run([PY, "tools/ref/mla.py", "--model", d, "--tokens", ids(seq), "--logits", ref_l, "--mtp-logits", ref_m])
-    nextn("eval", "-m", d, "--tokens", ids(seq), "--logits", eng_l, "--mtp-logits", eng_m, "--act-bits", 16)
-    t.logits_close(f"{fam}-long ({n} positions) trunk logits", np.load(eng_l), np.load(ref_l), TOL)
-    t.logits_close(f"{fam}-long ({n} positions) MTP logits", np.load(eng_m), np.load(ref_m), TOL)
+    PL.check_logits(f"{fam}-long-{n}", d, seq)
     ar = PL.greedy_ar(d, ids(seq[:-20]), 20)
     PL.decode_matches_prefill(f"{fam}-long", d, seq[:-20], [int(x) for x in ar])
     acc = PL.greedy_mtp(f"{fam}-long", d, ids(seq[:-20]), ar, 20)

@@ -77,8 +77,9 @@ class Parity:
     def greedy_reference(self, mdir, pids, n):
         return run([PY, self.ref, "--model", mdir, "--tokens", pids, "--greedy", str(n)]).stdout.split()
 
-    def check_model(self, name, mdir, tokens, greedy_prompt, n=24):
-        """All the checks on one checkpoint; returns the engine's trunk and MTP logits."""
+    def check_logits(self, name, mdir, tokens):
+        """Trunk and teacher-forced MTP logits over `tokens` against the reference's; returns the
+        engine's."""
         p = lambda s: os.path.join(self.tmp, name + s)  # noqa: E731
         ref_l, ref_m, eng_l, eng_m = p("-ref.npy"), p("-refm.npy"), p("-eng.npy"), p("-engm.npy")
         run([PY, self.ref, "--model", mdir, "--tokens", ids(tokens), "--logits", ref_l, "--mtp-logits", ref_m])
@@ -86,13 +87,18 @@ class Parity:
               "--act-bits", 16)
         self.t.logits_close(f"{name} trunk logits", np.load(eng_l), np.load(ref_l), TOL)
         self.t.logits_close(f"{name} MTP logits", np.load(eng_m), np.load(ref_m), TOL)
+        return np.load(eng_l), np.load(eng_m)
+
+    def check_model(self, name, mdir, tokens, greedy_prompt, n=24):
+        """All the checks on one checkpoint; returns the engine's trunk and MTP logits."""
+        logits = self.check_logits(name, mdir, tokens)
         pids = ids(greedy_prompt)
         ref = self.greedy_reference(mdir, pids, n)
         ar = self.greedy_ar(mdir, pids, n)
         self.t.ok(ar == ref, f"{name}: greedy continuation equals the reference", f"engine {ar}\nreference {ref}")
         self.decode_matches_prefill(name, mdir, list(greedy_prompt), [int(x) for x in ar])
         self.accepted += self.greedy_mtp(name, mdir, pids, ar, n)
-        return np.load(eng_l), np.load(eng_m)
+        return logits
 
     def gen(self, name, args):
         """A random checkpoint from the generator, in tmp/name."""
