@@ -14,6 +14,7 @@ no scoring_func key; deepseek_v3 rms_norm_eps 1e-6, rope_theta 1e4, scaling 2.5.
 --preset flash-bench: GLM-4.7-Flash's layer shapes (hidden 2048, 20 heads, q_lora 768, kv_lora 512,
 nope 192, rope 64, v 256, 64 experts top-4 of 1536 + 1 shared, a 10240-wide dense first layer), 4
 layers and a 32000 vocab, for a memory-bound benchmark (use --layout mlx --quant 4:64).
+--preset flash: the whole GLM-4.7-Flash shape (47 layers, vocab 154880): ~17 GB at --quant 4:64.
 
 e_score_correction_bias is drawn from [0, 0.3) (see make_random_glm.py): biased scores stay > 0, so
 masking discarded groups to 0 (transformers, mlx-lm) or to -inf (vLLM) picks the same experts.
@@ -61,6 +62,8 @@ PRESETS = {
                         rope=64, v_dim=256, inter=10240, experts=64, topk=4, expert_dim=1536, shared=1, n_group=1,
                         topk_group=1, first_dense=1, max_pos=202752),  # GLM-4.7-Flash's context
 }
+# GLM-4.7-Flash whole: 47 layers and its vocab (~17 GB at --quant 4:64), for the 24 GB-machine check
+PRESETS["flash"] = dict(PRESETS["flash-bench"], vocab=154880, layers=47)
 FAMILY = {
     "glm4_moe_lite": dict(first_dense=1, scaling=1.8, eps=1e-5, rope_theta=1e6, arch="Glm4MoeLiteForCausalLM"),
     "deepseek_v3": dict(first_dense=2, scaling=2.5, eps=1e-6, rope_theta=1e4, arch="DeepseekV3ForCausalLM"),

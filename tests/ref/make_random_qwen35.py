@@ -41,6 +41,7 @@ experts top-3 of 96 + a 128-wide shared expert, vocab 419.
 --preset bench: Qwen3.6-35B-A3B's layer shapes (hidden 2048, 256 experts top-8 of 512 + shared 512,
 DeltaNet 16 / 32 heads of 128, attention 16 / 2 heads of 256), 4 layers (3 DeltaNet + 1 full),
 vocab cut to 32000, max_position_embeddings 262144; use --layout mlx --quant 4:64.
+--preset qwen36: the whole Qwen3.6-35B-A3B shape (40 layers, vocab 248320): ~20 GB at --quant 4:64.
 
 Examples:
   make_random_qwen35.py --family qwen3_5_moe --layout hf --seed 1 --out /tmp/q1
@@ -68,6 +69,8 @@ PRESETS = {
                   lin_k_heads=16, lin_v_heads=32, lin_k_dim=128, lin_v_dim=128, conv=4, experts=256, topk=8,
                   expert_dim=512, shared_dim=512, max_pos=262144, interval=4),
 }
+# Qwen3.6-35B-A3B whole: 40 layers (30 DeltaNet + 10 full) and its vocab (~20 GB at --quant 4:64)
+PRESETS["qwen36"] = dict(PRESETS["bench"], vocab=248320, layers=40)
 FAMILY = {
     "qwen3_5_moe": dict(interval=2, arch="Qwen3_5MoeForConditionalGeneration"),
     "qwen3_next": dict(interval=4, arch="Qwen3NextForCausalLM"),
