@@ -67,10 +67,10 @@ $(BUILD)/%.o: %.c
 	$(CC) $(BASE) -MMD -MP -c $< -o $@
 
 $(BUILD)/src/kernels/avx2.o $(BUILD)/src/kernels/avx2_int8.o $(BUILD)/src/kernels/%_avx2.o: BASE += $(AVX2_FLAGS)
-$(BUILD)/src/kernels/avx512.o $(BUILD)/src/kernels/%_avx512.o: BASE += $(AVX512_FLAGS)
+$(BUILD)/src/kernels/avx512.o $(BUILD)/src/kernels/avx512_t0.o $(BUILD)/src/kernels/%_avx512.o: BASE += $(AVX512_FLAGS)
 $(BUILD)/src/kernels/avx2_vnni.o: BASE += $(AVX2_FLAGS) -mavxvnni
-$(BUILD)/src/kernels/avx512_vnni.o: BASE += $(AVX512_FLAGS) -mavx512vnni
-$(BUILD)/src/kernels/avx512_vbmi.o: BASE += $(AVX512_FLAGS) -mavx512vnni -mavx512vbmi -mgfni
+$(BUILD)/src/kernels/avx512_vnni.o $(BUILD)/src/kernels/avx512_vnni_t0.o: BASE += $(AVX512_FLAGS) -mavx512vnni
+$(BUILD)/src/kernels/avx512_vbmi.o $(BUILD)/src/kernels/avx512_vbmi_t0.o: BASE += $(AVX512_FLAGS) -mavx512vnni -mavx512vbmi -mgfni
 $(BUILD)/src/dist/dist.o: BASE += $(MPI_CFLAGS)
 $(BUILD)/src/kernels/neon_dot.o: BASE += $(NEONDOT_FLAGS)
 $(BUILD)/src/kernels/neon_i8mm.o: BASE += $(NEONI8MM_FLAGS)

@@ -796,7 +796,7 @@ void nx_avx512_delta_rule_f32(const float *src, float *dst, int64_t dk, int64_t 
 }
 
 const nx_kernel_table nx_kernels_avx512 = {
-    .name = "avx512",
+    .name = "avx512" NX_QPF_SUFFIX,
     .matmul_rows = avx512_matmul_rows,
     NX_AVX512_VECTOR_HELPERS,
 };

@@ -5,6 +5,32 @@
 
 #include "kernels/x86_common.h"
 
+/* Each AVX-512 table is built twice (avx512*_t0.c define NX_QPF_T0): its weight prefetches as
+ * non-temporal lines (prefetchnta), and as ordinary ones (prefetcht0, the "-t0" tables), under
+ * names of their own. Which reads faster depends on the cache design: QPF_HINT below. */
+#ifndef NX_QPF_T0
+#define NX_QPF_T0 0
+#endif
+#if NX_QPF_T0
+#define NX_QPF_SUFFIX "-t0"
+#define nx_kernels_avx512 nx_kernels_avx512_t0
+#define nx_kernels_avx512vnni nx_kernels_avx512vnni_t0
+#define nx_kernels_avx512vbmi nx_kernels_avx512vbmi_t0
+#define nx_avx512_to_f32 nx_avx512_to_f32_t0
+#define nx_avx512_dot_f32 nx_avx512_dot_f32_t0
+#define nx_avx512_axpy_f32 nx_avx512_axpy_f32_t0
+#define nx_avx512_attn_scores nx_avx512_attn_scores_t0
+#define nx_avx512_attn_accum nx_avx512_attn_accum_t0
+#define nx_avx512_exp_shift_f32 nx_avx512_exp_shift_f32_t0
+#define nx_avx512_swiglu_f32 nx_avx512_swiglu_f32_t0
+#define nx_avx512_rmsnorm_f32 nx_avx512_rmsnorm_f32_t0
+#define nx_avx512_argmax_f32 nx_avx512_argmax_f32_t0
+#define nx_avx512_exp_weights nx_avx512_exp_weights_t0
+#define nx_avx512_delta_rule_f32 nx_avx512_delta_rule_f32_t0
+#else
+#define NX_QPF_SUFFIX ""
+#endif
+
 /* Software prefetch for the quantized kernels, which stream a register block of R consecutive
  * weight rows at once (decode reads more streams than the hardware prefetchers follow well).
  * A block of at most QPF_LINEAR bytes is swept linearly QPF_LINEAR bytes ahead, at the rate
@@ -19,13 +45,15 @@
 #define QPF_AHEAD 8192
 #endif
 
-/* How the weight prefetches fill: into L1 as non-temporal (prefetchnta). Weights are read once
- * per step and a step reads hundreds of MB, so lines filled as ordinary ones only push out what
- * the step does reuse (the KV cache, routers, norms, activations, the scale rows) from L2 and
- * L3; non-temporal lines leave those caches alone. The scale and bias hints below stay
- * prefetcht0 (non-temporal gained nothing there). */
+/* How the weight prefetches fill. Non-temporal (prefetchnta): weights are read once per step
+ * and a step reads hundreds of MB, so lines filled as ordinary ones only push out what the step
+ * does reuse (the KV cache, routers, norms, activations, the scale rows) from L2 and L3; on AMD
+ * (Zen 4/5) that is 1.02-1.06x decode. On Intel's server cores a non-temporal line skips L2 and
+ * its streamer, and 4-bit decode read weights at 0.55-0.6 of the machine's bandwidth against
+ * 0.9-1.0 with prefetcht0 (1.5-1.7x): there the "-t0" tables run (dispatch.c picks by vendor).
+ * The scale and bias hints below are prefetcht0 in both (non-temporal gained nothing there). */
 #ifndef QPF_HINT
-#define QPF_HINT _MM_HINT_NTA
+#define QPF_HINT (NX_QPF_T0 ? _MM_HINT_T0 : _MM_HINT_NTA)
 #endif
 
 /* Where a call's prefetches may go: the call's own weight rows up to `end`, then the first

@@ -1104,10 +1104,10 @@ static int vnni_matmul_blocks(const nx_blocks *B, int64_t k0, int64_t k1, const 
 
 #if NX_VNNI_VBMI
 const nx_kernel_table nx_kernels_avx512vbmi = {
-    .name = "avx512vbmi",
+    .name = "avx512vbmi" NX_QPF_SUFFIX,
 #else
 const nx_kernel_table nx_kernels_avx512vnni = {
-    .name = "avx512vnni",
+    .name = "avx512vnni" NX_QPF_SUFFIX,
 #endif
     .matmul_rows = vnni_matmul_rows,
     .matmul_blocks = vnni_matmul_blocks,

@@ -114,6 +114,9 @@ static const nx_kernel_table *table_by_name(const char *isa) {
     if (strcmp(isa, "avx512") == 0) return cpu_has_avx512() ? &nx_kernels_avx512 : NULL;
     if (strcmp(isa, "avx512vnni") == 0) return cpu_has_avx512vnni() ? &nx_kernels_avx512vnni : NULL;
     if (strcmp(isa, "avx512vbmi") == 0) return cpu_has_avx512vbmi() ? &nx_kernels_avx512vbmi : NULL;
+    if (strcmp(isa, "avx512-t0") == 0) return cpu_has_avx512() ? &nx_kernels_avx512_t0 : NULL;
+    if (strcmp(isa, "avx512vnni-t0") == 0) return cpu_has_avx512vnni() ? &nx_kernels_avx512vnni_t0 : NULL;
+    if (strcmp(isa, "avx512vbmi-t0") == 0) return cpu_has_avx512vbmi() ? &nx_kernels_avx512vbmi_t0 : NULL;
 #endif
     return NULL;
 }
@@ -122,9 +125,12 @@ static const nx_kernel_table *table_best(void) {
 #if NX_ARM64
     return cpu_has_neoni8mm() ? &nx_kernels_neoni8mm : cpu_has_neondot() ? &nx_kernels_neondot : &nx_kernels_neon;
 #elif NX_X86
-    return cpu_has_avx512vbmi()   ? &nx_kernels_avx512vbmi
-           : cpu_has_avx512vnni() ? &nx_kernels_avx512vnni
-           : cpu_has_avx512()     ? &nx_kernels_avx512
+    /* the weight prefetches Intel's cores stream faster (avx512_common.h, QPF_HINT) */
+    __builtin_cpu_init();
+    const int t0 = __builtin_cpu_is("intel");
+    return cpu_has_avx512vbmi()   ? (t0 ? &nx_kernels_avx512vbmi_t0 : &nx_kernels_avx512vbmi)
+           : cpu_has_avx512vnni() ? (t0 ? &nx_kernels_avx512vnni_t0 : &nx_kernels_avx512vnni)
+           : cpu_has_avx512()     ? (t0 ? &nx_kernels_avx512_t0 : &nx_kernels_avx512)
            : cpu_has_avxvnni()    ? &nx_kernels_avx2vnni
            : cpu_has_avx2()       ? &nx_kernels_avx2
                                   : &nx_kernels_ref;

@@ -67,6 +67,8 @@ extern const nx_kernel_table nx_kernels_avx2vnni; /* avx2 + AVX-VNNI: int8 kerne
 extern const nx_kernel_table nx_kernels_avx512;
 extern const nx_kernel_table nx_kernels_avx512vnni; /* avx512 + VNNI (int8/int16) for 2/4/8-bit weights */
 extern const nx_kernel_table nx_kernels_avx512vbmi; /* the same + 3/5/6-bit weights (VBMI, GFNI) */
+/* the three AVX-512 tables with ordinary weight prefetches (prefetcht0; avx512_common.h) */
+extern const nx_kernel_table nx_kernels_avx512_t0, nx_kernels_avx512vnni_t0, nx_kernels_avx512vbmi_t0;
 extern const nx_kernel_table nx_kernels_neon;       /* AArch64 Advanced SIMD */
 extern const nx_kernel_table nx_kernels_neondot;    /* + int8 activations on sdot (FEAT_DotProd) */
 extern const nx_kernel_table nx_kernels_neoni8mm;   /* + smmla for pairs of rows (FEAT_I8MM) */

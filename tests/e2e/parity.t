@@ -105,12 +105,13 @@ for wiring in ("pre", "post"):
 t.ok(float(np.abs(out["pre"] - out["post"]).max()) > 1e-3, "--mtp-hidden pre changes the head's input")
 
 # every kernel ISA the CPU has (the scalar reference, AVX2, AVX-512, AVX-512 with int16 VNNI for
-# 2/4/8-bit weights, and with VBMI for 3/5/6-bit too) gives the reference's logits, plain and 4-bit
-# quantized
+# 2/4/8-bit weights, and with VBMI for 3/5/6-bit too; the AVX-512 tables also with ordinary weight
+# prefetches, "-t0") gives the reference's logits, plain and 4-bit quantized
 for name in ("tencent-odd", "mlx-q4-g64-head8"):
     d = os.path.join(tmp, name)
     ref_l = os.path.join(tmp, name + "-ref.npy")
-    for isa in ("ref", "avx2", "avx2vnni", "avx512", "avx512vnni", "avx512vbmi"):
+    for isa in ("ref", "avx2", "avx2vnni", "avx512", "avx512vnni", "avx512vbmi", "avx512-t0", "avx512vnni-t0",
+                "avx512vbmi-t0"):
         out = os.path.join(tmp, f"{name}-{isa}.npy")
         r = run([NEXTN, "eval", "-m", d, "--tokens", ",".join(map(str, range(3, 20))), "--logits", out, "--act-bits",
                  "16"],

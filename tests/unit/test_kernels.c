@@ -150,11 +150,20 @@ static float *rnd_vec(int64_t n) {
 /* Kernel variants this CPU can run, ref first: an ISA name (quantized weights marked x16, so
  * the integer kernels run on int16 activations), or "ISA+act8" for the same ISA on weights
  * without the mark (int8 activations where the shape allows). */
-static const char *isas[16];
+static const char *isas[24];
 static int n_isas;
 static const char *default_isa;
 
 static int is_act8(const char *variant) { return strstr(variant, "+act8") != NULL; }
+
+/* The variant's name without a "-t0" (a table's twin with other prefetch hints, the same
+ * kernels) into buf. */
+static const char *kernels_of(const char *variant, char buf[40]) {
+    const char *dash = strstr(variant, "-t0");
+    if (!dash) return variant;
+    snprintf(buf, 40, "%.*s%s", (int)(dash - variant), variant, dash + 3);
+    return buf;
+}
 
 static int use_isa(const char *name) {
     const char *plus = strchr(name, '+');
@@ -173,12 +182,15 @@ static nx_linear as_variant(const char *isa, const nx_linear *W) {
 static int setup(void **state) {
     (void)state;
     default_isa = nx_kernels_isa();
-    const char *all[16] = {"ref",        "avx2",          "avx2+act8",       "avx2vnni",        "avx2vnni+act8",
-                           "avx512",     "avx512+act8",   "avx512vnni",      "avx512vbmi",      "avx512vnni+act8",
-                           "avx512vbmi+act8", "neon",      "neondot",         "neoni8mm",        "neondot+act8",
-                           "neoni8mm+act8"};
+    /* the "-t0" tables are the AVX-512 ones with ordinary weight prefetches: the same bits */
+    const char *all[] = {"ref",          "avx2",          "avx2+act8",          "avx2vnni",
+                         "avx2vnni+act8", "avx512",       "avx512+act8",        "avx512vnni",
+                         "avx512vbmi",   "avx512vnni+act8", "avx512vbmi+act8",  "avx512-t0",
+                         "avx512-t0+act8", "avx512vnni-t0", "avx512vnni-t0+act8", "avx512vbmi-t0",
+                         "avx512vbmi-t0+act8", "neon",     "neondot",           "neoni8mm",
+                         "neondot+act8", "neoni8mm+act8"};
     n_isas = 0;
-    for (int i = 0; i < 16; i++)
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (use_isa(all[i]) == 0) isas[n_isas++] = all[i];
     use_isa(default_isa);
     return 0;
@@ -584,7 +596,9 @@ static float *run_matmul(const char *isa, const nx_linear *W0, const float *x, i
 /* How far the variant `isa` may move each input element of W's matmul, relative to the
  * largest |x| of its weight group: 0 (float kernels), 1/32768 (half an int16 step: max/2^14 at
  * most) or 1/254 (half an int8 step, max/127). */
-static double x_half_step(const char *isa, const nx_linear *W) {
+static double x_half_step(const char *variant, const nx_linear *W) {
+    char buf[40];
+    const char *isa = kernels_of(variant, buf);
     /* AArch64's integer tables: int8 for 2- to 6-bit weights on rows up to 32768 wide, else the
      * float kernels */
     if (strncmp(isa, "neondot", 7) == 0 || strncmp(isa, "neoni8mm", 8) == 0)
@@ -1007,6 +1021,46 @@ static void test_batch_invariance(void **state) {
     tw_free(&wide);
 }
 
+/* An AVX-512 table and its "-t0" twin differ in their weight prefetch hints alone: the same
+ * bits for float and quantized weights, decode to prefill row counts, int16 and int8
+ * activations (where this CPU has both). */
+static void test_prefetch_twins(void **state) {
+    (void)state;
+    tw ws[5];
+    tw_make(&ws[0], NX_DTYPE_BF16, 75, 4099, 0, 0, NX_DTYPE_F32, 0);
+    tw_make(&ws[1], NX_DTYPE_U32, 70, 64 * 20, 4, 64, NX_DTYPE_BF16, 1);
+    tw_make(&ws[2], NX_DTYPE_U32, 33, 64 * 12, 3, 64, NX_DTYPE_F16, 0);
+    tw_make(&ws[3], NX_DTYPE_U32, 40, 256 * 3, 2, 64, NX_DTYPE_BF16, 2);
+    tw_make(&ws[4], NX_DTYPE_U32, 20, 13312, 4, 64, NX_DTYPE_BF16, 1);
+    int pairs = 0;
+    for (int k = 0; k < n_isas; k++) {
+        const char *dash = strstr(isas[k], "-t0");
+        if (!dash) continue;
+        char twin[32];
+        snprintf(twin, sizeof twin, "%.*s%s", (int)(dash - isas[k]), isas[k], dash + 3);
+        assert_int_equal(use_isa(twin), 0);
+        pairs++;
+        for (int w = 0; w < 5; w++)
+            for (int64_t T = 1; T <= 9; T += 2) {
+                const nx_linear *W = &ws[w].L;
+                const int64_t ldx = W->in + 3, ldy = W->out + 1;
+                float *x = rnd_vec(T * ldx);
+                float *a = run_matmul(twin, W, x, ldx, T, ldy, NULL), *b = run_matmul(isas[k], W, x, ldx, T, ldy, NULL);
+                if (memcmp(a, b, (size_t)(T * ldy) * 4) != 0)
+                    fail_msg("%s and %s differ: weight %d, T %lld", twin, isas[k], w, (long long)T);
+                free(a);
+                free(b);
+                free(x);
+            }
+    }
+    /* every AVX-512 table this CPU runs has its twin */
+    int avx512 = 0;
+    for (int k = 0; k < n_isas; k++) avx512 += strncmp(isas[k], "avx512", 6) == 0 && !strstr(isas[k], "-t0");
+    assert_int_equal(pairs, avx512);
+    for (int w = 0; w < 5; w++) tw_free(&ws[w]);
+    use_isa(default_isa);
+}
+
 static void test_thread_invariance(void **state) {
     (void)state;
     nx_pool *pools[3] = {nx_pool_new(1), nx_pool_new(2), nx_pool_new(3)};
@@ -1322,10 +1376,11 @@ static void test_isas_covered(void **state) {
         snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s", k ? " " : "", isas[k]);
     printf("# kernel variants tested: %s (best on this CPU: %s)\n", line, nx_kernels_best_isa());
     const char *best = nx_kernels_best_isa();
-    char best8[40];
+    char best8[40], buf[40];
     snprintf(best8, sizeof best8, "%s+act8", best);
-    const int integer = strcmp(best, "avx512vnni") == 0 || strcmp(best, "avx512vbmi") == 0 ||
-                        strcmp(best, "neondot") == 0 || strcmp(best, "neoni8mm") == 0;
+    const char *kern = kernels_of(best, buf);
+    const int integer = strcmp(kern, "avx512vnni") == 0 || strcmp(kern, "avx512vbmi") == 0 ||
+                        strcmp(kern, "neondot") == 0 || strcmp(kern, "neoni8mm") == 0;
     int found = 0, found8 = 0;
     for (int k = 0; k < n_isas; k++) {
         found += strcmp(isas[k], best) == 0;
@@ -1353,6 +1408,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_quant_activations),
         cmocka_unit_test(test_matmul_quant_nonfinite),
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_prefetch_twins),
         cmocka_unit_test(test_thread_invariance),
         cmocka_unit_test(test_matmul_many),
         cmocka_unit_test(test_matmul_blocks),
