@@ -26,9 +26,9 @@ for src in src/*/*.c; do
     case "$src" in
         src/kernels/avx2.c | src/kernels/avx2_int8.c | src/kernels/*_avx2.c) isa=$avx2 ;;
         src/kernels/avx2_vnni.c) isa="$avx2 -mavxvnni" ;;
-        src/kernels/avx512.c | src/kernels/*_avx512.c) isa=$avx512 ;;
-        src/kernels/avx512_vnni.c) isa="$avx512 -mavx512vnni" ;;
-        src/kernels/avx512_vbmi.c) isa="$avx512 -mavx512vnni -mavx512vbmi -mgfni" ;;
+        src/kernels/avx512.c | src/kernels/avx512_t0.c | src/kernels/*_avx512.c) isa=$avx512 ;;
+        src/kernels/avx512_vnni.c | src/kernels/avx512_vnni_t0.c) isa="$avx512 -mavx512vnni" ;;
+        src/kernels/avx512_vbmi.c | src/kernels/avx512_vbmi_t0.c) isa="$avx512 -mavx512vnni -mavx512vbmi -mgfni" ;;
     esac
     if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ "$newest_h" -nt "$obj" ]; then
         if [ -n "$isa" ]; then
