@@ -36,6 +36,13 @@ ids() { # N VOCAB: N token ids, comma-separated, fixed by a seed
     /usr/bin/python3 -c "import random, sys; r = random.Random(7); n, v = map(int, sys.argv[1:]); print(','.join(str(r.randrange(100, v)) for _ in range(n)))" "$1" "$2"
 }
 
+modes() { # FIELDS: of each mode=... line of `nextn bench` on stdin, the fields named (a|b|c)
+    grep -E "^mode=" | tr ' ' '\n' | awk -F= -v want="^($1)$" '
+        $1 == "mode" { if (m != "") print line; m = $2; line = "mode " m }
+        $1 ~ want { line = line " " $1 "=" $2 }
+        END { print line }'
+}
+
 check() { # NAME DIR VOCAB
     local name=$1 m=$2 vocab=$3
     gen "$name" "$m"
@@ -52,20 +59,14 @@ short() { # DIR VOCAB
     local m=$1 vocab=$2
     echo "-- decode after a 16-token prompt"
     $NEXTN bench -m "$m" --prompt-tokens "$(ids 16 "$vocab")" -n "$N" --modes ar,1,2,auto --membw 1024 |
-        grep -E "^mode=" | tr ' ' '\n' | awk -F= '
-            $1 == "mode" { if (m != "") print line; m = $2; line = "mode " m } 
-            $1 ~ /^(tok_s|ratio|acceptance|cost_verify\/C1|c_mtp|byte_ceiling|weight_frac|membw_GB_s|weight_GB_s)$/ { line = line " " $1 "=" $2 }
-            END { print line }'
+        modes 'tok_s|ratio|acceptance|cost_verify/C1|c_mtp|byte_ceiling|weight_frac|membw_GB_s|weight_GB_s'
 }
 
 long() { # DIR VOCAB
     local m=$1 vocab=$2
     echo "-- decode after a 4096-token prompt"
     $NEXTN bench -m "$m" --prompt-tokens "$(ids 4096 "$vocab")" -n "$N" --modes ar,1,auto |
-        grep -E "^mode=" | tr ' ' '\n' | awk -F= '
-            $1 == "mode" { if (m != "") print line; m = $2; line = "mode " m }
-            $1 ~ /^(tok_s|prefill_tok_s|ratio|acceptance|attn_us|ar_step_us)$/ { line = line " " $1 "=" $2 }
-            END { print line }'
+        modes 'tok_s|prefill_tok_s|ratio|acceptance|attn_us|ar_step_us'
 }
 
 serve() { # DIR VOCAB
