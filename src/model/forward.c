@@ -377,7 +377,10 @@ static int32_t mla_n(const mla_job *j, int32_t t) {
     return n;
 }
 
-static int32_t mla_blocks_of(int32_t n) { return (n + mla_block_len(n) - 1) / mla_block_len(n); }
+static int32_t mla_blocks_of(int32_t n) {
+    const int32_t len = mla_block_len(n);
+    return (n + len - 1) / len;
+}
 
 /* Block b of row t for heads [h0, h1): its partials into pass slot `slot` of c->lat_part. */
 static void mla_block(const mla_job *j, int32_t t, int32_t slot, int32_t b, int64_t h0, int64_t h1, int ith) {
